@@ -1,0 +1,21 @@
+"""streamk: image retrieval with democratic and generalised-max-pooling match
+kernels (Murray, Jegou, Perronnin, Zisserman, "Interferences in match kernels",
+TPAMI 2016)."""
+
+from .aggregation import aggregate, democratic_weights, gmp_primal, gmp_weights
+from .embeddings import BagOfWords, BlockEmbedding, FisherVector, TriangulationEmbedding, VLAD, rootsift
+from .encoder import Encoder, EncoderConfig
+from .errors import (ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError,
+                     EncoderMismatchError, NonFiniteError, NotFittedError, StreamkError)
+from .postprocessing import RotationNormalisation, l2_normalize, postprocess, power_law
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "aggregate", "democratic_weights", "gmp_primal", "gmp_weights",
+    "BagOfWords", "BlockEmbedding", "FisherVector", "TriangulationEmbedding", "VLAD", "rootsift",
+    "Encoder", "EncoderConfig",
+    "ConfigError", "DimensionError", "EmptyDescriptorSetError", "EncoderFileError",
+    "EncoderMismatchError", "NonFiniteError", "NotFittedError", "StreamkError",
+    "RotationNormalisation", "l2_normalize", "postprocess", "power_law",
+]

@@ -1,0 +1,380 @@
+"""Per-descriptor embeddings phi: R^d -> R^D (section "Embedding functions").
+
+Each embedding is fitted once on a learning set of descriptors (``fit``), then
+maps a descriptor set X (n x d) to either a dense matrix Phi (n x D, rows are
+embedded descriptors) or, for hard-assigned embeddings, a ``BlockEmbedding``
+(assignment + one short vector per descriptor) so that the n x D matrix is
+never formed.  ``embed`` returns whichever is natural; ``transform`` always
+returns the dense matrix.
+"""
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import kernels
+from .checks import as_descriptor_set
+from .errors import ConfigError, NotFittedError
+
+
+def rootsift(sift):
+    """RootSIFT (Arandjelovic & Zisserman 2012): L1-normalise, then square-root.
+
+    Rows summing to zero stay zero.  Returns float32.
+    """
+    X = np.asarray(sift, dtype=np.float32)
+    if X.ndim != 2:
+        X = as_descriptor_set(X, what="SIFT descriptors")  # raises the right error
+    l1 = np.abs(X).sum(axis=1, keepdims=True)
+    l1[l1 == 0] = 1.0
+    return (np.sign(X) * np.sqrt(np.abs(X) / l1)).astype(np.float32)
+
+
+@dataclass
+class BlockEmbedding:
+    """A hard-assigned (block-sparse) embedded descriptor set.
+
+    Descriptor i is non-zero only in block ``assignment[i]`` of the D-dim
+    embedding, where it equals ``values[i]`` (block_dim entries); D = n_blocks
+    * block_dim.  The Gram matrix is block-diagonal: only descriptors sharing
+    a block interact.
+    """
+
+    assignment: np.ndarray  # (n,) int64
+    values: np.ndarray  # (n, block_dim) float32
+    n_blocks: int
+
+    @property
+    def n(self):
+        return self.values.shape[0]
+
+    @property
+    def block_dim(self):
+        return self.values.shape[1]
+
+    @property
+    def dim(self):
+        return self.n_blocks * self.block_dim
+
+    @cached_property
+    def grouped(self):
+        """(order, values sorted by block, offsets): block b = rows offsets[b]:offsets[b+1]."""
+        order = np.argsort(self.assignment, kind="stable")
+        counts = np.bincount(self.assignment, minlength=self.n_blocks)
+        offsets = np.zeros(self.n_blocks + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return order, np.ascontiguousarray(self.values[order]), offsets
+
+    def to_dense(self):
+        """The n x D matrix Phi (for tests and small sets)."""
+        Phi = np.zeros((self.n, self.n_blocks, self.block_dim), dtype=self.values.dtype)
+        Phi[np.arange(self.n), self.assignment] = self.values
+        return Phi.reshape(self.n, self.dim)
+
+
+def _subsample(X, max_rows, seed):
+    if max_rows is None or X.shape[0] <= max_rows:
+        return X
+    rng = np.random.default_rng(seed)
+    return X[np.sort(rng.choice(X.shape[0], max_rows, replace=False))]
+
+
+def _kmeans(X, k, seed):
+    from sklearn.cluster import KMeans  # imported late: sklearn is slow to import
+
+    if X.shape[0] < k:
+        raise ConfigError(f"need at least k={k} learning descriptors, got {X.shape[0]}")
+    km = KMeans(n_clusters=k, n_init=1, max_iter=100, random_state=seed)
+    return km.fit(X).cluster_centers_.astype(np.float32)
+
+
+def _nearest(X, C):
+    """Index of the nearest centroid of each row (squared L2, via BLAS)."""
+    d2 = (C * C).sum(axis=1)[None, :] - 2.0 * (X @ C.T)
+    return np.argmin(d2, axis=1).astype(np.int64)
+
+
+class Embedding:
+    """Base class: the learned state, its checks and (de)serialisation."""
+
+    name = None
+    block_sparse = False
+    # names of learned arrays, saved with the encoder; the first is (k, d)
+    _arrays = ()
+
+    def __init__(self, k, seed=0, max_fit_descriptors=200_000):
+        if int(k) < 1:
+            raise ConfigError(f"k must be a positive integer, got {k}")
+        self.k = int(k)
+        self.seed = int(seed)
+        self.max_fit_descriptors = max_fit_descriptors
+        self.d_ = None
+
+    # learned state ------------------------------------------------------
+    def params(self):
+        return {"k": self.k, "seed": self.seed, "max_fit_descriptors": self.max_fit_descriptors}
+
+    def state(self):
+        """(JSON-able parameters, dict of learned arrays)."""
+        self._check_fitted()
+        return self.params(), {name: getattr(self, name) for name in self._arrays}
+
+    @classmethod
+    def from_state(cls, params, arrays):
+        emb = cls(**params)
+        for name in cls._arrays:
+            setattr(emb, name, np.asarray(arrays[name]))
+        emb.d_ = int(arrays[cls._arrays[0]].shape[1])
+        return emb
+
+    @property
+    def fitted(self):
+        return self.d_ is not None
+
+    def _check_fitted(self):
+        if not self.fitted:
+            raise NotFittedError(f"{type(self).__name__} is not fitted: call fit() on a learning set first")
+
+    def _check_input(self, X):
+        self._check_fitted()
+        return as_descriptor_set(X, dim=self.d_)
+
+    def _fit_input(self, X):
+        X = as_descriptor_set(X, what="learning set")
+        return _subsample(X, self.max_fit_descriptors, self.seed)
+
+    # mapping ------------------------------------------------------------
+    def embed(self, X):
+        """Dense (n, D) float32 array, or a BlockEmbedding for hard assignment."""
+        return self.transform(X)
+
+    def transform(self, X):
+        raise NotImplementedError
+
+    @property
+    def dim(self):
+        raise NotImplementedError
+
+
+class TriangulationEmbedding(Embedding):
+    """Triangulation embedding (Jegou & Zisserman, CVPR 2014).
+
+    r_j(x) = (x - c_j)/||x - c_j|| for the k anchors, concatenated (k d);
+    centred by the learned mean; PCA-whitened with eigenvalues below the
+    ``clamp_quantile`` quantile raised to it (the smallest ones are noise and
+    would be blown up); the first d whitened components dropped, as in the
+    authors' code, so D = (k - 1) d; each embedded descriptor L2-normalised.
+    """
+
+    name = "temb"
+    _arrays = ("centroids_", "mean_", "projection_", "eigenvalues_")
+
+    def __init__(self, k, seed=0, max_fit_descriptors=200_000, max_whiten_descriptors=100_000,
+                 clamp_quantile=0.1):
+        super().__init__(k, seed, max_fit_descriptors)
+        if not 0.0 <= float(clamp_quantile) < 1.0:
+            raise ConfigError(f"clamp_quantile must be in [0, 1), got {clamp_quantile}")
+        self.max_whiten_descriptors = max_whiten_descriptors
+        self.clamp_quantile = float(clamp_quantile)
+
+    def params(self):
+        return {**super().params(), "max_whiten_descriptors": self.max_whiten_descriptors,
+                "clamp_quantile": self.clamp_quantile}
+
+    @property
+    def dim(self):
+        self._check_fitted()
+        return self.projection_.shape[1]
+
+    def fit(self, X, verbose=False):
+        X = self._fit_input(X)
+        d = X.shape[1]
+        if self.k < 2:
+            raise ConfigError("T-embedding needs k >= 2 (D = (k-1) d)")
+        self.centroids_ = _kmeans(X, self.k, self.seed)
+        Xw = _subsample(X, self.max_whiten_descriptors, self.seed + 1)
+        kd = self.k * d
+        # Mean and covariance accumulated by chunks: R never exists whole.
+        mean = np.zeros(kd)
+        cov = np.zeros((kd, kd))
+        chunk = max(1, 2_000_000 // kd)
+        for s in tqdm(range(0, Xw.shape[0], chunk), desc="T-emb whitening", disable=not verbose):
+            R = kernels.triangulation_residuals(Xw[s:s + chunk], self.centroids_).astype(np.float64)
+            mean += R.sum(axis=0)
+            cov += R.T @ R
+        mean /= Xw.shape[0]
+        cov = cov / Xw.shape[0] - np.outer(mean, mean)
+        eigval, eigvec = np.linalg.eigh(cov)
+        eigval, eigvec = eigval[::-1], eigvec[:, ::-1]  # decreasing variance
+        floor = max(np.quantile(eigval, self.clamp_quantile), eigval[0] * 1e-12, 1e-30)
+        eigval = np.maximum(eigval, floor)
+        keep = slice(d, kd)  # drop the first d whitened components
+        self.mean_ = mean.astype(np.float32)
+        self.eigenvalues_ = eigval.astype(np.float32)
+        self.projection_ = np.ascontiguousarray(
+            (eigvec[:, keep] / np.sqrt(eigval[keep])[None, :]).astype(np.float32))
+        self.d_ = d
+        return self
+
+    def whiten(self, X):
+        """Centred, whitened, truncated embedding before the final L2 (n, D)."""
+        X = self._check_input(X)
+        R = kernels.triangulation_residuals(X, self.centroids_)
+        Phi = R @ self.projection_  # the n x kd x D projection dominates T-emb
+        Phi -= self.mean_ @ self.projection_
+        return Phi
+
+    def transform(self, X):
+        Phi = self.whiten(X)
+        kernels.l2_normalize_rows(Phi)
+        return Phi
+
+
+class _HardAssigned(Embedding):
+    """Embeddings with a hard assignment: block-sparse by construction."""
+
+    block_sparse = True
+
+    def embed(self, X):
+        X = self._check_input(X)
+        assignment = self._assign(X)
+        return BlockEmbedding(assignment, self._block_values(X, assignment), self.k)
+
+    def transform(self, X):
+        return self.embed(X).to_dense()
+
+
+class VLAD(_HardAssigned):
+    """VLAD (Jegou et al. 2010): block j holds x - c_j for descriptors nearest c_j."""
+
+    name = "vlad"
+    _arrays = ("centroids_",)
+
+    def fit(self, X, verbose=False):
+        X = self._fit_input(X)
+        self.centroids_ = _kmeans(X, self.k, self.seed)
+        self.d_ = X.shape[1]
+        return self
+
+    @property
+    def dim(self):
+        self._check_fitted()
+        return self.k * self.d_
+
+    def _assign(self, X):
+        return _nearest(X, self.centroids_)
+
+    def _block_values(self, X, assignment):
+        return np.ascontiguousarray(X - self.centroids_[assignment], dtype=np.float32)
+
+
+class BagOfWords(VLAD):
+    """Bag of visual words: phi(x) is the indicator of the nearest centroid (D = k)."""
+
+    name = "bow"
+
+    @property
+    def dim(self):
+        self._check_fitted()
+        return self.k
+
+    def _block_values(self, X, assignment):
+        return np.ones((X.shape[0], 1), dtype=np.float32)
+
+
+class FisherVector(Embedding):
+    """Fisher vector (Perronnin et al. 2010) of a diagonal-covariance GMM.
+
+    For Gaussian j (weight w, mean mu, std s) and posterior g = p(j | x):
+        G_mu(x)    = g / sqrt(w)   * (x - mu) / s
+        G_sigma(x) = g / sqrt(2 w) * ((x - mu)^2 / s^2 - 1)
+    i.e. the log-likelihood gradients normalised by the diagonal Fisher
+    information.  Block j is [G_mu, G_sigma] (2 d entries), D = 2 k d.
+    ``hard=True`` sets g to 1 for the most likely Gaussian and 0 elsewhere,
+    which makes the embedding block-sparse.
+    """
+
+    name = "fv"
+    _arrays = ("means_", "sigmas_", "weights_")
+
+    def __init__(self, k, hard=False, seed=0, max_fit_descriptors=200_000, reg_covar=1e-5):
+        super().__init__(k, seed, max_fit_descriptors)
+        self.hard = bool(hard)
+        self.reg_covar = float(reg_covar)
+        self.block_sparse = self.hard
+
+    def params(self):
+        return {**super().params(), "hard": self.hard, "reg_covar": self.reg_covar}
+
+    def fit(self, X, verbose=False):
+        from sklearn.mixture import GaussianMixture
+
+        X = self._fit_input(X)
+        if X.shape[0] < self.k:
+            raise ConfigError(f"need at least k={self.k} learning descriptors, got {X.shape[0]}")
+        gmm = GaussianMixture(self.k, covariance_type="diag", reg_covar=self.reg_covar,
+                              max_iter=100, random_state=self.seed, verbose=2 if verbose else 0)
+        gmm.fit(X)
+        # weights_ as (1, k) so that every learned array is 2-D with a known layout
+        self.weights_ = gmm.weights_.astype(np.float64)[None, :]
+        self.means_ = gmm.means_.astype(np.float64)
+        self.sigmas_ = np.sqrt(gmm.covariances_).astype(np.float64)
+        self.d_ = X.shape[1]
+        return self
+
+    @property
+    def dim(self):
+        self._check_fitted()
+        return 2 * self.k * self.d_
+
+    def log_posteriors(self, X):
+        """log p(j | x) for every descriptor and Gaussian (n, k)."""
+        X = self._check_input(X).astype(np.float64)
+        inv_var = 1.0 / self.sigmas_ ** 2
+        # -1/2 sum_t (x_t - mu_t)^2 / s_t^2 expanded into three BLAS-friendly terms
+        maha = (X * X) @ inv_var.T - 2.0 * X @ (self.means_ * inv_var).T \
+            + (self.means_ ** 2 * inv_var).sum(axis=1)[None, :]
+        log_norm = -0.5 * (self.d_ * np.log(2 * np.pi)) - np.log(self.sigmas_).sum(axis=1)
+        logp = np.log(self.weights_[0])[None, :] + log_norm[None, :] - 0.5 * maha
+        logp -= logp.max(axis=1, keepdims=True)
+        return logp - np.log(np.exp(logp).sum(axis=1, keepdims=True))
+
+    @staticmethod
+    def _fisher_block(X, mu, sigma, w):
+        """[G_mu, G_sigma] of each row of X for a posterior of 1."""
+        z = (X - mu) / sigma
+        return np.concatenate([z / np.sqrt(w), (z * z - 1.0) / np.sqrt(2.0 * w)], axis=-1)
+
+    def embed(self, X):
+        if not self.hard:
+            return self.transform(X)
+        logpost = self.log_posteriors(X)
+        X = np.asarray(X, dtype=np.float64)
+        a = np.argmax(logpost, axis=1).astype(np.int64)
+        values = self._fisher_block(X, self.means_[a], self.sigmas_[a], self.weights_[0, a][:, None])
+        return BlockEmbedding(a, values.astype(np.float32), self.k)
+
+    def transform(self, X):
+        if self.hard:
+            return self.embed(X).to_dense()
+        post = np.exp(self.log_posteriors(X))
+        X = np.asarray(X, dtype=np.float64)
+        Phi = np.empty((X.shape[0], self.k, 2 * self.d_), dtype=np.float32)
+        for j in range(self.k):  # a loop over Gaussians, vectorised over descriptors
+            Phi[:, j] = post[:, j:j + 1] * self._fisher_block(
+                X, self.means_[j], self.sigmas_[j], self.weights_[0, j])
+        return Phi.reshape(X.shape[0], self.dim)
+
+
+EMBEDDINGS = {cls.name: cls for cls in (TriangulationEmbedding, FisherVector, VLAD, BagOfWords)}
+
+
+def make_embedding(name, k, **params):
+    """Embedding by name: 'temb', 'fv', 'vlad' or 'bow'."""
+    try:
+        cls = EMBEDDINGS[name]
+    except KeyError:
+        raise ConfigError(f"unknown embedding {name!r}; choose one of {sorted(EMBEDDINGS)}") from None
+    return cls(k, **params)

@@ -1,0 +1,222 @@
+"""The Encoder: descriptor set -> image vector, with one config.
+
+    X (n x d SIFT) -> RootSIFT -> embedding phi -> weights alpha -> xi = Phi^T alpha
+      -> power-law + L2 (or L2, RN rotation, keep D', power-law, L2)
+
+Saved as one ``.npz`` holding the learned arrays and the config as JSON text;
+loading never unpickles anything.
+"""
+
+import hashlib
+import io
+import json
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import aggregation as agg
+from .checks import as_descriptor_set
+from .embeddings import EMBEDDINGS, make_embedding, rootsift
+from .errors import ConfigError, EmptyDescriptorSetError, EncoderFileError, NotFittedError
+from .postprocessing import DEFAULT_POWER, RotationNormalisation, l2_normalize, postprocess
+
+FORMAT = "streamk-encoder"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class EncoderConfig:
+    embedding: str = "temb"  # temb | fv | vlad | bow
+    k: int = 64
+    embedding_params: dict = field(default_factory=dict)  # e.g. {"hard": True} for fv
+    rootsift: bool = True  # apply RootSIFT to the input descriptors
+    aggregation: str = "gmp"  # sum | democratic | gmp
+    gamma: float = agg.DEFAULT_GAMMA
+    n_iter: int = agg.DEFAULT_N_ITER
+    lam: float = agg.DEFAULT_LAMBDA
+    tol: float = agg.DEFAULT_TOL
+    max_iter: int = agg.DEFAULT_MAX_ITER
+    power: float = DEFAULT_POWER
+    rn: bool = False
+    rn_components: int = 1000
+    dim: int | None = None  # keep the first D' components after RN
+    on_empty: str = "error"  # "error": raise EmptyDescriptorSetError; "zero": zero vector
+
+    def validate(self):
+        if self.embedding not in EMBEDDINGS:
+            raise ConfigError(f"unknown embedding {self.embedding!r}; choose one of {sorted(EMBEDDINGS)}")
+        agg._check_params(self.aggregation, self.gamma, self.n_iter, self.lam)
+        if not self.power >= 0.0:
+            raise ConfigError(f"power must be >= 0, got {self.power}")
+        if self.dim is not None and not self.rn:
+            raise ConfigError("dim (reduction to the first D' components) needs rn=True")
+        if self.on_empty not in ("error", "zero"):
+            raise ConfigError(f"on_empty must be 'error' or 'zero', got {self.on_empty!r}")
+
+
+class Encoder:
+    """Turns descriptor sets into image vectors; fit once on a learning set.
+
+    >>> enc = Encoder(embedding="temb", k=16, aggregation="gmp").fit(learning_sets)
+    >>> v = enc.encode(X)                         # (D,) float32, unit norm
+    >>> v, alpha = enc.encode(X, return_weights=True)
+    """
+
+    def __init__(self, config=None, **overrides):
+        config = EncoderConfig() if config is None else config
+        if isinstance(config, dict):
+            config = EncoderConfig(**config)
+        unknown = set(overrides) - {f.name for f in fields(EncoderConfig)}
+        if unknown:
+            raise ConfigError(f"unknown encoder option(s): {sorted(unknown)}")
+        self.config = EncoderConfig(**{**asdict(config), **overrides})
+        self.config.validate()
+        self.embedding = make_embedding(self.config.embedding, self.config.k, **self.config.embedding_params)
+        self.rn = (RotationNormalisation(self.config.rn_components, self.config.dim)
+                   if self.config.rn else None)
+        self._fitted = False
+
+    # ------------------------------------------------------------ fit
+    def _preprocess(self, X, dim=None, what="descriptor set"):
+        X = as_descriptor_set(X, dim=dim, what=what)
+        return rootsift(X) if self.config.rootsift else X
+
+    def fit(self, descriptor_sets, verbose=False):
+        """Learn the embedding (and RN) on learning-set images' descriptors.
+
+        ``descriptor_sets``: a list of (n_i, d) arrays, one per learning image.
+        """
+        sets = list(descriptor_sets)
+        if not sets:
+            raise EmptyDescriptorSetError("the learning set has no images")
+        sets = [self._preprocess(X, what=f"learning image {i}") for i, X in enumerate(sets)]
+        if len({X.shape[1] for X in sets}) != 1:
+            raise ConfigError("learning images have descriptors of different dimensions")
+        self.embedding.fit(np.concatenate(sets), verbose=verbose)
+        if self.rn is not None:
+            xis = [self._aggregate(X)[0] for X in tqdm(sets, desc="RN learning vectors", disable=not verbose)]
+            self.rn.fit(l2_normalize(np.stack(xis)))
+        self._fitted = True
+        self.__dict__.pop("_fingerprint", None)
+        return self
+
+    # ------------------------------------------------------------ encode
+    @property
+    def fitted(self):
+        return self._fitted
+
+    def _check_fitted(self):
+        if not self._fitted:
+            raise NotFittedError("Encoder is not fitted: call fit() or Encoder.load()")
+
+    @property
+    def input_dim(self):
+        self._check_fitted()
+        return self.embedding.d_
+
+    @property
+    def dim(self):
+        """Dimension of the image vectors this encoder produces."""
+        self._check_fitted()
+        return self.rn.output_dim if self.rn is not None else self.embedding.dim
+
+    def _aggregate(self, X):
+        c = self.config
+        return agg.aggregate(self.embedding.embed(X), c.aggregation, gamma=c.gamma, n_iter=c.n_iter,
+                                     lam=c.lam, tol=c.tol, max_iter=c.max_iter)
+
+    def encode(self, X, return_weights=False):
+        """Image vector (float32, unit L2 norm) of one descriptor set (n, d).
+
+        With ``return_weights`` also returns alpha (n,), the per-descriptor
+        weights in input order.
+        """
+        self._check_fitted()
+        X = np.asarray(X) if not isinstance(X, np.ndarray) else X
+        if X.ndim == 2 and X.shape[0] == 0 and self.config.on_empty == "zero":
+            v = np.zeros(self.dim, dtype=np.float32)
+            return (v, np.zeros(0)) if return_weights else v
+        X = self._preprocess(X, dim=self.input_dim)
+        xi, alpha = self._aggregate(X)
+        v = postprocess(xi, self.config.power, self.rn).astype(np.float32)
+        return (v, alpha) if return_weights else v
+
+    def encode_many(self, descriptor_sets, verbose=False):
+        """(N, dim) float32 matrix of image vectors."""
+        sets = list(descriptor_sets)
+        out = np.empty((len(sets), self.dim), dtype=np.float32)
+        for i, X in enumerate(tqdm(sets, desc="encoding", disable=not verbose)):
+            out[i] = self.encode(X)
+        return out
+
+    # ------------------------------------------------------------ save / load
+    def _state(self):
+        self._check_fitted()
+        emb_params, emb_arrays = self.embedding.state()
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "config": asdict(self.config),
+                "embedding_params": emb_params}
+        arrays = {f"embedding.{k}": v for k, v in emb_arrays.items()}
+        if self.rn is not None:
+            _, rn_arrays = self.rn.state()
+            arrays.update({f"rn.{k}": v for k, v in rn_arrays.items()})
+        return meta, arrays
+
+    def to_bytes(self):
+        """The encoder as the bytes of an .npz file (config JSON + arrays)."""
+        meta, arrays = self._state()
+        buf = io.BytesIO()
+        np.savez(buf, __meta__=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+        return buf.getvalue()
+
+    def save(self, path):
+        with open(path, "wb") as fh:
+            fh.write(self.to_bytes())
+
+    @classmethod
+    def from_bytes(cls, data):
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+                meta = json.loads(str(npz["__meta__"]))
+                arrays = {name: npz[name] for name in npz.files if name != "__meta__"}
+        except EncoderFileError:
+            raise
+        except Exception as exc:
+            raise EncoderFileError(f"not a streamk encoder file: {exc}") from exc
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise EncoderFileError("not a streamk encoder file (format tag missing)")
+        if meta.get("version") != FORMAT_VERSION:
+            raise EncoderFileError(f"encoder format version {meta.get('version')} is not supported "
+                                   f"(this streamk reads version {FORMAT_VERSION})")
+        try:
+            enc = cls(EncoderConfig(**meta["config"]))
+            emb_arrays = {k[len("embedding."):]: v for k, v in arrays.items() if k.startswith("embedding.")}
+            enc.embedding = type(enc.embedding).from_state(meta["embedding_params"], emb_arrays)
+            if enc.rn is not None:
+                rn_arrays = {k[len("rn."):]: v for k, v in arrays.items() if k.startswith("rn.")}
+                enc.rn = RotationNormalisation.from_state(enc.rn.params(), rn_arrays)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise EncoderFileError(f"corrupt streamk encoder file: {exc!r}") from exc
+        enc._fitted = True
+        return enc
+
+    @classmethod
+    def load(cls, path):
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise EncoderFileError(f"cannot read encoder file {path}: {exc}") from exc
+        return cls.from_bytes(data)
+
+    @property
+    def fingerprint(self):
+        """SHA-256 of the config and learned arrays: equal iff encoders encode alike."""
+        if "_fingerprint" not in self.__dict__:
+            meta, arrays = self._state()
+            h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+            for name in sorted(arrays):
+                a = np.ascontiguousarray(arrays[name])
+                h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+            self.__dict__["_fingerprint"] = h.hexdigest()
+        return self.__dict__["_fingerprint"]

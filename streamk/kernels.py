@@ -1,0 +1,250 @@
+"""Numba kernels: plain array code, no checks, no Python objects.
+
+Callers (embeddings, aggregation, postprocessing) validate shapes, dtypes and
+values before calling; kernels assume C-contiguous floating arrays.
+
+Conventions: descriptors are rows.  A block-sparse embedding is stored with its
+rows sorted by block: block ``b`` owns rows ``offsets[b]:offsets[b+1]``; the
+Gram matrix of block ``b`` (m_b x m_b, row-major) lives in a flat array at
+``gram_offsets[b]:gram_offsets[b+1]``.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+# ---------------------------------------------------------------- embeddings
+
+
+@njit(parallel=True, cache=True)
+def triangulation_residuals(X, C):
+    """R[i, j*d:(j+1)*d] = (x_i - c_j) / ||x_i - c_j||  (zero if x_i == c_j)."""
+    n, d = X.shape
+    k = C.shape[0]
+    R = np.empty((n, k * d), dtype=np.float32)
+    for i in prange(n):
+        for j in range(k):
+            s = 0.0
+            for t in range(d):
+                v = X[i, t] - C[j, t]
+                s += v * v
+            inv = 1.0 / np.sqrt(s) if s > 0.0 else 0.0
+            for t in range(d):
+                R[i, j * d + t] = (X[i, t] - C[j, t]) * inv
+    return R
+
+
+@njit(parallel=True, cache=True)
+def l2_normalize_rows(A):
+    """In place; rows of zero norm stay zero."""
+    for i in prange(A.shape[0]):
+        s = 0.0
+        for t in range(A.shape[1]):
+            s += A[i, t] * A[i, t]
+        if s > 0.0:
+            inv = 1.0 / np.sqrt(s)
+            for t in range(A.shape[1]):
+                A[i, t] *= inv
+
+
+# ---------------------------------------------------------------- Gram matrices
+
+
+@njit(parallel=True, cache=True)
+def mirror_upper(K):
+    """Copy the upper triangle onto the lower one (after a BLAS ``syrk``)."""
+    n = K.shape[0]
+    for i in prange(n):
+        for j in range(i):
+            K[i, j] = K[j, i]
+
+
+@njit(parallel=True, cache=True)
+def block_grams(V, offsets):
+    """Gram matrix of each block of rows; returns (flat grams, gram offsets)."""
+    n_blocks = offsets.shape[0] - 1
+    gram_offsets = np.zeros(n_blocks + 1, dtype=np.int64)
+    for b in range(n_blocks):
+        m = offsets[b + 1] - offsets[b]
+        gram_offsets[b + 1] = gram_offsets[b] + m * m
+    grams = np.empty(gram_offsets[n_blocks], dtype=V.dtype)
+    for b in prange(n_blocks):
+        s, e = offsets[b], offsets[b + 1]
+        m = e - s
+        if m == 0:
+            continue
+        Vb = V[s:e]
+        G = np.dot(Vb, Vb.T)  # BLAS
+        g0 = gram_offsets[b]
+        for i in range(m):
+            for j in range(m):
+                grams[g0 + i * m + j] = G[i, j]
+    return grams, gram_offsets
+
+
+# ---------------------------------------------------------------- solvers
+# Matrix-vector products accumulate in float64 whatever the dtype of K.
+
+
+@njit(cache=True)
+def _matvec(K, v, out, shift, clip):
+    """out = K v + shift * v, with K's negative entries read as 0 if clip."""
+    n = v.shape[0]
+    for i in range(n):
+        s = 0.0
+        for j in range(n):
+            kij = K[i, j]
+            if clip and kij < 0.0:
+                kij = 0.0
+            s += kij * v[j]
+        out[i] = s + shift * v[i]
+
+
+@njit(parallel=True, cache=True)
+def _matvec_parallel(K, v, out, shift, clip):
+    n = v.shape[0]
+    for i in prange(n):
+        s = 0.0
+        for j in range(n):
+            kij = K[i, j]
+            if clip and kij < 0.0:
+                kij = 0.0
+            s += kij * v[j]
+        out[i] = s + shift * v[i]
+
+
+@njit(cache=True)
+def _sinkhorn(K, gamma, n_iter, alpha, parallel):
+    """Symmetric Sinkhorn on K+ = max(K, 0), Algorithm 1 of the paper.
+
+    sigma = diag(alpha) K+ diag(alpha) 1 ;  alpha <- alpha / sigma^gamma.
+    A descriptor with sigma = 0 (a zero embedding) keeps its weight: it
+    contributes nothing to the aggregate anyway.
+    """
+    n = alpha.shape[0]
+    Ka = np.empty(n)
+    for _ in range(n_iter):
+        if parallel:
+            _matvec_parallel(K, alpha, Ka, 0.0, True)
+        else:
+            _matvec(K, alpha, Ka, 0.0, True)
+        for i in range(n):
+            sigma = alpha[i] * Ka[i]
+            if sigma > 0.0:
+                alpha[i] = alpha[i] / sigma ** gamma
+
+
+@njit(cache=True)
+def _conjugate_gradient(K, lam, tol, max_iter, x, parallel):
+    """Solve (K + lam I) x = 1 by conjugate gradient from x = 0.
+
+    Stops when ||r|| <= tol * ||1||; returns (iterations, relative residual).
+    """
+    n = x.shape[0]
+    x[:] = 0.0
+    r = np.ones(n)
+    p = r.copy()
+    Ap = np.empty(n)
+    rs = float(n)
+    stop = tol * tol * float(n)
+    it = 0
+    while it < max_iter and rs > stop:
+        if parallel:
+            _matvec_parallel(K, p, Ap, lam, False)
+        else:
+            _matvec(K, p, Ap, lam, False)
+        pAp = 0.0
+        for i in range(n):
+            pAp += p[i] * Ap[i]
+        if pAp <= 0.0:  # K + lam I is SPD for lam > 0; guards rounding
+            break
+        a = rs / pAp
+        rs_new = 0.0
+        for i in range(n):
+            x[i] += a * p[i]
+            r[i] -= a * Ap[i]
+            rs_new += r[i] * r[i]
+        beta = rs_new / rs
+        rs = rs_new
+        for i in range(n):
+            p[i] = r[i] + beta * p[i]
+        it += 1
+    return it, np.sqrt(rs / n)
+
+
+@njit(cache=True)
+def sinkhorn_dense(K, gamma, n_iter):
+    alpha = np.ones(K.shape[0])
+    _sinkhorn(K, gamma, n_iter, alpha, True)
+    return alpha
+
+
+@njit(cache=True)
+def cg_dense(K, lam, tol, max_iter):
+    alpha = np.empty(K.shape[0])
+    it, res = _conjugate_gradient(K, lam, tol, max_iter, alpha, True)
+    return alpha, it, res
+
+
+@njit(parallel=True, cache=True)
+def sinkhorn_blocks(grams, gram_offsets, offsets, gamma, n_iter):
+    """Sinkhorn solved independently in each block (cost n^2/c)."""
+    alpha = np.ones(offsets[-1])
+    for b in prange(offsets.shape[0] - 1):
+        s, e = offsets[b], offsets[b + 1]
+        m = e - s
+        if m == 0:
+            continue
+        Kb = grams[gram_offsets[b]:gram_offsets[b + 1]].reshape((m, m))
+        _sinkhorn(Kb, gamma, n_iter, alpha[s:e], False)
+    return alpha
+
+
+@njit(parallel=True, cache=True)
+def cg_blocks(grams, gram_offsets, offsets, lam, tol, max_iter):
+    """(K_b + lam I) alpha_b = 1 in each block; returns (alpha, max iters, max residual)."""
+    n_blocks = offsets.shape[0] - 1
+    alpha = np.empty(offsets[-1])
+    iters = np.zeros(n_blocks, dtype=np.int64)
+    resid = np.zeros(n_blocks)
+    for b in prange(n_blocks):
+        s, e = offsets[b], offsets[b + 1]
+        m = e - s
+        if m == 0:
+            continue
+        Kb = grams[gram_offsets[b]:gram_offsets[b + 1]].reshape((m, m))
+        it, res = _conjugate_gradient(Kb, lam, tol, max_iter, alpha[s:e], False)
+        iters[b] = it
+        resid[b] = res
+    return alpha, iters.max(), resid.max()
+
+
+@njit(parallel=True, cache=True)
+def weighted_block_sum(V, offsets, alpha):
+    """xi[b] = sum over rows i of block b of alpha_i V_i  -> (n_blocks, block_dim)."""
+    n_blocks = offsets.shape[0] - 1
+    out = np.zeros((n_blocks, V.shape[1]))
+    for b in prange(n_blocks):
+        for i in range(offsets[b], offsets[b + 1]):
+            a = alpha[i]
+            for t in range(V.shape[1]):
+                out[b, t] += a * V[i, t]
+    return out
+
+
+# ---------------------------------------------------------------- post-processing
+
+
+@njit(parallel=True, cache=True)
+def power_law(x, p):
+    """sign(a) |a|^p, component-wise, on a 1-D or 2-D array (new array)."""
+    flat = x.ravel()
+    out = np.empty_like(flat)
+    for i in prange(flat.shape[0]):
+        a = flat[i]
+        if a > 0.0:
+            out[i] = a ** p
+        elif a < 0.0:
+            out[i] = -((-a) ** p)
+        else:  # sign(0) = 0, also for p = 0 (binarisation)
+            out[i] = 0.0
+    return out.reshape(x.shape)

@@ -1,0 +1,34 @@
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_dir():
+    """../shared/data (or $STREAMK_SHARED_DATA); None when absent."""
+    env = os.environ.get("STREAMK_SHARED_DATA")
+    path = Path(env) if env else REPO.parent / "shared" / "data"
+    return path if path.is_dir() else None
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False, help="also run tests marked slow")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --run-slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    path = shared_data_dir()
+    if path is None:
+        pytest.skip("shared data (../shared/data) not present")
+    return path
