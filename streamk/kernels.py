@@ -58,16 +58,21 @@ def mirror_upper(K):
             K[i, j] = K[j, i]
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def block_grams(V, offsets):
-    """Gram matrix of each block of rows; returns (flat grams, gram offsets)."""
+    """Gram matrix of each block of rows; returns (flat grams, gram offsets).
+
+    Serial over blocks on purpose: BLAS calls inside a numba parallel region
+    make OpenBLAS and OpenMP threads fight (100x slower on 2 cores); BLAS
+    threads large blocks itself.
+    """
     n_blocks = offsets.shape[0] - 1
     gram_offsets = np.zeros(n_blocks + 1, dtype=np.int64)
     for b in range(n_blocks):
         m = offsets[b + 1] - offsets[b]
         gram_offsets[b + 1] = gram_offsets[b] + m * m
     grams = np.empty(gram_offsets[n_blocks], dtype=V.dtype)
-    for b in prange(n_blocks):
+    for b in range(n_blocks):
         s, e = offsets[b], offsets[b + 1]
         m = e - s
         if m == 0:
