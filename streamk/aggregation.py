@@ -91,11 +91,8 @@ def contributions(K, alpha):
     return alpha * (np.asarray(K, dtype=np.float64) @ alpha)
 
 
-def _block_weights(blocks, method, gamma, n_iter, lam, tol, max_iter):
-    order, values, offsets = blocks.grouped
-    grams, gram_offsets = kernels.block_grams(values, offsets)
-    if not np.isfinite(grams).all():
-        raise NonFiniteError("Gram matrix contains NaN or infinite values")
+def _block_weights(grams, offsets, order, method, gamma, n_iter, lam, tol, max_iter):
+    grams, gram_offsets = grams
     if method == "democratic":
         alpha_sorted = kernels.sinkhorn_blocks(grams, gram_offsets, offsets, float(gamma), int(n_iter))
     else:
@@ -114,28 +111,51 @@ def aggregate(embedded, method="sum", gamma=DEFAULT_GAMMA, n_iter=DEFAULT_N_ITER
     ``embedded`` is a dense (n, D) array or a BlockEmbedding.  Returns
     (xi as float64 (D,), alpha (n,)).
     """
-    _check_params(method, gamma, n_iter, lam)
+    return aggregate_many(embedded, (method,), gamma, n_iter, lam, tol, max_iter)[method]
+
+
+def aggregate_many(embedded, methods=METHODS, gamma=DEFAULT_GAMMA, n_iter=DEFAULT_N_ITER, lam=DEFAULT_LAMBDA,
+                   tol=DEFAULT_TOL, max_iter=DEFAULT_MAX_ITER):
+    """Several aggregations of one embedded set, sharing its Gram matrix.
+
+    Returns {method: (xi, alpha)}.
+    """
+    for method in methods:
+        _check_params(method, gamma, n_iter, lam)
     if isinstance(embedded, BlockEmbedding):
         if embedded.n == 0:
             raise EmptyDescriptorSetError("cannot aggregate an empty descriptor set")
-        if method == "sum":
-            alpha = np.ones(embedded.n)
-        else:
-            alpha = _block_weights(embedded, method, gamma, n_iter, lam, tol, max_iter)
         order, values, offsets = embedded.grouped
-        xi = kernels.weighted_block_sum(values, offsets, np.ascontiguousarray(alpha[order]))
-        return xi.reshape(-1), alpha
+        grams = None
+        out = {}
+        for method in methods:
+            if method == "sum":
+                alpha = np.ones(embedded.n)
+            else:
+                if grams is None:
+                    grams = kernels.block_grams(values, offsets)
+                    if not np.isfinite(grams[0]).all():
+                        raise NonFiniteError("Gram matrix contains NaN or infinite values")
+                alpha = _block_weights(grams, offsets, order, method, gamma, n_iter, lam, tol, max_iter)
+            xi = kernels.weighted_block_sum(values, offsets, np.ascontiguousarray(alpha[order]))
+            out[method] = (xi.reshape(-1), alpha)
+        return out
 
     Phi = np.asarray(embedded)
     if Phi.ndim != 2:
         raise DimensionError(f"embedded descriptors must be (n, D), got shape {Phi.shape}")
     if Phi.shape[0] == 0:
         raise EmptyDescriptorSetError("cannot aggregate an empty descriptor set")
-    if method == "sum":
-        alpha = np.ones(Phi.shape[0])
-    else:
-        K = gram(np.ascontiguousarray(Phi))
-        alpha = democratic_weights(K, gamma, n_iter) if method == "democratic" \
-            else gmp_weights(K, lam, tol, max_iter)
-    xi = alpha.astype(Phi.dtype) @ Phi  # BLAS gemv
-    return xi.astype(np.float64), alpha
+    K = None
+    out = {}
+    for method in methods:
+        if method == "sum":
+            alpha = np.ones(Phi.shape[0])
+        else:
+            if K is None:
+                K = gram(np.ascontiguousarray(Phi))
+            alpha = democratic_weights(K, gamma, n_iter) if method == "democratic" \
+                else gmp_weights(K, lam, tol, max_iter)
+        xi = alpha.astype(Phi.dtype) @ Phi  # BLAS gemv
+        out[method] = (xi.astype(np.float64), alpha)
+    return out

@@ -87,17 +87,53 @@ class Encoder:
 
         ``descriptor_sets``: a list of (n_i, d) arrays, one per learning image.
         """
-        sets = list(descriptor_sets)
-        if not sets:
+        raw = list(descriptor_sets)
+        if not raw:
             raise EmptyDescriptorSetError("the learning set has no images")
-        sets = [self._preprocess(X, what=f"learning image {i}") for i, X in enumerate(sets)]
+        sets = [self._preprocess(X, what=f"learning image {i}") for i, X in enumerate(raw)]
         if len({X.shape[1] for X in sets}) != 1:
             raise ConfigError("learning images have descriptors of different dimensions")
         self.embedding.fit(np.concatenate(sets), verbose=verbose)
         if self.rn is not None:
-            xis = [self._aggregate(X)[0] for X in tqdm(sets, desc="RN learning vectors", disable=not verbose)]
-            self.rn.fit(l2_normalize(np.stack(xis)))
+            self.fit_rn(raw, verbose=verbose)
         self._fitted = True
+        self.__dict__.pop("_fingerprint", None)
+        return self
+
+    _EMBEDDING_OPTIONS = ("embedding", "k", "embedding_params", "rootsift")
+    # options that change the aggregated vectors RN is learned on
+    _RN_INPUT_OPTIONS = ("aggregation", "gamma", "n_iter", "lam", "tol", "max_iter", "rn_components")
+
+    def derive(self, learning_sets=None, **overrides):
+        """A new encoder sharing this one's fitted embedding, with other
+        aggregation or post-processing options (RN, if on, is refitted on
+        ``learning_sets``: it is learned on aggregated vectors)."""
+        self._check_fitted()
+        changed = [k for k in self._EMBEDDING_OPTIONS if k in overrides
+                   and overrides[k] != getattr(self.config, k)]
+        if changed:
+            raise ConfigError(f"derive() cannot change the embedding ({changed}); fit a new Encoder")
+        enc = Encoder(self.config, **overrides)
+        enc.embedding = self.embedding
+        if enc.rn is not None:
+            if learning_sets is not None:
+                enc.fit_rn(learning_sets)
+            elif self.rn is not None and not (set(overrides) & set(self._RN_INPUT_OPTIONS)):
+                # same aggregated vectors: reuse the learned rotation (D' may differ)
+                enc.rn = RotationNormalisation.from_state(enc.rn.params(), self.rn.state()[1])
+            else:
+                raise ConfigError("derive() with RN needs learning_sets to refit RN")
+        enc._fitted = True
+        return enc
+
+    def fit_rn(self, learning_sets, verbose=False):
+        """(Re)learn RN on the aggregated vectors of the learning images."""
+        if self.rn is None:
+            raise ConfigError("this encoder has rn=False")
+        sets = [self._preprocess(X, dim=self.embedding.d_, what=f"learning image {i}")
+                for i, X in enumerate(learning_sets)]
+        xis = [self._aggregate(X)[0] for X in tqdm(sets, desc="RN learning vectors", disable=not verbose)]
+        self.rn.fit(l2_normalize(np.stack(xis)))
         self.__dict__.pop("_fingerprint", None)
         return self
 
