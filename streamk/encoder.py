@@ -158,9 +158,18 @@ class Encoder:
         return self.rn.output_dim if self.rn is not None else self.embedding.dim
 
     def _aggregate(self, X):
+        return self._aggregate_many(X, (self.config.aggregation,))[self.config.aggregation]
+
+    def _aggregate_many(self, X, methods):
         c = self.config
-        return agg.aggregate(self.embedding.embed(X), c.aggregation, gamma=c.gamma, n_iter=c.n_iter,
-                                     lam=c.lam, tol=c.tol, max_iter=c.max_iter)
+        return agg.aggregate_many(self.embedding.embed(X), methods, gamma=c.gamma, n_iter=c.n_iter,
+                                  lam=c.lam, tol=c.tol, max_iter=c.max_iter)
+
+    def aggregate_methods(self, X, methods=agg.METHODS):
+        """{method: (xi, alpha)} before post-processing, for several aggregation
+        methods of one descriptor set, embedded once and sharing one Gram."""
+        self._check_fitted()
+        return self._aggregate_many(self._preprocess(X, dim=self.input_dim), tuple(methods))
 
     def encode(self, X, return_weights=False):
         """Image vector (float32, unit L2 norm) of one descriptor set (n, d).
