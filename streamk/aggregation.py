@@ -146,6 +146,8 @@ def aggregate_many(embedded, methods=METHODS, gamma=DEFAULT_GAMMA, n_iter=DEFAUL
         raise DimensionError(f"embedded descriptors must be (n, D), got shape {Phi.shape}")
     if Phi.shape[0] == 0:
         raise EmptyDescriptorSetError("cannot aggregate an empty descriptor set")
+    if not np.isfinite(Phi).all():
+        raise NonFiniteError("embedded descriptors contain NaN or infinite values")
     K = None
     out = {}
     for method in methods:

@@ -11,9 +11,9 @@ def as_descriptor_set(X, dim=None, what="descriptor set"):
         X = np.asarray(X)
     except Exception as exc:  # ragged lists and the like
         raise DimensionError(f"{what}: not an array ({exc})") from exc
-    if X.ndim != 2:
+    if X.ndim != 2 and X.shape != (0,):
         raise DimensionError(f"{what}: expected a 2-D (n, d) array, got shape {X.shape}")
-    if X.shape[0] == 0:
+    if X.shape[0] == 0:  # also [] (an empty list of descriptors)
         raise EmptyDescriptorSetError(f"{what} is empty (no descriptors)")
     if dim is not None and X.shape[1] != dim:
         raise DimensionError(f"{what}: descriptors have dimension {X.shape[1]}, expected {dim}")

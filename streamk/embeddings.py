@@ -208,7 +208,9 @@ class TriangulationEmbedding(Embedding):
         cov = cov / Xw.shape[0] - np.outer(mean, mean)
         eigval, eigvec = np.linalg.eigh(cov)
         eigval, eigvec = eigval[::-1], eigvec[:, ::-1]  # decreasing variance
-        floor = max(np.quantile(eigval, self.clamp_quantile), eigval[0] * 1e-12, 1e-30)
+        # With fewer learning descriptors than k d the tail is ~0: keep a relative
+        # floor so that whitening never amplifies pure noise by more than 1e3.
+        floor = max(np.quantile(eigval, self.clamp_quantile), eigval[0] * 1e-6, 1e-30)
         eigval = np.maximum(eigval, floor)
         keep = slice(d, kd)  # drop the first d whitened components
         self.mean_ = mean.astype(np.float32)

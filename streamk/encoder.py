@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from . import aggregation as agg
 from .checks import as_descriptor_set
 from .embeddings import EMBEDDINGS, make_embedding, rootsift
-from .errors import ConfigError, EmptyDescriptorSetError, EncoderFileError, NotFittedError
+from .errors import ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError, NotFittedError
 from .postprocessing import DEFAULT_POWER, RotationNormalisation, l2_normalize, postprocess
 
 FORMAT = "streamk-encoder"
@@ -178,8 +178,12 @@ class Encoder:
         weights in input order.
         """
         self._check_fitted()
-        X = np.asarray(X) if not isinstance(X, np.ndarray) else X
-        if X.ndim == 2 and X.shape[0] == 0 and self.config.on_empty == "zero":
+        if not isinstance(X, np.ndarray):
+            try:
+                X = np.asarray(X)
+            except ValueError as exc:  # ragged lists
+                raise DimensionError(f"descriptor set: not an array ({exc})") from exc
+        if X.shape in ((0,), (0, self.input_dim)) and self.config.on_empty == "zero":
             v = np.zeros(self.dim, dtype=np.float32)
             return (v, np.zeros(0)) if return_weights else v
         X = self._preprocess(X, dim=self.input_dim)

@@ -176,17 +176,21 @@ def _conjugate_gradient(K, lam, tol, max_iter, x, parallel):
     return it, np.sqrt(rs / n)
 
 
+# Below this size a parallel matvec costs more in thread wake-ups than it saves.
+PARALLEL_MIN_ROWS = 256
+
+
 @njit(cache=True)
 def sinkhorn_dense(K, gamma, n_iter):
     alpha = np.ones(K.shape[0])
-    _sinkhorn(K, gamma, n_iter, alpha, True)
+    _sinkhorn(K, gamma, n_iter, alpha, K.shape[0] >= PARALLEL_MIN_ROWS)
     return alpha
 
 
 @njit(cache=True)
 def cg_dense(K, lam, tol, max_iter):
     alpha = np.empty(K.shape[0])
-    it, res = _conjugate_gradient(K, lam, tol, max_iter, alpha, True)
+    it, res = _conjugate_gradient(K, lam, tol, max_iter, alpha, K.shape[0] >= PARALLEL_MIN_ROWS)
     return alpha, it, res
 
 
