@@ -87,3 +87,7 @@ class DescriptorFileError(StreamkError, ValueError):
 
 class ExtractorUnavailableError(StreamkError, ImportError):
     """A feature extractor's library (pyhesaff, OpenCV, Pillow) is not installed or is broken."""
+
+
+class DatasetImageError(StreamkError, ValueError):
+    """Images of an evaluation dataset are missing or unreadable."""

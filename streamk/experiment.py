@@ -5,6 +5,7 @@ Every image is embedded once and its Gram matrix computed once; the aggregation
 methods share them.  RN is learned per method on the learning images' vectors.
 """
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .encoder import Encoder
+from .errors import DatasetImageError
 from .postprocessing import RotationNormalisation, l2_normalize, postprocess
 
 
@@ -86,3 +88,62 @@ def run_experiment(learning_sets, database_sets, query_sets, embedding="temb", k
                     postprocess(db[method], power, rot).astype(np.float32),
                     postprocess(queries[method], power, rot).astype(np.float32)))
     return results, timings
+
+
+# ---------------------------------------------------------------- on a dataset
+
+# The paper's protocol: learning stages use a distinct collection.
+DEFAULT_LEARNING = {"oxford5k": "paris6k", "oxford105k": "paris6k", "roxford5k": "paris6k",
+                    "paris6k": "oxford5k", "paris106k": "oxford5k", "rparis6k": "oxford5k"}
+
+
+def default_cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "streamk", "features")
+
+
+def dataset_descriptors(dataset, extractor=None, cache_dir=None, workers=None, progress=True):
+    """(database descriptor sets, query descriptor sets, keypoint counts) of a dataset.
+
+    Queries follow the dataset's protocol: box crop for Oxford/Paris.
+    A database image that cannot be read is an error (the protocol needs all).
+    """
+    from .features import crop_to_box, extract_many
+
+    paths = [dataset.image_path(i) for i in range(dataset.n_images)]
+    qpaths = [dataset.query_image_path(q) for q in dataset.queries]
+    feats, errors = extract_many(list(dict.fromkeys(paths + qpaths)), extractor, cache_dir, workers, progress)
+    if errors:
+        listed = "\n".join(f"  {p}: {e}" for p, e in list(errors.items())[:10])
+        raise DatasetImageError(f"{len(errors)} image(s) of {dataset.name} could not be read:\n{listed}")
+    database = [feats[p].descriptors for p in paths]
+    queries = []
+    for q, p in zip(dataset.queries, qpaths):
+        f = feats[p]
+        queries.append((crop_to_box(f, q.box) if dataset.crop_query and q.box is not None else f).descriptors)
+    return database, queries
+
+
+def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, methods=("sum", "democratic", "gmp"),
+                     rn=(False, True), dims=(None,), power=0.5, learning=None, extractor=None, cache_dir=None,
+                     workers=None, verbose=True, **aggregation_params):
+    """mAP of each configuration on a dataset; returns (rows, info).
+
+    ``learning``: descriptor sets of a distinct learning collection, or None to
+    learn on the database itself (unsupervised; only sensible where no distinct
+    set exists, as for ``paris6k-subset``).
+    """
+    from .evaluation import evaluate
+
+    database, queries = dataset_descriptors(dataset, extractor, cache_dir, workers, verbose)
+    results, timings = run_experiment(database if learning is None else learning, database, queries,
+                                      embedding, k, embedding_params, methods, rn, power, dims=dims,
+                                      learning_is_database=learning is None, verbose=verbose,
+                                      **aggregation_params)
+    rows = [(r.label, evaluate(r.ranks(), dataset)) for r in results]
+    info = {"dataset": dataset.name, "n_images": dataset.n_images, "n_queries": dataset.n_queries,
+            "descriptors_per_image": timings.descriptors_per_image,
+            "query_descriptors": [len(q) for q in queries],
+            "fit_s": timings.fit_s, "encode_s_per_image": timings.encode_s_per_image,
+            "learning": "database (unsupervised)" if learning is None else f"{len(learning)} images"}
+    return rows, info
