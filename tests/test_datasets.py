@@ -322,8 +322,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if srv.truncate:
             body = body[: len(body) // 2]
+        srv.served += len(body)  # counted before sending: the client may return first
         self.wfile.write(body)
-        srv.served += len(body)
 
     def log_message(self, *args):
         pass
