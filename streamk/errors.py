@@ -91,3 +91,54 @@ class ExtractorUnavailableError(StreamkError, ImportError):
 
 class DatasetImageError(StreamkError, ValueError):
     """Images of an evaluation dataset are missing or unreadable."""
+
+
+# --------------------------------------------------------------- streaming index (store.py, index.py)
+class NotAnIndexError(StreamkError, ValueError):
+    """A path that is not a streamk index (no such directory, no LMDB data, or no streamk metadata)."""
+
+
+class IndexFormatError(StreamkError, ValueError):
+    """A streamk index written in a format version this streamk does not read."""
+
+
+class IndexExistsError(StreamkError, FileExistsError):
+    """Creating an index where a non-empty directory (or a file) already is."""
+
+
+class InvalidIdError(StreamkError, ValueError):
+    """An image id that is not a str of 1..200 characters without '/', '\\\\' or control
+    characters (or is '.' / '..', or over LMDB's 511-byte key limit in UTF-8)."""
+
+
+class DuplicateError(StreamkError, ValueError):
+    """The same content (image bytes, descriptor set or vector) is already indexed under
+    another id; nothing was written. ``id`` and ``existing_id`` are kept as attributes."""
+
+    def __init__(self, id, existing_id):
+        self.id = id
+        self.existing_id = existing_id
+        super().__init__(f"cannot add {id!r}: the same content is already indexed as {existing_id!r}")
+
+    def __reduce__(self):
+        return (type(self), (self.id, self.existing_id))
+
+
+class IdExistsError(StreamkError, ValueError):
+    """An id already in the index holds other content (use ``update`` to replace it)."""
+
+
+class UnknownIdError(StreamkError, LookupError):
+    """An id that is not in the index (remove, update, lookup)."""
+
+
+class ReadOnlyIndexError(StreamkError, PermissionError):
+    """A write to an index opened with readonly=True."""
+
+
+class TooFewImagesError(StreamkError, ValueError):
+    """Training (e.g. product quantisation, 256 centroids) needs more indexed images."""
+
+
+class ZeroVectorError(StreamkError, ValueError):
+    """A vector of zero norm cannot be L2-normalised and indexed."""

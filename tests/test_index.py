@@ -1,0 +1,397 @@
+"""The streaming index: add / update / remove, exact and PQ search, errors that leave
+the store unchanged, and a reader that sees another process's writes."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import lmdb
+import numpy as np
+import pytest
+
+from streamk import Encoder
+from streamk.errors import (ConfigError, DimensionError, DuplicateError, EmptyDescriptorSetError,
+                            EncoderMismatchError, IdExistsError, ImageReadError, IndexExistsError,
+                            IndexFormatError, InvalidIdError, NonFiniteError, NotAnIndexError,
+                            NotFittedError, ReadOnlyIndexError, StreamkError, TooFewImagesError,
+                            UnknownIdError, ZeroVectorError)
+from streamk.index import StreamingIndex
+from streamk.store import FORMAT_VERSION
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def sift_sets(seed, count, n=50):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 256, (n, 128)).astype(np.float32) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return Encoder(embedding="vlad", k=4, aggregation="gmp").fit(sift_sets(0, 12))
+
+
+def unit(rng, n, d):
+    V = rng.standard_normal((n, d))
+    return V / np.linalg.norm(V, axis=1, keepdims=True)
+
+
+@pytest.fixture
+def index(tmp_path, encoder):
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32")
+    yield idx
+    idx.close()
+
+
+# ------------------------------------------------------------------ create / open / durability
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-7), ("float16", 2e-3)])
+def test_round_trip_and_durability(tmp_path, encoder, dtype, tol):
+    rng = np.random.default_rng(1)
+    V = unit(rng, 5, encoder.dim)
+    X = sift_sets(2, 1)[0]
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype=dtype)
+    for i, v in enumerate(V):
+        assert idx.add(f"v{i}", vector=3.0 * v) == f"v{i}"  # normalised on the way in
+    idx.add("d", descriptors=X)
+    idx.close()
+    idx = StreamingIndex.open(tmp_path / "ix")
+    assert idx.encoder.fingerprint == encoder.fingerprint
+    assert idx.vector_dtype == np.dtype(dtype)
+    assert len(idx) == 6 and sorted(idx.ids()) == ["d", "v0", "v1", "v2", "v3", "v4"]
+    for i, v in enumerate(V):
+        np.testing.assert_allclose(idx.vector(f"v{i}"), v, atol=tol)
+    np.testing.assert_allclose(idx.vector("d"), encoder.encode(X), atol=tol)
+    info = idx.info("d")
+    assert info["kind"] == "descriptors" and info["n_descriptors"] == 50
+    assert info["sha256"] == hashlib.sha256(X.astype(np.float32).tobytes()).hexdigest()
+    assert idx.extras("d")["weights"].shape == (50,)
+    assert idx.search(X, k=1)[0][0] == "d"
+    idx.close()
+
+
+def test_create_refuses(tmp_path, encoder):
+    with pytest.raises(NotFittedError):
+        StreamingIndex.create(tmp_path / "a", Encoder(embedding="vlad", k=4))
+    with pytest.raises(ConfigError):
+        StreamingIndex.create(tmp_path / "b", encoder, vector_dtype="int8")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "keep.txt").write_text("x")
+    with pytest.raises(IndexExistsError):
+        StreamingIndex.create(tmp_path / "c", encoder)
+    assert os.listdir(tmp_path / "c") == ["keep.txt"]
+    with pytest.raises(NotAnIndexError):
+        StreamingIndex.open(tmp_path / "c")
+    with pytest.raises(NotAnIndexError):
+        StreamingIndex.open(tmp_path / "nothing")
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_format_version_mismatch(tmp_path, encoder):
+    StreamingIndex.create(tmp_path / "ix", encoder).close()
+    env = lmdb.open(str(tmp_path / "ix"), max_dbs=16)
+    with env.begin(write=True) as txn:
+        txn.put(b"format", json.dumps({"format": "streamk-index", "version": FORMAT_VERSION + 1}).encode(),
+                db=env.open_db(b"meta", txn=txn))
+    env.close()
+    with pytest.raises(IndexFormatError):
+        StreamingIndex.open(tmp_path / "ix")
+
+
+def test_map_grows_over_many_adds(tmp_path, encoder):
+    rng = np.random.default_rng(3)
+    V = unit(rng, 120, encoder.dim)
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32", map_size=64 << 10)
+    start = idx.store.map_size
+    for i, v in enumerate(V):  # 120 separate transactions, ~250 KB of vectors
+        idx.add(f"v{i}", vector=v)
+    assert idx.store.map_size >= 4 * start
+    idx.close()
+    idx = StreamingIndex.open(tmp_path / "ix", readonly=True)
+    assert len(idx) == 120
+    np.testing.assert_allclose(idx.vector("v119"), V[119], atol=1e-6)
+    idx.close()
+
+
+# ------------------------------------------------------------------ ids, duplicates, update, remove
+@pytest.mark.parametrize("bad", ["../x", "a/b", "a\\b", "", "a\x01b", "tab\there", "x" * 300, ".", "..", 7])
+def test_bad_ids_change_nothing_anywhere(tmp_path, index, encoder, bad):
+    v = unit(np.random.default_rng(4), 1, encoder.dim)[0]
+    index.add("ok", vector=v)
+    before, inside = index.store.dump(), sorted(os.listdir(index.path))
+    with pytest.raises(InvalidIdError):
+        index.add(bad, vector=-v)
+    with pytest.raises(InvalidIdError):
+        index.remove(bad)
+    assert index.store.dump() == before
+    assert sorted(os.listdir(tmp_path)) == ["ix"]
+    assert sorted(os.listdir(index.path)) == inside
+
+
+def test_duplicates(index, encoder):
+    rng = np.random.default_rng(5)
+    v, w = unit(rng, 2, encoder.dim)
+    X = sift_sets(6, 1)[0]
+    index.add("a", vector=v)
+    index.add("x", descriptors=X)
+    before = index.store.dump()
+    assert index.add("a", vector=v) == "a"  # same id, same content: nothing written
+    assert index.add("x", descriptors=X.astype(np.uint8).astype(np.float64)) == "x"
+    with pytest.raises(DuplicateError) as e:
+        index.add("b", vector=v)
+    assert e.value.existing_id == "a" and e.value.id == "b"
+    with pytest.raises(DuplicateError):
+        index.add("y", descriptors=X)
+    with pytest.raises(IdExistsError):
+        index.add("a", vector=w)
+    assert index.store.dump() == before
+    assert len(index) == 2
+
+
+def test_update_and_remove(index, encoder):
+    rng = np.random.default_rng(7)
+    v, w, u = unit(rng, 3, encoder.dim)
+    index.add("a", vector=v)
+    index.add("b", vector=w)
+    assert index.search(v, k=1)[0][0] == "a"
+    index.update("a", vector=u)
+    np.testing.assert_allclose(index.vector("a"), u, atol=1e-6)
+    assert index.search(u, k=1)[0][0] == "a"
+    assert index.search(v, k=1)[0][1] < 0.5  # the old vector is gone
+    index.add("c", vector=v)  # the old content is free again
+    with pytest.raises(DuplicateError):
+        index.update("c", vector=w)  # would duplicate b
+    with pytest.raises(UnknownIdError):
+        index.update("zzz", vector=rng.standard_normal(encoder.dim))
+    index.remove("b")
+    assert "b" not in index and len(index) == 2
+    assert "b" not in [i for i, _ in index.search(w, k=5)]
+    with pytest.raises(UnknownIdError):
+        index.remove("b")
+    index.add("b2", vector=w)  # content of a removed image can come back under a new id
+    assert index.search(w, k=1)[0][0] == "b2"
+    # the log replays to the same state a fresh reader loads
+    replayed = sorted(index.search(w, k=10))
+    assert [i for i, _ in replayed] == ["a", "b2", "c"]
+    index.close()
+    again = StreamingIndex.open(index.path)
+    loaded = sorted(again.search(w, k=10))
+    assert [i for i, _ in loaded] == [i for i, _ in replayed]
+    np.testing.assert_allclose([x for _, x in loaded], [x for _, x in replayed], atol=1e-6)
+
+
+# ------------------------------------------------------------------ bad inputs leave the store unchanged
+def test_bad_inputs_leave_store_unchanged(tmp_path, index, encoder):
+    rng = np.random.default_rng(8)
+    index.add("a", vector=unit(rng, 1, encoder.dim)[0])
+    index.add("d", descriptors=sift_sets(9, 1)[0])
+    (tmp_path / "corrupt.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg" * 10)
+    (tmp_path / "empty.png").write_bytes(b"")
+    X = sift_sets(10, 1)[0]
+    Xnan = X.copy()
+    Xnan[3, 5] = np.nan
+    vnan = rng.standard_normal(encoder.dim)
+    vnan[0] = np.inf
+    cases = [
+        (EmptyDescriptorSetError, dict(descriptors=np.zeros((0, 128)))),
+        (NonFiniteError, dict(descriptors=Xnan)),
+        (DimensionError, dict(descriptors=X[:, :64])),
+        (DimensionError, dict(descriptors=X[0])),
+        (DimensionError, dict(vector=rng.standard_normal(encoder.dim + 1))),
+        (NonFiniteError, dict(vector=vnan)),
+        (ZeroVectorError, dict(vector=np.zeros(encoder.dim))),
+        (ImageReadError, dict(image_path=tmp_path / "missing.jpg")),
+        (ImageReadError, dict(image_path=tmp_path / "corrupt.jpg")),
+        (ImageReadError, dict(image_path=tmp_path / "empty.png")),
+        (ImageReadError, dict(image_path=tmp_path)),
+        (ConfigError, dict()),
+        (ConfigError, dict(vector=rng.standard_normal(encoder.dim), descriptors=X)),
+        (ConfigError, dict(vector=rng.standard_normal(encoder.dim), box=(0, 0, 5, 5))),
+    ]
+    before = index.store.dump()
+    for exc, kw in cases:
+        with pytest.raises(exc):
+            index.add("new", **kw)
+        with pytest.raises(exc):
+            index.update("a", **kw)
+        assert issubclass(exc, StreamkError)
+    assert index.store.dump() == before
+    assert sorted(index.ids()) == ["a", "d"]
+
+
+def test_encoder_mismatch(index, encoder):
+    index.check_encoder(Encoder.from_bytes(encoder.to_bytes()))  # same encoder: fine
+    other = Encoder(embedding="vlad", k=4, aggregation="gmp").fit(sift_sets(11, 12))
+    with pytest.raises(EncoderMismatchError):
+        index.check_encoder(other)
+    bigger = Encoder(embedding="vlad", k=8, aggregation="gmp").fit(sift_sets(11, 12))
+    before = index.store.dump()
+    with pytest.raises(DimensionError):  # a vector of another encoder's dimension
+        index.add("x", vector=bigger.encode(sift_sets(12, 1)[0]))
+    with pytest.raises(DimensionError):
+        index.search(bigger.encode(sift_sets(12, 1)[0]))
+    assert index.store.dump() == before
+
+
+def test_readonly_index_refuses_writes(tmp_path, encoder):
+    StreamingIndex.create(tmp_path / "ix", encoder).close()
+    idx = StreamingIndex.open(tmp_path / "ix", readonly=True)
+    with pytest.raises(ReadOnlyIndexError):
+        idx.add("a", vector=np.ones(encoder.dim))
+    assert idx.search(np.ones(encoder.dim)) == []
+    idx.close()
+
+
+# ------------------------------------------------------------------ search
+def test_exact_search_matches_numpy(index, encoder):
+    rng = np.random.default_rng(13)
+    V = unit(rng, 40, encoder.dim)
+    res = index.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)], batch_size=16)
+    assert [r.status for r in res] == ["added"] * 40
+    for i in (0, 17, 39):
+        hits = index.search(V[i], k=5)
+        assert hits[0][0] == f"v{i}" and hits[0][1] == pytest.approx(1.0, abs=1e-5)
+        ref = V @ V[i]  # reference from the original vectors, in plain numpy
+        order = np.argsort(-ref)[:5]
+        assert [h[0] for h in hits] == [f"v{j}" for j in order]
+        np.testing.assert_allclose([h[1] for h in hits], ref[order], atol=1e-5)
+    assert len(index.search(V[0], k=100)) == 40
+    with pytest.raises(ConfigError):
+        index.search(V[0], k=0)
+    with pytest.raises(ConfigError):
+        index.search(V[0], mode="ivf")
+    with pytest.raises(NotFittedError):
+        index.search(V[0], mode="pq")
+    with pytest.raises(TooFewImagesError):
+        index.train_pq(M=16)
+
+
+def test_add_many_reports_each_item(index, encoder):
+    rng = np.random.default_rng(14)
+    V = unit(rng, 6, encoder.dim)
+    items = [{"id": "a", "vector": V[0]}, {"id": "a/b", "vector": V[1]}, {"id": "b", "vector": V[0]},
+             ("c", {"vector": V[2]}), {"id": "d", "vector": V[3][:10]}, {"id": "c", "vector": V[2]},
+             {"id": "e", "descriptors": sift_sets(15, 1)[0]}, {"vector": V[4]}]
+    res = index.add_many(items, batch_size=3)
+    assert [r.status for r in res] == ["added", "error", "error", "added", "error", "exists", "added", "error"]
+    assert isinstance(res[1].error, InvalidIdError)
+    assert isinstance(res[2].error, DuplicateError) and res[2].error.existing_id == "a"
+    assert isinstance(res[4].error, DimensionError)
+    assert isinstance(res[7].error, ConfigError)
+    assert sorted(index.ids()) == ["a", "c", "e"]
+
+
+def test_pq_search_agrees_with_exact(tmp_path, encoder):
+    rng = np.random.default_rng(16)
+    V = unit(rng, 300, encoder.dim)
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float16")
+    idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)])
+    idx.train_pq(M=16)
+    extra = unit(rng, 1, encoder.dim)[0]
+    idx.add("late", vector=extra)  # added after training: gets a code too
+    assert idx.store.count("codes") == idx.store.count("images") == 301
+    Q = V[:60] + 0.05 * rng.standard_normal((60, encoder.dim))  # noisy copies
+    agree = 0
+    for q in Q:
+        exact = idx.search(q, k=1)
+        pq = idx.search(q, k=1, mode="pq", rerank=5)
+        agree += exact[0][0] == pq[0][0]
+        assert pq[0][1] == pytest.approx(exact[0][1], abs=1e-6) or pq[0][0] != exact[0][0]
+    assert agree >= 0.9 * len(Q)
+    assert idx.search(extra, k=1, mode="pq")[0][0] == "late"
+    hits = idx.search(V[3], k=10, mode="pq")  # re-ranked scores are exact, sorted
+    scores = [s for _, s in hits]
+    assert scores == sorted(scores, reverse=True)
+    np.testing.assert_allclose(scores[0], idx.vector(hits[0][0]) @ (V[3] / np.linalg.norm(V[3])), atol=1e-6)
+    idx.close()
+    idx = StreamingIndex.open(tmp_path / "ix")  # codes and codebooks persist
+    assert idx.search(V[7], k=1, mode="pq")[0][0] == "v7"
+    idx.close()
+
+
+# ------------------------------------------------------------------ images
+def textured(w=200, h=160, seed=0, n_blobs=40):
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.full((h, w), 128.0)
+    for _ in range(n_blobs):
+        cx, cy = rng.uniform(10, w - 10), rng.uniform(10, h - 10)
+        s = rng.uniform(2, 6)
+        img += rng.choice([-1, 1]) * rng.uniform(60, 110) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * s * s))
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def test_images(tmp_path, encoder):
+    Image = pytest.importorskip("PIL.Image")
+    pytest.importorskip("cv2")
+    from streamk.features import make_extractor
+
+    paths = []
+    for seed in range(3):
+        p = tmp_path / f"img{seed}.png"
+        Image.fromarray(textured(seed=seed)).save(p)
+        paths.append(p)
+    ex = make_extractor("sift")
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, extractor=ex)
+    for i, p in enumerate(paths):
+        idx.add(f"img{i}", image_path=p)
+    info = idx.info("img1")
+    assert info["sha256"] == hashlib.sha256(paths[1].read_bytes()).hexdigest()
+    assert info["source"] == str(paths[1].resolve()) or info["source"] == os.path.abspath(paths[1])
+    assert idx.extras("img1")["keypoints"].shape == (info["n_descriptors"], 6)
+    assert idx.search(paths[1], k=1)[0] == ("img1", pytest.approx(1.0, abs=2e-3))
+    shutil.copy(paths[2], tmp_path / "copy.png")
+    with pytest.raises(DuplicateError):
+        idx.add("copy", image_path=tmp_path / "copy.png")
+    idx.add("img0-box", image_path=paths[0], box=(0, 0, 120, 100))  # a crop is other content
+    assert idx.search(paths[0], k=1, box=(0, 0, 120, 100))[0][0] == "img0-box"
+    with pytest.raises(EmptyDescriptorSetError):
+        idx.add("nobox", image_path=paths[0], box=(0, 0, 0.5, 0.5))
+    idx.close()
+    idx = StreamingIndex.open(tmp_path / "ix")
+    assert idx.extractor().params() == ex.params()
+    idx.close()
+
+
+# ------------------------------------------------------------------ another process writes
+WRITER = textwrap.dedent("""
+    import sys, numpy as np
+    from streamk.index import StreamingIndex
+    idx = StreamingIndex.open(sys.argv[1])
+    V = np.load(sys.argv[2])
+    for i, v in enumerate(V[:5]):
+        idx.add(f"w{i}", vector=v)
+    res = idx.add_many([{"id": f"w{i}", "vector": V[i]} for i in range(5, len(V))], batch_size=100)
+    assert all(r.status == "added" for r in res)
+    idx.remove("p0")
+    idx.close()
+""")
+
+
+def test_reader_sees_another_process_writes(tmp_path, encoder):
+    rng = np.random.default_rng(17)
+    P, W = unit(rng, 3, encoder.dim), unit(rng, 700, encoder.dim)
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32", map_size=64 << 10)
+    for i, v in enumerate(P):
+        idx.add(f"p{i}", vector=v)
+    idx.close()
+    reader = StreamingIndex.open(tmp_path / "ix", readonly=True)
+    size_before = reader.store.map_size
+    assert reader.search(P[0], k=1)[0][0] == "p0"
+    assert reader.search(W[5], k=1)[0][0] != "w5"
+    np.save(tmp_path / "w.npy", W)
+    (tmp_path / "writer.py").write_text(WRITER)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, str(tmp_path / "writer.py"), str(tmp_path / "ix"), str(tmp_path / "w.npy")],
+                   check=True, env=env, timeout=120)
+    # same reader object, not reopened; the writer also grew the map past the reader's size
+    assert reader.search(W[5], k=1)[0] == ("w5", pytest.approx(1.0, abs=1e-6))
+    assert reader.search(W[699], k=1)[0][0] == "w699"
+    assert "p0" not in [i for i, _ in reader.search(P[0], k=50)]
+    assert len(reader._ids) == 702
+    assert reader.store.map_size > size_before  # adopted the map the writer grew
+    assert reader.refresh() == 0  # nothing new: no reload
+    reader.close()
