@@ -1,4 +1,5 @@
-"""Command line: ``streamk demo``, ``streamk eval``, ``streamk datasets download``."""
+"""Command line: ``streamk demo``, ``streamk eval``, ``streamk datasets download``,
+``streamk index create``, ``streamk ingest``, ``streamk search``."""
 
 import argparse
 import json
@@ -79,6 +80,171 @@ def _download(args):
     return 0
 
 
+# ---------------------------------------------------------------- streaming index
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _positive_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+def _index_create(args):
+    import os
+    import shutil
+    from pathlib import Path
+
+    from .encoder import Encoder
+    from .errors import EmptyDescriptorSetError, IndexExistsError
+    from .features import extract_many, make_extractor
+    from .index import StreamingIndex
+    from .ingest import collect_images
+
+    path = Path(args.dir)
+    # every check before anything is written
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")
+    if args.vector_dtype not in ("float16", "float32"):
+        raise ConfigError(f"--vector-dtype must be float16 or float32, got {args.vector_dtype!r}")
+    options = {k: v for k, v in (("max_side", args.max_side), ("max_features", args.max_features))
+               if v is not None}
+    extractor = make_extractor(args.extractor, **options)
+    if args.encoder is not None:
+        encoder = Encoder.load(args.encoder)
+    else:
+        paths, bad = collect_images(args.train)
+        for p, reason in bad:
+            print(f"streamk: skipped {p}: {reason}", file=sys.stderr)
+        if not paths:
+            raise EmptyDescriptorSetError("--train: no image files found")
+        feats, errors = extract_many(paths, extractor, workers=args.workers, progress=sys.stderr.isatty())
+        for p, reason in errors.items():
+            print(f"streamk: skipped {p}: {reason}", file=sys.stderr)
+        sets = [f.descriptors for f in feats.values() if len(f)]
+        if not sets:
+            raise EmptyDescriptorSetError("--train: no local features in the given images")
+        embedding, params = _embedding_spec(args.embedding)
+        encoder = Encoder(embedding=embedding, k=args.k, embedding_params=params,
+                          aggregation=args.aggregation)
+        n_desc = sum(len(s) for s in sets)
+        if n_desc < args.k:
+            raise ConfigError(f"--train: {n_desc} descriptors in {len(sets)} images, fewer than k={args.k}")
+        encoder.fit(sets)
+        print(f"trained {args.embedding} k={args.k} ({args.aggregation}) on {n_desc} descriptors "
+              f"of {len(sets)} images")
+        if args.save_encoder:
+            encoder.save(args.save_encoder)
+    existed = path.exists()
+    try:
+        idx = StreamingIndex.create(path, encoder, vector_dtype=args.vector_dtype, extractor=extractor)
+    except BaseException:
+        if not existed and path.is_dir():  # ours: leave nothing behind
+            shutil.rmtree(path, ignore_errors=True)
+        elif existed:
+            for child in path.iterdir():
+                shutil.rmtree(child) if child.is_dir() else os.unlink(child)
+        raise
+    with idx:
+        print(f"created index {path}: {encoder.config.embedding} k={encoder.config.k} "
+              f"({encoder.config.aggregation}), dim {encoder.dim}, {args.vector_dtype} vectors, "
+              f"extractor {extractor.name}")
+    return 0
+
+
+def _ingest(args):
+    from .index import StreamingIndex
+    from .ingest import Ingester
+
+    with StreamingIndex.open(args.dir) as idx:
+        ing = Ingester(idx, workers=args.workers, batch_size=args.batch_size,
+                       progress=None if not args.no_progress else False)
+        try:
+            if args.watch:
+                def on_poll(n, stats):
+                    if n == 1:
+                        print(f"watching {len(args.images)} path(s) every {args.interval:g} s "
+                              f"(Ctrl-C to stop)", flush=True)
+                    print(f"poll {n}: {stats.summary()}", flush=True)
+                stats = ing.watch(args.images, interval=args.interval, max_polls=args.max_polls,
+                                  on_poll=on_poll)
+            else:
+                stats = ing.ingest(args.images)
+        except KeyboardInterrupt:
+            ing._flush()
+            stats = ing.stats
+        print(stats.summary(), flush=True)
+        return 1 if stats.n_failed else 0
+
+
+def _search(args):
+    from .index import StreamingIndex
+
+    box = None if args.box is None else tuple(args.box)
+    with StreamingIndex.open(args.dir, readonly=True) as idx:
+        hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank)
+    if args.json:
+        print(json.dumps([{"rank": r, "score": s, "id": i} for r, (i, s) in enumerate(hits, 1)], indent=1))
+    else:
+        print(f"{'rank':>4}  {'score':>8}  id")
+        for r, (i, s) in enumerate(hits, 1):
+            print(f"{r:>4}  {s:8.4f}  {i}")
+    return 0
+
+
+def _add_index_commands(sub):
+    ix = sub.add_parser("index", help="create a streaming index")
+    ix_sub = ix.add_subparsers(dest="index_command", required=True)
+    cr = ix_sub.add_parser("create", help="create an empty index with a saved or newly trained encoder")
+    cr.add_argument("dir", help="index directory (new or empty)")
+    src = cr.add_mutually_exclusive_group(required=True)
+    src.add_argument("--encoder", help="a saved encoder (.npz, Encoder.save)")
+    src.add_argument("--train", nargs="+", metavar="IMAGES", help="fit a new encoder on these image files/folders")
+    cr.add_argument("--vector-dtype", default="float16", choices=["float16", "float32"])
+    cr.add_argument("--extractor", default=None, help="hesaff (default) or sift (OpenCV)")
+    cr.add_argument("--max-side", type=_positive_int, default=None, help="extractor: downscale to this long side")
+    cr.add_argument("--max-features", type=_positive_int, default=None, help="extractor: keep the strongest N")
+    cr.add_argument("--embedding", default="temb", help="with --train: temb, fv, fv-hard, vlad, bow")
+    cr.add_argument("--k", type=_positive_int, default=64, help="with --train: vocabulary size")
+    cr.add_argument("--aggregation", default="gmp", help="with --train: sum, democratic, gmp")
+    cr.add_argument("--workers", type=_positive_int, default=None, help="with --train: extraction processes")
+    cr.add_argument("--save-encoder", default=None, help="with --train: also save the encoder here")
+    cr.set_defaults(func=_index_create)
+
+    ing = sub.add_parser("ingest", help="add image files/folders to an index (resumable; skips known content)")
+    ing.add_argument("dir", help="index directory")
+    ing.add_argument("images", nargs="+", help="image files and folders (walked recursively)")
+    ing.add_argument("--watch", action="store_true", help="keep polling the folders for new files")
+    ing.add_argument("--interval", type=_positive_float, default=5.0, help="seconds between polls (--watch)")
+    ing.add_argument("--max-polls", type=_positive_int, default=None,
+                     help="with --watch: stop after this many passes (default: until Ctrl-C)")
+    ing.add_argument("--workers", type=_positive_int, default=None, help="extraction processes (default: all cores)")
+    ing.add_argument("--batch-size", type=_positive_int, default=64, help="images per write transaction")
+    ing.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ing.set_defaults(func=_ingest)
+
+    se = sub.add_parser("search", help="the k best images of an index for a query image")
+    se.add_argument("dir", help="index directory")
+    se.add_argument("image", help="query image file")
+    se.add_argument("-k", type=_positive_int, default=10)
+    se.add_argument("--box", type=float, nargs=4, metavar=("X1", "Y1", "X2", "Y2"), default=None)
+    se.add_argument("--mode", choices=["exact", "pq"], default="exact")
+    se.add_argument("--rerank", type=_positive_int, default=None, help="with --mode pq: candidates re-scored")
+    se.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    se.set_defaults(func=_search)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="streamk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +283,7 @@ def build_parser():
     dl.add_argument("--dir", required=True)
     dl.add_argument("--mirror", default=None, help="base URL of a mirror holding the same file names")
     dl.set_defaults(func=_download)
+    _add_index_commands(sub)
     return parser
 
 

@@ -1,0 +1,256 @@
+"""CLI: ``streamk index create``, ``streamk ingest`` (resumable, bad files, --watch) and
+``streamk search``, on small synthetic textured PNGs with OpenCV SIFT and a tiny encoder."""
+
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from streamk import Encoder
+from streamk.cli import main
+from streamk.index import StreamingIndex
+from streamk.ingest import id_for, image_content_key, scan
+
+pytest.importorskip("cv2")
+PIL = pytest.importorskip("PIL")
+from PIL import Image, ImageFilter  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def textured(path, seed, size=128):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 256, (size // 8, size // 8)).astype(np.uint8)
+    img = Image.fromarray(a).resize((size, size), Image.Resampling.BICUBIC).filter(ImageFilter.GaussianBlur(1))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    img.save(path)
+    return path
+
+
+def make_bad(folder):
+    """The bad inputs: {file name: expected words in the reason}."""
+    os.makedirs(folder / "dir.jpg")
+    (folder / "empty.png").write_bytes(b"")
+    good = textured(str(folder / "_tmp.png"), 99)
+    data = open(good, "rb").read()
+    os.unlink(good)
+    (folder / "truncated.png").write_bytes(data[: len(data) // 3])
+    (folder / "notimage.jpg").write_text("hello, not an image\n")
+    (folder / "corrupt.jpg").write_bytes(bytes(np.random.default_rng(5).integers(0, 256, 700, dtype=np.uint8)))
+    Image.new("L", (96, 96), 128).save(folder / "grey.png")
+    return {"dir.jpg": "directory", "empty.png": "empty", "truncated.png": "truncated",
+            "notimage.jpg": "not a recognised image", "corrupt.jpg": "image",
+            "grey.png": "no local features"}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ingest")
+    imgs = root / "imgs"
+    for i in range(5):
+        textured(str(imgs / f"img{i}.png"), i)
+    textured(str(imgs / "sub" / "img5.png"), 5)
+    from streamk.features import extract_many, make_extractor
+    feats, _ = extract_many(sorted(str(p) for p in imgs.rglob("*.png")), make_extractor("sift"),
+                            workers=1, progress=False)
+    enc = Encoder(embedding="vlad", k=4, aggregation="gmp").fit([f.descriptors for f in feats.values()])
+    enc.save(root / "enc.npz")
+    return root
+
+
+def create(path, work, *extra):
+    assert main(["index", "create", str(path), "--encoder", str(work / "enc.npz"), "--extractor", "sift",
+                 "--vector-dtype", "float32", *extra]) == 0
+
+
+def test_scan_ids_and_content_key(work, tmp_path):
+    found, bad = scan([str(work / "imgs"), str(work / "imgs" / "img0.png"), str(tmp_path / "missing")])
+    ids = [i for _, i in found]
+    assert ids == ["img0.png", "img1.png", "img2.png", "img3.png", "img4.png", "sub__img5.png", "img0.png"]
+    assert bad == [(str(tmp_path / "missing"), "ImageReadError: no such file or directory")]
+    assert id_for("a/b/c.png") == "c.png"
+    # the content key is the index's own: add() of the same file is then "already there"
+    ix = tmp_path / "ix"
+    create(ix, work)
+    with StreamingIndex.open(ix) as idx:
+        idx.add("x", image_path=str(work / "imgs" / "img0.png"))
+        import hashlib
+        sha = hashlib.sha256((work / "imgs" / "img0.png").read_bytes()).hexdigest()
+        assert idx.info("x")["content_key"] == image_content_key(sha).hex()
+
+
+def test_create_errors_write_nothing(work, tmp_path, capsys):
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz")]) == 2
+    assert "streamk: error:" in capsys.readouterr().err
+    assert not ix.exists()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("x")
+    assert main(["index", "create", str(tmp_path / "full"), "--encoder", str(work / "enc.npz")]) == 2
+    assert sorted(os.listdir(tmp_path / "full")) == ["keep.txt"]
+    # training on images without features: error, nothing created
+    Image.new("L", (64, 64), 128).save(tmp_path / "grey.png")
+    assert main(["index", "create", str(ix), "--train", str(tmp_path / "grey.png"), "--extractor", "sift",
+                 "--k", "4", "--workers", "1"]) == 2
+    assert "no local features" in capsys.readouterr().err
+    assert not ix.exists()
+    with pytest.raises(SystemExit):  # --encoder and --train together
+        main(["index", "create", str(ix), "--encoder", "a", "--train", "b"])
+    assert not ix.exists()
+
+
+def test_create_with_train(work, tmp_path, capsys):
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift",
+                 "--k", "4", "--embedding", "vlad", "--workers", "1",
+                 "--save-encoder", str(tmp_path / "e.npz")]) == 0
+    out = capsys.readouterr().out
+    assert "trained vlad k=4" in out and "created index" in out
+    with StreamingIndex.open(ix) as idx:
+        assert idx.encoder.fingerprint == Encoder.load(tmp_path / "e.npz").fingerprint
+        assert idx.vector_dtype == np.float16
+        assert len(idx) == 0
+        assert idx.extractor().name == "sift"
+
+
+def test_ingest_resume_and_search(work, tmp_path, capsys):
+    ix = tmp_path / "ix"
+    create(ix, work)
+    imgs = work / "imgs"
+    # a first, partial run (one file given explicitly), then the folder: resumes
+    assert main(["ingest", str(ix), str(imgs / "img2.png"), "--workers", "1", "--no-progress"]) == 0
+    assert "added 1, skipped 0 existing, failed 0" in capsys.readouterr().out
+    assert main(["ingest", str(ix), str(imgs), "--workers", "2", "--batch-size", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "added 5, skipped 1 existing, failed 0" in out and "images/s" in out
+    with StreamingIndex.open(ix) as idx:
+        assert sorted(idx.ids()) == ["img0.png", "img1.png", "img2.png", "img3.png", "img4.png", "sub__img5.png"]
+        rec = idx.info("sub__img5.png")
+        assert rec["kind"] == "image_path" and rec["source"] == str(imgs / "sub" / "img5.png")
+        # same vector as add(image_path=...) would give
+        ref = idx.query_vector(str(imgs / "img3.png"))
+        assert np.allclose(idx.vector("img3.png"), ref, atol=1e-6)
+        before = idx.store.dump()
+    # again: everything skipped, nothing touched
+    assert main(["ingest", str(ix), str(imgs), "--workers", "1", "--no-progress"]) == 0
+    assert "added 0, skipped 6 existing, failed 0" in capsys.readouterr().out
+    with StreamingIndex.open(ix) as idx:
+        assert idx.store.dump() == before
+    # search: table and JSON
+    assert main(["search", str(ix), str(imgs / "img3.png"), "-k", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["rank", "score", "id"]
+    assert lines[1].split()[0] == "1" and lines[1].split()[2] == "img3.png"
+    assert abs(float(lines[1].split()[1]) - 1.0) < 1e-3
+    assert len(lines) == 4
+    assert main(["search", str(ix), str(imgs / "sub" / "img5.png"), "-k", "10", "--json",
+                 "--box", "0", "0", "127", "127"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert [h["rank"] for h in hits] == list(range(1, 7))
+    assert hits[0]["id"] == "sub__img5.png"
+    assert all(hits[i]["score"] >= hits[i + 1]["score"] for i in range(len(hits) - 1))
+    # errors -> exit 2
+    assert main(["search", str(ix), str(imgs / "img3.png"), "--mode", "pq"]) == 2
+    assert "train_pq" in capsys.readouterr().err
+    assert main(["search", str(tmp_path / "nothere"), str(imgs / "img3.png")]) == 2
+    assert main(["ingest", str(tmp_path / "nothere"), str(imgs)]) == 2
+
+
+def test_ingest_same_id_other_content_and_duplicates(work, tmp_path, capsys):
+    ix = tmp_path / "ix"
+    create(ix, work)
+    a = tmp_path / "a"
+    textured(str(a / "x.png"), 1)
+    import shutil
+    shutil.copy(a / "x.png", a / "z_copy.png")  # same content twice in one run
+    assert main(["ingest", str(ix), str(a), "--workers", "1", "--no-progress"]) == 0
+    assert "added 1, skipped 1 existing, failed 0" in capsys.readouterr().out
+    b = tmp_path / "b"
+    textured(str(b / "x.png"), 2)  # same id, other content: reported, stored one untouched
+    with StreamingIndex.open(ix) as idx:
+        before = idx.store.dump()
+    assert main(["ingest", str(ix), str(b), "--workers", "1", "--no-progress"]) == 1
+    cap = capsys.readouterr()
+    assert "IdExistsError" in cap.err and "x.png" in cap.err
+    assert "failed 1" in cap.out
+    with StreamingIndex.open(ix) as idx:
+        assert idx.store.dump() == before
+
+
+def test_ingest_bad_files(work, tmp_path, capsys):
+    ix = tmp_path / "ix"
+    create(ix, work)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    expected = make_bad(bad)
+    textured(str(tmp_path / "good" / "ok.png"), 7)
+    assert main(["ingest", str(ix), str(bad), str(tmp_path / "good"), "--workers", "1", "--no-progress"]) == 1
+    cap = capsys.readouterr()
+    assert "added 1, skipped 0 existing, failed 6" in cap.out
+    lines = cap.err.splitlines()
+    for name, words in expected.items():
+        line = [ln for ln in lines if os.path.join(str(bad), name) + ":" in ln]
+        assert len(line) == 1, (name, cap.err)
+        assert words in line[0], line[0]
+    with StreamingIndex.open(ix) as idx:
+        assert idx.ids() == ["ok.png"]
+
+
+def _read_line_until(proc, sel, predicate, deadline, seen):
+    """Read proc's stdout lines until predicate(line) or the deadline; returns the line."""
+    while time.monotonic() < deadline:
+        if not sel.select(timeout=max(0.0, min(1.0, deadline - time.monotonic()))):
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            return None
+        seen.append(line)
+        if predicate(line):
+            return line
+    return None
+
+
+def test_watch_picks_up_new_files_and_ctrl_c_ends_cleanly(work, tmp_path):
+    ix = tmp_path / "ix"
+    create(ix, work)
+    folder = tmp_path / "watched"
+    textured(str(folder / "first.png"), 11)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "streamk.cli", "ingest", str(ix), str(folder), "--watch",
+                             "--interval", "0.2", "--max-polls", "300", "--workers", "1", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    seen = []
+    try:
+        deadline = time.monotonic() + 40
+        assert _read_line_until(proc, sel, lambda ln: ln.startswith("watching"), deadline, seen), seen
+        textured(str(folder / "later" / "second.png"), 12)
+        assert _read_line_until(proc, sel, lambda ln: "added 2," in ln, deadline, seen), seen
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert out.strip().splitlines()[-1].startswith("added 2, skipped 0 existing, failed 0")
+    with StreamingIndex.open(ix) as idx:
+        assert sorted(idx.ids()) == ["first.png", "later__second.png"]
+
+
+def test_watch_max_polls(work, tmp_path, capsys):
+    ix = tmp_path / "ix"
+    create(ix, work)
+    textured(str(tmp_path / "w" / "a.png"), 21)
+    assert main(["ingest", str(ix), str(tmp_path / "w"), "--watch", "--interval", "0.05", "--max-polls", "3",
+                 "--workers", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "poll 3:" in out and out.strip().splitlines()[-1].startswith("added 1, skipped 0 existing")
