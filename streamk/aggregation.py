@@ -65,9 +65,11 @@ def democratic_weights(K, gamma=DEFAULT_GAMMA, n_iter=DEFAULT_N_ITER):
 
 
 def _warn_unconverged(iters, residual, tol, max_iter):
+    # A constant message, so Python's default filter shows it once, not per image.
     if iters >= max_iter and residual > tol:
-        warnings.warn(f"GMP conjugate gradient stopped after {iters} iterations with relative "
-                      f"residual {residual:.2e} > tol {tol:.0e}", ConvergenceWarning, stacklevel=3)
+        warnings.warn(f"GMP conjugate gradient reached max_iter={max_iter} before tol={tol:g} "
+                      "(K + lam I is ill-conditioned: embeddings with large norms, e.g. Fisher vectors, "
+                      "want a larger lam); the weights are approximate", ConvergenceWarning, stacklevel=3)
 
 
 def gmp_weights(K, lam=DEFAULT_LAMBDA, tol=DEFAULT_TOL, max_iter=DEFAULT_MAX_ITER):
