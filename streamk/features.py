@@ -51,8 +51,7 @@ import math
 import os
 import stat
 import warnings
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -60,6 +59,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .descriptor_files import atomic_write
+from .workers import isolated_map
 from .errors import (ConfigError, DescriptorFileError, DimensionError, ExtractorUnavailableError,
                      ImageReadError)
 
@@ -746,42 +746,8 @@ def _crashed(path):
 
 def _run_pool(paths, extractor, cache_dir, workers):
     """Yield results in completion order; a crashing image is isolated and reported."""
-    pending = list(reversed(paths))
-    window = 2 * workers
-    while pending:
-        suspects = []
-        ex = _pool(workers)
-        try:
-            inflight = {}
-            while pending or inflight:
-                while pending and len(inflight) < window:
-                    p = pending.pop()
-                    inflight[ex.submit(_job, p, extractor, cache_dir)] = p
-                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
-                broken = False
-                for fut in done:
-                    p = inflight.pop(fut)
-                    try:
-                        yield fut.result()
-                    except BrokenProcessPool:
-                        suspects.append(p)
-                        broken = True
-                    except Exception as exc:  # e.g. a result that cannot be sent back
-                        yield ExtractionResult(p, None, _describe(exc), False)
-                if broken:
-                    suspects.extend(inflight.values())
-                    inflight.clear()
-                    break
-        finally:
-            ex.shutdown(wait=True, cancel_futures=True)
-        for p in suspects:  # one at a time, each in a fresh process, to find the culprit
-            solo = _pool(1)
-            try:
-                yield solo.submit(_job, p, extractor, cache_dir).result()
-            except BrokenProcessPool:
-                yield _crashed(p)
-            finally:
-                solo.shutdown(wait=True, cancel_futures=True)
+    return isolated_map(_pool, lambda pool, p: pool.submit(_job, p, extractor, cache_dir), paths, workers,
+                        crashed=_crashed, failed=lambda p, exc: ExtractionResult(p, None, _describe(exc), False))
 
 
 def iter_extract(paths, extractor=None, cache_dir=None, workers=None, progress=False):

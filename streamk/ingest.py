@@ -56,6 +56,7 @@ from .errors import (ConfigError, DuplicateError, EmptyDescriptorSetError, Image
                      StreamkError)
 from .index import _Encoded, _npz_bytes
 from .store import validate_id
+from .workers import isolated_map
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff",
                               ".webp", ".ppm", ".pgm", ".pbm", ".pnm"})
@@ -406,45 +407,11 @@ def _pool(workers, encoder_bytes, extractor):
 def _run_pool(paths, encoder_bytes, extractor, workers):
     """Yield _job results in completion order; an image that kills a worker is isolated
     (the in-flight images are retried one at a time) and reported as WorkerCrashed."""
-    from concurrent.futures import FIRST_COMPLETED, wait
-    from concurrent.futures.process import BrokenProcessPool
-
-    pending = list(reversed(paths))
-    while pending:
-        suspects = []
-        ex = _pool(workers, encoder_bytes, extractor)
-        try:
-            inflight = {}
-            while pending or inflight:
-                while pending and len(inflight) < 2 * workers:
-                    p = pending.pop()
-                    inflight[ex.submit(_job, p)] = p
-                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
-                broken = False
-                for fut in done:
-                    p = inflight.pop(fut)
-                    try:
-                        yield fut.result()
-                    except BrokenProcessPool:
-                        suspects.append(p)
-                        broken = True
-                    except Exception as exc:
-                        yield {"path": p, "error": _describe(exc)}
-                if broken:
-                    suspects.extend(inflight.values())
-                    inflight.clear()
-                    break
-        finally:
-            ex.shutdown(wait=True, cancel_futures=True)
-        for p in suspects:
-            solo = _pool(1, encoder_bytes, extractor)
-            try:
-                yield solo.submit(_job, p).result()
-            except BrokenProcessPool:
-                yield {"path": p, "error": "WorkerCrashed: the process died on this image "
-                                          "(a crash in the detector library?)"}
-            finally:
-                solo.shutdown(wait=True, cancel_futures=True)
+    return isolated_map(
+        lambda n: _pool(n, encoder_bytes, extractor), lambda pool, p: pool.submit(_job, p), paths, workers,
+        crashed=lambda p: {"path": p, "error": "WorkerCrashed: the process died on this image "
+                                               "(a crash in the detector library?)"},
+        failed=lambda p, exc: {"path": p, "error": _describe(exc)})
 
 
 def collect_images(roots):
