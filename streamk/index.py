@@ -56,7 +56,9 @@ class AddResult(NamedTuple):
     error: Exception | None = None
 
 
-class _Encoded(NamedTuple):
+class EncodedImage(NamedTuple):
+    """One image ready to be written: everything computed, nothing stored yet."""
+
     key: bytes  # validated id as bytes
     vector: np.ndarray  # (D,) float32 unit norm
     content: bytes  # 32-byte content key
@@ -64,10 +66,25 @@ class _Encoded(NamedTuple):
     extras: bytes | None  # .npz bytes (keypoints, weights) or None
 
 
-def _npz_bytes(**arrays):
+def npz_bytes(**arrays):
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     return buf.getvalue()
+
+
+def image_content_key(sha256_hex, box=None):
+    """Content key of an image file: its bytes' sha256 and the box (de-duplication)."""
+    return hashlib.sha256(b"image\0" + bytes.fromhex(sha256_hex) + json.dumps(box).encode()).digest()
+
+
+def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None):
+    """The record ``add(image_path=...)`` writes for an image file whose bytes have this
+    sha256, encoded to ``vector`` (ingestion workers build the same record)."""
+    record = {"kind": "image_path", "source": os.path.abspath(os.fspath(path)), "box": box,
+              "n_descriptors": int(len(keypoints)), "sha256": sha256_hex, "image_size": list(image_size)}
+    extras = npz_bytes(keypoints=keypoints, weights=np.asarray(weights, np.float32))
+    return EncodedImage(id_key(image_id), StreamingIndex.unit_vector(vector),
+                        image_content_key(sha256_hex, box), record, extras)
 
 
 def _normalise_box(box):
@@ -256,7 +273,9 @@ class StreamingIndex:
             raise ZeroVectorError("vector has zero norm")
         return (v / n).astype(np.float32)
 
-    def _check_unit(self, v):
+    @staticmethod
+    def unit_vector(v):
+        """The encoder's output as a unit float32 vector, or a named error."""
         v = np.asarray(v, np.float32)
         n = float(np.linalg.norm(v))
         if not np.isfinite(v).all():
@@ -288,26 +307,22 @@ class StreamingIndex:
                 raise EmptyDescriptorSetError(f"{image_path}: no local features"
                                               + (" inside the box" if box is not None else ""))
             v, alpha = self.encoder.encode(f.descriptors, return_weights=True)
-            v = self._check_unit(v)
-            sha = hashlib.sha256(data).hexdigest()
-            h.update(b"image\0" + bytes.fromhex(sha) + json.dumps(box).encode())
-            record.update(source=os.path.abspath(os.fspath(image_path)), sha256=sha,
-                          n_descriptors=len(f), image_size=list(f.image_size))
-            extras = _npz_bytes(keypoints=f.keypoints, weights=np.asarray(alpha, np.float32))
+            return encoded_image_file(image_id, image_path, hashlib.sha256(data).hexdigest(), v,
+                                      f.keypoints, alpha, f.image_size, box)
         elif kind == "descriptors":
             X = as_descriptor_set(descriptors, dim=self.encoder.input_dim)
             v, alpha = self.encoder.encode(X, return_weights=True)
-            v = self._check_unit(v)
+            v = self.unit_vector(v)
             sha = hashlib.sha256(X.tobytes()).hexdigest()
             h.update(b"descriptors\0" + str(X.shape).encode() + bytes.fromhex(sha))
             record.update(sha256=sha, n_descriptors=int(X.shape[0]))
-            extras = _npz_bytes(weights=np.asarray(alpha, np.float32))
+            extras = npz_bytes(weights=np.asarray(alpha, np.float32))
         else:
             v = self._vector_of(vector)
             sha = hashlib.sha256(v.tobytes()).hexdigest()
             h.update(b"vector\0" + bytes.fromhex(sha))
             record.update(sha256=sha)
-        return _Encoded(key, v, h.digest(), record, extras)
+        return EncodedImage(key, v, h.digest(), record, extras)
 
     # ------------------------------------------------------------ writing (one transaction)
     def _current_pq(self, txn):
@@ -381,6 +396,22 @@ class StreamingIndex:
         self._store.write(lambda txn: self._put(txn, enc))
         return image_id
 
+    def write_encoded(self, encoded, replace=False):
+        """Write already-encoded images (``EncodedImage``) in ONE transaction.
+
+        Returns, per image, "added", "exists" or the named error that kept it
+        out (each image is checked before anything of it is written).
+        """
+        def run(txn):
+            out = []
+            for enc in encoded:
+                try:
+                    out.append(self._put(txn, enc, replace))
+                except StreamkError as exc:
+                    out.append(exc)
+            return out
+        return self._store.write(run)
+
     def update(self, image_id, image_path=None, descriptors=None, vector=None, box=None):
         """Replace the content of an existing image (UnknownIdError if absent)."""
         enc = self._encode_item(image_id, image_path, descriptors, vector, box)
@@ -413,22 +444,15 @@ class StreamingIndex:
         if int(batch_size) < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         results = []
-        batch = []  # (position, image_id, _Encoded)
+        batch = []  # (position, image_id, EncodedImage)
 
         def flush():
             if not batch:
                 return
-
-            def run(txn):
-                out = []
-                for pos, image_id, enc in batch:
-                    try:
-                        out.append((pos, AddResult(image_id, self._put(txn, enc))))
-                    except StreamkError as exc:  # checked before any write: nothing of it written
-                        out.append((pos, AddResult(image_id, "error", exc)))
-                return out
-            for pos, res in self._store.write(run):
-                results[pos] = res
+            outcomes = self.write_encoded([enc for _, _, enc in batch])
+            for (pos, image_id, _), out in zip(batch, outcomes):
+                results[pos] = AddResult(image_id, "error", out) if isinstance(out, Exception) \
+                    else AddResult(image_id, out)
             batch.clear()
 
         for item in items:
@@ -565,7 +589,7 @@ class StreamingIndex:
             if len(f) == 0:
                 raise EmptyDescriptorSetError(f"{query}: no local features"
                                               + (" inside the box" if box is not None else ""))
-            return self._check_unit(self.encoder.encode(f.descriptors))
+            return self.unit_vector(self.encoder.encode(f.descriptors))
         if box is not None:
             raise ConfigError("box applies to image-path queries only")
         try:
@@ -575,7 +599,7 @@ class StreamingIndex:
         if q.ndim == 1:
             return self._vector_of(q)
         if q.ndim == 2:
-            return self._check_unit(self.encoder.encode(q))
+            return self.unit_vector(self.encoder.encode(q))
         raise DimensionError(f"query: expected an image path, an (n, d) descriptor set or a "
                              f"({self.encoder.dim},) vector, got shape {q.shape}")
 

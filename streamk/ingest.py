@@ -43,7 +43,6 @@ no local features, invalid id, ...) is reported with its reason and skipped.
 """
 
 import hashlib
-import json
 import os
 import sys
 import time
@@ -54,7 +53,7 @@ import numpy as np
 from . import features as feat
 from .errors import (ConfigError, DuplicateError, EmptyDescriptorSetError, ImageReadError,
                      StreamkError)
-from .index import _Encoded, _npz_bytes
+from .index import encoded_image_file, image_content_key
 from .store import validate_id
 from .workers import isolated_map
 
@@ -72,13 +71,6 @@ def id_for(path, root=None):
         return os.path.basename(os.path.normpath(str(path)))
     rel = os.path.relpath(str(path), str(root))
     return rel.replace(os.sep, "__").replace("/", "__")
-
-
-def image_content_key(sha256_hex, box=None):
-    """The index's content key of an image file with this sha256 (see streamk.index)."""
-    h = hashlib.sha256()
-    h.update(b"image\0" + bytes.fromhex(sha256_hex) + json.dumps(box).encode())
-    return h.digest()
 
 
 def scan(roots):
@@ -204,35 +196,21 @@ class Ingester:
         self._last_commit = time.monotonic()
         if not batch:
             return
-        idx = self.index
-
-        def run(txn):
-            out = []
-            for path, enc in batch:
-                try:
-                    out.append((path, enc, idx._put(txn, enc), None))
-                except StreamkError as exc:  # checked before any write: nothing of it written
-                    out.append((path, enc, None, exc))
-            return out
-        for path, enc, status, exc in idx.store.write(run):
+        outcomes = self.index.write_encoded([enc for _, enc in batch])
+        for (path, enc), out in zip(batch, outcomes):
+            exc = out if isinstance(out, Exception) else None
             if exc is None:
-                self._ok(path, status, enc.key.decode())
+                self._ok(path, out, enc.key.decode())
             elif isinstance(exc, DuplicateError):  # added meanwhile by another process
                 self._ok(path, "exists")
             else:
                 self._fail(path, _describe(exc))
 
     def _encode(self, path, image_id, sha, features):
-        idx = self.index
         if len(features) == 0:
             raise EmptyDescriptorSetError("no local features")
-        v, alpha = idx.encoder.encode(features.descriptors, return_weights=True)
-        v = idx._check_unit(v)
-        record = {"kind": "image_path", "source": os.path.abspath(path), "box": None,
-                  "n_descriptors": len(features), "sha256": sha,
-                  "image_size": list(features.image_size)}
-        extras = _npz_bytes(keypoints=features.keypoints, weights=np.asarray(alpha, np.float32))
-        return _Encoded(image_id.encode("utf-8"), v, image_content_key(sha), record, extras)
+        v, alpha = self.index.encoder.encode(features.descriptors, return_weights=True)
+        return encoded_image_file(image_id, path, sha, v, features.keypoints, alpha, features.image_size)
 
     # ------------------------------------------------------------------ one pass
     def ingest(self, roots, only_new=False):
@@ -329,11 +307,8 @@ class Ingester:
     def _make_encoded(self, r, image_id):
         """The index's record of an image file (as StreamingIndex.add(image_path=...) writes it)
         from a worker's result; the sha256 is of the very bytes the features came from."""
-        v = self.index._check_unit(r["vector"])
-        record = {"kind": "image_path", "source": os.path.abspath(r["path"]), "box": None,
-                  "n_descriptors": r["n"], "sha256": r["sha256"], "image_size": r["image_size"]}
-        extras = _npz_bytes(keypoints=r["keypoints"], weights=r["weights"])
-        return _Encoded(image_id.encode("utf-8"), v, image_content_key(r["sha256"]), record, extras)
+        return encoded_image_file(image_id, r["path"], r["sha256"], r["vector"], r["keypoints"],
+                                  r["weights"], r["image_size"])
 
     # ------------------------------------------------------------------ watch
     def watch(self, roots, interval=5.0, max_polls=None, on_poll=None):
