@@ -385,6 +385,52 @@ def test_block_gram_is_block_diagonal_reference():
     np.testing.assert_allclose(alpha, gmp_reference(K, 1.0), rtol=1e-4)
 
 
+def _ill_conditioned_blocks(rng, n=400, c=3, b=32, span=7):
+    """Fisher-vector-like blocks: rank-deficient (n/c rows in b dims) with
+    norms ~ 20, so K_b + I has a condition number ~ 1e4.  Small integer
+    values: the float32 Gram is exact, so a direct solve can match numpy's."""
+    assignment = rng.integers(c, size=n).astype(np.int64)
+    values = rng.integers(-span, span + 1, size=(n, b)).astype(np.float32)
+    values[rng.random(n) < 0.2] = values[0]  # bursts
+    emb = BlockEmbedding(assignment, values, c)
+    same = assignment[:, None] == assignment[None, :]
+    V = values.astype(np.float64)
+    return emb, np.where(same, V @ V.T, 0.0)
+
+
+@pytest.mark.parametrize("solver", ["auto", "cg"])
+def test_block_gmp_solvers_match_direct_solve_on_ill_conditioned_blocks(solver):
+    emb, K = _ill_conditioned_blocks(np.random.default_rng(21))
+    ref = gmp_reference(K, 1.0)
+    if solver == "auto":  # Cholesky: exact to rounding
+        _, alpha = aggregate(emb, "gmp", lam=1.0, solver=solver)
+        np.testing.assert_allclose(alpha, ref, rtol=1e-8, atol=1e-10 * np.abs(ref).max())
+    else:  # CG: many iterations, and a tolerance-sized error
+        _, alpha = aggregate(emb, "gmp", lam=1.0, solver=solver, tol=1e-10, max_iter=20000)
+        np.testing.assert_allclose(alpha, ref, rtol=1e-3, atol=1e-4 * np.abs(ref).max())
+
+
+def test_block_gmp_uses_cg_above_the_cholesky_size(monkeypatch):
+    import streamk.aggregation as agg
+    emb, K = _ill_conditioned_blocks(np.random.default_rng(22), n=60, span=1)
+    monkeypatch.setattr(agg, "CHOLESKY_MAX_ROWS", 10)  # every block (~20 rows) goes to CG
+    _, alpha = aggregate(emb, "gmp", lam=1.0, tol=1e-12, max_iter=5000)
+    np.testing.assert_allclose(alpha, gmp_reference(K, 1.0), rtol=1e-8)
+
+
+def test_cholesky_kernel_reports_a_non_positive_pivot():
+    from streamk import kernels
+    x = np.empty(3)
+    assert kernels._cholesky_solve_ones(np.eye(3, dtype=np.float32), 1.0, x)
+    np.testing.assert_allclose(x, 0.5)
+    assert not kernels._cholesky_solve_ones(-2.0 * np.eye(3, dtype=np.float32), 1.0, x)
+
+
+def test_unknown_gmp_solver_raises_config_error():
+    with pytest.raises(ConfigError):
+        aggregate(np.eye(3), "gmp", solver="lu")
+
+
 # ---------------------------------------------------------------- errors
 
 
