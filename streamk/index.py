@@ -482,35 +482,57 @@ class StreamingIndex:
         return results
 
     # ------------------------------------------------------------ PQ
-    def train_pq(self, M=16, seed=0):
-        """Train product quantisation on the stored vectors (needs >= 256 images) and store
-        codebooks and the codes of all images in one transaction."""
-        self.refresh()
-        n = len(self._ids)
-        if n < N_CENTROIDS:
-            raise TooFewImagesError(f"PQ training needs at least {N_CENTROIDS} images, the index has {n}")
-        if self.encoder.dim % int(M):
-            raise ConfigError(f"vector dimension {self.encoder.dim} is not a multiple of M={M}")
-        pq = ProductQuantizer(M=M, seed=seed).fit(self._vectors)
-        blob = pq.to_bytes()
-        s = self._store
+    def train_pq(self, M=16, seed=0, chunk=65536):
+        """Train product quantisation on the stored vectors (needs >= 256 images) and
+        swap in the codebooks and the codes of every image; returns the quantiser.
 
-        def run(txn):
-            db = s.dbs
+        Re-training works the same way, without downtime: the codebooks are learned
+        and the codes computed from a snapshot of the vectors outside any write
+        transaction, so ingestion goes on meanwhile and readers keep searching with
+        the previous codes.  One short write transaction then swaps everything in,
+        encoding on the spot only the images added or replaced since the snapshot.
+        Run it from another thread or process (its own ``StreamingIndex.open``) to
+        keep ingesting, e.g. ``streamk index train-pq DIR``.
+        """
+        M = int(M)
+        if M < 1:
+            raise ConfigError(f"M must be >= 1, got {M}")
+        if self.encoder.dim % M:
+            raise ConfigError(f"vector dimension {self.encoder.dim} is not a multiple of M={M}")
+        s = self._store
+        with s.read() as txn:  # the snapshot
+            seq0 = s.seq(txn)
             keys, vecs = [], []
-            with txn.cursor(db=db["vectors"]) as cur:
+            with txn.cursor(db=s.dbs["vectors"]) as cur:
                 for k, v in cur:
                     keys.append(bytes(k))
                     vecs.append(np.frombuffer(v, self.vector_dtype))
-            codes = pq.encode(np.stack(vecs).astype(np.float32))
+        if len(keys) < N_CENTROIDS:
+            raise TooFewImagesError(f"PQ training needs at least {N_CENTROIDS} images, the index has {len(keys)}")
+        V = np.stack(vecs).astype(np.float32)
+        del vecs
+        pq = ProductQuantizer(M=M, seed=seed).fit(V)
+        codes = np.concatenate([pq.encode(V[i:i + chunk]) for i in range(0, len(V), chunk)])
+        del V
+        blob = pq.to_bytes()
+
+        def swap(txn):
+            db = s.dbs
+            changed = {i.encode() for _, op, i in s.changes_since(txn, seq0) if op in (b"+", b"-")}
             for k, c in zip(keys, codes):
-                txn.put(k, c.tobytes(), db=db["codes"])
+                if k not in changed:  # unchanged since the snapshot, so still present
+                    txn.put(k, c.tobytes(), db=db["codes"])
+            for k in changed:
+                raw = txn.get(k, db=db["vectors"])
+                if raw is not None:  # added or replaced meanwhile (a removed one has no code)
+                    v = np.frombuffer(raw, self.vector_dtype).astype(np.float32)
+                    txn.put(k, pq.encode(v[None, :])[0].tobytes(), db=db["codes"])
             epoch = int(s.get_meta(b"pq_epoch", txn) or b"0") + 1
             txn.put(b"pq", blob, db=db["meta"])
             txn.put(b"pq_epoch", str(epoch).encode(), db=db["meta"])
             s.bump(txn, b"*", b"")  # readers reload everything (new codes)
             return epoch
-        self._store.write(run)
+        s.write(swap)
         return pq
 
     # ------------------------------------------------------------ in-memory view

@@ -312,6 +312,107 @@ def test_pq_search_agrees_with_exact(tmp_path, encoder):
     idx.close()
 
 
+def stored_codes(idx):
+    with idx.store.read() as txn, txn.cursor(db=idx.store.dbs["codes"]) as cur:
+        return {bytes(k).decode(): np.frombuffer(bytes(v), np.uint8) for k, v in cur}
+
+
+def assert_codes_match(idx, pq):
+    """Every image has the code of its stored vector under ``pq``, and nothing else has one."""
+    codes = stored_codes(idx)
+    assert sorted(codes) == sorted(idx.ids())
+    for i, c in codes.items():
+        np.testing.assert_array_equal(c, pq.encode(idx.vector(i)[None, :])[0], err_msg=i)
+
+
+def test_pq_retrain_swaps_in_what_changed_during_training(tmp_path, encoder, monkeypatch):
+    import streamk.index as index_module
+
+    rng = np.random.default_rng(18)
+    V = unit(rng, 300, encoder.dim)
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32")
+    idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)])
+    old = idx.train_pq(M=16, seed=0)
+    late, new5 = unit(rng, 2, encoder.dim)
+    real_fit = index_module.ProductQuantizer.fit
+    seen = {}
+
+    def fit_while_others_write(self, X):
+        out = real_fit(self, X)
+        # between the snapshot and the swap: writes go through, readers use the old codes
+        idx.add("late", vector=late)
+        idx.remove("v3")
+        idx.update("v5", vector=new5)
+        seen["hit"] = idx.search(V[7], k=1, mode="pq")[0][0]
+        assert_codes_match(idx, old)
+        return out
+    monkeypatch.setattr(index_module.ProductQuantizer, "fit", fit_while_others_write)
+    new = idx.train_pq(M=16, seed=1)
+    assert seen["hit"] == "v7"
+    assert not np.array_equal(new.codebooks_, old.codebooks_)
+    assert_codes_match(idx, new)  # "late" and the new v5 re-encoded in the swap, v3 gone
+    assert idx.search(late, k=1, mode="pq")[0][0] == "late"
+    assert idx.search(new5, k=1, mode="pq")[0][0] == "v5"
+    idx.close()
+
+
+TRAINER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import streamk.index as index_module
+    from streamk.index import StreamingIndex
+
+    path, flags = sys.argv[1], Path(sys.argv[2])
+    real_fit = index_module.ProductQuantizer.fit
+
+    def fit_and_wait(self, X):
+        out = real_fit(self, X)
+        (flags / "snapshot").write_text(str(len(X)))
+        deadline = time.monotonic() + 120
+        while not (flags / "go").exists():  # hold the training open until the test has written
+            if time.monotonic() > deadline:
+                raise SystemExit("no go")
+            time.sleep(0.05)
+        return out
+    index_module.ProductQuantizer.fit = fit_and_wait
+    idx = StreamingIndex.open(path)
+    idx.train_pq(M=16, seed=2)
+    idx.close()
+""")
+
+
+def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encoder):
+    rng = np.random.default_rng(19)
+    V, W = unit(rng, 300, encoder.dim), unit(rng, 30, encoder.dim)
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32")
+    idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)])
+    (tmp_path / "trainer.py").write_text(TRAINER)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py"), str(tmp_path / "ix"), str(tmp_path)],
+                            env=env)
+    try:
+        for _ in range(1200):  # the trainer has taken its snapshot and is training
+            if (tmp_path / "snapshot").exists() or proc.poll() is not None:
+                break
+            import time
+            time.sleep(0.1)
+        assert (tmp_path / "snapshot").read_text() == "300"
+        for i, w in enumerate(W):  # each add commits while the training is still open
+            assert idx.add(f"w{i}", vector=w) == f"w{i}"
+        idx.remove("v0")
+        assert idx.search(W[4], k=1)[0][0] == "w4"
+        (tmp_path / "go").write_text("")
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    idx.refresh()
+    assert_codes_match(idx, idx._pq)  # the swapped-in quantiser covers the 30 late images too
+    assert idx.search(W[9], k=1, mode="pq")[0][0] == "w9"
+    assert len(idx) == 329
+    idx.close()
+
+
 # ------------------------------------------------------------------ images
 def textured(w=200, h=160, seed=0, n_blobs=40):
     rng = np.random.default_rng(seed)
