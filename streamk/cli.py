@@ -11,7 +11,9 @@ from .errors import ConfigError, StreamkError
 def _demo(args):
     from .demo import run_demo
 
-    run_demo(seed=args.seed)
+    run_demo(out_dir=args.out, images=args.images, max_queries=args.max_queries, transforms=args.transforms,
+             k=args.k, max_side=args.max_side, max_features=args.max_features, workers=args.workers,
+             cache_dir=args.cache, seed=args.seed, show=args.show, progress=not args.no_progress)
     return 0
 
 
@@ -246,10 +248,28 @@ def _add_index_commands(sub):
 
 
 def build_parser():
+    from .transforms import TRANSFORMS
+
     parser = argparse.ArgumentParser(prog="streamk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="encode and search a synthetic collection; print mAP per method")
-    demo.add_argument("--seed", type=int, default=0)
+    demo = sub.add_parser("demo", help="index real photographs, search views of them under real-world "
+                                       "changes with sum / democratic / GMP; print mAP, write an HTML page")
+    demo.add_argument("--images", default=None, metavar="DIR",
+                      help="your own folder of images (default: scikit-image's bundled photographs)")
+    demo.add_argument("--out", default="streamk-demo", metavar="DIR",
+                      help="output folder: query images, indexes, index.html (default: ./streamk-demo)")
+    demo.add_argument("--max-queries", type=_positive_int, default=20,
+                      help="images to make query views of (a deterministic sample)")
+    demo.add_argument("--transforms", type=_csv(), default=list(TRANSFORMS),
+                      help=f"changes to make the queries with (comma list of {','.join(TRANSFORMS)})")
+    demo.add_argument("--k", type=_positive_int, default=16, help="T-emb vocabulary size")
+    demo.add_argument("--max-side", type=_positive_int, default=640, help="extractor: downscale to this long side")
+    demo.add_argument("--max-features", type=_positive_int, default=1000, help="extractor: keep the strongest N")
+    demo.add_argument("--workers", type=_positive_int, default=None, help="extraction processes (default: all cores)")
+    demo.add_argument("--cache", default=None, help="feature cache directory (default ~/.cache/streamk/features)")
+    demo.add_argument("--show", type=_positive_int, default=5, help="results per method on the page")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the query sample and the changes")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
 
     ev = sub.add_parser("eval", help="mAP of aggregation methods on a benchmark, laid out like the paper's table")

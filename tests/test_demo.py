@@ -1,24 +1,214 @@
-"""The main job on a small synthetic collection: it runs and shows the paper's effect."""
+"""The main job (``streamk demo``) on tiny configurations, and the query transforms."""
+
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from streamk import transforms as tf
 from streamk.cli import main
-from streamk.demo import average_precision, run_demo
+from streamk.errors import ConfigError, DatasetImageError, ImageReadError
+
+PIL = pytest.importorskip("PIL")
+from PIL import Image  # noqa: E402
+
+TINY = dict(k=4, max_side=320, max_features=300, workers=1, progress=False)
 
 
-def test_average_precision_by_hand():
-    # positives {3, 7} found at ranks 1 and 3 (0-based 0 and 2): (1/1 + 2/3) / 2
-    assert np.isclose(average_precision(np.array([3, 5, 7, 1]), np.array([3, 7])), (1 + 2 / 3) / 2)
-    assert average_precision(np.array([1, 2]), np.array([9])) == 0.0
+def _photo(mode="RGB", size=(200, 150), seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (size[1], size[0]) + ((3,) if mode == "RGB" else ())
+    return Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode)
 
 
-def test_demo_weighting_beats_sum_pooling_on_bursts():
+# ---------------------------------------------------------------- transforms
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_transforms_sizes_and_modes(mode):
+    img = _photo(mode)
+    w, h = img.size
+    views = {name: tf.view(img, name, "photo.png") for name in {**tf.TRANSFORMS, **tf.VARIANTS}}
+    assert all(v.mode == mode for v in views.values())
+    side = np.sqrt(0.6)
+    assert views["crop"].size == (round(w * side), round(h * side))
+    assert views["scale"].size == (w // 2, h // 2)
+    assert views["persp"].size == views["jpeg"].size == views["light"].size == (w, h)
+    rw, rh = views["rotate"].size  # 20-30 degrees, canvas expanded
+    assert rw > w and rh > h
+    assert views["tilted"].size[0] > round(0.7 * w)
+
+
+def test_transforms_change_the_pixels_as_described():
+    img = _photo("L", (120, 100))
+    a = np.asarray(img, np.float64)
+    persp = np.asarray(tf.view(img, "persp", "x"), np.float64)
+    assert persp[0, 0] == 0 and persp[-1, -1] == 0  # corners pulled inward: black margins
+    assert np.abs(np.asarray(tf.view(img, "jpeg", "x"), np.float64) - a).mean() > 5  # lossy
+    assert not np.array_equal(np.asarray(tf.view(img, "light", "x")), np.asarray(img))
+
+
+def test_transforms_are_deterministic_and_keyed():
+    img = _photo()
+    for name in tf.TRANSFORMS:
+        a = np.asarray(tf.view(img, name, "a.png", seed=3))
+        assert np.array_equal(a, np.asarray(tf.view(img, name, "a.png", seed=3))), name
+    crops = {tf.view(img, "crop", key).tobytes() for key in ("a.png", "b.png", "c.png", "d.png")}
+    assert len(crops) > 1  # the window position depends on the image key
+
+
+def test_transform_bad_input():
+    with pytest.raises(ConfigError):
+        tf.view(_photo(), "blur", "x")
+    with pytest.raises(ConfigError):
+        tf.view(_photo().convert("RGBA"), "crop", "x")
+    with pytest.raises(ConfigError):
+        tf.check_names(["crop", "crop"])
+    with pytest.raises(ConfigError):
+        tf.check_names([])
+
+
+def test_open_rgb(tmp_path):
+    _photo().convert("RGBA").save(tmp_path / "a.png")
+    _photo().convert("P").save(tmp_path / "p.png")
+    Image.fromarray((np.arange(40000).reshape(200, 200) % 65535).astype(np.uint16)).save(tmp_path / "i16.png")
+    assert tf.open_rgb(tmp_path / "a.png").mode == "RGB"
+    assert tf.open_rgb(tmp_path / "p.png", max_side=50).size == (50, 38)
+    assert tf.open_rgb(tmp_path / "i16.png").mode == "L"
+    (tmp_path / "bad.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    with pytest.raises(ImageReadError):
+        tf.open_rgb(tmp_path / "bad.jpg")
+
+
+# ---------------------------------------------------------------- the demo
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.srcs, self.text = [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.srcs.append(dict(attrs)["src"])
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _check_page(page):
+    html = page.read_text(encoding="utf-8")
+    parser = _Page()
+    parser.feed(html)
+    assert parser.srcs, "the page shows no image"
+    for src in parser.srcs:  # relative links to files written beside the page
+        assert not Path(src).is_absolute() and (page.parent / src).is_file(), src
+    return html, "".join(parser.text)
+
+
+def _check_table(result, lines):
+    assert [m.method for m in result.methods] == ["sum", "democratic", "gmp"]
+    for m in result.methods:
+        assert 0 <= m.map <= 100
+        assert all(0 <= v <= 100 for v in m.per_transform.values())
+        row = next(line for line in lines if line.startswith(m.method + " "))
+        assert float(row.split()[1]) == pytest.approx(m.map, abs=0.051)
+
+
+@pytest.fixture(scope="module")
+def builtin_run(tmp_path_factory):
+    pytest.importorskip("pyhesaff")
+    pytest.importorskip("skimage")
+    from streamk.demo import PHOTOS, run_demo
+
+    tmp = tmp_path_factory.mktemp("demo")
+    photos = [p for p in PHOTOS if p[0] in ("camera.png", "coins.png", "motorcycle_left.png",
+                                             "motorcycle_right.png")]
     lines = []
-    rows = run_demo(configs=(("fv", 16, {"hard": True}),), out=lines.append)
-    m = {method: mAP for _, method, mAP, _, _ in rows}
-    assert m["democratic"] > m["sum"] + 5 and m["gmp"] > m["sum"] + 5
-    assert any("mAP" in line for line in lines)
+    result = run_demo(out_dir=tmp / "out", photos=photos, transforms=("crop", "persp", "jpeg"),
+                      n_variants=1, cache_dir=tmp / "cache", out=lines.append, **TINY)
+    return result, lines, tmp
+
+
+def test_demo_on_builtin_photos(builtin_run):
+    result, lines, _ = builtin_run
+    assert result.n_database == 8  # 4 photos + 1 variant each
+    assert result.n_queries == 12  # 4 photos x 3 changes
+    _check_table(result, lines)
+    assert any("unsupervised" in line for line in lines)
+    assert any(line.startswith("time:") and "total" in line for line in lines)
+    html, text = _check_page(result.html)
+    assert "motorcycle_right.png" in text
+    # the stereo pair is one scene: the left view's queries have the right image as a positive
+    assert "motorcycle_left.png" in text and 'class="pos"' in html
+
+
+def test_demo_rerun_replaces_its_own_output_only(builtin_run, tmp_path):
+    from streamk.demo import PHOTOS, run_demo
+
+    _, _, tmp = builtin_run
+    again = run_demo(out_dir=tmp / "out", photos=PHOTOS[2:4], transforms=("scale",), n_variants=0,
+                     cache_dir=tmp / "cache", out=lambda *a: None, **TINY)
+    assert again.n_queries == 2 and len(list((tmp / "out" / "queries").iterdir())) == 2
+    (tmp_path / "mine.txt").write_text("not the demo's")
+    with pytest.raises(ConfigError, match="not empty"):
+        run_demo(out_dir=tmp_path, photos=PHOTOS[:2], out=lambda *a: None, **TINY)
+    assert (tmp_path / "mine.txt").read_text() == "not the demo's"
+
+
+def test_demo_without_skimage_names_the_extra(monkeypatch, tmp_path):
+    import sys
+
+    from streamk.demo import run_demo
+
+    monkeypatch.setitem(sys.modules, "skimage", None)  # import fails
+    with pytest.raises(DatasetImageError, match=r"streamk\[demo\]"):
+        run_demo(out_dir=tmp_path / "out", out=lambda *a: None, **TINY)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_demo_on_a_folder_with_a_corrupt_file(tmp_path, capsys):
+    pytest.importorskip("pyhesaff")
+    skimage = pytest.importorskip("skimage")
+    data = Path(skimage.__file__).parent / "data"
+    photos = tmp_path / "photos"
+    (photos / "sub").mkdir(parents=True)
+    shutil.copy(data / "camera.png", photos / "camera.png")
+    shutil.copy(data / "coins.png", photos / "sub" / "coins.png")
+    shutil.copy(data / "page.png", photos / "<b>&'page\".png")  # an id that must be escaped
+    shutil.copy(data / "camera.png", photos / "camera-copy.png")  # same content: reported
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    out = photos / "demo-out"  # inside the folder: not indexed itself
+    rc = main(["demo", "--images", str(photos), "--out", str(out), "--max-queries", "2",
+               "--transforms", "crop,light", "--k", "4", "--max-side", "320", "--max-features", "300",
+               "--workers", "1", "--cache", str(tmp_path / "cache"), "--no-progress"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "broken.jpg" in captured.err and "camera-copy.png" in captured.err
+    assert "database: 3 images" in captured.out
+    lines = captured.out.splitlines()
+    for method in ("sum", "democratic", "gmp"):
+        row = next(line for line in lines if line.startswith(method + " "))
+        assert 0 <= float(row.split()[1]) <= 100
+    html, text = _check_page(out / "index.html")
+    assert "<b>&'page\".png" in text  # shown as text...
+    assert "<b>" not in html.split("</style>", 1)[1]  # ...never as markup
+    assert "&lt;b&gt;&amp;&#x27;page&quot;.png" in html
+    assert "sub__coins.png" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["demo", "--images", "/no/such/folder"], "not a folder"),
+    (["demo", "--transforms", "crop,blur"], "unknown transform"),
+])
+def test_cli_demo_bad_input_exit_code(argv, message, tmp_path, capsys):
+    assert main(argv + ["--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_demo_rejects_bad_numbers(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--max-queries", "0"])
+    assert exc.value.code == 2
 
 
 def test_cli_rejects_unknown_command(capsys):
