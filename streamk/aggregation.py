@@ -17,7 +17,6 @@ ill-conditioned blocks of Fisher vectors (norms ~ sqrt(2d) against lam = 1).
 import warnings
 
 import numpy as np
-from scipy.linalg import blas
 
 from . import kernels
 from .checks import as_gram
@@ -46,6 +45,8 @@ class ConvergenceWarning(UserWarning):
 
 def gram(Phi):
     """K = Phi Phi^T through one BLAS syrk (half the flops of a GEMM)."""
+    from scipy.linalg import blas  # here, not at import: a process that only searches never loads scipy
+
     Phi = np.asarray(Phi)
     syrk = blas.ssyrk if Phi.dtype == np.float32 else blas.dsyrk
     # Phi.T is Fortran-contiguous, so BLAS reads Phi without a copy.

@@ -5,7 +5,6 @@ dimensionality reduction keeps the first D' rotated components.
 """
 
 import numpy as np
-from scipy.linalg import lapack, qr
 
 from . import kernels
 from .checks import as_vectors
@@ -95,6 +94,8 @@ class RotationNormalisation:
         else:
             _, eigvec = np.linalg.eigh(Vc.T @ Vc)
             U = eigvec[:, ::-1][:, :r]
+        from scipy.linalg import qr  # here, not at import: a process that only searches never loads scipy
+
         (reflectors, tau), R = qr(U, mode="raw")
         # Q^T U = R is diagonal with entries +-1: fix the signs so Q[:, :r] = U
         self.reflectors_, self.tau_ = np.asfortranarray(reflectors), tau
@@ -103,6 +104,8 @@ class RotationNormalisation:
 
     def rotate(self, V):
         """All D rotated components [U, U_perp]^T (v - mean), one row per vector."""
+        from scipy.linalg import lapack
+
         self._check_fitted()
         C = np.asfortranarray((np.atleast_2d(V) - self.mean_).T)  # D x m
         lwork = 64 * max(1, C.shape[1])
