@@ -47,6 +47,7 @@ from .encoder import Encoder
 from .errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
 from .evaluation import compute_map
 from .index import StreamingIndex, encoded_image_file
+from .postprocessing import postprocess
 from .ingest import scan
 from .store import validate_id
 
@@ -105,9 +106,6 @@ class DemoResult:
     skipped: list  # (path, reason)
     timings: dict = field(default_factory=dict)  # stage -> seconds
 
-    def row(self, method):
-        return next(m for m in self.methods if m.method == method)
-
 
 # ---------------------------------------------------------------- photos
 def skimage_photo_dir():
@@ -151,7 +149,7 @@ def _save_jpeg(img, path, quality=92):
     img.save(path, format="JPEG", quality=quality)
 
 
-def builtin_collection(out, photos=PHOTOS, n_variants=2, seed=0, report=None):
+def builtin_collection(out, photos, n_variants, seed, report):
     """[DbImage] of the database: scikit-image's photos, each with ``n_variants`` milder
     views written to ``out/database``."""
     folder = skimage_photo_dir()
@@ -202,13 +200,17 @@ def _sample(n, k, seed):
     return np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
 
 
-def make_queries(database, out, transforms, max_queries, seed):
+def make_queries(database, out, transforms, max_queries, seed, report):
     """Write one view per transform of a sample of the database's originals; [Query]."""
     originals = [im for im in database if im.original]
     queries = []
     for n, pos in enumerate(_sample(len(originals), max_queries, seed)):
         image_id, path, scene, _ = originals[pos]
-        img = tf.open_rgb(path, max_side=QUERY_MAX_SIDE)
+        try:
+            img = tf.open_rgb(path, max_side=QUERY_MAX_SIDE)
+        except ImageReadError as exc:  # changed since its features were extracted
+            report(path, f"{type(exc).__name__}: {exc.reason} (no queries made of it)")
+            continue
         for t in transforms:
             qpath = out / "queries" / f"{n:04d}-{_safe_name(image_id.rsplit('.', 1)[0])}.{t}.jpg"
             # the jpeg change is its own (heavy) compression; the others are saved as a camera would
@@ -232,7 +234,11 @@ def _extract(database, extractor, cache_dir, workers, progress, report):
             report(path, "EmptyDescriptorSetError: no local features")
             continue
         # the content key of the index: the same bytes twice cannot be indexed twice
-        sha = hashlib.sha256(feat._read_file_bytes(path)).hexdigest()
+        try:
+            sha = hashlib.sha256(feat._read_file_bytes(path)).hexdigest()
+        except ImageReadError as exc:  # removed since its features were extracted
+            report(path, f"{type(exc).__name__}: {exc.reason}")
+            continue
         if sha in seen:
             report(path, f"DuplicateError: same content as {seen[sha]!r}")
             continue
@@ -243,19 +249,31 @@ def _extract(database, extractor, cache_dir, workers, progress, report):
     return kept, fs, shas
 
 
-def _build_index(path, encoder, extractor, database, fs, shas, progress, batch=64):
-    """A new index at ``path`` holding the database images (encoded here, written in batches)."""
+def _encode_database(encoders, fs, progress):
+    """{method: [(vector, alpha)]} of the database images, as each method's
+    ``encoder.encode(X, return_weights=True)`` gives them; but each image is embedded once
+    and its Gram matrix shared by the methods (Encoder.aggregate_methods): the embedding
+    and the Gram are most of the cost."""
     from tqdm.auto import tqdm
 
+    base = next(iter(encoders.values()))
+    out = {m: [] for m in encoders}
+    for f in tqdm(fs, desc=f"encoding ({', '.join(encoders)})", unit="img", disable=not progress,
+                  dynamic_ncols=True):
+        for m, (xi, alpha) in base.aggregate_methods(f.descriptors, tuple(encoders)).items():
+            enc = encoders[m]
+            out[m].append((postprocess(xi, enc.config.power, enc.rn).astype(np.float32), alpha))
+    return out
+
+
+def _build_index(path, encoder, extractor, database, fs, shas, encoded, batch=64):
+    """A new index at ``path`` holding the database images, their vectors and weights
+    ``encoded`` [(vector, alpha)] written ``batch`` images per transaction."""
     idx = StreamingIndex.create(path, encoder, vector_dtype="float32", extractor=extractor)
-    items = list(zip(database, fs, shas))
-    for s in tqdm(range(0, len(items), batch), desc=f"index {encoder.config.aggregation}",
-                  unit="batch", disable=not progress, dynamic_ncols=True):
-        encoded = []
-        for im, f, sha in items[s:s + batch]:
-            v, alpha = encoder.encode(f.descriptors, return_weights=True)
-            encoded.append(encoded_image_file(im.id, im.path, sha, v, f.keypoints, alpha, f.image_size))
-        for outcome in idx.write_encoded(encoded):
+    items = [encoded_image_file(im.id, im.path, sha, v, f.keypoints, alpha, f.image_size)
+             for im, f, sha, (v, alpha) in zip(database, fs, shas, encoded)]
+    for s in range(0, len(items), batch):
+        for outcome in idx.write_encoded(items[s:s + batch]):
             if isinstance(outcome, Exception):  # ids and content were checked before: a bug
                 raise outcome
     return idx
@@ -428,7 +446,7 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
         raise TooFewImagesError(f"{n_desc} local features in all, fewer than k={k}")
 
     t0 = time.perf_counter()
-    queries = make_queries(database, out_path, transforms, int(max_queries), seed)
+    queries = make_queries(database, out_path, transforms, int(max_queries), seed, skip)
     timings["queries"] = time.perf_counter() - t0
     scenes = {}
     for row, im in enumerate(database):
@@ -450,11 +468,12 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
         f"unsupervised (no labels used; no distinct learning set comes with these photos)")
 
     t0 = time.perf_counter()
+    encoders = {m: base if m == "sum" else base.derive(aggregation=m) for m in METHODS}
+    vectors = _encode_database(encoders, fs, progress)
     indexes = {}
     try:
-        for m in METHODS:
-            enc = base if m == "sum" else base.derive(aggregation=m)
-            indexes[m] = _build_index(out_path / f"index-{m}", enc, extractor, database, fs, shas, progress)
+        for m, enc in encoders.items():
+            indexes[m] = _build_index(out_path / f"index-{m}", enc, extractor, database, fs, shas, vectors[m])
         timings["indexing"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rows_of = {im.id: row for row, im in enumerate(database)}

@@ -141,17 +141,34 @@ def test_demo_on_builtin_photos(builtin_run):
     assert "motorcycle_left.png" in text and 'class="pos"' in html
 
 
-def test_demo_rerun_replaces_its_own_output_only(builtin_run, tmp_path):
+def test_demo_index_holds_what_search_encodes(builtin_run):
+    from streamk.features import extract
+    from streamk.index import StreamingIndex
+
+    result, _, tmp = builtin_run
+    for method in ("sum", "democratic", "gmp"):
+        with StreamingIndex.open(result.out_dir / f"index-{method}", readonly=True) as idx:
+            assert len(idx) == result.n_database and idx.encoder.config.aggregation == method
+            for image_id in idx.ids()[:3]:
+                f = extract(idx.info(image_id)["source"], idx.extractor(), cache=tmp / "cache")
+                assert np.allclose(idx.vector(image_id), idx.encoder.encode(f.descriptors), atol=1e-5)
+
+
+def test_demo_rerun_replaces_its_own_output_only(tmp_path):
+    pytest.importorskip("pyhesaff")
+    pytest.importorskip("skimage")
     from streamk.demo import PHOTOS, run_demo
 
-    _, _, tmp = builtin_run
-    again = run_demo(out_dir=tmp / "out", photos=PHOTOS[2:4], transforms=("scale",), n_variants=0,
-                     cache_dir=tmp / "cache", out=lambda *a: None, **TINY)
-    assert again.n_queries == 2 and len(list((tmp / "out" / "queries").iterdir())) == 2
-    (tmp_path / "mine.txt").write_text("not the demo's")
+    kw = dict(n_variants=0, cache_dir=tmp_path / "cache", out=lambda *a: None, **TINY)
+    run_demo(out_dir=tmp_path / "out", photos=PHOTOS[2:4], transforms=("scale", "crop"), **kw)
+    again = run_demo(out_dir=tmp_path / "out", photos=PHOTOS[2:4], transforms=("scale",), **kw)
+    assert again.n_queries == 2 and len(list((tmp_path / "out" / "queries").iterdir())) == 2
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("not the demo's")
     with pytest.raises(ConfigError, match="not empty"):
-        run_demo(out_dir=tmp_path, photos=PHOTOS[:2], out=lambda *a: None, **TINY)
-    assert (tmp_path / "mine.txt").read_text() == "not the demo's"
+        run_demo(out_dir=mine, photos=PHOTOS[2:4], **kw)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
 
 def test_demo_without_skimage_names_the_extra(monkeypatch, tmp_path):
