@@ -447,7 +447,7 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
 
     t0 = time.perf_counter()
     queries = make_queries(database, out_path, transforms, int(max_queries), seed, skip)
-    timings["queries"] = time.perf_counter() - t0
+    timings["query views"] = time.perf_counter() - t0
     scenes = {}
     for row, im in enumerate(database):
         scenes.setdefault(im.scene, []).append(row)
@@ -462,7 +462,8 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
         + ("the database images of the same scene" if builtin else "the source image only"))
 
     t0 = time.perf_counter()
-    base = Encoder(embedding="temb", k=int(k), aggregation="sum").fit([f.descriptors for f in fs])
+    base = Encoder(embedding="temb", k=int(k), aggregation="sum").fit([f.descriptors for f in fs],
+                                                                      verbose=progress)
     timings["encoder fit"] = time.perf_counter() - t0
     out(f"encoder: T-emb k={k} (D={base.dim}) learned on the database images' own {n_desc} descriptors: "
         f"unsupervised (no labels used; no distinct learning set comes with these photos)")
@@ -500,8 +501,8 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
     for m in methods:
         out(f"{m.method:<12}{m.map:6.1f}" + "".join(f"{v:8.1f}" for v in m.per_transform.values())
             + f"{m.ms_per_query:10.0f}")
-    out("(mAP in %, official AP; ms/query: index.search on the query file -- features, encoding, "
-        "scan -- one method)")
+    out("(mAP in %, official AP; ms/query: one index.search on the query file: its features, "
+        "encoding and the scan)")
     out("")
     out("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in timings.items()))
     if skipped:

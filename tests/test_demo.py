@@ -222,6 +222,16 @@ def test_cli_demo_bad_input_exit_code(argv, message, tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_demo_folder_without_usable_images(tmp_path, capsys):
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "broken.png").write_bytes(b"\x89PNG not really")
+    argv = ["demo", "--images", str(tmp_path / "photos"), "--out", str(tmp_path / "out"), "--workers", "1",
+            "--cache", str(tmp_path / "cache"), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "broken.png" in err and "usable image" in err
+
+
 def test_cli_demo_rejects_bad_numbers(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["demo", "--max-queries", "0"])
