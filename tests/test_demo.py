@@ -223,6 +223,7 @@ def test_cli_demo_bad_input_exit_code(argv, message, tmp_path, capsys):
 
 
 def test_cli_demo_folder_without_usable_images(tmp_path, capsys):
+    pytest.importorskip("pyhesaff")
     (tmp_path / "photos").mkdir()
     (tmp_path / "photos" / "broken.png").write_bytes(b"\x89PNG not really")
     argv = ["demo", "--images", str(tmp_path / "photos"), "--out", str(tmp_path / "out"), "--workers", "1",
