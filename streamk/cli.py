@@ -165,6 +165,21 @@ def _index_create(args):
     return 0
 
 
+def _index_train_pq(args):
+    import time
+
+    from .index import StreamingIndex
+
+    with StreamingIndex.open(args.dir) as idx:
+        t0 = time.perf_counter()
+        print(f"training PQ (M={args.M}) on the {len(idx)} stored vectors; ingestion and searches go on "
+              f"meanwhile", flush=True)
+        pq = idx.train_pq(M=args.M, seed=args.seed)
+        print(f"swapped in PQ M={pq.M} ({pq.M} bytes per image) for {len(idx)} images in "
+              f"{time.perf_counter() - t0:.1f} s; search with --mode pq", flush=True)
+    return 0
+
+
 def _ingest(args):
     from .index import StreamingIndex
     from .ingest import Ingester
@@ -206,7 +221,7 @@ def _search(args):
 
 
 def _add_index_commands(sub):
-    ix = sub.add_parser("index", help="create a streaming index")
+    ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
     ix_sub = ix.add_subparsers(dest="index_command", required=True)
     cr = ix_sub.add_parser("create", help="create an empty index with a saved or newly trained encoder")
     cr.add_argument("dir", help="index directory (new or empty)")
@@ -223,6 +238,12 @@ def _add_index_commands(sub):
     cr.add_argument("--workers", type=_positive_int, default=None, help="with --train: extraction processes")
     cr.add_argument("--save-encoder", default=None, help="with --train: also save the encoder here")
     cr.set_defaults(func=_index_create)
+    tp = ix_sub.add_parser("train-pq", help="(re)train product quantisation and swap it in without stopping "
+                                            "ingestion or searches (needs >= 256 images)")
+    tp.add_argument("dir", help="index directory")
+    tp.add_argument("--M", type=_positive_int, default=16, help="sub-quantisers = bytes per image (default 16)")
+    tp.add_argument("--seed", type=int, default=0)
+    tp.set_defaults(func=_index_train_pq)
 
     ing = sub.add_parser("ingest", help="add image files/folders to an index (resumable; skips known content)")
     ing.add_argument("dir", help="index directory")

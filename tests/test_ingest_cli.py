@@ -254,3 +254,22 @@ def test_watch_max_polls(work, tmp_path, capsys):
                  "--workers", "1", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "poll 3:" in out and out.strip().splitlines()[-1].startswith("added 1, skipped 0 existing")
+
+
+def test_train_pq_then_pq_search(work, tmp_path, capsys):
+    ix = tmp_path / "ix"
+    create(ix, work)
+    imgs = work / "imgs"
+    assert main(["ingest", str(ix), str(imgs), "--workers", "1", "--no-progress"]) == 0
+    assert main(["index", "train-pq", str(ix), "--M", "8"]) == 2  # 6 images: too few
+    assert "at least 256" in capsys.readouterr().err
+    with StreamingIndex.open(ix) as idx:  # fill up with other vectors
+        V = np.random.default_rng(3).standard_normal((300, idx.encoder.dim))
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)])
+    assert main(["index", "train-pq", str(ix), "--M", "8"]) == 0
+    assert "swapped in PQ M=8" in capsys.readouterr().out
+    assert main(["search", str(ix), str(imgs / "img3.png"), "-k", "2", "--mode", "pq", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert hits[0]["id"] == "img3.png" and abs(hits[0]["score"] - 1.0) < 1e-3
+    with StreamingIndex.open(ix) as idx:
+        assert idx.store.count("codes") == idx.store.count("images") == 306
