@@ -32,3 +32,18 @@ def shared_data():
     if path is None:
         pytest.skip("shared data (../shared/data) not present")
     return path
+
+
+@pytest.fixture
+def wait_until():
+    """wait_until(condition, timeout, what): poll ``condition()`` until it is true;
+    fail with ``what`` after ``timeout`` seconds (a bounded wait, never a bare sleep)."""
+    import time
+
+    def wait(condition, timeout, what):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout} s waiting for {what}")
+            time.sleep(0.05)
+    return wait

@@ -381,7 +381,7 @@ TRAINER = textwrap.dedent("""
 """)
 
 
-def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encoder):
+def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encoder, wait_until):
     rng = np.random.default_rng(19)
     V, W = unit(rng, 300, encoder.dim), unit(rng, 30, encoder.dim)
     idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32")
@@ -391,11 +391,8 @@ def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encod
     proc = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py"), str(tmp_path / "ix"), str(tmp_path)],
                             env=env)
     try:
-        for _ in range(1200):  # the trainer has taken its snapshot and is training
-            if (tmp_path / "snapshot").exists() or proc.poll() is not None:
-                break
-            import time
-            time.sleep(0.1)
+        wait_until(lambda: (tmp_path / "snapshot").exists() or proc.poll() is not None, 120,
+                   "the trainer's snapshot")  # it is now training
         assert (tmp_path / "snapshot").read_text() == "300"
         for i, w in enumerate(W):  # each add commits while the training is still open
             assert idx.add(f"w{i}", vector=w) == f"w{i}"
