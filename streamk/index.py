@@ -549,10 +549,12 @@ class StreamingIndex:
                          else np.zeros((0, self.encoder.dim), np.float32))
         pq = self._current_pq(txn)
         self._codes = None
-        if pq is not None:
-            self._codes = np.zeros((len(ids), pq.M), np.uint8)
-            for r, i in enumerate(ids):
-                self._codes[r] = self._code_of(txn, i.encode(), self._vectors[r], pq)
+        if pq is not None:  # one cursor pass; both sub-databases are sorted by id
+            with txn.cursor(db=db["codes"]) as cur:
+                stored = {bytes(k).decode(): bytes(v) for k, v in cur if len(v) == pq.M}
+            blob = b"".join(stored[i] if i in stored else self._code_of(txn, i.encode(), self._vectors[r], pq)
+                            .tobytes() for r, i in enumerate(ids))
+            self._codes = np.frombuffer(blob, np.uint8).reshape(len(ids), pq.M).copy()
 
     def _code_of(self, txn, key, v, pq):
         raw = txn.get(key, db=self._store.dbs["codes"])
@@ -650,9 +652,8 @@ class StreamingIndex:
             R = max(4 * k, 100) if rerank is None else int(rerank)
             if R < k:
                 raise ConfigError(f"rerank ({R}) must be >= k ({k})")
-            approx = self._pq.scores(q[None, :], self._codes)[0]
-            R = min(R, n)
-            cand = np.argpartition(-approx, R - 1)[:R] if R < n else np.arange(n)
+            # the R best codes by ADC, kept in a heap inside the scan (no sort of n scores)
+            cand = self._pq.search(q[None, :], self._codes, min(R, n))[1][0]
             scores = self._vectors[cand] @ q
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
         top = top[np.lexsort((top, -scores[top]))]  # by score, ties by row
