@@ -29,7 +29,6 @@ import hashlib
 import inspect
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -49,6 +48,9 @@ from streamk.embeddings import FisherVector, TriangulationEmbedding, rootsift
 from streamk.postprocessing import l2_normalize, power_law
 from streamk.synthetic import jitter, sift_like
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_str, log, machine_info, table  # noqa: E402
+
 GAMMA, N_ITER, LAM, TOL, MAX_ITER = 0.5, 10, 1.0, 1e-6, 1000  # streamk's defaults
 METHODS = ("sum", "democratic", "gmp")
 SHORT = {"sum": "sum", "democratic": "dem", "gmp": "gmp"}
@@ -66,10 +68,6 @@ PAPER = {
 
 
 # ============================================================== small helpers
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
 
 def timed(fn, repeat):
     """(median wall seconds over ``repeat`` calls, result of the last call)."""
@@ -96,57 +94,6 @@ def fmt(x, w=8, p=3):
     if x is None or (isinstance(x, float) and np.isnan(x)):
         return "-".rjust(w)
     return f"{x:{w}.{p}f}"
-
-
-def table(headers, rows, title=None):
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    lines = []
-    if title:
-        lines += ["", title]
-    lines.append("| " + " | ".join(str(h).rjust(w) for h, w in zip(headers, widths)) + " |")
-    lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    for r in rows:
-        lines.append("| " + " | ".join(str(c).rjust(w) for c, w in zip(r, widths)) + " |")
-    print("\n".join(lines), flush=True)
-
-
-def machine_info():
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    blas = {}
-    try:
-        cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
-        blas = {"name": cfg.get("name"), "version": cfg.get("version"),
-                "config": cfg.get("openblas configuration", "")}
-    except Exception:  # older numpy: no dict mode
-        pass
-    pools = []
-    try:
-        from threadpoolctl import threadpool_info
-        pools = [f"{p['internal_api']}:{p['num_threads']}" for p in threadpool_info()]
-    except Exception:
-        pass
-    import numba
-    return {
-        "cpu": cpu, "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "python": platform.python_version(), "numpy": np.__version__, "scipy": scipy.__version__,
-        "numba": numba.__version__, "numba_threads": numba.config.NUMBA_NUM_THREADS,
-        "blas": blas, "thread_pools": pools,
-        "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                               "NUMBA_NUM_THREADS", "OMP_WAIT_POLICY")},
-    }
-
-
-def load_str():
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 # ============================================================== synthetic data

@@ -31,7 +31,8 @@ from streamk.features import make_extractor
 from streamk.postprocessing import postprocess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from aggregation import FastModes, load_str  # noqa: E402  (the fast modes under study)
+from aggregation import FastModes  # noqa: E402  (the fast modes under study)
+from common import load_str  # noqa: E402
 
 METHODS = ("democratic", "gmp")
 

@@ -52,39 +52,11 @@ from streamk.encoder import Encoder
 from streamk.index import StreamingIndex, encoded_image_file
 from streamk.ingest import Ingester, collect_images
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_model, load_str, log, table  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_IMAGES = REPO.parent / "shared" / "data" / "paris6k-subset" / "jpg"
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def load_str():
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def table(headers, rows, title=None):
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    lines = []
-    if title:
-        lines += ["", title, ""]
-    lines.append("| " + " | ".join(str(h).rjust(w) for h, w in zip(headers, widths)) + " |")
-    lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    for r in rows:
-        lines.append("| " + " | ".join(str(c).rjust(w) for c, w in zip(r, widths)) + " |")
-    print("\n".join(lines), flush=True)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 # ---------------------------------------------------------------- the second process

@@ -46,52 +46,19 @@ import streamk  # first: it sets the thread wait policies before numpy loads its
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 from streamk.pq import ProductQuantizer
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_str, log, machine_info, table  # noqa: E402
+
 K = 100  # results kept per query (recall up to R@100)
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def load_str():
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def table(headers, rows, title=None):
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    lines = []
-    if title:
-        lines += ["", title, ""]
-    lines.append("| " + " | ".join(str(h).rjust(w) for h, w in zip(headers, widths)) + " |")
-    lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    for r in rows:
-        lines.append("| " + " | ".join(str(c).rjust(w) for c, w in zip(r, widths)) + " |")
-    print("\n".join(lines), flush=True)
-
-
-def machine_info():
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    import numba
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "python": platform.python_version(),
-            "numpy": np.__version__, "numba": numba.__version__,
-            "numba_threads": numba.config.NUMBA_NUM_THREADS}
 
 
 # ============================================================== data
