@@ -357,7 +357,7 @@ def test_pq_retrain_swaps_in_what_changed_during_training(tmp_path, encoder, mon
 
 
 TRAINER = textwrap.dedent("""
-    import sys, time
+    import sys
     from pathlib import Path
     import streamk.index as index_module
     from streamk.index import StreamingIndex
@@ -368,11 +368,7 @@ TRAINER = textwrap.dedent("""
     def fit_and_wait(self, X):
         out = real_fit(self, X)
         (flags / "snapshot").write_text(str(len(X)))
-        deadline = time.monotonic() + 120
-        while not (flags / "go").exists():  # hold the training open until the test has written
-            if time.monotonic() > deadline:
-                raise SystemExit("no go")
-            time.sleep(0.05)
+        sys.stdin.readline()  # hold the training open until the test has written (or closed stdin)
         return out
     index_module.ProductQuantizer.fit = fit_and_wait
     idx = StreamingIndex.open(path)
@@ -389,7 +385,7 @@ def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encod
     (tmp_path / "trainer.py").write_text(TRAINER)
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py"), str(tmp_path / "ix"), str(tmp_path)],
-                            env=env)
+                            env=env, stdin=subprocess.PIPE)
     try:
         wait_until(lambda: (tmp_path / "snapshot").exists() or proc.poll() is not None, 120,
                    "the trainer's snapshot")  # it is now training
@@ -398,8 +394,8 @@ def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encod
             assert idx.add(f"w{i}", vector=w) == f"w{i}"
         idx.remove("v0")
         assert idx.search(W[4], k=1)[0][0] == "w4"
-        (tmp_path / "go").write_text("")
-        assert proc.wait(timeout=120) == 0
+        proc.communicate(b"go\n", timeout=120)  # let the trainer swap
+        assert proc.returncode == 0
     finally:
         if proc.poll() is None:
             proc.kill()

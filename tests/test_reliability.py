@@ -213,7 +213,7 @@ def test_search_in_another_process_while_ingesting(tmp_path, encoder):
     assert seen == {f"v{i}" for i in range(n)}
 
 
-def test_cli_search_while_cli_ingest_runs(tmp_path, encoder):
+def test_cli_search_while_cli_ingest_runs(tmp_path, encoder, wait_until):
     """The reverse: `streamk ingest` (images) in a subprocess, searching here meanwhile."""
     pytest.importorskip("cv2")
     from PIL import Image, ImageFilter
@@ -237,16 +237,12 @@ def test_cli_search_while_cli_ingest_runs(tmp_path, encoder):
                                  "--workers", "1", "--batch-size", "1", "--no-progress"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
         try:
-            deadline = time.monotonic() + 60
-            found = False
-            while time.monotonic() < deadline and not found:
-                hits = reader.search(query, k=3)
-                found = bool(hits) and hits[0][0] == "p5.png" and hits[0][1] > 0.999
-                time.sleep(0.02)  # bounded by the deadline
-                if proc.poll() is not None and not found:
-                    hits = reader.search(query, k=3)
-                    found = bool(hits) and hits[0][0] == "p5.png"
-                    break
+            def p5_on_top():
+                hits = reader.search(query, k=3)  # searching all along, while the writer adds
+                return bool(hits) and hits[0][0] == "p5.png" and hits[0][1] > 0.999
+            wait_until(lambda: p5_on_top() or proc.poll() is not None, 60, "p5.png in the reader's results")
+            hits = reader.search(query, k=3)
+            found = bool(hits) and hits[0][0] == "p5.png"
             out, err = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
