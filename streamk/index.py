@@ -199,14 +199,17 @@ class StreamingIndex:
         with self._store.read() as txn, txn.cursor(db=self._store.dbs["images"]) as cur:
             return [bytes(k).decode() for k in cur.iternext(keys=True, values=False)]
 
-    def info(self, image_id):
-        """The stored JSON record of an image (source, sha256, n_descriptors, added, ...)."""
-        key = id_key(image_id)
+    def _stored(self, name, image_id):
+        """The raw value of an image in sub-database ``name``; UnknownIdError if absent."""
         with self._store.read() as txn:
-            raw = txn.get(key, db=self._store.dbs["images"])
+            raw = txn.get(id_key(image_id), db=self._store.dbs[name])
         if raw is None:
             raise UnknownIdError(f"no image {image_id!r} in the index")
-        return json.loads(raw)
+        return raw
+
+    def info(self, image_id):
+        """The stored JSON record of an image (source, sha256, n_descriptors, added, ...)."""
+        return json.loads(self._stored("images", image_id))
 
     def extras(self, image_id):
         """{"keypoints": (n, 6), "weights": (n,)} stored for display (may be empty)."""
@@ -223,12 +226,7 @@ class StreamingIndex:
 
     def vector(self, image_id):
         """The stored vector of an image as float32."""
-        key = id_key(image_id)
-        with self._store.read() as txn:
-            raw = txn.get(key, db=self._store.dbs["vectors"])
-        if raw is None:
-            raise UnknownIdError(f"no image {image_id!r} in the index")
-        return np.frombuffer(raw, self.vector_dtype).astype(np.float32)
+        return np.frombuffer(self._stored("vectors", image_id), self.vector_dtype).astype(np.float32)
 
     def check_encoder(self, encoder):
         """Raise EncoderMismatchError unless ``encoder`` encodes as the index's encoder."""
