@@ -144,6 +144,7 @@ class Dataset:
     root: Path | None = None
     image_dir: Path | None = None
     image_ext: str = ".jpg"
+    query_image_dir: Path | None = None  # where query images are, when not among the database's
     _index: dict | None = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -155,6 +156,8 @@ class Dataset:
             self.image_dir = Path(self.image_dir)
         elif self.root is not None:
             self.image_dir = self.root / "jpg"
+        if self.query_image_dir is not None:
+            self.query_image_dir = Path(self.query_image_dir)
 
     # -- sizes and lookups
     def __len__(self) -> int:
@@ -205,6 +208,8 @@ class Dataset:
 
     def query_image_path(self, query: int | Query) -> Path:
         q = self.queries[query] if isinstance(query, (int, np.integer)) else query
+        if self.query_image_dir is not None:
+            return self.query_image_dir / f"{q.image_id}{self.image_ext}"
         return self.image_path(q.image_id)
 
     # -- ground truth
@@ -245,7 +250,7 @@ class Dataset:
                        queries=tuple(queries), protocol=self.protocol, crop_query=self.crop_query,
                        exclude_query=self.exclude_query, root=root if root is not None else self.root,
                        image_dir=image_dir if image_dir is not None else (None if root is not None else self.image_dir),
-                       image_ext=self.image_ext)
+                       image_ext=self.image_ext, query_image_dir=self.query_image_dir)
 
     def __repr__(self) -> str:
         return (f"Dataset({self.name!r}, n_images={self.n_images}, n_queries={self.n_queries}, "

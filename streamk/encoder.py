@@ -160,16 +160,18 @@ class Encoder:
     def _aggregate(self, X):
         return self._aggregate_many(X, (self.config.aggregation,))[self.config.aggregation]
 
-    def _aggregate_many(self, X, methods):
+    def _aggregate_many(self, X, methods, gamma=None, lam=None):
         c = self.config
-        return agg.aggregate_many(self.embedding.embed(X), methods, gamma=c.gamma, n_iter=c.n_iter,
-                                  lam=c.lam, tol=c.tol, max_iter=c.max_iter)
+        return agg.aggregate_many(self.embedding.embed(X), methods, gamma=c.gamma if gamma is None else gamma,
+                                  n_iter=c.n_iter, lam=c.lam if lam is None else lam, tol=c.tol,
+                                  max_iter=c.max_iter)
 
-    def aggregate_methods(self, X, methods=agg.METHODS):
+    def aggregate_methods(self, X, methods=agg.METHODS, gamma=None, lam=None):
         """{method: (xi, alpha)} before post-processing, for several aggregation
-        methods of one descriptor set, embedded once and sharing one Gram."""
+        methods of one descriptor set, embedded once and sharing one Gram.
+        gamma, lam: other values than the encoder's (None: its own)."""
         self._check_fitted()
-        return self._aggregate_many(self._preprocess(X, dim=self.input_dim), tuple(methods))
+        return self._aggregate_many(self._preprocess(X, dim=self.input_dim), tuple(methods), gamma, lam)
 
     def encode(self, X, return_weights=False):
         """Image vector (float32, unit L2 norm) of one descriptor set (n, d).

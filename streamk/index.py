@@ -332,6 +332,11 @@ class StreamingIndex:
             self._pq_epoch = epoch
         return self._pq
 
+    def product_quantizer(self):
+        """The trained :class:`~streamk.pq.ProductQuantizer`, or None before train_pq()."""
+        with self._store.read() as txn:
+            return self._current_pq(txn)
+
     def _put(self, txn, enc, replace=False):
         """Write one encoded image; returns "added" or "exists". Checks run before any write."""
         s = self._store

@@ -1,0 +1,219 @@
+"""Pieces the notebook widgets share: thumbnails, figures as PNG, an error box, a progress bar.
+
+Plots are matplotlib figures rendered to PNG (Agg) and shown in an
+``ipywidgets.Image``: they look the same in JupyterLab, in a headless run
+(nbclient) and in a saved notebook, and need no front-end extension.
+"""
+
+import base64
+import html
+import io
+import os
+import threading
+import traceback
+from collections import OrderedDict
+
+import ipywidgets as W
+import numpy as np
+
+from ..errors import ImageReadError, StreamkError
+
+THUMB_SIDE = 160
+
+
+# ---------------------------------------------------------------- images
+def open_image(path, max_side=None):
+    """An RGB PIL image (decoded now), at most ``max_side`` pixels on its long side;
+    ImageReadError for a missing, corrupt or non-image file."""
+    from PIL import Image
+
+    from ..features import _read_file_bytes
+
+    data = _read_file_bytes(path)
+    return image_from_bytes(data, path, max_side)
+
+
+def image_from_bytes(data, name, max_side=None):
+    from PIL import Image, UnidentifiedImageError
+
+    if not data:
+        raise ImageReadError(name, "empty file")
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            rgb = img.convert("RGB")
+    except UnidentifiedImageError as exc:
+        raise ImageReadError(name, "not a recognised image format") from exc
+    except Exception as exc:  # Pillow's decoders raise OSError, ValueError, SyntaxError, ...
+        raise ImageReadError(name, f"corrupt image ({exc or type(exc).__name__})") from exc
+    if max_side is not None and max(rgb.size) > max_side:
+        rgb.thumbnail((max_side, max_side))
+    return rgb
+
+
+def jpeg_bytes(img, quality=85):
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def data_uri(data, mime="image/jpeg"):
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+class ThumbnailCache:
+    """JPEG thumbnails by (path, box), read once: a re-rank does not re-read full images.
+
+    Keyed on the file's size and modification time too, so a replaced file gets a
+    new thumbnail. ``reads`` counts the full images decoded (for tests and curiosity).
+    """
+
+    def __init__(self, side=THUMB_SIDE, max_items=4096):
+        self.side = side
+        self.max_items = max_items
+        self.reads = 0
+        self._items = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path, box=None):
+        """JPEG bytes of the thumbnail of ``path`` (its ``box`` region if given)."""
+        st = os.stat(path) if os.path.exists(path) else None
+        key = (os.fspath(path), None if box is None else tuple(box),
+               None if st is None else (st.st_size, st.st_mtime_ns))
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        img = open_image(path)
+        self.reads += 1
+        if box is not None:
+            img = img.crop(tuple(int(round(v)) for v in box))
+        img.thumbnail((self.side, self.side))
+        data = jpeg_bytes(img)
+        with self._lock:
+            self._items[key] = data
+            while len(self._items) > self.max_items:
+                self._items.popitem(last=False)
+        return data
+
+    def __len__(self):
+        return len(self._items)
+
+
+def placeholder_svg(text, side=THUMB_SIDE):
+    """A grey square saying why there is no thumbnail (a data URI)."""
+    svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{side}" height="{side}">'
+           f'<rect width="100%" height="100%" fill="#ddd"/><text x="50%" y="50%" font-size="12" '
+           f'text-anchor="middle" fill="#555">{html.escape(text)}</text></svg>')
+    return data_uri(svg.encode(), "image/svg+xml")
+
+
+# ---------------------------------------------------------------- figures
+def new_figure(nrows=1, ncols=1, figsize=(6, 4), **kwargs):
+    """(figure, axes) made without pyplot: nothing is registered or shown by the notebook's
+    backend; the figure becomes a PNG through :func:`figure_png`."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def figure_png(fig, dpi=90):
+    """PNG bytes of a matplotlib figure (Agg)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def weight_colours(values):
+    """Values -> [0, 1] by rank (warmer = higher), robust to outliers and negative GMP weights."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0:
+        return values
+    order = np.argsort(np.argsort(values, kind="stable"), kind="stable")
+    return order / max(1, values.size - 1)
+
+
+# ---------------------------------------------------------------- errors and progress
+class ErrorBox(W.HTML):
+    """Where a widget shows what went wrong, instead of a dead cell.
+
+    A streamk error (bad image, no features, ...) shows its message; anything else
+    shows its type and message with the traceback folded below.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(value="", **kwargs)
+        self.add_class("streamk-error")
+        self.layout.display = "none"
+        self.last = None  # the last exception shown
+
+    def show(self, exc):
+        self.last = exc
+        text = html.escape(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, StreamkError):
+            body = f"<b>{text}</b>"
+        else:
+            tb = html.escape("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            body = f"<b>{text}</b><details><summary>traceback</summary><pre>{tb}</pre></details>"
+        self.value = f'<div style="color:#a00;border:1px solid #a00;padding:4px 8px">{body}</div>'
+        self.layout.display = None
+
+    def clear(self):
+        self.last = None
+        self.value = ""
+        self.layout.display = "none"
+
+    @property
+    def text(self):
+        return "" if self.last is None else f"{type(self.last).__name__}: {self.last}"
+
+
+class Progress(W.HBox):
+    """An ipywidgets progress bar with a label; hidden when idle.
+
+    with progress.task("re-encoding the database", total=n) as step:
+        for ...: step()
+    """
+
+    def __init__(self, **kwargs):
+        self.bar = W.IntProgress(min=0, max=1, value=0, layout=W.Layout(width="300px"))
+        self.label = W.Label("")
+        super().__init__([self.bar, self.label], **kwargs)
+        self.add_class("streamk-progress")
+        self.layout.display = "none"
+
+    def task(self, description, total):
+        return _Task(self, description, total)
+
+
+class _Task:
+    def __init__(self, progress, description, total):
+        self.p, self.description, self.total, self.done = progress, description, max(1, int(total)), 0
+
+    def __enter__(self):
+        self.p.bar.max, self.p.bar.value = self.total, 0
+        self.p.label.value = f"{self.description}: 0/{self.total}"
+        self.p.layout.display = None
+        return self
+
+    def __call__(self, n=1):
+        self.done += n
+        self.p.bar.value = min(self.done, self.total)
+        self.p.label.value = f"{self.description}: {self.done}/{self.total}"
+
+    def __exit__(self, *exc):
+        self.p.layout.display = "none"
+        return False
+
+
+def guarded(error_box, fn, *args, **kwargs):
+    """Run ``fn``; an exception is shown in ``error_box`` (and returned), never raised
+    into the notebook's event loop where it would vanish in the log."""
+    try:
+        out = fn(*args, **kwargs)
+    except Exception as exc:  # shown to the user: the widget stays usable
+        error_box.show(exc)
+        return exc
+    error_box.clear()
+    return out
