@@ -1,0 +1,386 @@
+"""SearchApp: interactive search of a StreamingIndex in a notebook.
+
+    app = SearchApp(index, dataset=dataset)   # dataset (optional): queries and ground truth
+    app                                        # shown as the cell's output
+
+A query comes from an uploaded file, a path (or an index id) typed in, or a
+query / image picked from the list; an optional crop box keeps the features
+inside it. Changing k, exact / PQ, the aggregation method, gamma, lambda or the
+power-law exponent re-encodes the query from its cached features and re-ranks at
+once (other aggregation settings than the index's own re-aggregate the database
+once, with a progress bar: :mod:`streamk.reaggregation`). Results show rank,
+score and id, bordered green / grey / red for positive / junk / negative when the
+query's ground truth is known. A weights view explains a chosen result.
+"""
+
+import html
+import os
+import time
+from typing import NamedTuple
+
+import ipywidgets as W
+import numpy as np
+
+from .. import features as feat
+from ..aggregation import DEFAULT_GAMMA, DEFAULT_LAMBDA
+from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError
+from ..reaggregation import Reaggregator, Settings
+from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
+from .weights import WeightsView
+
+METHOD_LABELS = (("sum", "sum"), ("democratic", "democratic"), ("GMP", "gmp"))
+BORDER = {"positive": "#2a2", "junk": "#999", "negative": "#d22", None: "#fff"}
+
+
+class QueryImage(NamedTuple):
+    """The current query: its image file, its full features and its ground truth."""
+
+    label: str
+    path: str  # an upload is written to the app's temporary folder first
+    features: feat.Features
+    positives: frozenset | None  # index ids; None: ground truth unknown
+    junk: frozenset
+
+
+class SearchApp(W.VBox):
+    """See the module doc. Programmatic use (tests, scripts) goes through the same
+    methods the controls call: :meth:`search_path`, :meth:`search_upload`,
+    :meth:`pick`, and the control widgets' ``value``."""
+
+    def __init__(self, index, dataset=None, k=10, cache_dir=None, workers=None, thumbnails=None,
+                 first_query=True):
+        self.index = index
+        self.dataset = dataset
+        self.thumbnails = thumbnails or ThumbnailCache()
+        self.reaggregator = Reaggregator(index, cache_dir=cache_dir, workers=workers)
+        self.extractor = index.extractor()
+        self.cache_dir = self.reaggregator.cache_dir
+        self.query = None
+        self.hits = []  # [Hit] of the last ranking
+        self.state = 0  # redraws of the result grid
+        self.timings = {}
+        self._suspended = False  # True while the app sets controls itself
+        self._upload_dir = None
+        s = self.reaggregator.index_settings()
+        n = len(index)
+
+        # -- query sources
+        self.picker = W.Dropdown(options=self._pick_options(), description="query", layout=W.Layout(width="420px"))
+        self.picker.add_class("streamk-picker")
+        self.path_text = W.Text(placeholder="image path, or an id of the index", layout=W.Layout(width="340px"))
+        self.path_button = W.Button(description="search", layout=W.Layout(width="80px"))
+        self.upload = W.FileUpload(accept="image/*", multiple=False, description="upload")
+        # -- crop box
+        self.use_box = W.Checkbox(value=False, description="crop box", indent=False, layout=W.Layout(width="90px"))
+        self.box_fields = [W.BoundedFloatText(value=0, min=0, max=1e5, description=d, step=1,
+                                              layout=W.Layout(width="130px"), style={"description_width": "22px"})
+                           for d in ("x1", "y1", "x2", "y2")]
+        # -- ranking controls
+        self.method = W.ToggleButtons(options=list(METHOD_LABELS), value=s.method, description="aggregation")
+        self.method.add_class("streamk-method")
+        self.gamma = W.FloatSlider(value=s.gamma, min=0.05, max=1.0, step=0.05, description="γ (dem.)",
+                                   continuous_update=False, readout_format=".2f")
+        self.lam = W.FloatLogSlider(value=s.lam, base=10, min=-3, max=3, step=0.25, description="λ (GMP)",
+                                    continuous_update=False)
+        self.power = W.FloatSlider(value=s.power, min=0.0, max=1.0, step=0.05, description="power α",
+                                   continuous_update=False, readout_format=".2f")
+        self.k = W.IntSlider(value=min(k, max(1, n)), min=1, max=max(1, min(100, n)), description="k",
+                             continuous_update=False)
+        self.k.add_class("streamk-k")
+        has_pq = index.product_quantizer() is not None
+        self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search",
+                                    tooltips=["all stored vectors", "PQ codes, then re-rank"
+                                              if has_pq else "the index has no PQ (index.train_pq())"])
+        self.mode.add_class("streamk-mode")
+        self.reset_button = W.Button(description="index settings", tooltip="the settings the index was built with")
+        # -- output
+        self.progress = Progress()
+        self.errors = ErrorBox()
+        self.status = W.HTML()
+        self.status.add_class("streamk-status")
+        self.query_view = W.HTML()
+        self.query_view.add_class("streamk-query")
+        self.results = W.HTML()
+        self.results.add_class("streamk-results")
+        self.explain = W.Dropdown(options=[], description="explain", layout=W.Layout(width="420px"))
+        self.weights = WeightsView(index.encoder)
+        self.weights_box = W.VBox([W.HTML("<b>Why this match?</b> keypoints coloured by their democratic "
+                                          "and GMP weights (warmer = higher)"), self.explain, self.weights])
+        self.weights_box.layout.display = "none"
+        self.explain_toggle = W.ToggleButton(value=False, description="show weights", icon="eye")
+
+        # -- wiring
+        self.picker.observe(lambda ch: self._run(self._pick_value, ch["new"]), names="value")
+        self.path_button.on_click(lambda _: self._run(self.search_path, self.path_text.value))
+        self.path_text.on_submit(lambda _: self._run(self.search_path, self.path_text.value))
+        self.upload.observe(self._on_upload, names="value")
+        for w in (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode):
+            w.observe(self._on_control, names="value")
+        self.reset_button.on_click(lambda _: self._run(self.reset_settings))
+        self.explain_toggle.observe(self._on_explain_toggle, names="value")
+        self.explain.observe(self._on_explain, names="value")
+
+        super().__init__([
+            W.HBox([self.picker, self.path_text, self.path_button, self.upload]),
+            W.HBox([self.use_box, *self.box_fields]),
+            W.HBox([self.method, self.reset_button]),
+            W.HBox([self.gamma, self.lam, self.power]),
+            W.HBox([self.k, self.mode, self.explain_toggle]),
+            self.progress, self.errors, self.status,
+            W.HBox([self.query_view, self.results]),
+            self.weights_box,
+        ])
+        self.add_class("streamk-search-app")
+        self._update_sliders()
+        if first_query and self.picker.options:
+            self._run(self._pick_value, self.picker.value)
+
+    # ---------------------------------------------------------------- controls
+    def settings(self):
+        return Settings(self.method.value, float(self.gamma.value), float(self.lam.value), float(self.power.value))
+
+    def _update_sliders(self):
+        self.gamma.disabled = self.method.value != "democratic"
+        self.lam.disabled = self.method.value != "gmp"
+
+    def _run(self, fn, *args):
+        """Every control goes through here: an error is shown in the app, never raised."""
+        return guarded(self.errors, fn, *args)
+
+    def _on_control(self, change):
+        if not self._suspended:
+            self._run(self.rerank)
+
+    def _pick_options(self):
+        opts = []
+        if self.dataset is not None:
+            opts += [(f"query: {q.name}", ("query", i)) for i, q in enumerate(self.dataset.queries)]
+        ids = self.index.ids()
+        opts += [(f"index: {i}", ("id", i)) for i in ids[:500]]  # a longer list is no use in a drop-down
+        return opts
+
+    def _pick_value(self, value):
+        kind, what = value
+        return self.pick_query(what) if kind == "query" else self.pick(what)
+
+    def _on_upload(self, change):
+        files = change["new"]
+        if not files:
+            return
+        f = files[0] if isinstance(files, (list, tuple)) else next(iter(files.values()))
+        name = f.get("name") or f.get("metadata", {}).get("name", "upload")
+        self._run(self.search_upload, name, bytes(f["content"]))
+
+    def _on_explain(self, change):
+        if not self._suspended and self.explain_toggle.value:
+            self._run(self.explain_result, change["new"])
+
+    def _on_explain_toggle(self, change):
+        self.weights_box.layout.display = None if change["new"] else "none"
+        if change["new"]:
+            self._run(self.explain_result, self.explain.value)
+
+    def reset_settings(self):
+        s = self.reaggregator.index_settings()
+        self._suspended = True
+        try:
+            self.method.value, self.gamma.value, self.lam.value, self.power.value = s.method, s.gamma, s.lam, s.power
+        finally:
+            self._suspended = False
+        return self.rerank()
+
+    # ---------------------------------------------------------------- queries
+    def _features_of_file(self, path):
+        found, errors = feat.extract_many([path], self.extractor, self.cache_dir, workers=1, progress=False)
+        if errors:
+            raise ImageReadError(path, errors[path].split(": ", 1)[-1])
+        return found[path]
+
+    def _set_query(self, query, box=None):
+        """Take a new query (features already extracted) and rank; nothing changes on error."""
+        if len(query.features) == 0:
+            raise EmptyDescriptorSetError(f"{query.label}: no local features in this image")
+        w, h = query.features.image_size
+        old = self.query
+        self.query = query
+        self._suspended = True
+        try:
+            try:
+                for f, m in zip(self.box_fields, (w, h, w, h)):
+                    f.max = float(m)
+                for f, v in zip(self.box_fields, (0, 0, w, h) if box is None else box):
+                    f.value = float(min(max(v, 0), f.max))
+                self.use_box.value = box is not None
+            finally:
+                self._suspended = False
+            self.rerank()
+        except Exception:
+            self.query = old
+            raise
+        return self.hits
+
+    def pick_query(self, i):
+        """Search with the dataset's query ``i`` (its box, its ground truth)."""
+        q = self.dataset.queries[int(i)]
+        path = str(self.dataset.query_image_path(q))
+        pos, junk = self.dataset.ground_truth()[int(i)]
+        ids = self.dataset.image_ids
+        return self._set_query(QueryImage(f"query {q.name}", path, self._features_of_file(path),
+                                          frozenset(ids[j] for j in pos), frozenset(ids[j] for j in junk)),
+                               box=q.box if self.dataset.crop_query else None)
+
+    def pick(self, image_id):
+        """Search with an image of the index (its stored source file)."""
+        info = self.index.info(image_id)
+        if not info.get("source"):
+            raise ConfigError(f"image {image_id!r} was added as {info.get('kind')}: no image file to query with")
+        return self.search_path(info["source"], label=f"index image {image_id}")
+
+    def search_path(self, path, label=None):
+        """Search with an image file (or, if ``path`` is an id of the index, with that image)."""
+        path = str(path).strip()
+        if not path:
+            raise ConfigError("type an image path or an id of the index")
+        if not os.path.exists(path) and path in self.index:
+            return self.pick(path)
+        positives, junk = self._ground_truth_of(path)
+        return self._set_query(QueryImage(label or path, path, self._features_of_file(path), positives, junk))
+
+    def search_upload(self, name, data):
+        """Search with the bytes of an uploaded image file."""
+        import tempfile
+
+        if not data:
+            raise ImageReadError(name, "empty file")
+        f = self.extractor.extract_array(feat._decode_gray(bytes(data), name))  # a bad file stops here
+        if self._upload_dir is None:
+            self._upload_dir = tempfile.mkdtemp(prefix="streamk-upload-")
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(str(name)))[-80:]
+        path = os.path.join(self._upload_dir, f"{self.state:06d}-{safe or 'upload'}")
+        with open(path, "wb") as fh:
+            fh.write(bytes(data))
+        return self._set_query(QueryImage(f"upload {name}", path, f, None, frozenset()))
+
+    def _ground_truth_of(self, path):
+        """Ground truth of a file that is one of the dataset's query images, else unknown."""
+        if self.dataset is None:
+            return None, frozenset()
+        real = os.path.realpath(path)
+        for i, q in enumerate(self.dataset.queries):
+            if os.path.realpath(self.dataset.query_image_path(q)) == real:
+                pos, junk = self.dataset.ground_truth()[i]
+                ids = self.dataset.image_ids
+                return frozenset(ids[j] for j in pos), frozenset(ids[j] for j in junk)
+        return None, frozenset()
+
+    # ---------------------------------------------------------------- ranking
+    def box(self):
+        return tuple(float(f.value) for f in self.box_fields) if self.use_box.value else None
+
+    def query_features(self):
+        f = self.query.features
+        box = self.box()
+        if box is not None:
+            f = feat.crop_to_box(f, box)
+            if len(f) == 0:
+                raise EmptyDescriptorSetError(f"{self.query.label}: no local features inside the box {box}")
+        return f
+
+    def rerank(self):
+        """Encode the query under the current settings and rank; redraws the grid."""
+        self._update_sliders()
+        if self.query is None:
+            return []
+        s = self.settings()
+        f = self.query_features()
+        t0 = time.perf_counter()
+        q, alpha = self.reaggregator.encode_query(f.descriptors, s)
+        t_enc = time.perf_counter() - t0
+        work = self.reaggregator.work_needed(s)
+        label = f"aggregating the database again ({s.method})"
+        if work:
+            with self.progress.task(label, work) as step:
+                hits = self.reaggregator.search(q, s, k=self.k.value, mode=self.mode.value,
+                                                progress=lambda done, total, stage: step())
+        else:
+            hits = self.reaggregator.search(q, s, k=self.k.value, mode=self.mode.value)
+        self.timings = {"encode_s": t_enc, "search_s": time.perf_counter() - t0 - t_enc}
+        self.hits = hits
+        self._draw(f, s)
+        return hits
+
+    def relevance(self, image_id):
+        """"positive" / "junk" / "negative", or None when the query's ground truth is unknown."""
+        if self.query is None or self.query.positives is None:
+            return None
+        if image_id in self.query.positives:
+            return "positive"
+        return "junk" if image_id in self.query.junk else "negative"
+
+    def _thumb(self, path, box=None):
+        try:
+            return data_uri(self.thumbnails.get(path, box))
+        except (ImageReadError, OSError) as exc:
+            return placeholder_svg("image missing" if "no such file" in str(exc) else "unreadable")
+
+    def _draw(self, f, s):
+        self.state += 1
+        q = self.query
+        box = self.box()
+        src = self._thumb(q.path, box)
+        self.query_view.value = (
+            f'<figure style="margin:4px;text-align:center"><img src="{src}" style="border:3px solid #36c"/>'
+            f'<figcaption style="max-width:{self.thumbnails.side}px;font-size:11px">{html.escape(q.label)}<br>'
+            f'{len(f)} features{" in the box" if box else ""}</figcaption></figure>')
+        cards = []
+        for rank, hit in enumerate(self.hits, 1):
+            rel = self.relevance(hit.id)
+            try:
+                src = self._thumb(self.index.info(hit.id).get("source") or "")
+            except Exception:  # removed meanwhile by another process: still listed, without a picture
+                src = placeholder_svg("removed")
+            cards.append(
+                f'<figure class="streamk-hit" data-id="{html.escape(hit.id)}" data-rank="{rank}" '
+                f'data-relevance="{rel or ""}" style="margin:4px;text-align:center;width:{self.thumbnails.side + 8}px">'
+                f'<img src="{src}" style="border:4px solid {BORDER[rel]};max-width:{self.thumbnails.side}px"/>'
+                f'<figcaption style="font-size:11px;word-break:break-all">#{rank} · {hit.score:.3f}<br>'
+                f'{html.escape(hit.id)}</figcaption></figure>')
+        if not cards:
+            cards.append("<i>the index is empty</i>")
+        self.results.value = (
+            f'<div class="streamk-grid" data-method="{s.method}" data-k="{self.k.value}" '
+            f'data-mode="{self.mode.value}" data-query="{html.escape(q.label)}" data-state="{self.state}" '
+            f'style="display:flex;flex-wrap:wrap">{"".join(cards)}</div>')
+        n_pos = None if q.positives is None else sum(self.relevance(h.id) == "positive" for h in self.hits)
+        own = self.reaggregator.is_index_settings(s)
+        self.status.value = (
+            f"{len(self.hits)} results of {len(self.index)} · {s.method}"
+            + (f" γ={s.gamma:.2f}" if s.method == "democratic" else "")
+            + (f" λ={s.lam:.3g}" if s.method == "gmp" else "") + f" α={s.power:.2f} · {self.mode.value}"
+            + ("" if own else " (database re-aggregated)")
+            + f" · query {1000 * self.timings['encode_s']:.0f} ms, search {1000 * self.timings['search_s']:.0f} ms"
+            + ("" if n_pos is None else f" · {n_pos} positive(s) shown of {len(q.positives)}"))
+        ids = [h.id for h in self.hits]
+        keep = self.explain.value if self.explain.value in ids else (ids[0] if ids else None)
+        self._suspended = True
+        try:
+            self.explain.options = ids
+            self.explain.value = keep
+        finally:
+            self._suspended = False
+        if self.explain_toggle.value:
+            self.explain_result(keep)
+
+    # ---------------------------------------------------------------- weights
+    def explain_result(self, image_id):
+        """Show the query's and ``image_id``'s keypoints coloured by their weights."""
+        if self.query is None:
+            return
+        rows = [("query", self.query.path, self.query_features())]
+        if image_id is not None:
+            src = self.index.info(image_id).get("source")
+            if src:
+                rows.append((image_id, src, self._features_of_file(src)))
+        s = self.settings()
+        self.weights.gamma, self.weights.lam = s.gamma, s.lam
+        self.weights.show(rows)
