@@ -382,5 +382,6 @@ class SearchApp(W.VBox):
             if src:
                 rows.append((image_id, src, self._features_of_file(src)))
         s = self.settings()
-        self.weights.gamma, self.weights.lam = s.gamma, s.lam
+        if (self.weights.gamma, self.weights.lam) != (s.gamma, s.lam):
+            self.weights.set_params(gamma=s.gamma, lam=s.lam)
         self.weights.show(rows)
