@@ -67,7 +67,8 @@ class SearchApp(W.VBox):
         # -- query sources
         self.picker = W.Dropdown(options=self._pick_options(), description="query", layout=W.Layout(width="420px"))
         self.picker.add_class("streamk-picker")
-        self.path_text = W.Text(placeholder="image path, or an id of the index", layout=W.Layout(width="340px"))
+        self.path_text = W.Text(placeholder="image path, or an id of the index", continuous_update=False,
+                                layout=W.Layout(width="340px"))
         self.path_button = W.Button(description="search", layout=W.Layout(width="80px"))
         self.upload = W.FileUpload(accept="image/*", multiple=False, description="upload")
         # -- crop box
@@ -112,7 +113,7 @@ class SearchApp(W.VBox):
         # -- wiring
         self.picker.observe(lambda ch: self._run(self._pick_value, ch["new"]), names="value")
         self.path_button.on_click(lambda _: self._run(self.search_path, self.path_text.value))
-        self.path_text.on_submit(lambda _: self._run(self.search_path, self.path_text.value))
+        self.path_text.observe(self._on_path, names="value")  # Enter (or leaving the field) searches
         self.upload.observe(self._on_upload, names="value")
         for w in (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode):
             w.observe(self._on_control, names="value")
@@ -170,6 +171,11 @@ class SearchApp(W.VBox):
         f = files[0] if isinstance(files, (list, tuple)) else next(iter(files.values()))
         name = f.get("name") or f.get("metadata", {}).get("name", "upload")
         self._run(self.search_upload, name, bytes(f["content"]))
+        self.upload.value = ()  # the same file may be chosen again
+
+    def _on_path(self, change):
+        if change["new"].strip():
+            self._run(self.search_path, change["new"])
 
     def _on_explain(self, change):
         if not self._suspended and self.explain_toggle.value:

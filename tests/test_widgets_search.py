@@ -1,0 +1,182 @@
+"""SearchApp: controls changed programmatically re-rank, errors stay in the widget."""
+
+import io
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+from streamk import features as feat  # noqa: E402
+from streamk.examples import open_example  # noqa: E402
+from streamk.experiment import default_cache_dir  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def example(small_example_dir):
+    ex = open_example(directory=small_example_dir)
+    yield ex
+    ex.close()
+
+
+@pytest.fixture
+def app(example):
+    from streamk.widgets import SearchApp
+
+    return SearchApp(example.index, dataset=example.dataset, k=5)
+
+
+def upload(app, name, data):
+    """What the FileUpload widget holds after the user picked a file."""
+    import datetime
+
+    app.upload.value = ({"name": name, "type": "image/jpeg", "size": len(data), "content": memoryview(data),
+                         "last_modified": datetime.datetime.now(datetime.timezone.utc)},)
+
+
+def grid(app):
+    """(attributes of the grid div, [(id, relevance)] of its cards) parsed from the HTML."""
+    attrs = dict(re.findall(r'data-(\w+)="([^"]*)"', app.results.value.split("<figure", 1)[0]))
+    cards = re.findall(r'class="streamk-hit" data-id="([^"]*)" data-rank="\d+" data-relevance="(\w*)"',
+                       app.results.value)
+    return attrs, cards
+
+
+def reference_ranking(example, query_path, method, power=0.5):
+    """Database ids by decreasing score, every image encoded by a plain Encoder."""
+    enc = example.index.encoder.derive(aggregation=method, power=power)
+    ids = example.index.ids()
+    paths = [example.index.info(i)["source"] for i in ids] + [str(query_path)]
+    found, _ = feat.extract_many(paths, example.index.extractor(), default_cache_dir(), workers=1, progress=False)
+    V = np.stack([enc.encode(found[p].descriptors) for p in paths[:-1]])
+    q = enc.encode(found[paths[-1]].descriptors)
+    return [ids[i] for i in np.argsort(-(V @ q), kind="stable")]
+
+
+def test_first_query_is_shown_with_ground_truth_borders(app, example):
+    assert app.errors.text == ""
+    attrs, cards = grid(app)
+    assert attrs["method"] == example.index.encoder.config.aggregation and attrs["k"] == "5"
+    assert int(attrs["state"]) == app.state >= 1
+    assert [c[0] for c in cards] == [h.id for h in app.hits] and len(cards) == 5
+    pos, _ = example.dataset.ground_truth()[0]
+    positives = {example.dataset.image_ids[j] for j in pos}
+    for image_id, rel in cards:
+        assert rel == ("positive" if image_id in positives else "negative")
+    assert "#2a2" in app.results.value and "#d22" in app.results.value  # green and red borders drawn
+    assert app.results.value.count("data:image/jpeg;base64,") == 5
+
+
+@pytest.mark.parametrize("method", ["sum", "democratic", "gmp"])
+def test_method_change_reranks_like_a_plain_encoder(app, example, method):
+    app.method.value = "sum" if method != "sum" else "democratic"
+    app.method.value = method
+    attrs, cards = grid(app)
+    assert attrs["method"] == method and app.errors.text == ""
+    ref = reference_ranking(example, example.dataset.query_image_path(0), method)
+    assert [c[0] for c in cards] == ref[:5]
+
+
+def test_k_power_and_thumbnail_cache(app):
+    app.k.value = 9
+    reads = app.thumbnails.reads
+    state = app.state
+    app.k.value = 3
+    assert len(app.hits) == 3 and len(grid(app)[1]) == 3 and app.state == state + 1
+    app.power.value = 0.2
+    app.method.value = "sum"
+    app.k.value = 7
+    assert app.thumbnails.reads == reads  # every result had been shown: no full image read again
+    assert "α=0.20" in app.status.value
+
+
+def test_parameters_move_the_scores(app):
+    app.method.value = "democratic"
+    before = [h.score for h in app.hits]
+    app.gamma.value = 0.2
+    assert app.errors.text == "" and [h.score for h in app.hits] != before
+    assert app.lam.disabled and not app.gamma.disabled
+    app.method.value = "gmp"
+    before = [h.score for h in app.hits]
+    app.lam.value = 100.0
+    assert [h.score for h in app.hits] != before and app.gamma.disabled
+    app.reset_settings()
+    assert app.reaggregator.is_index_settings(app.settings())
+
+
+def test_crop_box_changes_the_query(app):
+    n_all = len(app.query_features())
+    w, h = app.query.features.image_size
+    app.box_fields[2].value = w / 2
+    app.box_fields[3].value = h / 2
+    app.use_box.value = True
+    assert app.errors.text == ""
+    assert 0 < len(app.query_features()) < n_all
+    assert "in the box" in app.query_view.value
+    state = app.state
+    app.box_fields[2].value = 0.5  # a sliver without features
+    assert "EmptyDescriptorSetError" in app.errors.text
+    assert app.state == state  # nothing redrawn: the last ranking stays
+    app.use_box.value = False
+    assert app.errors.text == "" and len(app.query_features()) == n_all
+
+
+@pytest.mark.parametrize("data, reason", [(b"", "empty file"), (b"this is not an image", "not a recognised"),
+                                          (b"\x89PNG\r\n\x1a\n\x00\x00", "")])
+def test_bad_upload_shows_an_error_and_changes_nothing(app, data, reason):
+    hits, state, query, html = list(app.hits), app.state, app.query, app.results.value
+    upload(app, "bad.jpg", data)
+    assert "ImageReadError" in app.errors.text and reason in app.errors.text
+    assert (app.hits, app.state, app.query, app.results.value) == (hits, state, query, html)
+
+
+def test_featureless_upload_is_refused(app):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("L", (200, 200), 128).save(buf, format="PNG")
+    state = app.state
+    upload(app, "grey.png", buf.getvalue())
+    assert "EmptyDescriptorSetError" in app.errors.text and app.state == state
+
+
+def test_upload_path_and_id_queries(app, example):
+    path = example.dataset.query_image_path(1)
+    data = path.read_bytes()
+    upload(app, path.name, data)
+    assert app.errors.text == "" and app.query.label == f"upload {path.name}"
+    assert app.query.positives is None and set(c[1] for c in grid(app)[1]) == {""}  # no ground truth: no borders
+    uploaded = [h.id for h in app.hits]
+    app.path_text.value = str(path)  # Enter in the field
+    assert [h.id for h in app.hits] == uploaded
+    assert app.query.positives is not None  # a dataset query's file: its ground truth applies
+    some_id = example.index.ids()[4]
+    app.search_path(some_id)
+    assert app.hits[0].id == some_id and app.query.label == f"index image {some_id}"
+    app.path_text.value = "/no/such/file.jpg"
+    assert "no such file" in app.errors.text and app.hits[0].id == some_id
+
+
+def test_picker_covers_queries_and_index_images(app, example):
+    labels = [label for label, _ in app.picker.options]
+    assert sum(lbl.startswith("query: ") for lbl in labels) == example.dataset.n_queries
+    assert sum(lbl.startswith("index: ") for lbl in labels) == len(example.index)
+    app.picker.value = app.picker.options[-1][1]
+    assert app.errors.text == "" and app.query.label.startswith("index image")
+
+
+def test_weights_view_explains_a_result(app):
+    app.explain_toggle.value = True
+    assert app.weights_box.layout.display is None
+    assert app.weights.error.value == "" and len(app.weights.rows) == 2
+    first = app.weights.png
+    app.explain.value = app.explain.options[-1]
+    assert app.weights.png != first and app.weights.rows[1][0] == app.explain.options[-1]
+    app.explain_toggle.value = False
+    assert app.weights_box.layout.display == "none"
+
+
+def test_pq_mode_without_codes_is_reported(app):
+    app.mode.value = "pq"
+    assert "NotFittedError" in app.errors.text
