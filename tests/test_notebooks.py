@@ -70,3 +70,22 @@ def test_notebook_runs(path, small_example_dir, tmp_path):
         assert len(grids) == 1 and grids[0].count('class="streamk-hit"') == 9
         assert "demo: 9 images, 12 queries" in text
         assert len([line for line in text.splitlines() if line[:2].strip().isdigit()]) == 5  # the ranking printed
+
+
+@pytest.fixture(scope="module")
+def paris_example_dir(shared_data, tmp_path_factory):
+    pytest.importorskip("pyhesaff")
+    from streamk.examples import build_example
+
+    folder = tmp_path_factory.mktemp("paris") / "paris6k-subset"
+    build_example("paris6k-subset", folder, k=8, progress=False).close()
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_on_paris6k_subset(path, paris_example_dir, tmp_path):
+    nb = run_notebook(path, paris_example_dir, tmp_path, timeout=1800)
+    assert not [o for o in outputs(nb) if o.output_type == "error"]
+    errors = [st["value"] for st in widget_states(nb) if "streamk-error" in st.get("_dom_classes", ())]
+    assert errors and not any(errors), errors
