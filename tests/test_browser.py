@@ -62,6 +62,9 @@ def example_dir(browser_available, tmp_path_factory):
     kernel finds it through STREAMK_EXAMPLE_DIR."""
     from streamk.examples import build_example
 
+    prebuilt = os.environ.get("STREAMK_BROWSER_EXAMPLE_DIR")
+    if prebuilt:  # e.g. the README's screenshot, made on paris6k-subset
+        return Path(prebuilt)
     folder = tmp_path_factory.mktemp("example")
     build_example("demo", folder, photos=3, max_queries=2, progress=False)
     return folder
