@@ -19,7 +19,6 @@ on the database's own raw vectors of that setting (unsupervised; the index's RN
 was learned on other vectors).
 """
 
-import time
 from typing import NamedTuple
 
 import numpy as np
@@ -187,9 +186,3 @@ class Reaggregator:
         top = np.lexsort((cand, -scores))[:k]
         return [Hit(ids[cand[t]], float(scores[t])) for t in top]
 
-
-def timed(fn, *args, **kwargs):
-    """(result, seconds)."""
-    t0 = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - t0

@@ -25,7 +25,6 @@ THUMB_SIDE = 160
 def open_image(path, max_side=None):
     """An RGB PIL image (decoded now), at most ``max_side`` pixels on its long side;
     ImageReadError for a missing, corrupt or non-image file."""
-    from PIL import Image
 
     from ..features import _read_file_bytes
 

@@ -19,10 +19,8 @@ import time
 from typing import NamedTuple
 
 import ipywidgets as W
-import numpy as np
 
 from .. import features as feat
-from ..aggregation import DEFAULT_GAMMA, DEFAULT_LAMBDA
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError
 from ..reaggregation import Reaggregator, Settings
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
