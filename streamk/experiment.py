@@ -38,7 +38,7 @@ class ExperimentTimings:
     descriptors_per_image: float = 0.0
 
 
-def _aggregate_all(encoder, sets, methods, desc, verbose):
+def aggregate_all(encoder, sets, methods, desc, verbose):
     """{method: (len(sets), D) L2-normalised xi} and the mean time per image."""
     out = {m: [] for m in methods}
     t0 = time.perf_counter()
@@ -67,12 +67,12 @@ def run_experiment(learning_sets, database_sets, query_sets, embedding="temb", k
     timings.fit_s = time.perf_counter() - t0
     timings.descriptors_per_image = float(np.mean([len(X) for X in database_sets]))
 
-    db, timings.encode_s_per_image = _aggregate_all(encoder, database_sets, methods, "database", verbose)
-    queries, _ = _aggregate_all(encoder, query_sets, methods, "queries", verbose)
+    db, timings.encode_s_per_image = aggregate_all(encoder, database_sets, methods, "database", verbose)
+    queries, _ = aggregate_all(encoder, query_sets, methods, "queries", verbose)
     learn = None
     if True in rn:
         learn = db if learning_is_database else \
-            _aggregate_all(encoder, learning_sets, methods, "learning", verbose)[0]
+            aggregate_all(encoder, learning_sets, methods, "learning", verbose)[0]
 
     name = {"temb": "T-emb", "fv": "FV", "vlad": "VLAD", "bow": "BOW"}[embedding]
     if embedding == "fv" and (embedding_params or {}).get("hard"):

@@ -28,7 +28,7 @@ from .embeddings import EMBEDDINGS
 from .encoder import Encoder
 from .errors import ConfigError
 from .evaluation import evaluate
-from .experiment import MethodVectors, _aggregate_all, dataset_descriptors, default_cache_dir
+from .experiment import MethodVectors, aggregate_all, dataset_descriptors, default_cache_dir
 from .features import iter_extract
 from .postprocessing import DEFAULT_POWER, RotationNormalisation, postprocess
 
@@ -369,12 +369,12 @@ def _sweep_config(result, c, database, queries, learning, rn_components, aggrega
     result.dims[label] = int(encoder.dim)
 
     # every image embedded and aggregated once for all methods (one Gram each)
-    db, timings["aggregate_s_per_image"] = _aggregate_all(
+    db, timings["aggregate_s_per_image"] = aggregate_all(
         encoder, report.each(database, f"{label}: database"), methods, "database", False)
-    qs, _ = _aggregate_all(encoder, report.each(queries, f"{label}: queries"), methods, "queries", False)
+    qs, _ = aggregate_all(encoder, report.each(queries, f"{label}: queries"), methods, "queries", False)
     learn = db
     if learning is not None and True in rn:
-        learn, _ = _aggregate_all(encoder, report.each(learning, f"{label}: learning"), methods, "learning", False)
+        learn, _ = aggregate_all(encoder, report.each(learning, f"{label}: learning"), methods, "learning", False)
 
     t0 = time.perf_counter()
     report(0, f"{label}: power-law, RN, evaluation")
