@@ -180,3 +180,17 @@ def test_weights_view_explains_a_result(app):
 def test_pq_mode_without_codes_is_reported(app):
     app.mode.value = "pq"
     assert "NotFittedError" in app.errors.text
+
+
+def test_reaggregation_shows_progress_then_hides_it(app, example, monkeypatch):
+    calls = []
+    update = app.progress.update
+    monkeypatch.setattr(app.progress, "update", lambda *a: (calls.append(a), update(*a)))
+    app.method.value = "democratic"  # descriptors read (if not yet), database aggregated
+    calls.clear()
+    app.gamma.value = 0.35  # a setting no earlier test used: the database is aggregated again
+    n = len(example.index)
+    assert [c[:2] for c in calls] == [(i, n) for i in range(1, n + 1)]  # one step per image
+    assert all("aggregating the database again" in c[2] for c in calls)
+    assert app.progress.layout.display == "none" and app.errors.text == ""
+    assert f"in {app.timings['database_s']:.1f} s" in app.status.value

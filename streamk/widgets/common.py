@@ -171,8 +171,8 @@ class ErrorBox(W.HTML):
 class Progress(W.HBox):
     """An ipywidgets progress bar with a label; hidden when idle.
 
-    with progress.task("re-encoding the database", total=n) as step:
-        for ...: step()
+    ``progress.update`` is a ``(done, total, description)`` callback, as
+    :func:`streamk.sweep.run_sweep` and :class:`streamk.reaggregation.Reaggregator` call it.
     """
 
     def __init__(self, **kwargs):
@@ -182,28 +182,15 @@ class Progress(W.HBox):
         self.add_class("streamk-progress")
         self.layout.display = "none"
 
-    def task(self, description, total):
-        return _Task(self, description, total)
+    def update(self, done, total, description):
+        total = max(1, int(total))
+        self.bar.max = total
+        self.bar.value = min(int(done), total)
+        self.label.value = f"{description}: {int(done)}/{total}"
+        self.layout.display = None
 
-
-class _Task:
-    def __init__(self, progress, description, total):
-        self.p, self.description, self.total, self.done = progress, description, max(1, int(total)), 0
-
-    def __enter__(self):
-        self.p.bar.max, self.p.bar.value = self.total, 0
-        self.p.label.value = f"{self.description}: 0/{self.total}"
-        self.p.layout.display = None
-        return self
-
-    def __call__(self, n=1):
-        self.done += n
-        self.p.bar.value = min(self.done, self.total)
-        self.p.label.value = f"{self.description}: {self.done}/{self.total}"
-
-    def __exit__(self, *exc):
-        self.p.layout.display = "none"
-        return False
+    def hide(self):
+        self.layout.display = "none"
 
 
 def guarded(error_box, fn, *args, **kwargs):

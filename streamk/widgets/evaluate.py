@@ -139,22 +139,11 @@ class EvalDashboard(W.VBox):
         return out
 
     def _sweep(self):
-        state = {}
-
-        def on_progress(done, total, description):
-            task = state.get("task")
-            if task is None:
-                task = state["task"] = self.progress.task(description, total)
-                task.__enter__()
-            task.description = description
-            task(done - task.done)
-
         try:
             return run_sweep(self.dataset, self.configs, extractor=self.extractor, cache_dir=self.cache_dir,
-                             progress=on_progress, **self.sweep_options)
+                             progress=self.progress.update, **self.sweep_options)
         finally:
-            if "task" in state:
-                state["task"].__exit__(None, None, None)
+            self.progress.hide()
 
     def _fill_options(self):
         r = self.result

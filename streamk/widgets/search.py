@@ -304,8 +304,11 @@ class SearchApp(W.VBox):
         label = f"aggregating the database again ({s.method})"
         t_db = 0.0
         if work:  # once per setting: the database under it, with a progress bar
-            with self.progress.task(label, work) as step:
-                self.reaggregator.database(s, progress=lambda done, total, stage: step())
+            try:
+                self.reaggregator.database(s, progress=lambda done, total, stage:
+                                           self.progress.update(done, total, f"{label}: {stage}"))
+            finally:
+                self.progress.hide()
             t_db = time.perf_counter() - t0 - t_enc
         hits = self.reaggregator.search(q, s, k=self.k.value, mode=self.mode.value)
         self.timings = {"encode_s": t_enc, "database_s": t_db,
