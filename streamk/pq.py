@@ -102,10 +102,15 @@ class ProductQuantizer:
         return self.codebooks_[np.arange(self.M)[None, :], codes].reshape(codes.shape[0], -1)
 
     def tables(self, queries):
-        """Inner-product look-up tables (Q, M, 256) float32."""
+        """Inner-product look-up tables (Q, M, 256) float32.
+
+        Computed in float64 and rounded once, so a query's table does not depend on
+        the other queries of its batch (float32 BLAS sums in batch-dependent orders,
+        and a one-ulp change reorders tied scores)."""
         self._check_fitted()
-        sub = self._split(queries)
-        return np.ascontiguousarray(np.einsum("qmd,mkd->qmk", sub, self.codebooks_, optimize=True))
+        sub = self._split(queries).astype(np.float64).transpose(1, 0, 2)  # (M, Q, d)
+        cb = self.codebooks_.astype(np.float64).transpose(0, 2, 1)  # (M, d, 256)
+        return np.ascontiguousarray(np.matmul(sub, cb).transpose(1, 0, 2), dtype=np.float32)
 
     def scores(self, queries, codes):
         """Approximate inner products of each query with each code (Q, N)."""
