@@ -142,3 +142,7 @@ class TooFewImagesError(StreamkError, ValueError):
 
 class ZeroVectorError(StreamkError, ValueError):
     """A vector of zero norm cannot be L2-normalised and indexed."""
+
+
+class TrainingInProgressError(StreamkError, RuntimeError):
+    """Another process is (re)training the index's codec right now."""

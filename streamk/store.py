@@ -1,26 +1,42 @@
 """LMDB storage of a streaming index: one LMDB environment per index directory.
 
-Named sub-databases (keys and values are bytes):
+Every image gets a *row*: an integer given once, in increasing order, never
+reused (an update gives the new content a new row). Whatever a reader scans or
+loads is keyed by row, so it is read in key order without a lookup per image;
+string ids are looked up only for the results shown.
 
-``meta``     ``format`` (JSON: format tag + version), ``encoder`` (Encoder.to_bytes()),
-             ``encoder_fingerprint``, ``vector_dtype`` (float16 | float32), ``extractor``
-             (JSON extractor params or null), ``pq`` (ProductQuantizer.to_bytes(), once
-             trained), ``pq_epoch`` (bumped at each training), ``seq`` (change counter),
-             ``created`` (unix time).
-``images``   id -> JSON: kind, source, sha256, box, n_descriptors, added, seq.
-``extras``   id -> .npz bytes (keypoints, weights) for display; optional.
-``vectors``  id -> vector bytes in the index's dtype.
-``codes``    id -> M bytes (PQ codes), once PQ is trained.
-``hashes``   32-byte content key -> id (de-duplication).
-``log``      8-byte big-endian seq -> b"+" id (added or replaced) | b"-" id (removed).
+Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endian):
+
+``meta``        ``format`` (JSON: format tag + version), ``encoder`` (Encoder.to_bytes()),
+                ``encoder_fingerprint``, ``vector_dtype`` (float16 | float32), ``extractor``
+                (JSON extractor params or null), ``codec`` (IVFPQ.to_bytes(), once
+                trained), ``codec_epoch`` (the epoch of the codes in use; 0: none),
+                ``next_epoch``, ``training`` (JSON, while a training runs), ``seq``
+                (change counter), ``next_row``, ``created`` (unix time).
+``images``      id -> JSON: kind, source, sha256, box, n_descriptors, added, seq, row.
+``extras``      id -> .npz bytes (keypoints, weights) for display; optional.
+``vectors``     row -> vector bytes in the index's dtype (read for re-ranking and exact search).
+``row_ids``     row -> id (the ids of the k results).
+``hashes``      32-byte content key -> id (de-duplication).
+``codes``       epoch (4 bytes) + row -> list (uint32 LE) + M code bytes: the rows of the
+                block still being filled.
+``code_blocks`` epoch + block -> BLOCK_ROWS list numbers (uint32 LE) then BLOCK_ROWS x M
+                code bytes: a full block of rows, sealed once (a reader loads N rows in
+                N / BLOCK_ROWS reads). Rows that have no code (removed before the codes
+                were computed) have list NO_LIST.
+``dead``        block -> bitmap (BLOCK_ROWS bits, little-endian bit order) of removed rows.
+``log``         8-byte seq -> op + row: b"+" (added), b"-" (removed), b"*" (new codes: reload).
 
 Every change increments ``meta/seq`` and appends to ``log`` in the same
-transaction, so a reader that knows the seq it last saw loads only what changed.
+transaction, so a reader that knows the seq it last saw applies only what
+changed. The log keeps the last LOG_KEEP entries: a reader further behind
+loads everything again.
 
 Write transactions go through :meth:`Store.write`, which grows the map when it
 is full (abort, ``set_mapsize`` x2, rerun the whole function): users never see
 ``lmdb.MapFullError``. Readers adopt a map grown by another process
-(``MapResizedError`` -> ``set_mapsize(0)``).
+(``MapResizedError`` -> ``set_mapsize(0)``). Reader slots left by killed
+processes are reclaimed at open (``reader_check``).
 
 One :class:`Store` per process and index; a Store is not thread-safe. Ids are
 LMDB keys, never file names: nothing is written outside the index directory.
@@ -32,17 +48,23 @@ import unicodedata
 from pathlib import Path
 
 import lmdb
+import numpy as np
 
 from .errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                      ReadOnlyIndexError)
 
 FORMAT = "streamk-index"
-FORMAT_VERSION = 1
-SUBDBS = ("meta", "images", "extras", "vectors", "codes", "hashes", "log")
+FORMAT_VERSION = 2
+SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "code_blocks", "dead",
+          "log")
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 MAX_ID_CHARS = 200
 MAX_KEY_BYTES = 511  # LMDB's default maximum key size
+BLOCK_ROWS = 4096  # default rows per sealed block of codes and per bitmap of removed rows
+NO_LIST = 0xFFFFFFFF  # the list number of a row without a code
+LOG_KEEP = 1 << 16  # log entries kept; a reader further behind reloads everything
+LOG_TRIM_EVERY = 1024  # trim the log when seq crosses a multiple of this
 
 
 def validate_id(image_id):
@@ -71,12 +93,42 @@ def id_key(image_id):
     return validate_id(image_id).encode("utf-8")
 
 
+_U64 = struct.Struct(">Q")
+_EPOCH_ROW = struct.Struct(">IQ")
+
+
 def seq_key(seq):
-    return struct.pack(">Q", seq)
+    return _U64.pack(seq)
 
 
 def seq_from_key(key):
-    return struct.unpack(">Q", bytes(key))[0]
+    return _U64.unpack(bytes(key))[0]
+
+
+row_key = seq_key  # rows, blocks and seqs are all 8-byte big-endian keys (sorted by number)
+row_from_key = seq_from_key
+
+
+def epoch_key(epoch, n):
+    """Key of row (or block) ``n`` of the codes of ``epoch``: sorted by epoch, then by n."""
+    return _EPOCH_ROW.pack(epoch, n)
+
+
+def epoch_key_split(key):
+    return _EPOCH_ROW.unpack(bytes(key))
+
+
+_EPOCH_ROW_DTYPE = np.dtype([("epoch", ">u4"), ("row", ">u8")])
+
+
+def rows_of_epoch_keys(keys):
+    """int64 rows of a list of (epoch, row) keys."""
+    return np.frombuffer(b"".join(keys), dtype=_EPOCH_ROW_DTYPE)["row"].astype(np.int64)
+
+
+def rows_from_keys(keys):
+    """int64 rows of a list of 8-byte big-endian keys, without a Python step per key's bytes."""
+    return np.frombuffer(b"".join(keys), dtype=">u8").astype(np.int64)
 
 
 def _is_index_dir(path):
@@ -93,6 +145,7 @@ class Store:
         self.path = Path(path)
         self.env = env
         self.readonly = readonly
+        self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
         if create:
             self.dbs = {name: env.open_db(name.encode(), create=True) for name in SUBDBS}
         else:  # never create anything in an existing database (it may not be ours)
@@ -104,6 +157,11 @@ class Store:
         return lmdb.open(str(path), map_size=map_size, subdir=True, max_dbs=len(SUBDBS) + 2,
                          readonly=readonly, create=False, lock=True, readahead=False,
                          max_readers=126)
+
+    def reader_check(self):
+        """Free the reader slots of processes that died holding one (a SIGKILLed reader
+        keeps its slot, and with it old pages from reuse, until this runs)."""
+        return self.env.reader_check()
 
     @classmethod
     def create(cls, path, meta, map_size=DEFAULT_MAP_SIZE):
@@ -125,6 +183,7 @@ class Store:
             for k, v in record.items():
                 txn.put(k, v, db=store.dbs["meta"])
         store.write(put_meta)
+        store.block_rows = store.get_int(b"block_rows", default=BLOCK_ROWS)
         return store
 
     @classmethod
@@ -138,6 +197,8 @@ class Store:
             raise NotAnIndexError(f"{path}: cannot open as an LMDB index ({exc})") from exc
         try:
             store = cls(path, env, readonly)
+            store.reader_check()
+            store.block_rows = store.get_int(b"block_rows", default=BLOCK_ROWS)
         except (lmdb.NotFoundError, lmdb.Error) as exc:
             env.close()
             raise NotAnIndexError(f"{path} is not a streamk index ({exc})") from exc
@@ -161,13 +222,16 @@ class Store:
         self.env.close()
 
     # ------------------------------------------------------------ transactions
-    def read(self):
-        """A read transaction (use as a context manager); adopts a map grown elsewhere."""
+    def read(self, buffers=False):
+        """A read transaction (use as a context manager); adopts a map grown elsewhere.
+
+        buffers=True: values are zero-copy views of the map, valid until the
+        transaction ends (for reading many vectors or code blocks)."""
         try:
-            return self.env.begin(buffers=False)
+            return self.env.begin(buffers=buffers)
         except lmdb.MapResizedError:
             self.env.set_mapsize(0)
-            return self.env.begin(buffers=False)
+            return self.env.begin(buffers=buffers)
 
     def write(self, fn):
         """Run ``fn(txn)`` in one write transaction and commit; return its result.
@@ -222,21 +286,42 @@ class Store:
         raw = self.get_meta(b"seq", txn)
         return seq_from_key(raw) if raw is not None else 0
 
-    def bump(self, txn, op, key):
-        """Log one change (op b"+" or b"-" for id ``key``) and increment the change counter."""
+    def get_int(self, key, txn=None, default=0):
+        raw = self.get_meta(key, txn)
+        return int(bytes(raw)) if raw is not None else default
+
+    def put_int(self, txn, key, value):
+        txn.put(key.encode() if isinstance(key, str) else key, str(int(value)).encode(), db=self.dbs["meta"])
+
+    def bump(self, txn, op, row):
+        """Log one change (op b"+", b"-" or b"*" of row ``row``), increment the change
+        counter; every LOG_TRIM_EVERY changes, drop log entries older than LOG_KEEP."""
         seq = self.seq(txn) + 1
-        txn.put(seq_key(seq), op + key, db=self.dbs["log"])
+        txn.put(seq_key(seq), op + row_key(row), db=self.dbs["log"])
         txn.put(b"seq", seq_key(seq), db=self.dbs["meta"])
+        if seq % LOG_TRIM_EVERY == 0 and seq > LOG_KEEP:
+            self._trim_log(txn, seq - LOG_KEEP)
         return seq
 
-    def changes_since(self, txn, seq):
-        """[(seq, op, id)] logged after ``seq``."""
-        out = []
+    def _trim_log(self, txn, below):
         with txn.cursor(db=self.dbs["log"]) as cur:
+            positioned = cur.first()
+            while positioned and seq_from_key(cur.key()) < below:
+                cur.delete()  # moves to the next entry (unpositioned after the last)
+                positioned = bool(cur.key())
+
+    def changes_since(self, txn, seq):
+        """[(seq, op, row)] logged after ``seq``, or None when the log no longer reaches
+        back that far (it was trimmed: the caller must load everything again)."""
+        out = []
+        log = self.dbs["log"]
+        with txn.cursor(db=log) as cur:
             if not cur.set_range(seq_key(seq + 1)):
                 return out
+            if seq_from_key(cur.key()) != seq + 1:
+                return None  # trimmed: the entries right after seq are gone
             for k, v in cur:
-                out.append((seq_from_key(k), v[:1], v[1:].decode("utf-8")))
+                out.append((seq_from_key(k), bytes(v[:1]), row_from_key(v[1:9])))
         return out
 
     def dump(self):

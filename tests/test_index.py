@@ -20,7 +20,7 @@ from streamk.errors import (ConfigError, DimensionError, DuplicateError, EmptyDe
                             NotFittedError, ReadOnlyIndexError, StreamkError, TooFewImagesError,
                             UnknownIdError, ZeroVectorError)
 from streamk.index import StreamingIndex
-from streamk.store import FORMAT_VERSION
+from streamk.store import FORMAT_VERSION, row_key
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -292,7 +292,7 @@ def test_pq_search_agrees_with_exact(tmp_path, encoder):
     idx.train_pq(M=16)
     extra = unit(rng, 1, encoder.dim)[0]
     idx.add("late", vector=extra)  # added after training: gets a code too
-    assert idx.store.count("codes") == idx.store.count("images") == 301
+    assert len(stored_codes(idx)) == idx.store.count("images") == 301
     Q = V[:60] + 0.05 * rng.standard_normal((60, encoder.dim))  # noisy copies
     agree = 0
     for q in Q:
@@ -313,28 +313,45 @@ def test_pq_search_agrees_with_exact(tmp_path, encoder):
 
 
 def stored_codes(idx):
-    with idx.store.read() as txn, txn.cursor(db=idx.store.dbs["codes"]) as cur:
-        return {bytes(k).decode(): np.frombuffer(bytes(v), np.uint8) for k, v in cur}
+    """{id: (list, code)} of every image, as a fresh reader loads them from the store."""
+    from streamk.search_view import SearchView
+
+    view = SearchView(idx.store, idx.dim, idx.vector_dtype)
+    out = {}
+    with idx.store.read() as txn:
+        view.refresh(txn)
+        lists = view.lists
+        for lst in range(lists.nlist):
+            for i in range(lists.start[lst], lists.start[lst] + lists.size[lst]):
+                r = int(lists.rows[i])
+                if not view.dead[r]:
+                    out[bytes(txn.get(row_key(r), db=idx.store.dbs["row_ids"])).decode()] = \
+                        (lst, lists.codes[i].copy())
+    return out
 
 
-def assert_codes_match(idx, pq):
-    """Every image has the code of its stored vector under ``pq``, and nothing else has one."""
+def assert_codes_match(idx, codec):
+    """Every image has the list and code of its stored vector under ``codec``, and
+    nothing else has one."""
     codes = stored_codes(idx)
     assert sorted(codes) == sorted(idx.ids())
-    for i, c in codes.items():
-        np.testing.assert_array_equal(c, pq.encode(idx.vector(i)[None, :])[0], err_msg=i)
+    for i, (lst, c) in codes.items():
+        want_list, want_code = codec.encode(idx.vector(i)[None, :])
+        assert lst == want_list[0], i
+        np.testing.assert_array_equal(c, want_code[0], err_msg=i)
 
 
 def test_pq_retrain_swaps_in_what_changed_during_training(tmp_path, encoder, monkeypatch):
-    import streamk.index as index_module
+    from streamk.ivfpq import IVFPQ
 
     rng = np.random.default_rng(18)
     V = unit(rng, 300, encoder.dim)
     idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32")
     idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)])
-    old = idx.train_pq(M=16, seed=0)
+    idx.train_pq(M=16, seed=0)
+    old = idx.codec()
     late, new5 = unit(rng, 2, encoder.dim)
-    real_fit = index_module.ProductQuantizer.fit
+    real_fit = IVFPQ.fit
     seen = {}
 
     def fit_while_others_write(self, X):
@@ -346,10 +363,10 @@ def test_pq_retrain_swaps_in_what_changed_during_training(tmp_path, encoder, mon
         seen["hit"] = idx.search(V[7], k=1, mode="pq")[0][0]
         assert_codes_match(idx, old)
         return out
-    monkeypatch.setattr(index_module.ProductQuantizer, "fit", fit_while_others_write)
-    new = idx.train_pq(M=16, seed=1)
+    monkeypatch.setattr(IVFPQ, "fit", fit_while_others_write)
+    new = idx.train(M=16, seed=1)
     assert seen["hit"] == "v7"
-    assert not np.array_equal(new.codebooks_, old.codebooks_)
+    assert not np.array_equal(new.pq_.codebooks_, old.pq_.codebooks_)
     assert_codes_match(idx, new)  # "late" and the new v5 re-encoded in the swap, v3 gone
     assert idx.search(late, k=1, mode="pq")[0][0] == "late"
     assert idx.search(new5, k=1, mode="pq")[0][0] == "v5"
@@ -359,18 +376,18 @@ def test_pq_retrain_swaps_in_what_changed_during_training(tmp_path, encoder, mon
 TRAINER = textwrap.dedent("""
     import sys
     from pathlib import Path
-    import streamk.index as index_module
     from streamk.index import StreamingIndex
+    from streamk.ivfpq import IVFPQ
 
     path, flags = sys.argv[1], Path(sys.argv[2])
-    real_fit = index_module.ProductQuantizer.fit
+    real_fit = IVFPQ.fit
 
     def fit_and_wait(self, X):
         out = real_fit(self, X)
         (flags / "snapshot").write_text(str(len(X)))
         sys.stdin.readline()  # hold the training open until the test has written (or closed stdin)
         return out
-    index_module.ProductQuantizer.fit = fit_and_wait
+    IVFPQ.fit = fit_and_wait
     idx = StreamingIndex.open(path)
     idx.train_pq(M=16, seed=2)
     idx.close()
@@ -400,7 +417,7 @@ def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encod
         if proc.poll() is None:
             proc.kill()
     idx.refresh()
-    assert_codes_match(idx, idx._pq)  # the swapped-in quantiser covers the 30 late images too
+    assert_codes_match(idx, idx.codec())  # the swapped-in codec covers the 30 late images too
     assert idx.search(W[9], k=1, mode="pq")[0][0] == "w9"
     assert len(idx) == 329
     idx.close()
@@ -485,7 +502,7 @@ def test_reader_sees_another_process_writes(tmp_path, encoder):
     assert reader.search(W[5], k=1)[0] == ("w5", pytest.approx(1.0, abs=1e-6))
     assert reader.search(W[699], k=1)[0][0] == "w699"
     assert "p0" not in [i for i, _ in reader.search(P[0], k=50)]
-    assert len(reader._ids) == 702
+    assert len(reader) == 702
     assert reader.store.map_size > size_before  # adopted the map the writer grew
     assert reader.refresh() == 0  # nothing new: no reload
     reader.close()

@@ -19,7 +19,7 @@ import pytest
 
 from streamk import Encoder
 from streamk.index import StreamingIndex
-from streamk.store import SUBDBS, seq_from_key
+from streamk.store import SUBDBS, row_key, seq_from_key
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -68,8 +68,9 @@ def check_consistent(path, dim):
     with StreamingIndex.open(path) as idx:
         dump = idx.store.dump()  # reads every key and value of every sub-db
         assert set(dump) == set(SUBDBS)
-        images, vectors, hashes = dump["images"], dump["vectors"], dump["hashes"]
-        assert set(images) == set(vectors)
+        images, vectors, hashes, row_ids = dump["images"], dump["vectors"], dump["hashes"], dump["row_ids"]
+        assert set(images) == set(row_ids.values()) and set(row_ids) == set(vectors)
+        assert all(row_ids[row_key(json.loads(r)["row"])] == k for k, r in images.items())
         assert len(hashes) == len(images)
         for ck, key in hashes.items():
             assert json.loads(images[key])["content_key"] == ck.hex()
@@ -78,11 +79,14 @@ def check_consistent(path, dim):
         assert sorted(seq_from_key(k) for k in dump["log"]) == list(range(1, seq + 1))
         assert sorted(json.loads(r)["seq"] for r in images.values()) == sorted(
             seq_from_key(k) for k, v in dump["log"].items() if v[:1] == b"+")
-        out = {k.decode(): np.frombuffer(v, idx.vector_dtype).astype(np.float32) for k, v in vectors.items()}
+        out = {row_ids[r].decode(): np.frombuffer(v, idx.vector_dtype).astype(np.float32)
+               for r, v in vectors.items()}
         assert all(v.shape == (dim,) for v in out.values())
-        # a reader's in-memory view agrees
-        idx.refresh()
-        assert sorted(idx._ids) == sorted(out)
+        # a reader finds every image by its own vector
+        if out:
+            ids = list(out)
+            _, found = idx.search(np.stack([out[i] for i in ids]), k=1, mode="exact")
+            assert list(found[:, 0]) == ids
         return out
 
 
@@ -252,7 +256,7 @@ def test_cli_search_while_cli_ingest_runs(tmp_path, encoder, wait_until):
         assert proc.returncode == 0, err
         assert "added 8, skipped 0 existing, failed 0" in out
         reader.refresh()
-        assert len(reader._ids) == 8
+        assert len(reader) == 8
 
 
 def test_bad_input_via_cli_leaves_index_unchanged(tmp_path, encoder, capsys):

@@ -8,7 +8,7 @@ import pytest
 
 from streamk.errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                             ReadOnlyIndexError, StreamkError)
-from streamk.store import FORMAT_VERSION, SUBDBS, Store, id_key, seq_key, validate_id
+from streamk.store import FORMAT_VERSION, SUBDBS, Store, id_key, seq_from_key, seq_key, validate_id
 
 
 def test_create_open_round_trip(tmp_path):
@@ -89,7 +89,7 @@ def test_map_grows_transparently_and_reruns_the_whole_transaction(tmp_path):
         calls.append(1)
         for i in range(300):
             txn.put(b"%05d" % i, bytes([i % 256]) * 3000, db=s.dbs["vectors"])
-        s.bump(txn, b"+", b"x")
+        s.bump(txn, b"+", 7)
         return "done"
 
     assert s.write(fill) == "done"  # ~900 KB into a 64 KiB map
@@ -110,7 +110,7 @@ def test_failed_write_leaves_nothing(tmp_path):
 
     def bad(txn):
         txn.put(b"a", b"b", db=s.dbs["images"])
-        s.bump(txn, b"+", b"a")
+        s.bump(txn, b"+", 0)
         raise InvalidIdError("stop")
 
     with pytest.raises(InvalidIdError):
@@ -129,14 +129,32 @@ def test_readonly_refuses_writes(tmp_path):
 
 def test_change_log(tmp_path):
     s = Store.create(tmp_path / "ix", {})
-    s.write(lambda txn: (s.bump(txn, b"+", b"a"), s.bump(txn, b"+", b"b")))
-    s.write(lambda txn: s.bump(txn, b"-", b"a"))
+    s.write(lambda txn: (s.bump(txn, b"+", 0), s.bump(txn, b"+", 1)))
+    s.write(lambda txn: s.bump(txn, b"-", 0))
     with s.read() as txn:
         assert s.seq(txn) == 3
-        assert s.changes_since(txn, 0) == [(1, b"+", "a"), (2, b"+", "b"), (3, b"-", "a")]
-        assert s.changes_since(txn, 2) == [(3, b"-", "a")]
+        assert s.changes_since(txn, 0) == [(1, b"+", 0), (2, b"+", 1), (3, b"-", 0)]
+        assert s.changes_since(txn, 2) == [(3, b"-", 0)]
         assert s.changes_since(txn, 3) == []
     assert seq_key(1) < seq_key(256)  # big-endian keys sort by number
+    s.close()
+
+
+def test_change_log_is_trimmed_and_a_reader_too_far_behind_is_told(tmp_path, monkeypatch):
+    import streamk.store as store_module
+
+    monkeypatch.setattr(store_module, "LOG_KEEP", 8)
+    monkeypatch.setattr(store_module, "LOG_TRIM_EVERY", 4)
+    s = Store.create(tmp_path / "ix", {})
+    for row in range(30):
+        s.write(lambda txn, row=row: s.bump(txn, b"+", row))
+    with s.read() as txn:
+        kept = [seq_from_key(k) for k, _ in txn.cursor(db=s.dbs["log"])]
+        assert kept == list(range(20, 31))  # trimmed at seq 28 below 28 - 8; never more than 8 + 4 - 1 kept
+        assert s.changes_since(txn, 19) == [(q, b"+", q - 1) for q in range(20, 31)]
+        assert s.changes_since(txn, 18) is None  # entry 19 is gone: load everything
+        assert s.changes_since(txn, 0) is None
+        assert s.changes_since(txn, 30) == []
     s.close()
 
 

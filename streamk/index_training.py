@@ -1,0 +1,251 @@
+"""(Re)training an index's PQ / IVF-PQ codec without downtime.
+
+Ingestion and searches go on while this runs; readers keep the codes in use
+until one short transaction swaps in the new ones:
+
+1. claim: a ``training`` record in the meta (one training at a time; the record
+   of a process that died is taken over) and a new *epoch* for the new codes;
+2. snapshot: the rows stored now; the codec is fitted on a random sample of
+   their vectors (``train_size``, never all of them in memory), or given;
+3. codes of every row of the snapshot, computed and written (as sealed blocks,
+   the open block row by row) in short transactions of CHUNK_BLOCKS blocks of rows, under
+   the new epoch, which no reader looks at yet;
+4. catch-up: rows added meanwhile are coded the same way, again and again,
+   until fewer than SWAP_ROWS remain;
+5. swap: one write transaction codes those last rows, stores the codec, makes
+   its epoch the one in use and logs ``*`` (readers load the new codes);
+6. the previous epoch's codes are deleted in short transactions.
+
+Removals need nothing here: they are marked per row, whatever the epoch.
+"""
+
+import json
+import os
+import socket
+import time
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .errors import ConfigError, DimensionError, TooFewImagesError, TrainingInProgressError
+from .index_writer import pack_block, pack_codes, seal_block
+from .ivfpq import IVFPQ, default_train_size
+from .store import NO_LIST, epoch_key, epoch_key_split, row_key, rows_from_keys
+
+CHUNK_BLOCKS = 4  # blocks of rows coded per transaction
+SWAP_ROWS = 1024  # rows left to code inside the swap transaction, at most
+DELETE_BATCH = 4096  # keys deleted per transaction when dropping an epoch's codes
+
+
+def _alive(record):
+    """Whether the process of a training record still runs (on this host)."""
+    if record.get("host") != socket.gethostname():
+        return True  # another machine's process: cannot tell, assume it runs
+    try:
+        os.kill(int(record["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Trainer:
+    """One training run on ``store`` (see the module doc)."""
+
+    def __init__(self, store, dim, vector_dtype, progress=None):
+        self.store = store
+        self.dim = int(dim)
+        self.vector_dtype = np.dtype(vector_dtype)
+        self.progress = progress
+
+    # ------------------------------------------------------------ 1. claim
+    def _claim(self):
+        s = self.store
+
+        def claim(txn):
+            raw = s.get_meta(b"training", txn)
+            stale = None
+            if raw is not None:
+                record = json.loads(bytes(raw))
+                if _alive(record):
+                    raise TrainingInProgressError(
+                        f"{s.path}: a training is already running (pid {record.get('pid')} on "
+                        f"{record.get('host')}, since {time.ctime(record.get('started', 0))})")
+                stale = int(record["epoch"])
+            in_use = s.get_int(b"codec_epoch", txn)
+            epoch = max(s.get_int(b"next_epoch", txn, default=1), in_use + 1)
+            s.put_int(txn, b"next_epoch", epoch + 1)
+            record = {"pid": os.getpid(), "host": socket.gethostname(), "epoch": epoch, "started": time.time()}
+            txn.put(b"training", json.dumps(record).encode(), db=s.dbs["meta"])
+            return epoch, in_use, stale
+        epoch, in_use, stale = s.write(claim)
+        if stale is not None and stale != in_use:
+            self.drop_epoch(stale)  # left by a training that died
+        return epoch, in_use
+
+    def _release(self, epoch):
+        s = self.store
+
+        def release(txn):
+            raw = s.get_meta(b"training", txn)
+            if raw is not None and json.loads(bytes(raw)).get("epoch") == epoch:
+                txn.delete(b"training", db=s.dbs["meta"])
+        s.write(release)
+
+    # ------------------------------------------------------------ 2. snapshot and fit
+    def _stored_rows(self):
+        with self.store.read() as txn, txn.cursor(db=self.store.dbs["vectors"]) as cur:
+            next_row = self.store.get_int(b"next_row", txn)
+            keys = list(cur.iternext(keys=True, values=False))
+        return next_row, rows_from_keys(keys) if keys else np.zeros(0, np.int64)
+
+    def _vectors(self, rows):
+        """Stored vectors (n, D) float32 of rows; rows removed meanwhile are left out."""
+        with self.store.read() as txn, txn.cursor(db=self.store.dbs["vectors"]) as cur:
+            found = cur.getmulti([row_key(int(r)) for r in rows])
+        if not found:
+            return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+        got = rows_from_keys([bytes(k) for k, _ in found])
+        V = np.frombuffer(b"".join(bytes(v) for _, v in found), self.vector_dtype)
+        return got, V.reshape(len(found), self.dim).astype(np.float32)
+
+    def _fit(self, rows, nlist, M, seed, train_size):
+        codec = IVFPQ(nlist=nlist, M=M, seed=seed)
+        if self.dim % codec.M:
+            raise ConfigError(f"vector dimension {self.dim} is not a multiple of M={codec.M}")
+        if len(rows) < codec.min_train():
+            raise TooFewImagesError(f"{codec.describe()} training needs at least {codec.min_train()} "
+                                    f"images, the index has {len(rows)}")
+        n = min(len(rows), default_train_size(nlist) if train_size is None else int(train_size))
+        if n < codec.min_train():
+            raise ConfigError(f"train_size {n} is below the {codec.min_train()} vectors this codec needs")
+        sample = np.sort(np.random.default_rng(seed).choice(rows, n, replace=False))
+        step = CHUNK_BLOCKS * self.store.block_rows
+        V = np.concatenate([self._vectors(sample[i:i + step])[1] for i in range(0, n, step)])
+        return codec.fit(V)
+
+    # ------------------------------------------------------------ 3-4. codes under the new epoch
+    def _read_rows(self, txn, lo, hi):
+        """(rows, vectors (n, D) float32) stored with rows in [lo, hi)."""
+        keys, values = [], []
+        with txn.cursor(db=self.store.dbs["vectors"]) as cur:
+            if cur.set_range(row_key(lo)):
+                end = row_key(hi)
+                for k, v in cur:
+                    if bytes(k) >= end:
+                        break
+                    keys.append(bytes(k))
+                    values.append(bytes(v))
+        if not keys:
+            return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
+        V = np.frombuffer(b"".join(values), self.vector_dtype).reshape(len(keys), self.dim)
+        return rows_from_keys(keys), V.astype(np.float32)
+
+    def _write_codes(self, txn, codec, epoch, lo, hi, rows, lists, codes, sealed):
+        """Store the codes of rows [lo, hi): blocks lying entirely in the range as block
+        values, the other rows one by one; then seal the blocks these rows complete.
+        Returns the number of blocks sealed from the start."""
+        s = self.store
+        M = codec.M
+        B = s.block_rows
+        full = range(-(-lo // B), hi // B)
+        in_full = (rows >= full.start * B) & (rows < full.stop * B)
+        for b in full:
+            block_lists = np.full(B, NO_LIST, np.uint32)
+            block_codes = np.zeros((B, M), np.uint8)
+            sel = in_full & (rows // B == b)
+            block_lists[rows[sel] % B] = lists[sel]
+            block_codes[rows[sel] % B] = codes[sel]
+            txn.put(epoch_key(epoch, b), pack_block(block_lists, block_codes), db=s.dbs["code_blocks"])
+        rest = np.flatnonzero(~in_full)
+        packed = pack_codes(lists[rest], codes[rest])
+        for r, value in zip(rows[rest].tolist(), packed):
+            txn.put(epoch_key(epoch, r), value.tobytes(), db=s.dbs["codes"])
+        done = max(sealed, full.stop) if len(full) else sealed
+        for b in range(done, hi // B):  # blocks that rows coded one by one completed
+            seal_block(txn, s, epoch, b, M)
+        return max(done, hi // B)
+
+    def _code_range(self, codec, epoch, lo, hi, sealed):
+        """Code rows [lo, hi): read (one read transaction), encode (none), write (one
+        short write transaction). Returns the new count of sealed blocks."""
+        with self.store.read() as txn:
+            rows, V = self._read_rows(txn, lo, hi)
+        lists, codes = codec.encode(V) if len(rows) else (np.zeros(0, np.uint32), np.zeros((0, codec.M), np.uint8))
+        return self.store.write(lambda txn: self._write_codes(txn, codec, epoch, lo, hi, rows, lists, codes,
+                                                              sealed))
+
+    # ------------------------------------------------------------ 6. dropping an epoch
+    def drop_epoch(self, epoch):
+        """Delete every code of ``epoch`` (short transactions)."""
+        s = self.store
+        for name in ("codes", "code_blocks"):
+            while True:
+                def delete_some(txn, name=name):
+                    n = 0
+                    with txn.cursor(db=s.dbs[name]) as cur:
+                        positioned = cur.set_range(epoch_key(epoch, 0))
+                        while positioned and n < DELETE_BATCH and epoch_key_split(cur.key())[0] == epoch:
+                            cur.delete()
+                            n += 1
+                            positioned = bool(cur.key())
+                    return n
+                if s.write(delete_some) < DELETE_BATCH:
+                    break
+
+    # ------------------------------------------------------------ the whole run
+    def run(self, nlist=1, M=16, seed=0, train_size=None, codec=None):
+        if codec is not None:
+            if not isinstance(codec, IVFPQ) or not codec.fitted:
+                raise ConfigError("codec must be a trained streamk.ivfpq.IVFPQ")
+            if codec.dim != self.dim:
+                raise DimensionError(f"codec dimension {codec.dim} differs from the index's {self.dim}")
+        epoch, previous = self._claim()
+        swapped = False
+        try:
+            next_row, rows = self._stored_rows()
+            if codec is None:
+                codec = self._fit(rows, nlist, M, seed, train_size)
+            s = self.store
+            sealed = 0
+            with tqdm(total=next_row, unit="row", desc="coding", disable=self.progress is False or None,
+                      leave=False) as bar:
+                lo = 0
+                while lo < next_row:  # 3. the snapshot, block-aligned chunks
+                    hi = min(next_row, lo + CHUNK_BLOCKS * s.block_rows)
+                    sealed = self._code_range(codec, epoch, lo, hi, sealed)
+                    bar.update(hi - lo)
+                    lo = hi
+                while True:  # 4. catch up with what was added meanwhile
+                    now = s.get_int(b"next_row")
+                    if now - lo <= SWAP_ROWS:
+                        break
+                    sealed = self._code_range(codec, epoch, lo, now, sealed)
+                    bar.total = now
+                    bar.update(now - lo)
+                    lo = now
+            blob = codec.to_bytes()
+
+            def swap(txn):  # 5. the last rows and the switch, in one transaction
+                raw = s.get_meta(b"training", txn)
+                if raw is None or json.loads(bytes(raw)).get("epoch") != epoch:
+                    raise TrainingInProgressError(f"{s.path}: this training was taken over by another")
+                now = s.get_int(b"next_row", txn)
+                rows, V = self._read_rows(txn, lo, now)
+                lists, codes = codec.encode(V) if len(rows) else (np.zeros(0, np.uint32),
+                                                                  np.zeros((0, codec.M), np.uint8))
+                self._write_codes(txn, codec, epoch, lo, now, rows, lists, codes, sealed)
+                txn.put(b"codec", blob, db=s.dbs["meta"])
+                s.put_int(txn, b"codec_epoch", epoch)
+                txn.delete(b"training", db=s.dbs["meta"])
+                s.bump(txn, b"*", 0)
+            s.write(swap)
+            swapped = True
+        finally:
+            if not swapped:
+                self._release(epoch)
+                self.drop_epoch(epoch)
+        if previous:
+            self.drop_epoch(previous)  # 6.
+        return codec

@@ -1,0 +1,453 @@
+"""The writing side of a streaming index: images in, records, vectors and codes out.
+
+Everything about an image is computed before its write transaction (features,
+encoder, content key, PQ/IVF code); the transaction only checks and stores, so
+an image is either fully there or not at all, and every bad input raises a
+named error with the store unchanged.
+
+What one added image costs the store, whatever N: a new row (the ``next_row``
+counter), its JSON record under its id, its vector and id under its row
+(appended at the end of key order), its content key, one log entry, and with a
+trained codec its list and code under (epoch, row). Every B rows (the store's
+``block_rows``, 4096) the codes of the full block are sealed into one value (B
+rows in, one value out): a reader then loads N codes in N / B reads. A removal
+deletes what the image had, marks its row in the block's bitmap of removed
+rows and logs it; an update is a removal and an addition (a new row).
+
+De-duplication. Each image has a content key: sha256 of the image file's bytes
+(plus the box, if one is given), of the descriptor set (float32, with its
+shape), or of the L2-normalised float32 vector, each tagged with its kind.
+Adding content already present under the *same* id returns that id and writes
+nothing; under *another* id raises :class:`~streamk.errors.DuplicateError`
+(``existing_id`` says which) -- the index never holds the same content twice.
+Adding an id that already holds other content raises
+:class:`~streamk.errors.IdExistsError`; use ``update``.
+"""
+
+import hashlib
+import io
+import json
+import os
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from . import features as feat
+from .checks import as_descriptor_set
+from .errors import (ConfigError, DimensionError, DuplicateError, EmptyDescriptorSetError,
+                     IdExistsError, NonFiniteError, StreamkError, UnknownIdError, ZeroVectorError)
+from .ivfpq import IVFPQ
+from .store import NO_LIST, epoch_key, id_key, row_key, rows_of_epoch_keys
+
+_LIST = np.dtype("<u4")
+
+
+class AddResult(NamedTuple):
+    """One item of ``add_many``: status is "added", "exists" (same id, same content:
+    nothing written) or "error" (``error`` holds the exception)."""
+    id: object
+    status: str
+    error: Exception | None = None
+
+
+class EncodedImage(NamedTuple):
+    """One image ready to be written: everything computed, nothing stored yet."""
+
+    key: bytes  # validated id as bytes
+    vector: np.ndarray  # (D,) float32 unit norm
+    content: bytes  # 32-byte content key
+    record: dict  # JSON metadata of the image
+    extras: bytes | None  # .npz bytes (keypoints, weights) or None
+
+
+def npz_bytes(**arrays):
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def unit_vector(v):
+    """The encoder's output as a unit float32 vector, or a named error."""
+    v = np.asarray(v, np.float32)
+    n = float(np.linalg.norm(v))
+    if not np.isfinite(v).all():
+        raise NonFiniteError("the encoded vector is not finite")
+    if not n > 0:
+        raise ZeroVectorError("the encoder gave a zero vector (no usable descriptors)")
+    return (v / n).astype(np.float32)
+
+
+def checked_vector(vector, dim, what="vector"):
+    """A user's image vector as a unit float32 vector of dimension ``dim``, or a named error."""
+    if isinstance(vector, (str, bytes, os.PathLike)):
+        raise ConfigError(f"{what}: takes an array; pass image files as image_path=")
+    try:
+        v = np.asarray(vector, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DimensionError(f"{what}: not a numeric array ({exc})") from exc
+    if v.ndim != 1 or v.shape[0] != dim:
+        raise DimensionError(f"{what}: expected shape ({dim},), got {v.shape}")
+    if not np.isfinite(v).all():
+        raise NonFiniteError(f"{what} contains NaN or infinite values")
+    n = np.linalg.norm(v)
+    if not n > 0:
+        raise ZeroVectorError(f"{what} has zero norm")
+    return (v / n).astype(np.float32)
+
+
+def image_content_key(sha256_hex, box=None):
+    """Content key of an image file: its bytes' sha256 and the box (de-duplication)."""
+    return hashlib.sha256(b"image\0" + bytes.fromhex(sha256_hex) + json.dumps(box).encode()).digest()
+
+
+def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None):
+    """The record ``add(image_path=...)`` writes for an image file whose bytes have this
+    sha256, encoded to ``vector`` (ingestion workers build the same record)."""
+    record = {"kind": "image_path", "source": os.path.abspath(os.fspath(path)), "box": box,
+              "n_descriptors": int(len(keypoints)), "sha256": sha256_hex, "image_size": list(image_size)}
+    extras = npz_bytes(keypoints=keypoints, weights=np.asarray(weights, np.float32))
+    return EncodedImage(id_key(image_id), unit_vector(vector), image_content_key(sha256_hex, box), record,
+                        extras)
+
+
+def normalise_box(box):
+    if box is None:
+        return None
+    try:
+        b = np.asarray(box, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}") from exc
+    if b.shape != (4,):
+        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}")
+    return [float(v) for v in b]
+
+
+def one_source(image_path, descriptors, vector):
+    given = [name for name, v in (("image_path", image_path), ("descriptors", descriptors),
+                                  ("vector", vector)) if v is not None]
+    if len(given) != 1:
+        raise ConfigError(f"give exactly one of image_path, descriptors, vector (got {given or 'none'})")
+    return given[0]
+
+
+def pack_codes(lists, codes):
+    """Stored form of a row's code: list (uint32 LE) then the M code bytes, (n, 4 + M) uint8."""
+    out = np.empty((len(lists), 4 + codes.shape[1]), np.uint8)
+    out[:, :4] = np.asarray(lists, _LIST).reshape(-1, 1).view(np.uint8)
+    out[:, 4:] = codes
+    return out
+
+
+def unpack_codes(packed, M):
+    """(lists (n,) uint32, codes (n, M) uint8) of stored row codes (n, 4 + M) uint8."""
+    packed = packed.reshape(-1, 4 + M)
+    return np.ascontiguousarray(packed[:, :4]).view(_LIST).reshape(-1), packed[:, 4:]
+
+
+def split_block(value, M, B):
+    """(lists (B,) uint32, codes (B, M) uint8) of a sealed block value (views, no copy)."""
+    lists = np.frombuffer(value, _LIST, B)
+    codes = np.frombuffer(value, np.uint8, B * M, offset=4 * B).reshape(B, M)
+    return lists, codes
+
+
+def pack_block(lists, codes):
+    """The stored value of a sealed block: B list numbers (uint32 LE) then B x M code bytes."""
+    return np.asarray(lists, _LIST).tobytes() + np.ascontiguousarray(codes, np.uint8).tobytes()
+
+
+class IndexWriter:
+    """Encodes images and writes them, their removals and their codes to a Store.
+
+    encoder: a callable returning the index's Encoder (loaded on first use);
+    dim: the vector dimension. Not thread-safe (one per thread or process).
+    """
+
+    def __init__(self, store, vector_dtype, dim, encoder):
+        self.store = store
+        self.vector_dtype = np.dtype(vector_dtype)
+        self.dim = int(dim)
+        self._encoder = encoder
+        self._extractor = None
+        self._extractor_params = None
+        self._extractor_stored = None
+        self._codec = None
+        self._codec_epoch = -1
+
+    @property
+    def encoder(self):
+        return self._encoder()
+
+    # ------------------------------------------------------------ codec in use
+    def codec(self, txn):
+        """(epoch, IVFPQ or None) in use in the store as ``txn`` sees it (re-read when
+        another process swapped in a new one)."""
+        epoch = self.store.get_int(b"codec_epoch", txn)
+        if epoch != self._codec_epoch:
+            blob = self.store.get_meta(b"codec", txn) if epoch else None
+            self._codec = IVFPQ.from_bytes(blob) if blob is not None else None
+            self._codec_epoch = epoch
+        return self._codec_epoch, self._codec
+
+    def _encode_codes(self, encoded):
+        """(epoch, lists, codes) of the vectors of ``encoded`` with the codec last seen in
+        use (outside any write transaction; the write checks the epoch again)."""
+        with self.store.read() as txn:
+            epoch, codec = self.codec(txn)
+        if codec is None or not encoded:
+            return epoch, None, None
+        lists, codes = codec.encode(np.stack([e.vector for e in encoded]))
+        return epoch, lists, codes
+
+    # ------------------------------------------------------------ extractor
+    def extractor(self):
+        """The extractor for image files (from the stored params, or the default)."""
+        raw = self.store.get_meta(b"extractor")
+        params = json.loads(raw) if raw is not None else None
+        if self._extractor is not None and (params is None or params == self._extractor_stored):
+            return self._extractor
+        ex = feat.default_extractor() if params is None else feat.extractor_from_params(params)
+        # params to pin at the first image (when none are stored); the stored ones otherwise
+        self._extractor, self._extractor_params = ex, ex.params()
+        self._extractor_stored = params
+        return ex
+
+    def use_extractor(self, extractor, params):
+        self._extractor, self._extractor_params, self._extractor_stored = extractor, params, params
+
+    def features(self, image_path, box):
+        data = feat._read_file_bytes(image_path)
+        f = self.extractor().extract_array(feat._decode_gray(data, image_path))
+        if box is not None:
+            f = feat.crop_to_box(f, box)
+        return data, f
+
+    # ------------------------------------------------------------ encoding (no transaction)
+    def encode_item(self, image_id, image_path=None, descriptors=None, vector=None, box=None):
+        """The EncodedImage of one item from exactly one source, or a named error."""
+        key = id_key(image_id)
+        kind = one_source(image_path, descriptors, vector)
+        box = normalise_box(box)
+        if box is not None and kind != "image_path":
+            raise ConfigError("box applies to image_path only")
+        h = hashlib.sha256()
+        record = {"kind": kind, "source": None, "box": box, "n_descriptors": None}
+        extras = None
+        if kind == "image_path":
+            data, f = self.features(image_path, box)
+            if len(f) == 0:
+                raise EmptyDescriptorSetError(f"{image_path}: no local features"
+                                              + (" inside the box" if box is not None else ""))
+            v, alpha = self.encoder.encode(f.descriptors, return_weights=True)
+            return encoded_image_file(image_id, image_path, hashlib.sha256(data).hexdigest(), v,
+                                      f.keypoints, alpha, f.image_size, box)
+        if kind == "descriptors":
+            X = as_descriptor_set(descriptors, dim=self.encoder.input_dim)
+            v, alpha = self.encoder.encode(X, return_weights=True)
+            v = unit_vector(v)
+            sha = hashlib.sha256(X.tobytes()).hexdigest()
+            h.update(b"descriptors\0" + str(X.shape).encode() + bytes.fromhex(sha))
+            record.update(sha256=sha, n_descriptors=int(X.shape[0]))
+            extras = npz_bytes(weights=np.asarray(alpha, np.float32))
+        else:
+            v = checked_vector(vector, self.dim)
+            sha = hashlib.sha256(v.tobytes()).hexdigest()
+            h.update(b"vector\0" + bytes.fromhex(sha))
+            record.update(sha256=sha)
+        return EncodedImage(key, v, h.digest(), record, extras)
+
+    # ------------------------------------------------------------ one transaction
+    def _put(self, txn, enc, code, replace=False):
+        """Write one encoded image with its (list, code) or None; returns "added" or
+        "exists". Every check runs before anything is written."""
+        s = self.store
+        db = s.dbs
+        old_raw = txn.get(enc.key, db=db["images"])
+        owner = txn.get(enc.content, db=db["hashes"])
+        image_id = enc.key.decode()
+        if owner is not None and bytes(owner) != enc.key:
+            raise DuplicateError(image_id, bytes(owner).decode())
+        if old_raw is not None and not replace:
+            if owner is not None:  # same id, same content
+                return "exists"
+            raise IdExistsError(f"id {image_id!r} already holds other content; use update() to replace it")
+        if replace and old_raw is None:
+            raise UnknownIdError(f"no image {image_id!r} in the index (use add())")
+        if old_raw is not None:  # replace: the old content goes, the new one gets a new row
+            self._delete(txn, enc.key, json.loads(old_raw))
+        if enc.record["kind"] == "image_path":
+            raw = s.get_meta(b"extractor", txn)
+            if raw is None or json.loads(raw) is None:  # first image: pin the default extractor
+                txn.put(b"extractor", json.dumps(self._extractor_params).encode(), db=db["meta"])
+        row = s.get_int(b"next_row", txn)
+        s.put_int(txn, b"next_row", row + 1)
+        seq = s.bump(txn, b"+", row)
+        record = dict(enc.record, added=time.time(), seq=seq, row=row, content_key=enc.content.hex())
+        rk = row_key(row)
+        txn.put(enc.key, json.dumps(record).encode(), db=db["images"])
+        txn.put(rk, enc.vector.astype(self.vector_dtype).tobytes(), db=db["vectors"], append=True)
+        txn.put(rk, enc.key, db=db["row_ids"], append=True)
+        txn.put(enc.content, enc.key, db=db["hashes"])
+        if enc.extras is not None:
+            txn.put(enc.key, enc.extras, db=db["extras"])
+        epoch, codec = self.codec(txn)
+        if codec is not None:
+            if code is None:  # the codec changed since the batch was encoded
+                lists, codes = codec.encode(enc.vector[None, :])
+                code = (lists[0], codes[0])
+            txn.put(epoch_key(epoch, row), pack_codes([code[0]], code[1][None, :]).tobytes(),
+                    db=db["codes"])
+            if (row + 1) % s.block_rows == 0:
+                seal_block(txn, s, epoch, row // s.block_rows, codec.M)
+        return "added"
+
+    def _delete(self, txn, key, record):
+        db = self.store.dbs
+        ck = record.get("content_key")
+        if ck is not None:
+            ck = bytes.fromhex(ck)
+            if txn.get(ck, db=db["hashes"]) == key:
+                txn.delete(ck, db=db["hashes"])
+        row = int(record["row"])
+        rk = row_key(row)
+        for name, k in (("images", key), ("extras", key), ("vectors", rk), ("row_ids", rk)):
+            txn.delete(k, db=db[name])
+        mark_removed(txn, self.store, row)
+        self.store.bump(txn, b"-", row)
+
+    def write_encoded(self, encoded, replace=False):
+        """Write already-encoded images (``EncodedImage``) in ONE transaction.
+
+        Returns, per image, "added", "exists" or the named error that kept it
+        out (each image is checked before anything of it is written).
+        """
+        encoded = list(encoded)
+        epoch, lists, codes = self._encode_codes(encoded)
+
+        def run(txn):
+            current, _ = self.codec(txn)
+            fresh = lists is not None and current == epoch
+            out = []
+            for i, enc in enumerate(encoded):
+                try:
+                    out.append(self._put(txn, enc, (lists[i], codes[i]) if fresh else None, replace))
+                except StreamkError as exc:
+                    out.append(exc)
+            return out
+        return self.store.write(run)
+
+    def update(self, enc):
+        """Replace the content of an existing image (UnknownIdError if absent)."""
+        epoch, lists, codes = self._encode_codes([enc])
+
+        def run(txn):
+            owner = txn.get(enc.content, db=self.store.dbs["hashes"])
+            if owner is not None and bytes(owner) == enc.key:
+                return "exists"  # same content: nothing to change
+            current, _ = self.codec(txn)
+            code = (lists[0], codes[0]) if lists is not None and current == epoch else None
+            return self._put(txn, enc, code, replace=True)
+        return self.store.write(run)
+
+    def remove(self, image_ids):
+        """Remove images, all or none: UnknownIdError (naming them) if any is absent.
+        Returns the number removed."""
+        keys = list(dict.fromkeys(id_key(i) for i in image_ids))
+
+        def run(txn):
+            db = self.store.dbs
+            records = [(k, txn.get(k, db=db["images"])) for k in keys]
+            missing = [k.decode() for k, raw in records if raw is None]
+            if missing:
+                shown = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
+                raise UnknownIdError(f"no image {shown} in the index ({len(missing)} unknown id(s); "
+                                     "nothing removed)")
+            for k, raw in records:
+                self._delete(txn, k, json.loads(raw))
+            return len(records)
+        return self.store.write(run)
+
+    def add_many(self, items, batch_size=64):
+        """Add many images; commits every ``batch_size`` items (encoding outside the
+        transaction). ``items``: dicts with "id" and one of "image_path", "descriptors",
+        "vector" (and optionally "box"), or (id, source-dict) pairs. Returns one
+        :class:`AddResult` per item, in order; a bad item does not stop the others.
+        """
+        if int(batch_size) < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        results = []
+        batch = []  # (position, image_id, EncodedImage)
+
+        def flush():
+            if not batch:
+                return
+            outcomes = self.write_encoded([enc for _, _, enc in batch])
+            for (pos, image_id, _), out in zip(batch, outcomes):
+                results[pos] = AddResult(image_id, "error", out) if isinstance(out, Exception) \
+                    else AddResult(image_id, out)
+            batch.clear()
+
+        for item in items:
+            pos = len(results)
+            image_id = None
+            try:
+                if isinstance(item, dict):
+                    kw = dict(item)
+                    image_id = kw.pop("id")
+                else:
+                    image_id, kw = item
+                    kw = dict(kw)
+                unknown = set(kw) - {"image_path", "descriptors", "vector", "box"}
+                if unknown:
+                    raise ConfigError(f"unknown item field(s) {sorted(unknown)}")
+                enc = self.encode_item(image_id, **kw)
+            except (StreamkError, KeyError, TypeError, ValueError) as exc:
+                if not isinstance(exc, StreamkError):
+                    exc = ConfigError(f"bad item {pos}: {exc!r}")
+                results.append(AddResult(image_id, "error", exc))
+                continue
+            results.append(None)
+            batch.append((pos, image_id, enc))
+            if len(batch) >= int(batch_size):
+                flush()
+        flush()
+        return results
+
+
+# ---------------------------------------------------------------- code blocks and removal marks
+def mark_removed(txn, store, row):
+    """Set the bit of ``row`` in its block's bitmap of removed rows."""
+    block, bit = divmod(int(row), store.block_rows)
+    key = row_key(block)
+    raw = txn.get(key, db=store.dbs["dead"])
+    bits = bytearray(raw) if raw is not None else bytearray(store.block_rows // 8)
+    bits[bit >> 3] |= 1 << (bit & 7)
+    txn.put(key, bytes(bits), db=store.dbs["dead"])
+
+
+def seal_block(txn, store, epoch, block, M):
+    """Pack the per-row codes of a full block into one value and delete them. Rows
+    without a code (removed before they were coded) get list NO_LIST."""
+    codes_db = store.dbs["codes"]
+    B = store.block_rows
+    lo = block * B
+    keys, values = [], []
+    with txn.cursor(db=codes_db) as cur:
+        if cur.set_range(epoch_key(epoch, lo)):
+            end = epoch_key(epoch, lo + B)
+            for k, v in cur:
+                if bytes(k) >= end:
+                    break
+                keys.append(bytes(k))
+                values.append(bytes(v))
+    lists = np.full(B, NO_LIST, _LIST)
+    codes = np.zeros((B, M), np.uint8)
+    if keys:
+        rows = rows_of_epoch_keys(keys) - lo
+        got_lists, got_codes = unpack_codes(np.frombuffer(b"".join(values), np.uint8), M)
+        lists[rows] = got_lists
+        codes[rows] = got_codes
+    for k in keys:
+        txn.delete(k, db=codes_db)
+    txn.put(epoch_key(epoch, block), pack_block(lists, codes), db=store.dbs["code_blocks"])

@@ -1,0 +1,183 @@
+"""Numba kernels of the inverted lists and their IVF-ADC scan: plain array code, no checks.
+
+The lists live in one arena: list l holds ``size[l]`` entries (a row number and
+its M code bytes) at ``start[l] ..``, with room for ``cap[l]``. Appending to a
+full list moves it to the end of the arena with 1.5x the room (grown in place
+when it is already last), so n appends cost O(n) amortised; the space left
+behind is garbage until the next compaction. Removed rows stay in place and
+are skipped by the scan (``dead[row] != 0``).
+
+Scores are summed in float32 in the order m = 0, 1, ..., M-1, then the
+list's term <q, c_l> is added: a plain numpy loop in that order reproduces
+them bit for bit. The k best of a query are kept in a heap whose root is the
+worst (lowest score; among equal scores, the larger row), so ties go to the
+smaller row whatever the scan order: the result does not depend on how the
+lists are laid out or split between threads.
+"""
+
+import numpy as np
+from numba import njit, prange
+
+from .pq_kernels import _replace_root
+
+
+@njit(inline="always")
+def _offer(hs, hr, k, dead, s, r):
+    """Keep (s, r) if it beats the heap's root and row r is not removed."""
+    if (s > hs[0] or (s == hs[0] and r < hr[0])) and dead[r] == 0:
+        _replace_root(hs, hr, k, s, r)
+
+
+@njit(inline="always")
+def _scan_range(codes, rows, dead, t, lo, hi, cterm, hs, hr, k):
+    m = codes.shape[1]
+    i = lo
+    while i + 4 <= hi:
+        s0 = np.float32(0.0)
+        s1 = np.float32(0.0)
+        s2 = np.float32(0.0)
+        s3 = np.float32(0.0)
+        for j in range(m):
+            tj = t[j]
+            s0 += tj[codes[i, j]]
+            s1 += tj[codes[i + 1, j]]
+            s2 += tj[codes[i + 2, j]]
+            s3 += tj[codes[i + 3, j]]
+        _offer(hs, hr, k, dead, s0 + cterm, rows[i])
+        _offer(hs, hr, k, dead, s1 + cterm, rows[i + 1])
+        _offer(hs, hr, k, dead, s2 + cterm, rows[i + 2])
+        _offer(hs, hr, k, dead, s3 + cterm, rows[i + 3])
+        i += 4
+    while i < hi:
+        s = np.float32(0.0)
+        for j in range(m):
+            s += t[j, codes[i, j]]
+        _offer(hs, hr, k, dead, s + cterm, rows[i])
+        i += 1
+
+
+@njit(parallel=True, cache=True)
+def ivf_topk_chunks(codes, rows, start, size, dead, probes, coarse, tables, k, n_chunks):
+    """The k best rows of each query among the lists it probes, in ``n_chunks`` parts.
+
+    codes (cap, M) uint8 and rows (cap,) int64: the arena; start, size (nlist,) int64;
+    dead (>= max row + 1,) uint8; probes (nq, P) int64 lists to visit (-1: none);
+    coarse (nq, P) float32 the term <q, c_l> of each; tables (nq, M, 256) float32.
+    Each query's probed entries, taken list after list, are cut into n_chunks equal
+    parts scanned in parallel. Returns (nq, n_chunks, k) scores and rows, each part's k
+    in heap order, unused slots (-inf, -1): merge with ``pq_kernels.merge_topk``.
+    """
+    nq, n_probe = probes.shape
+    out_s = np.full((nq, n_chunks, k), -np.inf, dtype=np.float32)
+    out_r = np.full((nq, n_chunks, k), -1, dtype=np.int64)
+    for u in prange(nq * n_chunks):
+        a = u // n_chunks
+        c = u % n_chunks
+        total = 0
+        for p in range(n_probe):
+            if probes[a, p] >= 0:
+                total += size[probes[a, p]]
+        lo = total * c // n_chunks
+        hi = total * (c + 1) // n_chunks
+        hs = out_s[a, c]
+        hr = out_r[a, c]
+        t = tables[a]
+        off = 0  # position of list p's first entry among the query's probed entries
+        for p in range(n_probe):
+            if off >= hi:
+                break
+            lst = probes[a, p]
+            if lst < 0:
+                continue
+            n_l = size[lst]
+            b = max(lo, off)
+            e = min(hi, off + n_l)
+            if b < e:
+                base = start[lst] - off
+                _scan_range(codes, rows, dead, t, base + b, base + e, coarse[a, p], hs, hr, k)
+            off += n_l
+    return out_s, out_r
+
+
+@njit(cache=True)
+def scatter_entries(lists, codes, rows, dead, no_list, pos, arena_codes, arena_rows):
+    """Put each live entry (list != no_list, row not dead) at pos[list] and advance it."""
+    m = codes.shape[1]
+    for i in range(lists.shape[0]):
+        lst = lists[i]
+        r = rows[i]
+        if lst == no_list or (r < dead.shape[0] and dead[r] != 0):
+            continue
+        p = pos[lst]
+        for j in range(m):
+            arena_codes[p, j] = codes[i, j]
+        arena_rows[p] = r
+        pos[lst] = p + 1
+
+
+@njit(cache=True)
+def append_entries(lists, codes, rows, start, size, cap, arena_codes, arena_rows, end):
+    """Append entries in order, moving a full list to the end of the arena with 1.5x room.
+
+    Returns (entries done, new end, garbage made); stops early when the arena has no
+    room for a move (the caller grows it and calls again with the rest)."""
+    m = codes.shape[1]
+    total = arena_rows.shape[0]
+    garbage = 0
+    for i in range(lists.shape[0]):
+        lst = lists[i]
+        if size[lst] == cap[lst]:
+            new_cap = cap[lst] + max(cap[lst] // 2, 8)
+            if start[lst] + cap[lst] == end:  # the last list: grow in place
+                if start[lst] + new_cap > total:
+                    return i, end, garbage
+                end = start[lst] + new_cap
+            else:
+                if end + new_cap > total:
+                    return i, end, garbage
+                s0 = start[lst]
+                for q in range(size[lst]):
+                    for j in range(m):
+                        arena_codes[end + q, j] = arena_codes[s0 + q, j]
+                    arena_rows[end + q] = arena_rows[s0 + q]
+                garbage += cap[lst]
+                start[lst] = end
+                end += new_cap
+            cap[lst] = new_cap
+        p = start[lst] + size[lst]
+        for j in range(m):
+            arena_codes[p, j] = codes[i, j]
+        arena_rows[p] = rows[i]
+        size[lst] += 1
+    return lists.shape[0], end, garbage
+
+
+@njit(cache=True)
+def live_counts(start, size, arena_rows, dead):
+    """Entries of each list whose row is not removed."""
+    nlist = start.shape[0]
+    out = np.zeros(nlist, np.int64)
+    for lst in range(nlist):
+        c = 0
+        for i in range(start[lst], start[lst] + size[lst]):
+            r = arena_rows[i]
+            if r >= dead.shape[0] or dead[r] == 0:
+                c += 1
+        out[lst] = c
+    return out
+
+
+@njit(cache=True)
+def compact_into(start, size, arena_codes, arena_rows, dead, new_start, new_codes, new_rows):
+    """Copy each list's live entries, in order, to new_start[l] in the new arena."""
+    m = arena_codes.shape[1]
+    for lst in range(start.shape[0]):
+        p = new_start[lst]
+        for i in range(start[lst], start[lst] + size[lst]):
+            r = arena_rows[i]
+            if r < dead.shape[0] and dead[r] != 0:
+                continue
+            for j in range(m):
+                new_codes[p, j] = arena_codes[i, j]
+            new_rows[p] = r
+            p += 1

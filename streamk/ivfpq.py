@@ -1,0 +1,230 @@
+"""IVF-ADC (Jegou, Douze, Schmid, TPAMI 2011): an inverted file of ``nlist`` lists
+over product-quantised residuals, scored by inner product.
+
+A vector x goes to the list of its nearest coarse centroid, l(x) = argmin_l
+|x - c_l|^2 (k-means on the training vectors), and its residual x - c_l is
+product-quantised (:class:`~streamk.pq.ProductQuantizer`, M bytes). Image vectors
+are unit vectors ranked by inner product, and
+
+    <q, c_l + r> = <q, c_l> + sum_m <q_m, r_m>,
+
+so one (M, 256) table of <q_m, centroid> per query serves every list, plus one
+number <q, c_l> per visited list (with the L2 distance of the paper the table
+would depend on the list). A query visits the ``nprobe`` lists whose
+centroids are nearest to it.
+
+``nlist = 1`` (a single zero centroid) is plain PQ with flat ADC: exactly the
+codes and scores of :class:`ProductQuantizer` on the vectors themselves, the
+right choice below some 10^5 images.
+"""
+
+import io
+import json
+
+import numpy as np
+
+from .checks import as_vectors
+from .errors import ConfigError, DimensionError, NotFittedError, TooFewImagesError
+from .pq import N_CENTROIDS, ProductQuantizer
+
+FORMAT = "streamk-ivfpq"
+FORMAT_VERSION = 1
+TRAIN_PER_LIST = 32  # training vectors per coarse centroid (at least)
+MIN_TRAIN_PER_LIST = 4
+
+
+def default_nprobe(nlist):
+    """Lists visited by default: 1 of 256 (16 of 4,096), at least 1."""
+    return max(1, -(-int(nlist) // 256))
+
+
+def default_train_size(nlist):
+    """Training vectors drawn by default: enough for the coarse k-means and for PQ."""
+    return max(65536, TRAIN_PER_LIST * int(nlist))
+
+
+class IVFPQ:
+    """Coarse quantiser (nlist centroids) + product quantiser of the residuals.
+
+    >>> codec = IVFPQ(nlist=1024, M=64).fit(V)
+    >>> lists, codes = codec.encode(V)          # (N,) uint32, (N, M) uint8
+    >>> probes, coarse = codec.probe(Q, nprobe=8)
+    """
+
+    def __init__(self, nlist=1, M=16, seed=0, nprobe=None, kmeans_iter=20):
+        if isinstance(nlist, bool) or int(nlist) < 1:
+            raise ConfigError(f"nlist must be an integer >= 1, got {nlist!r}")
+        if isinstance(M, bool) or int(M) < 1:
+            raise ConfigError(f"M must be an integer >= 1, got {M!r}")
+        self.nlist = int(nlist)
+        self.M = int(M)
+        self.seed = int(seed)
+        self.nprobe = default_nprobe(self.nlist) if nprobe is None else int(nprobe)
+        if not 1 <= self.nprobe:
+            raise ConfigError(f"nprobe must be >= 1, got {nprobe!r}")
+        self.kmeans_iter = int(kmeans_iter)
+        self.centroids_ = None  # (nlist, D) float32
+        self.pq_ = None  # ProductQuantizer of the residuals
+
+    # ------------------------------------------------------------ state
+    @property
+    def fitted(self):
+        return self.centroids_ is not None and self.pq_ is not None and self.pq_.fitted
+
+    def _check_fitted(self):
+        if not self.fitted:
+            raise NotFittedError("the IVF-PQ codec is not trained: call fit() on enough vectors")
+
+    @property
+    def dim(self):
+        if self.centroids_ is None:
+            raise NotFittedError("the IVF-PQ codec is not trained: call fit() on enough vectors")
+        return self.centroids_.shape[1]
+
+    @property
+    def code_size(self):
+        return self.M
+
+    def min_train(self):
+        """The fewest training vectors fit() accepts."""
+        return max(N_CENTROIDS, MIN_TRAIN_PER_LIST * self.nlist if self.nlist > 1 else 0)
+
+    def describe(self):
+        kind = "PQ (flat ADC)" if self.nlist == 1 else f"IVF{self.nlist} (nprobe {self.nprobe})"
+        return f"{kind}, M={self.M} ({self.M} bytes per image)"
+
+    # ------------------------------------------------------------ training
+    def fit(self, V):
+        """Learn the coarse centroids (k-means) and the residual PQ from V (N, D)."""
+        from sklearn.cluster import KMeans
+        from threadpoolctl import threadpool_limits
+
+        V = np.ascontiguousarray(as_vectors(V, what="IVF-PQ training vectors"), dtype=np.float32)
+        n, d = V.shape
+        if d % self.M:
+            raise ConfigError(f"vector dimension {d} is not a multiple of M={self.M}")
+        if n < self.min_train():
+            raise TooFewImagesError(f"IVF{self.nlist}-PQ training needs at least {self.min_train()} "
+                                    f"vectors, got {n}")
+        if self.nlist == 1:
+            centroids = np.zeros((1, d), np.float32)
+        else:
+            # random initial centroids, not k-means++: its nlist sequential passes cost more
+            # than all the Lloyd iterations for nlist in the thousands (faiss does the same)
+            rng = np.random.default_rng(self.seed)
+            init = V[rng.choice(n, self.nlist, replace=False)]
+            with threadpool_limits(None):
+                km = KMeans(self.nlist, init=init, n_init=1, max_iter=self.kmeans_iter,
+                            random_state=self.seed, algorithm="lloyd").fit(V)
+            centroids = km.cluster_centers_.astype(np.float32)
+        self.centroids_ = np.ascontiguousarray(centroids)
+        residuals = V - self.centroids_[self.assign(V)]
+        self.pq_ = ProductQuantizer(M=self.M, seed=self.seed, max_train=max(n, 1)).fit(residuals)
+        return self
+
+    # ------------------------------------------------------------ encoding
+    def _half_norms(self):
+        if getattr(self, "_half_norms_cache", None) is None:
+            c = self.centroids_.astype(np.float64)
+            self._half_norms_cache = (0.5 * np.einsum("ld,ld->l", c, c)).astype(np.float32)
+        return self._half_norms_cache
+
+    def _as_float32(self, V, what):
+        if isinstance(V, np.ndarray) and V.dtype == np.float32 and V.ndim == 2 and V.flags.c_contiguous:
+            if V.shape[1] != self.dim:
+                raise DimensionError(f"{what}: dimension {V.shape[1]}, expected {self.dim}")
+            if not np.isfinite(V).all():
+                as_vectors(V, what=what)  # raises NonFiniteError
+            return V
+        return np.ascontiguousarray(as_vectors(V, dim=self.dim, what=what), dtype=np.float32)
+
+    def assign(self, V, chunk=16384):
+        """(N,) uint32: the list of each vector, argmin_l |x - c_l|^2 = argmax_l <x, c_l> - |c_l|^2/2."""
+        if self.centroids_ is None:
+            raise NotFittedError("the IVF-PQ codec is not trained: call fit() on enough vectors")
+        V = self._as_float32(V, "vectors")
+        out = np.zeros(V.shape[0], np.uint32)
+        if self.nlist == 1:
+            return out
+        half = self._half_norms()
+        for lo in range(0, V.shape[0], chunk):
+            G = V[lo:lo + chunk] @ self.centroids_.T
+            G -= half
+            out[lo:lo + chunk] = np.argmax(G, axis=1)
+        return out
+
+    def encode(self, V, chunk=16384):
+        """(lists (N,) uint32, codes (N, M) uint8) of vectors V (N, D)."""
+        self._check_fitted()
+        V = self._as_float32(V, "vectors")
+        lists = np.empty(V.shape[0], np.uint32)
+        codes = np.empty((V.shape[0], self.M), np.uint8)
+        for lo in range(0, V.shape[0], chunk):
+            X = V[lo:lo + chunk]
+            lists[lo:lo + chunk] = self.assign(X)
+            R = X - self.centroids_[lists[lo:lo + chunk]] if self.nlist > 1 else X
+            codes[lo:lo + chunk] = self.pq_.encode(R)
+        return lists, codes
+
+    def decode(self, lists, codes):
+        """Reconstructed vectors c_l + PQ^-1(code), (N, D) float32."""
+        self._check_fitted()
+        return self.centroids_[np.asarray(lists, np.int64)] + self.pq_.decode(codes)
+
+    # ------------------------------------------------------------ search
+    def probe(self, Q, nprobe=None):
+        """The lists each query visits: (probes (nq, P) int64, <q, c_l> (nq, P) float32),
+        P = min(nprobe, nlist), nearest centroid first (ties by list number)."""
+        self._check_fitted()
+        Q = self._as_float32(Q, "queries")
+        P = min(self.nprobe if nprobe is None else int(nprobe), self.nlist)
+        if P < 1:
+            raise ConfigError(f"nprobe must be >= 1, got {nprobe!r}")
+        G = Q @ self.centroids_.T  # (nq, nlist) inner products
+        if self.nlist == 1:
+            return np.zeros((Q.shape[0], 1), np.int64), G.astype(np.float32)
+        crit = G - self._half_norms()
+        if P < self.nlist:
+            part = np.argpartition(-crit, P - 1, axis=1)[:, :P]
+        else:
+            part = np.broadcast_to(np.arange(self.nlist), crit.shape)
+        sel = np.take_along_axis(crit, part, axis=1)
+        order = np.lexsort((part, -sel), axis=1)
+        probes = np.take_along_axis(part, order, axis=1).astype(np.int64)
+        return probes, np.take_along_axis(G, probes, axis=1).astype(np.float32)
+
+    def tables(self, Q):
+        """(nq, M, 256) float32 look-up tables of <q_m, residual centroid>."""
+        self._check_fitted()
+        return self.pq_.tables(self._as_float32(Q, "queries"))
+
+    # ------------------------------------------------------------ (de)serialisation
+    def to_bytes(self):
+        """.npz bytes with a JSON header: no pickle."""
+        self._check_fitted()
+        meta = {"format": FORMAT, "version": FORMAT_VERSION, "nlist": self.nlist, "M": self.M,
+                "seed": self.seed, "nprobe": self.nprobe, "kmeans_iter": self.kmeans_iter}
+        buf = io.BytesIO()
+        np.savez(buf, __meta__=np.array(json.dumps(meta)), centroids=self.centroids_,
+                 codebooks=self.pq_.codebooks_)
+        return buf.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data):
+        with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as npz:
+            meta = json.loads(str(npz["__meta__"]))
+            if meta.get("format") != FORMAT or meta.get("version") != FORMAT_VERSION:
+                raise ConfigError(f"not an IVF-PQ codec of version {FORMAT_VERSION}: {meta!r}")
+            codec = cls(meta["nlist"], meta["M"], meta["seed"], meta["nprobe"], meta["kmeans_iter"])
+            codec.centroids_ = np.ascontiguousarray(npz["centroids"], dtype=np.float32)
+            codec.pq_ = ProductQuantizer(meta["M"], meta["seed"])
+            codec.pq_.codebooks_ = np.ascontiguousarray(npz["codebooks"], dtype=np.float32)
+        return codec
+
+    @classmethod
+    def from_pq(cls, pq):
+        """The nlist = 1 codec of a trained ProductQuantizer (flat ADC)."""
+        codec = cls(1, pq.M, pq.seed)
+        codec.centroids_ = np.zeros((1, pq.dim), np.float32)
+        codec.pq_ = pq
+        return codec

@@ -1,0 +1,243 @@
+"""The reading side of a streaming index: what a reader keeps in memory, and search.
+
+A reader holds only what its search scans: the inverted lists of PQ codes and
+integer rows (:class:`~streamk.inverted_lists.InvertedLists`, M + 8 bytes per
+image), one byte per row marking removals, and the codec. Float vectors stay
+in the LMDB map and are read for the R candidates a search re-ranks (or
+streamed block by block by an exact search); string ids are read for the k
+results only.
+
+Keeping up with writers (this process or others): each search reads the
+change counter; when it moved, the reader applies the logged changes, O(c)
+amortised for c changes (appends into the lists, removal marks, a compaction
+once the waste passes a quarter). It loads everything again only when the
+codes were retrained (a new epoch) or it fell further behind than the log
+keeps. A full load reads the sealed blocks of codes (4,096 rows per read,
+zero-copy views of the map) and the open block's rows: no read per image.
+"""
+
+from itertools import islice
+
+import numpy as np
+
+from .errors import ConfigError, NotFittedError
+from .index_writer import split_block, unpack_codes
+from .inverted_lists import InvertedLists
+from .ivfpq import IVFPQ
+from .pq_kernels import merge_topk
+from .store import NO_LIST, epoch_key, epoch_key_split, row_from_key, row_key, rows_from_keys, \
+    rows_of_epoch_keys
+
+SCAN_CHUNK = 4096  # vectors per step of an exact search
+
+
+class SearchView:
+    """A reader's in-memory view of one index; see the module doc. Not thread-safe."""
+
+    def __init__(self, store, dim, vector_dtype):
+        self.store = store
+        self.dim = int(dim)
+        self.vector_dtype = np.dtype(vector_dtype)
+        self.seq = -1
+        self.epoch = 0
+        self.codec = None
+        self.lists = None  # InvertedLists, with a codec
+        self.dead = np.zeros(0, np.uint8)  # 1 for removed rows (rows past the end: alive)
+
+    # ------------------------------------------------------------ keeping up
+    def refresh(self, txn):
+        """Apply what changed since the last refresh; returns the number of changes."""
+        s = self.store
+        seq = s.seq(txn)
+        if seq == self.seq:
+            return 0
+        epoch = s.get_int(b"codec_epoch", txn)
+        changes = s.changes_since(txn, self.seq) if self.seq >= 0 else None
+        if changes is None or epoch != self.epoch or any(op == b"*" for _, op, _ in changes):
+            self._full_load(txn, epoch)
+            n = len(changes) if changes is not None else s.get_int(b"next_row", txn)
+        else:
+            self._apply(txn, changes)
+            n = len(changes)
+        self.seq = seq
+        return n
+
+    def _grow_dead(self, n_rows):
+        if n_rows > self.dead.shape[0]:
+            dead = np.zeros(max(n_rows, 2 * self.dead.shape[0], self.store.block_rows), np.uint8)
+            dead[:self.dead.shape[0]] = self.dead
+            self.dead = dead
+
+    def _full_load(self, txn, epoch):
+        s = self.store
+        db = s.dbs
+        self.dead = np.zeros(0, np.uint8)
+        B = s.block_rows
+        self._grow_dead(s.get_int(b"next_row", txn))
+        with txn.cursor(db=db["dead"]) as cur:
+            for k, bits in cur:
+                lo = row_from_key(k) * B
+                self._grow_dead(lo + B)
+                self.dead[lo:lo + B] = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")
+        if epoch != self.epoch or self.codec is None:
+            blob = s.get_meta(b"codec", txn) if epoch else None
+            self.codec = IVFPQ.from_bytes(blob) if blob is not None else None
+            self.epoch = epoch
+        self.lists = None
+        if self.codec is None:
+            return
+        M = self.codec.M
+        tail = self._open_block_codes(txn, epoch, M)
+
+        def parts():
+            with txn.cursor(db=db["code_blocks"]) as cur:
+                if cur.set_range(epoch_key(epoch, 0)):
+                    for k, value in cur:
+                        e, block = epoch_key_split(k)
+                        if e != epoch:
+                            break
+                        lists, codes = split_block(value, M, B)
+                        yield lists, codes, np.arange(block * B, (block + 1) * B)
+            yield tail
+        self.lists = InvertedLists.build(self.codec.nlist, M, parts, self.dead, NO_LIST)
+
+    def _open_block_codes(self, txn, epoch, M):
+        """(lists, codes, rows) of the rows of ``epoch`` not yet sealed into a block."""
+        keys, values = [], []
+        with txn.cursor(db=self.store.dbs["codes"]) as cur:
+            if cur.set_range(epoch_key(epoch, 0)):
+                for k, v in cur:
+                    if epoch_key_split(k)[0] != epoch:
+                        break
+                    keys.append(bytes(k))
+                    values.append(bytes(v))
+        if not keys:
+            return np.zeros(0, np.uint32), np.zeros((0, M), np.uint8), np.zeros(0, np.int64)
+        lists, codes = unpack_codes(np.frombuffer(b"".join(values), np.uint8), M)
+        return lists, np.ascontiguousarray(codes), rows_of_epoch_keys(keys)
+
+    def _apply(self, txn, changes):
+        added = [row for _, op, row in changes if op == b"+"]
+        removed = [row for _, op, row in changes if op == b"-"]
+        if added:
+            self._grow_dead(max(added) + 1)
+        if self.lists is not None and added:
+            lists, codes, rows = self._codes_of(txn, added)
+            self.lists.append(lists, codes, rows)
+        if removed:
+            removed = np.asarray(removed, np.int64)
+            self._grow_dead(int(removed.max()) + 1)
+            self.dead[removed] = 1
+            if self.lists is not None:
+                self.lists.note_removed(len(removed))
+                self.lists.maybe_compact(self.dead)
+
+    def _codes_of(self, txn, rows):
+        """(lists, codes, rows) of added rows (increasing): their own entries, or, for
+        rows sealed into a block since, the block's."""
+        M = self.codec.M
+        rows = np.asarray(rows, np.int64)
+        with txn.cursor(db=self.store.dbs["codes"]) as cur:
+            found = cur.getmulti([epoch_key(self.epoch, int(r)) for r in rows])
+        got_rows = rows_of_epoch_keys([bytes(k) for k, _ in found]) if found else np.zeros(0, np.int64)
+        lists = np.full(len(rows), NO_LIST, np.uint32)
+        codes = np.zeros((len(rows), M), np.uint8)
+        if found:
+            where = np.searchsorted(rows, got_rows)
+            lists[where], codes[where] = unpack_codes(
+                np.frombuffer(b"".join(bytes(v) for _, v in found), np.uint8), M)
+        sealed = ~np.isin(rows, got_rows)
+        B = self.store.block_rows
+        for b in np.unique(rows[sealed] // B):  # one read per block, not per row
+            raw = txn.get(epoch_key(self.epoch, int(b)), db=self.store.dbs["code_blocks"])
+            if raw is None:
+                continue
+            block_lists, block_codes = split_block(raw, M, B)
+            sel = np.flatnonzero(sealed & (rows // B == b))
+            lists[sel] = block_lists[rows[sel] % B]
+            codes[sel] = block_codes[rows[sel] % B]
+        keep = lists != NO_LIST
+        return lists[keep], codes[keep], rows[keep]
+
+    # ------------------------------------------------------------ search
+    def search(self, txn, Q, k, mode="pq", nprobe=None, rerank=None):
+        """(scores (nq, k) float32, rows (nq, k) int64) of the k best images of each
+        query (unit vectors Q (nq, D) float32), best first, ties by row; missing
+        slots (-inf, -1). mode "exact": every stored vector. mode "pq": the codes
+        of the probed lists, then the ``rerank`` best re-scored with their vectors
+        (default max(4k, 100); 0: no re-ranking)."""
+        if mode == "exact":
+            return self.exact_search(txn, Q, k)
+        if mode != "pq":
+            raise ConfigError(f"mode must be 'exact' or 'pq', got {mode!r}")
+        if self.codec is None or self.lists is None:
+            raise NotFittedError("PQ search needs a trained codec first (train_pq() or train())")
+        R = max(4 * k, 100) if rerank is None else int(rerank)
+        if R and R < k:
+            raise ConfigError(f"rerank ({R}) must be 0 or >= k ({k})")
+        probes, coarse = self.codec.probe(Q, nprobe)
+        tables = self.codec.tables(Q)
+        scores, rows = self.lists.search(probes, coarse, tables, self.dead, max(k, R))
+        if not R:
+            return scores[:, :k], rows[:, :k]
+        return self.rerank(txn, Q, rows, k)
+
+    def vectors_of(self, txn, rows):
+        """Stored vectors (n, D) float32 of rows (each must exist)."""
+        with txn.cursor(db=self.store.dbs["vectors"]) as cur:
+            found = cur.getmulti([row_key(int(r)) for r in rows])
+        if len(found) != len(rows):
+            raise KeyError("rows without a stored vector")
+        raw = b"".join(bytes(v) for _, v in found)
+        return np.frombuffer(raw, self.vector_dtype).reshape(len(rows), self.dim).astype(np.float32)
+
+    def rerank(self, txn, Q, cand, k):
+        """The k best of each query's candidate rows (nq, R) by the stored vectors."""
+        nq = cand.shape[0]
+        uniq, inv = np.unique(cand[cand >= 0], return_inverse=True)
+        V = self.vectors_of(txn, uniq) if len(uniq) else np.zeros((0, self.dim), np.float32)
+        scores = np.full(cand.shape, -np.inf, np.float32)
+        pos = np.full(cand.shape, -1, np.int64)
+        pos[cand >= 0] = inv
+        for a in range(nq):  # one small GEMV per query, over its own candidates only
+            ok = pos[a] >= 0
+            scores[a, ok] = V[pos[a, ok]] @ Q[a]
+        return merge_topk(scores, np.where(np.isfinite(scores), cand, -1), k)
+
+    def exact_search(self, txn, Q, k):
+        """Every stored vector, read block by block from the map (never all in memory)."""
+        nq = Q.shape[0]
+        best_s = np.full((nq, k), -np.inf, np.float32)
+        best_r = np.full((nq, k), -1, np.int64)
+        with txn.cursor(db=self.store.dbs["vectors"]) as cur:
+            items = cur.iternext(keys=True, values=True)
+            while True:
+                chunk = list(islice(items, SCAN_CHUNK))
+                if not chunk:
+                    break
+                rows = rows_from_keys([bytes(key) for key, _ in chunk])
+                V = np.frombuffer(b"".join(bytes(v) for _, v in chunk), self.vector_dtype) \
+                    .reshape(len(chunk), self.dim).astype(np.float32)
+                S = Q @ V.T
+                best_s, best_r = merge_topk(np.concatenate([best_s, S], axis=1),
+                                            np.concatenate([best_r, np.broadcast_to(rows, S.shape)], axis=1), k)
+        return best_s, best_r
+
+    def ids_of(self, txn, rows):
+        """Object array of the ids of rows (None for -1): one read per result."""
+        flat = rows.reshape(-1)
+        wanted = np.unique(flat[flat >= 0])
+        with txn.cursor(db=self.store.dbs["row_ids"]) as cur:
+            found = {row_from_key(k): bytes(v).decode() for k, v in
+                     cur.getmulti([row_key(int(r)) for r in wanted])}
+        out = np.array([found[r] if r >= 0 else None for r in flat.tolist()], dtype=object)
+        return out.reshape(rows.shape)
+
+    # ------------------------------------------------------------ facts
+    def memory_bytes(self):
+        n = self.dead.nbytes
+        if self.lists is not None:
+            n += self.lists.memory_bytes()
+        if self.codec is not None:
+            n += self.codec.centroids_.nbytes + self.codec.pq_.codebooks_.nbytes
+        return n

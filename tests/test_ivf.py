@@ -1,0 +1,237 @@
+"""IVF-ADC: the codec and the inverted lists against a plain-numpy IVFADC written
+here from the paper's definitions (Jegou, Douze, Schmid, TPAMI 2011), with the
+codec's own centroids and codebooks."""
+
+import numpy as np
+import pytest
+
+from streamk import Encoder
+from streamk.errors import ConfigError, DimensionError, NotFittedError, TooFewImagesError
+from streamk.index import StreamingIndex
+from streamk.inverted_lists import InvertedLists
+from streamk.ivfpq import IVFPQ
+
+
+def clustered(rng, n, d, n_clusters=20, noise=0.3):
+    """Unit vectors around a few centres (structure for the coarse quantiser)."""
+    centres = rng.standard_normal((n_clusters, d))
+    V = centres[rng.integers(0, n_clusters, n)] + noise * rng.standard_normal((n, d))
+    return (V / np.linalg.norm(V, axis=1, keepdims=True)).astype(np.float32)
+
+
+# ------------------------------------------------------------------ plain-numpy IVFADC
+def ref_encode(codec, V):
+    """l(x) = argmin_l |x - c_l|^2; code_m = argmin_j |r_m - b_mj|^2 of the residual r = x - c_l."""
+    C = codec.centroids_.astype(np.float64)
+    V = V.astype(np.float64)
+    d2 = ((V[:, None, :] - C[None, :, :]) ** 2).sum(-1)
+    lists = d2.argmin(1)
+    R = V - C[lists]
+    M, _, ds = codec.pq_.codebooks_.shape
+    codes = np.empty((len(V), M), np.uint8)
+    for m in range(M):
+        B = codec.pq_.codebooks_[m].astype(np.float64)
+        codes[:, m] = ((R[:, None, m * ds:(m + 1) * ds] - B[None]) ** 2).sum(-1).argmin(1)
+    return lists, codes
+
+
+def ref_search(codec, lists, codes, rows, dead_rows, Q, nprobe, k):
+    """Visit the nprobe lists nearest to q; score <q, c_l> + sum_m <q_m, b_m,code_m>,
+    the sum in float32 in the order m = 0..M-1, the list's term added last; k best
+    by decreasing score, ties by increasing row."""
+    C = codec.centroids_.astype(np.float64)
+    M, _, ds = codec.pq_.codebooks_.shape
+    out_s, out_r = [], []
+    for q in Q:
+        q64 = q.astype(np.float64)
+        d2 = ((q64[None, :] - C) ** 2).sum(1)
+        probe = np.argsort(d2, kind="stable")[:nprobe]
+        table = np.stack([(codec.pq_.codebooks_[m].astype(np.float64) @ q64[m * ds:(m + 1) * ds])
+                          for m in range(M)]).astype(np.float32)
+        coarse = (codec.centroids_ @ q).astype(np.float32)
+        mask = np.isin(lists, probe) & ~np.isin(rows, dead_rows)
+        s = np.zeros(mask.sum(), np.float32)
+        for m in range(M):
+            s += table[m, codes[mask, m]]
+        s += coarse[lists[mask]]
+        r = rows[mask]
+        order = np.lexsort((r, -s))[:k]
+        out_s.append(s[order])
+        out_r.append(r[order])
+    return out_s, out_r
+
+
+def assert_same_ranking(s, r, ref_s, ref_r, tol=1e-6):
+    """Equal rows, except that rows whose scores are within rounding may swap."""
+    np.testing.assert_allclose(s, ref_s, atol=tol)
+    for i in np.flatnonzero(r != ref_r):
+        assert np.isclose(s[i], ref_s[i], atol=tol), (i, r[i], ref_r[i])
+
+
+@pytest.fixture(scope="module")
+def trained():
+    rng = np.random.default_rng(0)
+    V = clustered(rng, 3000, 64)
+    codec = IVFPQ(nlist=16, M=8, seed=0, nprobe=4).fit(V)
+    return V, codec
+
+
+def test_codec_encodes_as_the_definition(trained):
+    V, codec = trained
+    lists, codes = codec.encode(V[:500])
+    ref_lists, ref_codes = ref_encode(codec, V[:500])
+    np.testing.assert_array_equal(lists, ref_lists)
+    np.testing.assert_array_equal(codes, ref_codes)
+    assert lists.dtype == np.uint32 and codes.dtype == np.uint8
+    # the reconstruction c_l + PQ(r) is closer to x than the centroid alone
+    err = np.linalg.norm(codec.decode(lists, codes) - V[:500], axis=1)
+    coarse_err = np.linalg.norm(codec.centroids_[lists] - V[:500], axis=1)
+    assert np.mean(err) < 0.7 * np.mean(coarse_err)
+
+
+def test_codec_round_trip_and_errors(trained):
+    V, codec = trained
+    again = IVFPQ.from_bytes(codec.to_bytes())
+    np.testing.assert_array_equal(again.centroids_, codec.centroids_)
+    np.testing.assert_array_equal(again.pq_.codebooks_, codec.pq_.codebooks_)
+    assert (again.nlist, again.M, again.nprobe) == (16, 8, 4)
+    for a, b in zip(again.encode(V[:50]), codec.encode(V[:50])):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(NotFittedError):
+        IVFPQ(nlist=4, M=8).encode(V[:3])
+    with pytest.raises(DimensionError):
+        codec.encode(V[:3, :32])
+    with pytest.raises(ConfigError):
+        IVFPQ(nlist=0)
+    with pytest.raises(ConfigError):
+        IVFPQ(nlist=4, M=7).fit(V)  # 64 is not a multiple of 7
+    with pytest.raises(TooFewImagesError):
+        IVFPQ(nlist=128, M=8).fit(V[:300])  # fewer than 4 per list
+    nan = V[:3].copy()
+    nan[1, 5] = np.nan
+    with pytest.raises(Exception, match="NaN"):
+        codec.encode(nan)
+
+
+def test_flat_codec_is_plain_pq(trained):
+    V, _ = trained
+    flat = IVFPQ(nlist=1, M=8, seed=3).fit(V)
+    lists, codes = flat.encode(V[:100])
+    assert not lists.any()
+    np.testing.assert_array_equal(codes, flat.pq_.encode(V[:100]))
+    np.testing.assert_array_equal(flat.centroids_, 0)
+
+
+@pytest.mark.parametrize("nprobe,k", [(1, 5), (4, 10), (16, 50), (4, 3000)])
+def test_inverted_lists_search_equals_reference(trained, nprobe, k):
+    V, codec = trained
+    rng = np.random.default_rng(nprobe + k)
+    lists, codes = codec.encode(V)
+    rows = np.arange(len(V), dtype=np.int64) * 3 + 7  # rows need not be 0..N-1
+    dead = np.zeros(rows.max() + 1, np.uint8)
+    dead_rows = rng.choice(rows, 200, replace=False)
+    dead[dead_rows] = 1
+    # built from two parts, then more appended one by one (list moves), then compacted
+    first = 2000
+    parts = lambda: iter([(lists[:1000], codes[:1000], rows[:1000]), (lists[1000:first], codes[1000:first],
+                                                                        rows[1000:first])])
+    il = InvertedLists.build(codec.nlist, codec.M, parts, dead, 0xFFFFFFFF)
+    for i in range(first, len(V), 97):
+        il.append(lists[i:i + 97], codes[i:i + 97], rows[i:i + 97])
+    Q = clustered(rng, 7, 64)
+    probes, coarse = codec.probe(Q, nprobe)
+    tables = codec.tables(Q)
+    ref_s, ref_r = ref_search(codec, lists, codes, rows, dead_rows, Q, nprobe, k)
+    for stage in ("appended", "compacted"):
+        s, r = il.search(probes, coarse, tables, dead, k)
+        for a in range(len(Q)):
+            n = len(ref_r[a])
+            assert (r[a, n:] == -1).all() and np.isneginf(s[a, n:]).all()
+            assert_same_ranking(s[a, :n], r[a, :n], ref_s[a], ref_r[a])
+        il.compact(dead)
+        assert il.garbage == 0 and il.n_entries == len(V) - len(dead_rows)
+
+
+def test_lists_split_between_threads_give_the_same_result(trained, monkeypatch):
+    import streamk.inverted_lists as il_module
+
+    V, codec = trained
+    lists, codes = codec.encode(V)
+    rows = np.arange(len(V), dtype=np.int64)
+    dead = np.zeros(len(V), np.uint8)
+    il = InvertedLists.build(1, codec.M, lambda: iter([(np.zeros(len(V), np.uint32), codes, rows)]), dead,
+                             0xFFFFFFFF)
+    Q = clustered(np.random.default_rng(5), 1, 64)
+    flat_probe = (np.zeros((1, 1), np.int64), np.zeros((1, 1), np.float32))
+    tables = codec.tables(Q)
+    whole = il.search(*flat_probe, tables, dead, 40)
+    monkeypatch.setattr(il_module, "PARALLEL_MIN", 100)  # now cut into parts scanned in parallel
+    from streamk import ivf_kernels
+    from streamk.pq_kernels import merge_topk
+    for n_chunks in (2, 3, 7):
+        s, r = ivf_kernels.ivf_topk_chunks(il.codes, il.rows, il.start, il.size, dead, *flat_probe, tables, 40,
+                                           n_chunks)
+        s, r = merge_topk(s.reshape(1, -1), r.reshape(1, -1), 40)
+        np.testing.assert_array_equal(r, whole[1])
+        np.testing.assert_array_equal(s, whole[0])
+
+
+# ------------------------------------------------------------------ through the index
+@pytest.fixture(scope="module")
+def encoder():
+    rng = np.random.default_rng(0)
+    sets = [rng.integers(0, 256, (40, 128)).astype(np.float32) for _ in range(6)]
+    return Encoder(embedding="bow", k=64, aggregation="sum").fit(sets)  # 64-dim vectors
+
+
+def test_index_ivf_search_equals_reference(tmp_path, encoder, trained):
+    V, codec = trained
+    idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32", block_rows=64)
+    idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V[:1500])], batch_size=100)
+    idx.train(codec=codec)  # the given codec, as is
+    idx.add_many([{"id": f"v{i}", "vector": V[i]} for i in range(1500, 2000)], batch_size=33)
+    gone = [f"v{i}" for i in range(0, 2000, 9)]
+    idx.remove(gone)
+    idx.update("v1", vector=V[2500])
+    stored = np.stack([idx.vector(f"v{i}") for i in range(2000) if i % 9])
+    rows = np.array([idx.info(f"v{i}")["row"] for i in range(2000) if i % 9])
+    lists, codes = ref_encode(codec, stored)
+    Q = clustered(np.random.default_rng(9), 6, 64)
+    for nprobe in (1, 3):
+        s, ids = idx.search(Q, k=20, mode="pq", nprobe=nprobe, rerank=0)
+        ref_s, ref_r = ref_search(codec, lists, codes, rows, [], Q, nprobe, 20)
+        row_of = {f"v{i}": idx.info(f"v{i}")["row"] for i in range(2000) if i % 9}
+        for a in range(len(Q)):
+            got_rows = np.array([row_of[i] for i in ids[a]])
+            assert_same_ranking(s[a], got_rows, ref_s[a], ref_r[a])
+    # re-ranked: exact scores of the candidates, sorted
+    s, ids = idx.search(Q, k=5, mode="pq", nprobe=16, rerank=200)
+    exact_s, exact_ids = idx.search(Q, k=5, mode="exact")
+    assert (ids == exact_ids).mean() > 0.9
+    np.testing.assert_allclose(s[ids == exact_ids], exact_s[ids == exact_ids], atol=1e-6)
+    idx.close()
+
+
+def test_batched_search_api(tmp_path, encoder):
+    rng = np.random.default_rng(3)
+    V = clustered(rng, 300, 64)
+    with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32") as idx:
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)])
+        s, ids = idx.search(V[:4], k=3)
+        assert s.shape == ids.shape == (4, 3) and s.dtype == np.float32 and ids.dtype == object
+        assert list(ids[:, 0]) == ["v0", "v1", "v2", "v3"]
+        one = idx.search(V[:1], k=2)  # a (1, D) array is a batch of one vector, not a descriptor set
+        assert isinstance(one, tuple) and one[1][0, 0] == "v0"
+        assert idx.search(V[0], k=2)[0][0] == "v0"  # a (D,) vector: the list form
+        s, ids = idx.search(V[:2], k=400)  # more than the index holds: padded
+        assert ids[0, 299] is not None and ids[0, 300] is None and np.isneginf(s[0, 300])
+        with pytest.raises(DimensionError):
+            idx.search(np.zeros((2, 63)), k=1)
+        with pytest.raises(Exception, match="zero norm"):
+            idx.search(np.zeros((2, 64)), k=1)
+        with pytest.raises(NotFittedError):
+            idx.search(V[:2], k=1, mode="pq")
+        assert idx.remove(["v0", "v1"]) == 2
+        with pytest.raises(Exception, match="nothing removed"):
+            idx.remove(["v2", "nope"])
+        assert "v2" in idx and len(idx) == 298
