@@ -46,7 +46,6 @@ import streamk  # first: it sets the thread wait policies before numpy loads its
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -57,104 +56,11 @@ from streamk.pq import ProductQuantizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_str, log, machine_info, table  # noqa: E402
+from vectors import (N_CLUSTERS, SPECTRUM_DECAY, SPREAD, alternate, exact_topk, make_database,  # noqa: E402
+                     make_queries, overlap_at, recall_at,
+                     set_threads, time_one)
 
 K = 100  # results kept per query (recall up to R@100)
-
-
-# ============================================================== data
-
-SPECTRUM_DECAY = 0.7  # per-dimension variance ~ (1 + j)^-decay
-N_CLUSTERS = 4096
-SPREAD = 0.6  # within-cluster std relative to the spread of the cluster centres
-
-
-def spectrum(dim):
-    return ((1.0 + np.arange(dim)) ** (-SPECTRUM_DECAY / 2)).astype(np.float32)
-
-
-def centres(dim, seed):
-    rng = np.random.default_rng([seed, 0])
-    return rng.standard_normal((N_CLUSTERS, dim), dtype=np.float32) * spectrum(dim)
-
-
-def draw(rng, n, C, out=None):
-    """n L2-normalised draws of the mixture with centres C (written into ``out``)."""
-    sd = spectrum(C.shape[1])
-    X = C[rng.integers(len(C), size=n)]
-    X += SPREAD * rng.standard_normal(X.shape, dtype=np.float32) * sd
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    if out is not None:
-        out[:] = X
-        return out
-    return X
-
-
-def make_database(n, dim, seed, chunk=65536):
-    C = centres(dim, seed)
-    X = np.empty((n, dim), np.float32)
-    for c, lo in enumerate(range(0, n, chunk)):
-        draw(np.random.default_rng([seed, 1, c]), min(chunk, n - lo), C, X[lo:lo + chunk])
-    return X
-
-
-def make_queries(nq, dim, seed):
-    return draw(np.random.default_rng([seed, 2]), nq, centres(dim, seed))
-
-
-def exact_topk(X, Q, k, chunk=65536):
-    """Exact top-k rows of X by inner product with each query (chunked BLAS, float32);
-    best first, ties by row."""
-    best_s = np.full((len(Q), 0), -np.inf, np.float32)
-    best_r = np.zeros((len(Q), 0), np.int64)
-    for lo in range(0, len(X), chunk):
-        S = Q @ X[lo:lo + chunk].T
-        kk = min(k, S.shape[1])
-        part = np.argpartition(-S, kk - 1, axis=1)[:, :kk]
-        best_s = np.concatenate([best_s, np.take_along_axis(S, part, axis=1)], axis=1)
-        best_r = np.concatenate([best_r, part + lo], axis=1)
-        order = np.lexsort((best_r, -best_s), axis=1)[:, :k]
-        best_s = np.take_along_axis(best_s, order, axis=1)
-        best_r = np.take_along_axis(best_r, order, axis=1)
-    return best_s, best_r
-
-
-# ============================================================== measures
-
-def recall_at(ranked, truth, R):
-    """R@R: fraction of queries whose exact nearest neighbour is in the first R."""
-    return float(np.mean([truth[q, 0] in ranked[q, :R] for q in range(len(truth))]))
-
-
-def overlap_at(ranked, truth, R):
-    """R@R overlap ("10@10"): mean |first R results & exact top R| / R."""
-    return float(np.mean([len(np.intersect1d(ranked[q, :R], truth[q, :R])) / R for q in range(len(truth))]))
-
-
-def set_threads(n):
-    import numba
-
-    numba.set_num_threads(n)
-    try:
-        import faiss
-        faiss.omp_set_num_threads(n)
-    except ImportError:
-        pass
-
-
-def time_one(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
-
-
-def alternate(fns, queries, repeat=1):
-    """Median seconds per query of each fn(q), the fns alternating query by query."""
-    times = [[] for _ in fns]
-    for _ in range(repeat):
-        for q in queries:
-            for t, fn in zip(times, fns):
-                t.append(time_one(lambda: fn(q))[0])
-    return [statistics.median(t) for t in times]
 
 
 def streamk_argpartition(pq, codes, q, k):

@@ -83,14 +83,20 @@ def _download(args):
 
 
 # ---------------------------------------------------------------- streaming index
-def _positive_int(text):
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
+def _int_at_least(minimum):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
+        return v
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_non_negative_int = _int_at_least(0)
 
 
 def _positive_float(text):
@@ -165,18 +171,46 @@ def _index_create(args):
     return 0
 
 
-def _index_train_pq(args):
+def _index_train(args):
     import time
 
     from .index import StreamingIndex
+    from .ivfpq import IVFPQ, default_train_size
 
+    nlist = getattr(args, "nlist", 1)
     with StreamingIndex.open(args.dir) as idx:
         t0 = time.perf_counter()
-        print(f"training PQ (M={args.M}) on the {len(idx)} stored vectors; ingestion and searches go on "
-              f"meanwhile", flush=True)
-        pq = idx.train_pq(M=args.M, seed=args.seed)
-        print(f"swapped in PQ M={pq.M} ({pq.M} bytes per image) for {len(idx)} images in "
-              f"{time.perf_counter() - t0:.1f} s; search with --mode pq", flush=True)
+        kind = IVFPQ(nlist=nlist, M=args.M, nprobe=getattr(args, "nprobe", None)).describe()
+        sample = min(len(idx), args.train_size or default_train_size(nlist))
+        print(f"training {kind} on {sample:,} of the {len(idx):,} stored vectors; ingestion and searches "
+              f"go on meanwhile", flush=True)
+        codec = idx.train(nlist=nlist, M=args.M, seed=args.seed, train_size=args.train_size,
+                          nprobe=getattr(args, "nprobe", None), progress=None if sys.stderr.isatty() else False)
+        name = f"PQ M={codec.M}" if codec.nlist == 1 else f"IVF{codec.nlist}-PQ M={codec.M}"
+        print(f"swapped in {name} ({codec.M} bytes per image) for {len(idx):,} images in "
+              f"{time.perf_counter() - t0:.1f} s; searches use it (--mode pq, the default once trained)",
+              flush=True)
+    return 0
+
+
+def _index_info(args):
+    from .index import StreamingIndex
+
+    with StreamingIndex.open(args.dir, readonly=True) as idx:
+        info = idx.stats()
+        if args.json:
+            print(json.dumps(info, indent=1))
+            return 0
+        for k, v in info.items():
+            print(f"{k:>14}: {v:,}" if isinstance(v, int) else f"{k:>14}: {v}")
+    return 0
+
+
+def _index_upgrade(args):
+    from .index_upgrade import upgrade
+
+    n = upgrade(args.dir, progress=None if sys.stderr.isatty() else False)
+    print(f"upgraded {args.dir} to index format 2 ({n:,} images)")
     return 0
 
 
@@ -210,7 +244,7 @@ def _search(args):
 
     box = None if args.box is None else tuple(args.box)
     with StreamingIndex.open(args.dir, readonly=True) as idx:
-        hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank)
+        hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe)
     if args.json:
         print(json.dumps([{"rank": r, "score": s, "id": i} for r, (i, s) in enumerate(hits, 1)], indent=1))
     else:
@@ -238,12 +272,28 @@ def _add_index_commands(sub):
     cr.add_argument("--workers", type=_positive_int, default=None, help="with --train: extraction processes")
     cr.add_argument("--save-encoder", default=None, help="with --train: also save the encoder here")
     cr.set_defaults(func=_index_create)
-    tp = ix_sub.add_parser("train-pq", help="(re)train product quantisation and swap it in without stopping "
-                                            "ingestion or searches (needs >= 256 images)")
+    tr = ix_sub.add_parser("train", help="(re)train the PQ / IVF-PQ codec and swap it in without stopping "
+                                         "ingestion or searches")
+    tr.add_argument("dir", help="index directory")
+    tr.add_argument("--nlist", type=_positive_int, default=1,
+                    help="IVF lists (1: flat PQ, for up to ~10^5 images; e.g. 4096 at 10^6)")
+    tr.add_argument("--nprobe", type=_positive_int, default=None,
+                    help="lists a query visits by default (default: nlist / 256, at least 1)")
+    tp = ix_sub.add_parser("train-pq", help="flat PQ: train --nlist 1 (needs >= 256 images)")
     tp.add_argument("dir", help="index directory")
-    tp.add_argument("--M", type=_positive_int, default=16, help="sub-quantisers = bytes per image (default 16)")
-    tp.add_argument("--seed", type=int, default=0)
-    tp.set_defaults(func=_index_train_pq)
+    for p in (tr, tp):
+        p.add_argument("--M", type=_positive_int, default=16, help="sub-quantisers = bytes per image (default 16)")
+        p.add_argument("--train-size", type=_positive_int, default=None,
+                       help="stored vectors drawn to train on (default: max(65536, 32 nlist))")
+        p.add_argument("--seed", type=int, default=0)
+        p.set_defaults(func=_index_train)
+    inf = ix_sub.add_parser("info", help="counts, codec and sizes of an index")
+    inf.add_argument("dir", help="index directory")
+    inf.add_argument("--json", action="store_true")
+    inf.set_defaults(func=_index_info)
+    up = ix_sub.add_parser("upgrade", help="convert an index of format 1 (streamk <= 0.1) to format 2, in place")
+    up.add_argument("dir", help="index directory")
+    up.set_defaults(func=_index_upgrade)
 
     ing = sub.add_parser("ingest", help="add image files/folders to an index (resumable; skips known content)")
     ing.add_argument("dir", help="index directory")
@@ -262,8 +312,12 @@ def _add_index_commands(sub):
     se.add_argument("image", help="query image file")
     se.add_argument("-k", type=_positive_int, default=10)
     se.add_argument("--box", type=float, nargs=4, metavar=("X1", "Y1", "X2", "Y2"), default=None)
-    se.add_argument("--mode", choices=["exact", "pq"], default="exact")
-    se.add_argument("--rerank", type=_positive_int, default=None, help="with --mode pq: candidates re-scored")
+    se.add_argument("--mode", choices=["exact", "pq"], default=None,
+                    help="default: pq once the index has a codec (index train), else exact")
+    se.add_argument("--nprobe", type=_positive_int, default=None, help="with an IVF codec: lists visited")
+    se.add_argument("--rerank", type=_non_negative_int, default=None,
+                    help="with --mode pq: candidates re-scored with the stored vectors (0: none; "
+                         "default max(4k, 100))")
     se.add_argument("--json", action="store_true", help="print JSON instead of a table")
     se.set_defaults(func=_search)
 

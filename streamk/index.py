@@ -255,7 +255,7 @@ class StreamingIndex:
         return self.writer.remove(image_ids)
 
     # ------------------------------------------------------------ codec
-    def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, progress=None):
+    def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None, progress=None):
         """Train (or retrain) the codec and swap in every image's code; returns it.
 
         nlist=1: flat PQ (ADC over every code), for up to ~10^5 images; nlist > 1:
@@ -263,12 +263,14 @@ class StreamingIndex:
         10^6 images). M: bytes per image. The codec is fitted on ``train_size``
         stored vectors drawn at random (default max(65536, 32 nlist)), or ``codec``
         (a trained :class:`~streamk.ivfpq.IVFPQ`, e.g. shared by shards) is used as is.
+        nprobe: lists a query visits by default (default nlist / 256, at least 1;
+        ``search(..., nprobe=)`` overrides it per query).
         Ingestion and searches (in this or other processes) go on meanwhile; see
         :mod:`streamk.index_training`. Run it from another thread or process (its own
         ``StreamingIndex.open``) to keep ingesting, e.g. ``streamk index train DIR``.
         """
         return Trainer(self._store, self.dim, self.vector_dtype, progress=progress).run(
-            nlist=nlist, M=M, seed=seed, train_size=train_size, codec=codec)
+            nlist=nlist, M=M, seed=seed, train_size=train_size, codec=codec, nprobe=nprobe)
 
     def train_pq(self, M=16, seed=0, chunk=None):
         """Flat PQ (nlist = 1) with M bytes per image; returns its ProductQuantizer."""

@@ -110,8 +110,8 @@ class Trainer:
         V = np.frombuffer(b"".join(bytes(v) for _, v in found), self.vector_dtype)
         return got, V.reshape(len(found), self.dim).astype(np.float32)
 
-    def _fit(self, rows, nlist, M, seed, train_size):
-        codec = IVFPQ(nlist=nlist, M=M, seed=seed)
+    def _fit(self, rows, nlist, M, seed, train_size, nprobe):
+        codec = IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe)
         if self.dim % codec.M:
             raise ConfigError(f"vector dimension {self.dim} is not a multiple of M={codec.M}")
         if len(rows) < codec.min_train():
@@ -195,7 +195,7 @@ class Trainer:
                     break
 
     # ------------------------------------------------------------ the whole run
-    def run(self, nlist=1, M=16, seed=0, train_size=None, codec=None):
+    def run(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None):
         if codec is not None:
             if not isinstance(codec, IVFPQ) or not codec.fitted:
                 raise ConfigError("codec must be a trained streamk.ivfpq.IVFPQ")
@@ -206,7 +206,7 @@ class Trainer:
         try:
             next_row, rows = self._stored_rows()
             if codec is None:
-                codec = self._fit(rows, nlist, M, seed, train_size)
+                codec = self._fit(rows, nlist, M, seed, train_size, nprobe)
             s = self.store
             sealed = 0
             with tqdm(total=next_row, unit="row", desc="coding", disable=self.progress is False or None,

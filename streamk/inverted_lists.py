@@ -119,7 +119,12 @@ class InvertedLists:
         probed lists, best first, ties by row; missing slots (-inf, -1)."""
         nq = probes.shape[0]
         per_query = np.where(probes >= 0, self.size[np.maximum(probes, 0)], 0).sum(axis=1)
+        total = int(per_query.sum())
         threads = numba.get_num_threads()
+        if threads == 1 or total < PARALLEL_MIN:  # too little to wake the thread pool for
+            s, r = ivf_kernels.ivf_topk_serial(self.codes, self.rows, self.start, self.size, dead,
+                                               probes, coarse, tables, k)
+            return merge_topk(s.reshape(nq, -1), r.reshape(nq, -1), k)
         if nq >= threads:
             n_chunks = 1
         else:  # split each query between threads only when it has enough to scan

@@ -56,6 +56,38 @@ def _scan_range(codes, rows, dead, t, lo, hi, cterm, hs, hr, k):
         i += 1
 
 
+@njit(inline="always")
+def _scan_part(codes, rows, start, size, dead, probes, coarse, tables, k, n_chunks, u, out_s, out_r):
+    """Part u % n_chunks of query u // n_chunks: its probed entries, taken list after
+    list, cut into n_chunks equal parts."""
+    n_probe = probes.shape[1]
+    a = u // n_chunks
+    c = u % n_chunks
+    total = 0
+    for p in range(n_probe):
+        if probes[a, p] >= 0:
+            total += size[probes[a, p]]
+    lo = total * c // n_chunks
+    hi = total * (c + 1) // n_chunks
+    hs = out_s[a, c]
+    hr = out_r[a, c]
+    t = tables[a]
+    off = 0  # position of list p's first entry among the query's probed entries
+    for p in range(n_probe):
+        if off >= hi:
+            break
+        lst = probes[a, p]
+        if lst < 0:
+            continue
+        n_l = size[lst]
+        b = max(lo, off)
+        e = min(hi, off + n_l)
+        if b < e:
+            base = start[lst] - off
+            _scan_range(codes, rows, dead, t, base + b, base + e, coarse[a, p], hs, hr, k)
+        off += n_l
+
+
 @njit(parallel=True, cache=True)
 def ivf_topk_chunks(codes, rows, start, size, dead, probes, coarse, tables, k, n_chunks):
     """The k best rows of each query among the lists it probes, in ``n_chunks`` parts.
@@ -67,35 +99,23 @@ def ivf_topk_chunks(codes, rows, start, size, dead, probes, coarse, tables, k, n
     parts scanned in parallel. Returns (nq, n_chunks, k) scores and rows, each part's k
     in heap order, unused slots (-inf, -1): merge with ``pq_kernels.merge_topk``.
     """
-    nq, n_probe = probes.shape
+    nq = probes.shape[0]
     out_s = np.full((nq, n_chunks, k), -np.inf, dtype=np.float32)
     out_r = np.full((nq, n_chunks, k), -1, dtype=np.int64)
     for u in prange(nq * n_chunks):
-        a = u // n_chunks
-        c = u % n_chunks
-        total = 0
-        for p in range(n_probe):
-            if probes[a, p] >= 0:
-                total += size[probes[a, p]]
-        lo = total * c // n_chunks
-        hi = total * (c + 1) // n_chunks
-        hs = out_s[a, c]
-        hr = out_r[a, c]
-        t = tables[a]
-        off = 0  # position of list p's first entry among the query's probed entries
-        for p in range(n_probe):
-            if off >= hi:
-                break
-            lst = probes[a, p]
-            if lst < 0:
-                continue
-            n_l = size[lst]
-            b = max(lo, off)
-            e = min(hi, off + n_l)
-            if b < e:
-                base = start[lst] - off
-                _scan_range(codes, rows, dead, t, base + b, base + e, coarse[a, p], hs, hr, k)
-            off += n_l
+        _scan_part(codes, rows, start, size, dead, probes, coarse, tables, k, n_chunks, u, out_s, out_r)
+    return out_s, out_r
+
+
+@njit(cache=True)
+def ivf_topk_serial(codes, rows, start, size, dead, probes, coarse, tables, k):
+    """``ivf_topk_chunks`` with one part per query, on the calling thread: waking the
+    thread pool costs more than a small scan (~0.1-0.3 ms)."""
+    nq = probes.shape[0]
+    out_s = np.full((nq, 1, k), -np.inf, dtype=np.float32)
+    out_r = np.full((nq, 1, k), -1, dtype=np.int64)
+    for u in range(nq):
+        _scan_part(codes, rows, start, size, dead, probes, coarse, tables, k, 1, u, out_s, out_r)
     return out_s, out_r
 
 

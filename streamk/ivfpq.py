@@ -198,6 +198,24 @@ class IVFPQ:
         self._check_fitted()
         return self.pq_.tables(self._as_float32(Q, "queries"))
 
+    def search(self, lists, Q, k, nprobe=None, dead=None):
+        """(scores, rows) (nq, k) of the k best entries of ``lists`` (InvertedLists
+        of this codec's codes) for queries Q, by ADC over the ``nprobe`` nearest lists."""
+        probes, coarse = self.probe(Q, nprobe)
+        if dead is None:
+            dead = np.zeros(int(lists.rows.max(initial=-1)) + 1, np.uint8)
+        return lists.search(probes, coarse, self.tables(Q), dead, k)
+
+    def lists_of(self, V):
+        """In-memory InvertedLists of vectors V (N, D), rows 0..N-1."""
+        from .inverted_lists import InvertedLists
+        from .store import NO_LIST
+
+        lists, codes = self.encode(V)
+        rows = np.arange(len(lists), dtype=np.int64)
+        return InvertedLists.build(self.nlist, self.M, lambda: iter([(lists, codes, rows)]),
+                                   np.zeros(len(lists), np.uint8), NO_LIST)
+
     # ------------------------------------------------------------ (de)serialisation
     def to_bytes(self):
         """.npz bytes with a JSON header: no pickle."""

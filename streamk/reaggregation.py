@@ -173,13 +173,14 @@ class Reaggregator:
             return []
         k = min(int(k), len(ids))
         if mode == "pq":
-            pq = self.index.product_quantizer()
-            if pq is None:
-                raise NotFittedError("PQ search needs the index's train_pq() first")
+            codec = self.index.codec()
+            if codec is None:
+                raise NotFittedError("PQ search needs the index's codec first (train_pq() or train())")
             if s not in self._codes:  # the index's codebooks, these settings' vectors
-                self._codes = {s: pq.encode(V)}
+                self._codes = {s: codec.lists_of(V)}
             R = min(len(ids), max(4 * k, 100) if rerank is None else int(rerank))
-            cand = pq.search(q[None, :], self._codes[s], R)[1][0]
+            cand = codec.search(self._codes[s], q[None, :], R)[1][0]
+            cand = cand[cand >= 0]
         else:
             cand = np.arange(len(ids))
         scores = V[cand] @ q

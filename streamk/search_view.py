@@ -139,13 +139,16 @@ class SearchView:
         rows = np.asarray(rows, np.int64)
         with txn.cursor(db=self.store.dbs["codes"]) as cur:
             found = cur.getmulti([epoch_key(self.epoch, int(r)) for r in rows])
+        packed = np.frombuffer(b"".join(bytes(v) for _, v in found), np.uint8)
+        if len(found) == len(rows):  # the usual case: none sealed since
+            lists, codes = unpack_codes(packed, M)
+            keep = lists != NO_LIST
+            return lists[keep], codes[keep], rows[keep]
         got_rows = rows_of_epoch_keys([bytes(k) for k, _ in found]) if found else np.zeros(0, np.int64)
         lists = np.full(len(rows), NO_LIST, np.uint32)
         codes = np.zeros((len(rows), M), np.uint8)
         if found:
-            where = np.searchsorted(rows, got_rows)
-            lists[where], codes[where] = unpack_codes(
-                np.frombuffer(b"".join(bytes(v) for _, v in found), np.uint8), M)
+            lists[np.searchsorted(rows, got_rows)], codes[np.searchsorted(rows, got_rows)] = unpack_codes(packed, M)
         sealed = ~np.isin(rows, got_rows)
         B = self.store.block_rows
         for b in np.unique(rows[sealed] // B):  # one read per block, not per row
@@ -175,9 +178,7 @@ class SearchView:
         R = max(4 * k, 100) if rerank is None else int(rerank)
         if R and R < k:
             raise ConfigError(f"rerank ({R}) must be 0 or >= k ({k})")
-        probes, coarse = self.codec.probe(Q, nprobe)
-        tables = self.codec.tables(Q)
-        scores, rows = self.lists.search(probes, coarse, tables, self.dead, max(k, R))
+        scores, rows = self.codec.search(self.lists, Q, max(k, R), nprobe, self.dead)
         if not R:
             return scores[:, :k], rows[:, :k]
         return self.rerank(txn, Q, rows, k)
@@ -226,11 +227,13 @@ class SearchView:
     def ids_of(self, txn, rows):
         """Object array of the ids of rows (None for -1): one read per result."""
         flat = rows.reshape(-1)
-        wanted = np.unique(flat[flat >= 0])
+        wanted, where = np.unique(flat[flat >= 0], return_inverse=True)
         with txn.cursor(db=self.store.dbs["row_ids"]) as cur:
-            found = {row_from_key(k): bytes(v).decode() for k, v in
-                     cur.getmulti([row_key(int(r)) for r in wanted])}
-        out = np.array([found[r] if r >= 0 else None for r in flat.tolist()], dtype=object)
+            found = cur.getmulti([row_key(r) for r in wanted.tolist()])
+        if len(found) != len(wanted):
+            raise KeyError("rows without an id: the view is behind its transaction")
+        out = np.full(flat.shape, None, dtype=object)
+        out[flat >= 0] = np.array([bytes(v).decode() for _, v in found], dtype=object)[where]
         return out.reshape(rows.shape)
 
     # ------------------------------------------------------------ facts

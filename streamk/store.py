@@ -196,27 +196,41 @@ class Store:
         except lmdb.Error as exc:
             raise NotAnIndexError(f"{path}: cannot open as an LMDB index ({exc})") from exc
         try:
+            cls._check_format(path, env)  # before the sub-databases: an older format has others
             store = cls(path, env, readonly)
             store.reader_check()
             store.block_rows = store.get_int(b"block_rows", default=BLOCK_ROWS)
-        except (lmdb.NotFoundError, lmdb.Error) as exc:
-            env.close()
-            raise NotAnIndexError(f"{path} is not a streamk index ({exc})") from exc
-        try:
-            raw = store.get_meta(b"format")
-            info = json.loads(bytes(raw)) if raw is not None else None
-            if not isinstance(info, dict) or info.get("format") != FORMAT:
-                raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index")
-            if info.get("version") != FORMAT_VERSION:
-                raise IndexFormatError(f"{path}: index format version {info.get('version')!r}; this "
-                                       f"streamk reads version {FORMAT_VERSION}")
         except (NotAnIndexError, IndexFormatError):
             env.close()
             raise
+        except (lmdb.NotFoundError, lmdb.Error) as exc:
+            env.close()
+            raise NotAnIndexError(f"{path} is not a streamk index ({exc})") from exc
         except ValueError as exc:
             env.close()
             raise NotAnIndexError(f"{path}: unreadable index metadata ({exc})") from exc
         return store
+
+    @staticmethod
+    def _check_format(path, env):
+        try:
+            meta = env.open_db(b"meta", create=False)
+        except lmdb.NotFoundError:
+            raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index") from None
+        with env.begin() as txn:
+            raw = txn.get(b"format", db=meta)
+        try:
+            info = json.loads(bytes(raw)) if raw is not None else None
+        except ValueError as exc:
+            raise NotAnIndexError(f"{path}: unreadable index metadata ({exc})") from exc
+        if not isinstance(info, dict) or info.get("format") != FORMAT:
+            raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index")
+        if info.get("version") == 1:
+            raise IndexFormatError(f"{path}: index format version 1 (streamk 0.1); upgrade it in place "
+                                   f"with `streamk index upgrade {path}`")
+        if info.get("version") != FORMAT_VERSION:
+            raise IndexFormatError(f"{path}: index format version {info.get('version')!r}; this "
+                                   f"streamk reads version {FORMAT_VERSION}")
 
     def close(self):
         self.env.close()

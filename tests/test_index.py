@@ -506,3 +506,67 @@ def test_reader_sees_another_process_writes(tmp_path, encoder):
     assert reader.store.map_size > size_before  # adopted the map the writer grew
     assert reader.refresh() == 0  # nothing new: no reload
     reader.close()
+
+
+# ------------------------------------------------------------------ format 1 -> 2
+def make_format1_index(path, encoder, V, M=None):
+    """An index as streamk 0.1 wrote it: everything keyed by id, a log of ids, flat PQ."""
+    from streamk.pq import ProductQuantizer
+
+    env = lmdb.open(str(path), map_size=64 << 20, subdir=True, max_dbs=9)
+    dbs = {n: env.open_db(n.encode(), create=True)
+           for n in ("meta", "images", "extras", "vectors", "codes", "hashes", "log")}
+    pq = ProductQuantizer(M=M, seed=0).fit(V) if M else None
+    with env.begin(write=True) as txn:
+        meta = {b"format": json.dumps({"format": "streamk-index", "version": 1}).encode(),
+                b"encoder": encoder.to_bytes(), b"encoder_fingerprint": encoder.fingerprint.encode(),
+                b"vector_dtype": b"float32", b"extractor": b"null", b"created": b"0",
+                b"seq": len(V).to_bytes(8, "big"), b"pq_epoch": b"1" if pq else b"0"}
+        if pq:
+            meta[b"pq"] = pq.to_bytes()
+        for k, v in meta.items():
+            txn.put(k, v, db=dbs["meta"])
+        for i, v in enumerate(V):
+            key = f"v{i}".encode()
+            v = (v / np.linalg.norm(v)).astype(np.float32)
+            sha = hashlib.sha256(v.tobytes()).hexdigest()
+            ck = hashlib.sha256(b"vector\0" + bytes.fromhex(sha)).digest()
+            record = {"kind": "vector", "source": None, "box": None, "n_descriptors": None, "sha256": sha,
+                      "added": 0.0, "seq": i + 1, "content_key": ck.hex()}
+            txn.put(key, json.dumps(record).encode(), db=dbs["images"])
+            txn.put(key, v.tobytes(), db=dbs["vectors"])
+            txn.put(ck, key, db=dbs["hashes"])
+            txn.put((i + 1).to_bytes(8, "big"), b"+" + key, db=dbs["log"])
+            if pq:
+                txn.put(key, pq.encode(v[None, :])[0].tobytes(), db=dbs["codes"])
+    env.close()
+    return pq
+
+
+@pytest.mark.parametrize("M", [None, 8])
+def test_format1_index_is_upgraded_in_place(tmp_path, encoder, M):
+    from streamk.cli import main
+
+    rng = np.random.default_rng(31)
+    V = unit(rng, 300, encoder.dim)
+    path = tmp_path / "old"
+    pq = make_format1_index(path, encoder, V, M)
+    with pytest.raises(IndexFormatError, match="streamk index upgrade"):
+        StreamingIndex.open(path)
+    assert main(["index", "upgrade", str(path)]) == 0
+    with StreamingIndex.open(path) as idx:
+        assert len(idx) == 300 and idx.dim == encoder.dim
+        assert idx.search(V[17], k=1, mode="exact")[0][0] == "v17"
+        np.testing.assert_allclose(idx.vector("v5"), V[5], atol=1e-6)
+        if M:  # the old codes, now those of a flat codec
+            assert idx.codec().nlist == 1
+            np.testing.assert_array_equal(idx.codec().pq_.codebooks_, pq.codebooks_)
+            assert_codes_match(idx, idx.codec())
+            assert idx.search(V[17], k=1, mode="pq")[0][0] == "v17"
+        else:
+            assert idx.codec() is None
+        idx.add("new", vector=unit(rng, 1, encoder.dim)[0])  # and it goes on
+        assert idx.info("new")["row"] == 300
+        with pytest.raises(Exception):
+            idx.add("dup", vector=V[3])  # content keys kept: still de-duplicated
+    assert main(["index", "upgrade", str(path)]) == 2  # already format 2

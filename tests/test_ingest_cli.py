@@ -272,4 +272,11 @@ def test_train_pq_then_pq_search(work, tmp_path, capsys):
     hits = json.loads(capsys.readouterr().out)
     assert hits[0]["id"] == "img3.png" and abs(hits[0]["score"] - 1.0) < 1e-3
     with StreamingIndex.open(ix) as idx:
-        assert idx.store.count("codes") == idx.store.count("images") == 306
+        assert idx.codec().M == 8 and len(idx) == 306
+    assert main(["index", "train", str(ix), "--nlist", "4", "--M", "8", "--nprobe", "2"]) == 0
+    assert "swapped in IVF4-PQ M=8" in capsys.readouterr().out
+    assert main(["search", str(ix), str(imgs / "img3.png"), "-k", "2", "--json"]) == 0  # pq by default now
+    assert json.loads(capsys.readouterr().out)[0]["id"] == "img3.png"
+    assert main(["index", "info", str(ix), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["images"] == 306 and info["codec"].startswith("IVF4 (nprobe 2), M=8")

@@ -7,7 +7,7 @@ from streamk import features as feat
 from streamk.errors import ConfigError, DatasetImageError, NotFittedError
 from streamk.examples import open_example
 from streamk.experiment import default_cache_dir
-from streamk.pq import ProductQuantizer
+from streamk.ivfpq import IVFPQ
 from streamk.reaggregation import Reaggregator, Settings
 
 
@@ -78,8 +78,8 @@ def test_pq_mode_with_full_rerank_equals_exact(example, monkeypatch):
     with pytest.raises(NotFittedError):
         r.search(np.ones(example.index.encoder.dim, np.float32), s, mode="pq")
     rng = np.random.default_rng(0)
-    pq = ProductQuantizer(M=8, seed=0).fit(rng.standard_normal((300, example.index.encoder.dim)).astype(np.float32))
-    monkeypatch.setattr(example.index, "product_quantizer", lambda: pq)
+    codec = IVFPQ(nlist=1, M=8, seed=0).fit(rng.standard_normal((300, example.index.encoder.dim)).astype(np.float32))
+    monkeypatch.setattr(example.index, "codec", lambda: codec)
     ids, V = r.database(s)
     q = V[4]
     exact = r.search(q, s, k=4)

@@ -86,10 +86,10 @@ class SearchApp(W.VBox):
         self.k = W.IntSlider(value=min(k, max(1, n)), min=1, max=max(1, min(100, n)), description="k",
                              continuous_update=False)
         self.k.add_class("streamk-k")
-        has_pq = index.product_quantizer() is not None
+        has_pq = index.codec() is not None
         self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search",
                                     tooltips=["all stored vectors", "PQ codes, then re-rank"
-                                              if has_pq else "the index has no PQ (index.train_pq())"])
+                                              if has_pq else "the index has no PQ codes (index.train_pq() or train())"])
         self.mode.add_class("streamk-mode")
         self.reset_button = W.Button(description="index settings", tooltip="the settings the index was built with")
         # -- output

@@ -1,0 +1,524 @@
+#!/usr/bin/env python
+"""The streaming index at scale: real LMDB indexes of 10k, 100k and 1M vectors
+(D' = 1,024, float16), and 10M codes in memory; every number beside a reference
+measured in the same run (faiss ``IndexIVFPQ`` / ``IndexPQ``, numpy exact search).
+
+    python bench/scale.py                            # 10k, 100k, 1M and 10M codes (an hour or more)
+    python bench/scale.py --sizes 10000,100000 --no-codes-only   # minutes
+    python bench/scale.py --sizes 1000000 --nlist 4096 --M 64 --workdir /big/disk
+
+Per N (vectors from ``bench/vectors.py``: a Gaussian mixture with the variance
+spectrum of RN-rotated image vectors; queries are fresh draws):
+
+1. **codec**: IVF-PQ (``nlist`` by N unless given: 256 / 1,024 / 4,096 for 10k /
+   100k / 1M; M bytes) trained once on a separate training sample, streamk and faiss
+   on the same sample; both trainings timed.
+2. **writer**: ``StreamingIndex.create``, the codec installed (``train(codec=...)``),
+   then N vectors added through ``add_many`` (batches of 1,024, one transaction
+   each, codes computed inline). Add rate of the first 10k and of the last 10k
+   (the writer's rate at N).
+3. **reader** (a separate process, as ``streamk search`` is): time from the
+   process start and from ``StreamingIndex.open`` to the first answer; resident
+   memory after searching, above an empty index's reader with the same codec.
+4. **search**, one query at a time (k = 100, ADC only, no re-ranking, as faiss),
+   1 thread (``numba.set_num_threads(1)``, 1 BLAS thread, ``faiss.omp_set_num_threads(1)``)
+   and all threads, median per query, for each ``nprobe``; recall R@1 / R@10 /
+   R@100 (fraction of queries whose exact nearest neighbour is in the first R)
+   against numpy exact search; the same for faiss with the same nlist, M, nprobe.
+   Plus streamk's default search (ADC top max(4k, 100) re-ranked with the stored
+   vectors, k = 10).
+5. **keeping up**: the writer (this process) adds one vector, then the reader
+   searches; against a search with no change (alternated, median).
+6. For N <= 100k, the same with flat PQ (nlist = 1) against faiss ``IndexPQ``.
+
+``--codes-only 10000000``: 10M random (list, code) entries built into the
+reader's inverted lists in a fresh process: its memory against N (M + 8) bytes,
+and its query time.
+
+Prints tables; asserts nothing. Needs faiss for the references (``pip install
+faiss-cpu``, the ``bench`` extra); without it, streamk alone.
+"""
+
+import streamk  # first: it sets the thread wait policies before numpy loads its pools  # noqa: F401,I001
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import load_str, log, machine_info, table  # noqa: E402
+from vectors import (centres, database_chunks, draw, exact_topk, make_queries, recall_at,  # noqa: E402
+                     set_threads)
+
+K = 100
+ADD_BATCH = 1024
+RATE_WINDOW = 10_000
+HERE = Path(__file__).resolve()
+
+
+def default_nlist(n):
+    return 256 if n <= 20_000 else 1024 if n <= 200_000 else 4096
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def mb(x):
+    return f"{x / 2 ** 20:,.0f}"
+
+
+def ms(s):
+    return f"{1e3 * s:.3f}" if s < 0.01 else f"{1e3 * s:.2f}" if s < 1 else f"{1e3 * s:,.0f}"
+
+
+# ============================================================== the reader process
+def reader_main(path, t_spawn):
+    """A reader process: open, answer a first query, then commands (JSON lines)."""
+    t_import = time.time()
+    from threadpoolctl import threadpool_limits
+
+    from streamk.index import StreamingIndex
+
+    t0 = time.perf_counter()
+    idx = StreamingIndex.open(path, readonly=True)
+    dim = idx.dim
+    q0 = make_queries(1, dim, 12345)[0]
+    first = idx.search(q0[None, :], k=10)
+    t_first = time.perf_counter() - t0
+    reply({"open_to_first": t_first, "start_to_import": t_import - t_spawn,
+           "start_to_first": time.time() - t_spawn, "found": first[1][0, 0] is not None})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        if op == "quit":
+            break
+        if op == "memory":
+            reply({"rss": rss_bytes(), "peak": peak_rss_bytes(), "view": idx.view.memory_bytes()})
+        elif op == "search":
+            Q = np.load(cmd["queries"])
+            set_threads(cmd["threads"])
+            times, found = [], []
+            with threadpool_limits(cmd["threads"], user_api="blas"):
+                for q in Q:
+                    t = time.perf_counter()
+                    _, ids = idx.search(q[None, :], k=cmd["k"], mode="pq", nprobe=cmd.get("nprobe"),
+                                        rerank=cmd.get("rerank"))
+                    times.append(time.perf_counter() - t)
+                    found.append([int(i) if i is not None and i.isdigit() else -1 for i in ids[0]])
+            np.save(cmd["out"], np.array(found, np.int64))
+            reply({"median": statistics.median(times), "mean": float(np.mean(times))})
+        elif op == "one":
+            q = np.load(cmd["queries"])[cmd["i"]]
+            t = time.perf_counter()
+            idx.search(q[None, :], k=10, mode="pq", nprobe=cmd.get("nprobe"), rerank=0)
+            reply({"seconds": time.perf_counter() - t})
+    idx.close()
+
+
+def reply(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+class Reader:
+    """The parent's handle on a reader process."""
+
+    def __init__(self, path):
+        t = time.time()
+        self.proc = subprocess.Popen([sys.executable, str(HERE), "--reader", str(path), repr(t)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.first = self._read()
+        self.first["parent_spawn_to_first"] = time.time() - t
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the reader process died")
+        return json.loads(line)
+
+    def ask(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self):
+        try:
+            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except (BrokenPipeError, subprocess.TimeoutExpired):
+            self.proc.kill()
+
+
+# ============================================================== pieces
+def make_encoder(dim):
+    """An encoder whose vectors have dimension ``dim`` (VLAD, dim / 128 words): the
+    benchmark adds vectors, so only the dimension matters."""
+    from streamk import Encoder
+    rng = np.random.default_rng(0)
+    sets = [rng.integers(0, 256, (200, 128)).astype(np.float32) for _ in range(4)]
+    return Encoder(embedding="vlad", k=dim // 128, aggregation="sum").fit(sets)
+
+
+def train_codecs(args, nlist, dim):
+    from streamk.ivfpq import IVFPQ, default_train_size
+    n_train = args.train or default_train_size(nlist)
+    X = draw(np.random.default_rng([args.seed, 3]), n_train, centres(dim, args.seed))
+    log(f"  training IVF{nlist},PQ{args.M} on {n_train:,} vectors (streamk) ...")
+    t = time.perf_counter()
+    codec = IVFPQ(nlist=nlist, M=args.M, seed=args.seed, kmeans_iter=args.kmeans_iter).fit(X)
+    t_ours = time.perf_counter() - t
+    fx, t_faiss = None, None
+    if args.faiss:
+        import faiss
+        log("  training faiss IndexIVFPQ ...")
+        fx = faiss.index_factory(dim, f"IVF{nlist},PQ{args.M}", faiss.METRIC_INNER_PRODUCT)
+        fx.cp.niter = args.kmeans_iter
+        t = time.perf_counter()
+        fx.train(X)
+        t_faiss = time.perf_counter() - t
+    return codec, fx, t_ours, t_faiss, n_train
+
+
+def build_index(path, n, codec, args, dim):
+    """The writer: create, install the codec, add n vectors; (index, first-10k rate, last-10k rate)."""
+    from streamk.index import StreamingIndex
+    idx = StreamingIndex.create(path, make_encoder(dim), vector_dtype="float16")
+    idx.train(codec=codec, progress=False)
+    marks = []  # (rows added, seconds) at each batch
+    t0 = time.perf_counter()
+    for lo, V in database_chunks(n, dim, args.seed):
+        for s in range(0, len(V), ADD_BATCH):
+            part = V[s:s + ADD_BATCH]
+            res = idx.add_many(({"id": str(lo + s + j), "vector": v} for j, v in enumerate(part)),
+                               batch_size=ADD_BATCH)
+            bad = [r for r in res if r.status != "added"]
+            if bad:
+                raise RuntimeError(f"add failed: {bad[0]}")
+            marks.append((lo + s + len(part), time.perf_counter() - t0))
+        log(f"  added {lo + len(V):,} / {n:,} ({(lo + len(V)) / (time.perf_counter() - t0):,.0f}/s)")
+
+    def rate(first_row, last_row):
+        t_a = max([t for r, t in marks if r <= first_row], default=0.0)
+        t_b = min(t for r, t in marks if r >= last_row)
+        r_a = max([r for r, t in marks if r <= first_row], default=0)
+        r_b = min(r for r, t in marks if r >= last_row)
+        return (r_b - r_a) / (t_b - t_a)
+    return idx, rate(0, min(n, RATE_WINDOW)), rate(max(0, n - RATE_WINDOW), n), marks[-1][1]
+
+
+def faiss_search(fx, Q, k, nprobe, threads):
+    import faiss
+    faiss.omp_set_num_threads(threads)
+    if hasattr(fx, "nprobe"):
+        fx.nprobe = nprobe
+    times, found = [], []
+    for q in Q:
+        t = time.perf_counter()
+        _, I = fx.search(q[None, :], k)
+        times.append(time.perf_counter() - t)
+        found.append(I[0])
+    return statistics.median(times), np.array(found)
+
+
+def faiss_add(fx, n, dim, args):
+    t = time.perf_counter()
+    for lo, V in database_chunks(n, dim, args.seed):
+        fx.add(V)
+    return n / (time.perf_counter() - t)
+
+
+def recalls(found, truth):
+    return [recall_at(found, truth, r) for r in (1, 10, 100)]
+
+
+# ============================================================== one size
+def run_size(args, n, work, rows_out):
+    dim = args.dim
+    nlist = args.nlist or default_nlist(n)
+    log(f"N = {n:,}: IVF{nlist}, M = {args.M}; load {load_str()}")
+    Q = make_queries(args.queries, dim, args.seed)
+    qfile = work / "queries.npy"
+    np.save(qfile, Q)
+    t = time.perf_counter()
+    _, truth = exact_topk(database_chunks(n, dim, args.seed), Q, K)
+    t_exact = (time.perf_counter() - t) / len(Q)
+    codec, fx, t_train, t_train_faiss, n_train = train_codecs(args, nlist, dim)
+    path = work / f"ix{n}"
+    idx, rate_first, rate_last, t_build = build_index(path, n, codec, args, dim)
+    rate_faiss = faiss_add(fx, n, dim, args) if fx is not None else None
+    disk = sum(f.stat().st_size for f in path.iterdir())
+
+    # an empty index's reader with the same codec: the memory baseline
+    from streamk.index import StreamingIndex
+    empty = StreamingIndex.create(work / "empty", make_encoder(dim), vector_dtype="float16")
+    empty.train(codec=codec, progress=False)
+    empty.close()
+    r0 = Reader(work / "empty")
+    base = r0.ask(op="memory")
+    r0.close()
+
+    reader = Reader(path)
+    first = reader.first
+    mem = reader.ask(op="memory")
+    out = {"n": n, "nlist": nlist, "M": args.M, "train": n_train, "t_train": t_train,
+           "t_train_faiss": t_train_faiss, "rate_first": rate_first, "rate_last": rate_last,
+           "rate_faiss": rate_faiss, "t_build": t_build, "disk": disk, "first": first,
+           "rss": mem["rss"], "rss_empty": base["rss"], "peak": mem["peak"], "view": mem["view"],
+           "t_exact_numpy": t_exact, "search": []}
+
+    nq1 = min(args.single, len(Q))
+    for nprobe in args.nprobes if nlist > 1 else [1]:
+        if nprobe > nlist:
+            continue
+        row = {"nprobe": nprobe}
+        for threads, key in ((1, "t1"), (args.threads, "tall")):
+            res = reader.ask(op="search", queries=str(qfile), k=K, nprobe=nprobe, rerank=0, threads=threads,
+                             out=str(work / "found.npy"))
+            row[key] = res["median"]
+            if threads == 1:
+                row["recall"] = recalls(np.load(work / "found.npy"), truth)
+            if fx is not None:
+                tf, found_f = faiss_search(fx, Q[:nq1] if threads != 1 else Q, K, nprobe, threads)
+                row["faiss_" + key] = tf
+                if threads == 1:
+                    row["faiss_recall"] = recalls(found_f, truth)
+        out["search"].append(row)
+        log(f"  nprobe {nprobe}: {row}")
+    res = reader.ask(op="search", queries=str(qfile), k=10, nprobe=args.default_nprobe, rerank=None,
+                     threads=1, out=str(work / "found.npy"))
+    out["rerank"] = {"t1": res["median"], "recall": recalls(np.load(work / "found.npy"), truth)[:2]}
+
+    # keeping up: add one vector (this process), then the reader searches
+    extra = draw(np.random.default_rng([args.seed, 9]), args.refresh_reps, centres(dim, args.seed))
+    plain, after = [], []
+    for i in range(args.refresh_reps):
+        plain.append(reader.ask(op="one", queries=str(qfile), i=i % len(Q), nprobe=args.default_nprobe)["seconds"])
+        idx.add(f"extra{i}", vector=extra[i])
+        after.append(reader.ask(op="one", queries=str(qfile), i=i % len(Q), nprobe=args.default_nprobe)["seconds"])
+    out["one_plain"], out["one_after_add"] = statistics.median(plain), statistics.median(after)
+    reader.close()
+    idx.remove([f"extra{i}" for i in range(args.refresh_reps)])
+
+    if n <= 100_000 and args.flat:
+        out["flat"] = run_flat(args, n, idx, Q, qfile, truth, work, dim)
+    idx.close()
+    rows_out.append(out)
+    if not args.keep:
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.rmtree(work / "empty", ignore_errors=True)
+    return out
+
+
+def run_flat(args, n, idx, Q, qfile, truth, work, dim):
+    """Flat PQ (nlist = 1) in the same index (retrained), against faiss IndexPQ."""
+    from streamk.ivfpq import IVFPQ
+    X = draw(np.random.default_rng([args.seed, 3]), args.train or 65536, centres(dim, args.seed))
+    flat = IVFPQ(nlist=1, M=args.M, seed=args.seed).fit(X)
+    idx.train(codec=flat, progress=False)
+    reader = Reader(idx.path)
+    row = {}
+    for threads, key in ((1, "t1"), (args.threads, "tall")):
+        res = reader.ask(op="search", queries=str(qfile), k=K, rerank=0, threads=threads, out=str(work / "found.npy"))
+        row[key] = res["median"]
+        if threads == 1:
+            row["recall"] = recalls(np.load(work / "found.npy"), truth)
+    row["rss"] = reader.ask(op="memory")["rss"]
+    reader.close()
+    if args.faiss:
+        import faiss
+        fx = faiss.IndexPQ(dim, args.M, 8, faiss.METRIC_INNER_PRODUCT)
+        fx.train(X)
+        faiss_add(fx, n, dim, args)
+        for threads, key in ((1, "t1"), (args.threads, "tall")):
+            tf, found = faiss_search(fx, Q, K, 1, threads)
+            row["faiss_" + key] = tf
+            if threads == 1:
+                row["faiss_recall"] = recalls(found, truth)
+    return row
+
+
+# ============================================================== 10M codes, in memory
+def codes_only_main(n, nlist, M, nprobe, nq):
+    """A fresh process: the reader's inverted lists of n random entries."""
+    from threadpoolctl import threadpool_limits
+
+    from streamk.inverted_lists import InvertedLists
+    from streamk.pq_kernels import merge_topk  # noqa: F401  (compiled before the memory reading)
+
+    rng = np.random.default_rng(0)
+    before = rss_bytes()
+    chunk = 1 << 20
+
+    def parts():
+        for lo in range(0, n, chunk):
+            r = np.random.default_rng([1, lo])
+            m = min(chunk, n - lo)
+            yield (r.integers(0, nlist, m, dtype=np.uint32), r.integers(0, 256, (m, M), dtype=np.uint8),
+                   np.arange(lo, lo + m, dtype=np.int64))
+    dead = np.zeros(n, np.uint8)
+    t = time.perf_counter()
+    lists = InvertedLists.build(nlist, M, parts, dead, 0xFFFFFFFF)
+    t_build = time.perf_counter() - t
+    after = rss_bytes()
+    tables = rng.standard_normal((1, M, 256)).astype(np.float32)
+    times = {}
+    for threads in (1, os.cpu_count()):
+        set_threads(threads)
+        with threadpool_limits(threads, user_api="blas"):
+            ts = []
+            for _ in range(nq):
+                probes = np.sort(rng.choice(nlist, nprobe, replace=False))[None, :].astype(np.int64)
+                coarse = rng.standard_normal((1, nprobe)).astype(np.float32)
+                t = time.perf_counter()
+                lists.search(probes, coarse, tables, dead, K)
+                ts.append(time.perf_counter() - t)
+            times[threads] = statistics.median(ts)
+    reply({"n": n, "rss_increase": after - before, "dead": dead.nbytes, "arena": lists.memory_bytes(),
+           "t_build": t_build, "t1": times[1], "tall": times[os.cpu_count()], "peak": peak_rss_bytes()})
+
+
+def run_codes_only(args):
+    log(f"{args.codes_only:,} codes in memory (IVF{args.codes_only_nlist}, M = {args.M}) ...")
+    out = subprocess.run([sys.executable, str(HERE), "--codes-only-worker", str(args.codes_only),
+                          str(args.codes_only_nlist), str(args.M), str(args.default_nprobe)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ============================================================== report
+def report(args, rows, codes_only):
+    info = machine_info()
+    print(f"\nmachine: {info['cpu']}, {info['usable_cores']} cores; Python {info['python']}, numpy "
+          f"{info['numpy']}, numba {info['numba']}; load {load_str()} at the end")
+    print(f"vectors: D' = {args.dim}, float16 in LMDB; {args.queries} queries; k = {K}; "
+          f"M = {args.M}; one query at a time; median per query")
+    table(["N", "nlist", "add/s first 10k", "add/s last 10k", "last / first", "faiss add/s", "build s",
+           "disk MB", "train s", "faiss train s"],
+          [[f"{r['n']:,}", r["nlist"], f"{r['rate_first']:,.0f}", f"{r['rate_last']:,.0f}",
+            f"{r['rate_last'] / r['rate_first']:.2f}", f"{r['rate_faiss']:,.0f}" if r["rate_faiss"] else "-",
+            f"{r['t_build']:,.0f}", mb(r["disk"]), f"{r['t_train']:.0f}",
+            f"{r['t_train_faiss']:.0f}" if r["t_train_faiss"] else "-"] for r in rows],
+          title="Writer: add rate (add_many, 1,024 per transaction, codes inline) and training")
+    table(["N", "reader RSS MB", "empty index's reader MB", "above empty MB", "N (M+8) MB", "peak MB",
+           "process start -> first answer s", "open -> first answer s", "search ms", "after 1 add ms",
+           "ratio"],
+          [[f"{r['n']:,}", mb(r["rss"]), mb(r["rss_empty"]), mb(r["rss"] - r["rss_empty"]),
+            mb(r["n"] * (r["M"] + 8)), mb(r["peak"]), f"{r['first']['parent_spawn_to_first']:.2f}",
+            f"{r['first']['open_to_first']:.3f}", ms(r["one_plain"]), ms(r["one_after_add"]),
+            f"{r['one_after_add'] / r['one_plain']:.2f}"] for r in rows],
+          title="Reader (a separate process): memory, open -> first answer, a search right after one add "
+                f"(nprobe {args.default_nprobe}, k = 10)")
+    lines = []
+    for r in rows:
+        for s in r["search"]:
+            f = "faiss_t1" in s
+            lines.append([f"{r['n']:,}", f"IVF{r['nlist']}", s["nprobe"], ms(s["t1"]),
+                          ms(s["faiss_t1"]) if f else "-", f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-",
+                          ms(s["tall"]), ms(s["faiss_tall"]) if f else "-",
+                          " / ".join(f"{x:.3f}" for x in s["recall"]),
+                          " / ".join(f"{x:.3f}" for x in s["faiss_recall"]) if f else "-"])
+        if "flat" in r:
+            s = r["flat"]
+            f = "faiss_t1" in s
+            lines.append([f"{r['n']:,}", "flat PQ", "-", ms(s["t1"]), ms(s["faiss_t1"]) if f else "-",
+                          f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-", ms(s["tall"]),
+                          ms(s["faiss_tall"]) if f else "-", " / ".join(f"{x:.3f}" for x in s["recall"]),
+                          " / ".join(f"{x:.3f}" for x in s["faiss_recall"]) if f else "-"])
+    table(["N", "codec", "nprobe", "streamk 1 thread ms", "faiss 1 thread ms", "streamk / faiss",
+           f"streamk {args.threads} threads ms", f"faiss {args.threads} threads ms",
+           "streamk R@1 / 10 / 100", "faiss R@1 / 10 / 100"], lines,
+          title=f"Search (ADC, k = {K}, no re-ranking) against faiss with the same nlist, M, nprobe; "
+                "numpy exact search is the truth")
+    table(["N", "numpy exact ms/query (all threads)", f"streamk default (nprobe {args.default_nprobe}, "
+           "re-rank top 100, k = 10) ms", "its R@1 / R@10"],
+          [[f"{r['n']:,}", ms(r["t_exact_numpy"]), ms(r["rerank"]["t1"]),
+            " / ".join(f"{x:.3f}" for x in r["rerank"]["recall"])] for r in rows],
+          title="Exact search (the reference) and streamk's default search with re-ranking (1 thread)")
+    if codes_only:
+        c = codes_only
+        table(["N codes", "nlist", "memory MB", "N (M + 8) MB", "ratio", "build s", "search 1 thread ms",
+               f"search {os.cpu_count()} threads ms"],
+              [[f"{c['n']:,}", args.codes_only_nlist, mb(c["rss_increase"]), mb(c["n"] * (args.M + 8)),
+                f"{c['rss_increase'] / (c['n'] * (args.M + 8)):.2f}", f"{c['t_build']:.1f}", ms(c["t1"]),
+                ms(c["tall"])]],
+              title=f"Codes only, in memory: the reader's inverted lists (random codes, nprobe "
+                    f"{args.default_nprobe}, k = {K})")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="10000,100000,1000000")
+    p.add_argument("--dim", type=int, default=1024)
+    p.add_argument("--M", type=int, default=64)
+    p.add_argument("--nlist", type=int, default=None, help="default: by N (256 / 1024 / 4096)")
+    p.add_argument("--nprobes", default="4,16,64")
+    p.add_argument("--default-nprobe", type=int, default=16)
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--single", type=int, default=200, help="queries timed with all threads")
+    p.add_argument("--train", type=int, default=None, help="training vectors (default: max(65536, 32 nlist))")
+    p.add_argument("--kmeans-iter", type=int, default=20)
+    p.add_argument("--refresh-reps", type=int, default=30)
+    p.add_argument("--codes-only", type=int, default=10_000_000, help="0: skip")
+    p.add_argument("--codes-only-nlist", type=int, default=4096)
+    p.add_argument("--no-codes-only", dest="codes_only", action="store_const", const=0)
+    p.add_argument("--no-flat", dest="flat", action="store_false")
+    p.add_argument("--no-faiss", dest="faiss", action="store_false")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", default=None, help="where the indexes go (default: a temporary folder)")
+    p.add_argument("--keep", action="store_true", help="keep the indexes")
+    p.add_argument("--json", default=None, help="also write every number here")
+    args = p.parse_args(argv)
+    args.sizes = [int(x) for x in args.sizes.split(",") if x]
+    args.nprobes = [int(x) for x in args.nprobes.split(",") if x]
+    args.threads = os.cpu_count()
+    if args.faiss:
+        try:
+            import faiss  # noqa: F401
+        except ImportError:
+            log("faiss is not installed (pip install faiss-cpu): streamk alone")
+            args.faiss = False
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--reader"]:
+        return reader_main(argv[1], float(argv[2]))
+    if argv[:1] == ["--codes-only-worker"]:
+        return codes_only_main(*(int(x) for x in argv[1:5]), nq=200)
+    args = parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="streamk-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    try:
+        for n in args.sizes:
+            run_size(args, n, work, rows)
+        codes_only = run_codes_only(args) if args.codes_only else None
+    finally:
+        if not args.keep and args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    report(args, rows, codes_only)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "codes_only": codes_only}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
