@@ -69,14 +69,17 @@ def default_nlist(n):
     return 256 if n <= 20_000 else 1024 if n <= 200_000 else 4096
 
 
-def rss_bytes():
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_rss_bytes():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def proc_status():
+    """Resident memory of this process (bytes): VmRSS (all), RssAnon (private: what the
+    process allocated), RssFile (pages of mapped files: the LMDB map, libraries; the
+    kernel maps up to 64 KiB of cached file around each page touched), VmHWM (peak)."""
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+                out[name] = int(value.split()[0]) * 1024
+    return out
 
 
 def mb(x):
@@ -109,7 +112,9 @@ def reader_main(path, t_spawn):
         if op == "quit":
             break
         if op == "memory":
-            reply({"rss": rss_bytes(), "peak": peak_rss_bytes(), "view": idx.view.memory_bytes()})
+            st = proc_status()
+            reply({"rss": st["VmRSS"], "anon": st["RssAnon"], "file": st["RssFile"], "peak": st["VmHWM"],
+                   "view": idx.view.memory_bytes()})
         elif op == "search":
             Q = np.load(cmd["queries"])
             set_threads(cmd["threads"])
@@ -280,7 +285,8 @@ def run_size(args, n, work, rows_out):
     out = {"n": n, "nlist": nlist, "M": args.M, "train": n_train, "t_train": t_train,
            "t_train_faiss": t_train_faiss, "rate_first": rate_first, "rate_last": rate_last,
            "rate_faiss": rate_faiss, "t_build": t_build, "disk": disk, "first": first,
-           "rss": mem["rss"], "rss_empty": base["rss"], "peak": mem["peak"], "view": mem["view"],
+           "rss": mem["rss"], "rss_empty": base["rss"], "anon": mem["anon"] - base["anon"],
+           "file": mem["file"] - base["file"], "peak": mem["peak"], "view": mem["view"],
            "t_exact_numpy": t_exact, "search": []}
 
     nq1 = min(args.single, len(Q))
@@ -363,7 +369,7 @@ def codes_only_main(n, nlist, M, nprobe, nq):
     from streamk.pq_kernels import merge_topk  # noqa: F401  (compiled before the memory reading)
 
     rng = np.random.default_rng(0)
-    before = rss_bytes()
+    before = proc_status()["RssAnon"]
     chunk = 1 << 20
 
     def parts():
@@ -376,7 +382,7 @@ def codes_only_main(n, nlist, M, nprobe, nq):
     t = time.perf_counter()
     lists = InvertedLists.build(nlist, M, parts, dead, 0xFFFFFFFF)
     t_build = time.perf_counter() - t
-    after = rss_bytes()
+    after = proc_status()["RssAnon"]
     tables = rng.standard_normal((1, M, 256)).astype(np.float32)
     times = {}
     for threads in (1, os.cpu_count()):
@@ -391,7 +397,7 @@ def codes_only_main(n, nlist, M, nprobe, nq):
                 ts.append(time.perf_counter() - t)
             times[threads] = statistics.median(ts)
     reply({"n": n, "rss_increase": after - before, "dead": dead.nbytes, "arena": lists.memory_bytes(),
-           "t_build": t_build, "t1": times[1], "tall": times[os.cpu_count()], "peak": peak_rss_bytes()})
+           "t_build": t_build, "t1": times[1], "tall": times[os.cpu_count()], "peak": proc_status()["VmHWM"]})
 
 
 def run_codes_only(args):
@@ -416,11 +422,12 @@ def report(args, rows, codes_only):
             f"{r['t_build']:,.0f}", mb(r["disk"]), f"{r['t_train']:.0f}",
             f"{r['t_train_faiss']:.0f}" if r["t_train_faiss"] else "-"] for r in rows],
           title="Writer: add rate (add_many, 1,024 per transaction, codes inline) and training")
-    table(["N", "reader RSS MB", "empty index's reader MB", "above empty MB", "N (M+8) MB", "peak MB",
+    table(["N", "reader RSS MB", "empty index's reader MB", "above empty MB", "of which private MB",
+           "of which mapped file MB", "N (M+8) MB", "peak MB",
            "process start -> first answer s", "open -> first answer s", "search ms", "after 1 add ms",
            "ratio"],
-          [[f"{r['n']:,}", mb(r["rss"]), mb(r["rss_empty"]), mb(r["rss"] - r["rss_empty"]),
-            mb(r["n"] * (r["M"] + 8)), mb(r["peak"]), f"{r['first']['parent_spawn_to_first']:.2f}",
+          [[f"{r['n']:,}", mb(r["rss"]), mb(r["rss_empty"]), mb(r["rss"] - r["rss_empty"]), mb(r["anon"]),
+            mb(r["file"]), mb(r["n"] * (r["M"] + 8)), mb(r["peak"]), f"{r['first']['parent_spawn_to_first']:.2f}",
             f"{r['first']['open_to_first']:.3f}", ms(r["one_plain"]), ms(r["one_after_add"]),
             f"{r['one_after_add'] / r['one_plain']:.2f}"] for r in rows],
           title="Reader (a separate process): memory, open -> first answer, a search right after one add "

@@ -191,14 +191,14 @@ class IndexWriter:
         return self._codec_epoch, self._codec
 
     def _encode_codes(self, encoded):
-        """(epoch, lists, codes) of the vectors of ``encoded`` with the codec last seen in
-        use (outside any write transaction; the write checks the epoch again)."""
+        """(epoch, stored codes (n, 4 + M) uint8) of the vectors of ``encoded`` with the
+        codec last seen in use (outside any write transaction; the write checks the
+        epoch again)."""
         with self.store.read() as txn:
             epoch, codec = self.codec(txn)
         if codec is None or not encoded:
-            return epoch, None, None
-        lists, codes = codec.encode(np.stack([e.vector for e in encoded]))
-        return epoch, lists, codes
+            return epoch, None
+        return epoch, pack_codes(*codec.encode(np.stack([e.vector for e in encoded])))
 
     # ------------------------------------------------------------ extractor
     def extractor(self):
@@ -259,8 +259,9 @@ class IndexWriter:
 
     # ------------------------------------------------------------ one transaction
     def _put(self, txn, enc, code, replace=False):
-        """Write one encoded image with its (list, code) or None; returns "added" or
-        "exists". Every check runs before anything is written."""
+        """Write one encoded image with its stored code (bytes of ``pack_codes``, computed
+        with the codec in use) or None; returns "added" or "exists". Every check runs
+        before anything is written."""
         s = self.store
         db = s.dbs
         old_raw = txn.get(enc.key, db=db["images"])
@@ -294,10 +295,8 @@ class IndexWriter:
         epoch, codec = self.codec(txn)
         if codec is not None:
             if code is None:  # the codec changed since the batch was encoded
-                lists, codes = codec.encode(enc.vector[None, :])
-                code = (lists[0], codes[0])
-            txn.put(epoch_key(epoch, row), pack_codes([code[0]], code[1][None, :]).tobytes(),
-                    db=db["codes"])
+                code = pack_codes(*codec.encode(enc.vector[None, :])).tobytes()
+            txn.put(epoch_key(epoch, row), code, db=db["codes"])
             if (row + 1) % s.block_rows == 0:
                 seal_block(txn, s, epoch, row // s.block_rows, codec.M)
         return "added"
@@ -323,15 +322,15 @@ class IndexWriter:
         out (each image is checked before anything of it is written).
         """
         encoded = list(encoded)
-        epoch, lists, codes = self._encode_codes(encoded)
+        epoch, packed = self._encode_codes(encoded)
 
         def run(txn):
             current, _ = self.codec(txn)
-            fresh = lists is not None and current == epoch
+            fresh = packed is not None and current == epoch
             out = []
             for i, enc in enumerate(encoded):
                 try:
-                    out.append(self._put(txn, enc, (lists[i], codes[i]) if fresh else None, replace))
+                    out.append(self._put(txn, enc, packed[i].tobytes() if fresh else None, replace))
                 except StreamkError as exc:
                     out.append(exc)
             return out
@@ -339,14 +338,14 @@ class IndexWriter:
 
     def update(self, enc):
         """Replace the content of an existing image (UnknownIdError if absent)."""
-        epoch, lists, codes = self._encode_codes([enc])
+        epoch, packed = self._encode_codes([enc])
 
         def run(txn):
             owner = txn.get(enc.content, db=self.store.dbs["hashes"])
             if owner is not None and bytes(owner) == enc.key:
                 return "exists"  # same content: nothing to change
             current, _ = self.codec(txn)
-            code = (lists[0], codes[0]) if lists is not None and current == epoch else None
+            code = packed[0].tobytes() if packed is not None and current == epoch else None
             return self._put(txn, enc, code, replace=True)
         return self.store.write(run)
 

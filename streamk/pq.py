@@ -17,6 +17,17 @@ from .checks import as_vectors
 from .errors import ConfigError, DimensionError, NotFittedError
 
 N_CENTROIDS = 256  # one byte per sub-quantiser
+_controller = None
+
+
+def blas_threads(n):
+    """Context manager limiting the BLAS threads to n (threadpoolctl's controller is
+    built once: building it scans the loaded libraries, ~10 ms)."""
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+        _controller = ThreadpoolController()
+    return _controller.limit(limits=n, user_api="blas")
 
 
 class ProductQuantizer:
@@ -78,8 +89,6 @@ class ProductQuantizer:
             V = as_vectors(V, dim=self.dim)
         elif V.shape[0] == 0 or V.shape[1] != self.dim:
             as_vectors(V[:1] if V.shape[0] else V, dim=self.dim)  # raises the named error
-        from threadpoolctl import threadpool_limits
-
         d = self.codebooks_.shape[2]
         # nearest centroid = argmax of <x, c> - |c|^2 / 2 (the same order, ties included,
         # as argmin of |c|^2 - 2 <x, c>: scaling by 2 is exact in floating point)
@@ -87,7 +96,7 @@ class ProductQuantizer:
         codes = np.empty((V.shape[0], self.M), dtype=np.uint8)
         # One BLAS thread: M small GEMMs (256 x D/M) per chunk, which two threads run
         # 10-35x slower than one on a busy machine (measured: 1,000 x M=64, 0.99 s vs 0.08 s)
-        with threadpool_limits(1, user_api="blas"):
+        with blas_threads(1):
             self._encode_chunks(V, int(chunk), d, half_norms, codes)
         return codes
 

@@ -288,3 +288,66 @@ def test_sigkill_of_a_writer_mid_batch_loses_nothing_committed(tmp_path):
         assert view_digest(idx.view) is None  # nothing loaded before the first search
         assert state(idx) == fresh_state(idx)
         assert idx.view.lists.n_entries - idx.view.lists.n_removed == n
+
+
+# ------------------------------------------------------------------ memory
+READER_MEMORY = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    from streamk.index import StreamingIndex
+
+    def memory():
+        # private (anonymous) pages, and pages of files mapped in (the LMDB map):
+        # the kernel maps up to 64 KiB of cached file around each page touched
+        out = {}
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(("RssAnon:", "RssFile:")):
+                    name, value = line.split(":")
+                    out[name] = int(value.split()[0]) * 1024
+        return out
+
+    q = np.random.default_rng(0).standard_normal((1, int(sys.argv[3]))).astype(np.float32)
+    with StreamingIndex.open(sys.argv[1], readonly=True) as empty:  # same codec, no images
+        empty.search(q, k=10)  # the kernels compiled / loaded: not counted below
+    before = memory()
+    with StreamingIndex.open(sys.argv[2], readonly=True) as idx:
+        s, ids = idx.search(q, k=10)
+        after = memory()
+        print(json.dumps({"anon": after["RssAnon"] - before["RssAnon"], "file": after["RssFile"] - before["RssFile"],
+                          "view": idx.view.memory_bytes(), "found": ids[0, 0]}))
+""")
+
+
+def test_reader_memory_is_bounded_by_the_codes(tmp_path):
+    """200k images of dimension 128 (float16 vectors: 51 MB; float32 in memory: 102 MB);
+    a reader (a fresh process) holds the codes and rows, ~N (M + 9) bytes, not the vectors."""
+    from streamk.index_writer import EncodedImage
+    from streamk.ivfpq import IVFPQ
+
+    n, dim, M = 200_000, 128, 16
+    rng = np.random.default_rng(0)
+    sets = [rng.integers(0, 256, (50, 128)).astype(np.float32) for _ in range(3)]
+    encoder = Encoder(embedding="vlad", k=1, aggregation="sum").fit(sets)
+    C = rng.standard_normal((64, dim)).astype(np.float32)
+    codec = IVFPQ(nlist=64, M=M, seed=0).fit(C[rng.integers(0, 64, 4096)] + rng.standard_normal((4096, dim),
+                                                                                                dtype=np.float32))
+    for name in ("empty", "big"):
+        with StreamingIndex.create(tmp_path / name, encoder, vector_dtype="float16") as idx:
+            idx.train(codec=codec, progress=False)
+            if name == "big":
+                for lo in range(0, n, 20_000):  # straight to the writer: the reader is what is measured
+                    V = C[rng.integers(0, 64, 20_000)] + rng.standard_normal((20_000, dim), dtype=np.float32)
+                    V /= np.linalg.norm(V, axis=1, keepdims=True)
+                    idx.write_encoded([EncodedImage(f"i{lo + j}".encode(), v, hashlib.sha256(b"%d" % (lo + j)).digest(),
+                                                    {"kind": "vector"}, None) for j, v in enumerate(V)])
+                assert len(idx) == n
+    out = subprocess.run([sys.executable, "-c", READER_MEMORY, str(tmp_path / "empty"), str(tmp_path / "big"),
+                          str(dim)], capture_output=True, text=True, env=ENV, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    codes = n * (M + 9)  # codes, rows and removal marks
+    assert got["view"] <= 1.25 * codes + (1 << 20)  # + a little room in each list
+    assert got["anon"] <= 1.5 * codes + (8 << 20), got  # + allocator slack
+    assert got["anon"] + got["file"] <= 2 * codes + (32 << 20), got  # + the map's pages read
+    assert got["found"] is not None
