@@ -18,7 +18,7 @@ lists are laid out or split between threads.
 import numpy as np
 from numba import njit, prange
 
-from .pq_kernels import _replace_root
+from .pq_kernels import _replace_root, four_scores, one_score
 
 
 @njit(inline="always")
@@ -30,29 +30,16 @@ def _offer(hs, hr, k, dead, s, r):
 
 @njit(inline="always")
 def _scan_range(codes, rows, dead, t, lo, hi, cterm, hs, hr, k):
-    m = codes.shape[1]
     i = lo
     while i + 4 <= hi:
-        s0 = np.float32(0.0)
-        s1 = np.float32(0.0)
-        s2 = np.float32(0.0)
-        s3 = np.float32(0.0)
-        for j in range(m):
-            tj = t[j]
-            s0 += tj[codes[i, j]]
-            s1 += tj[codes[i + 1, j]]
-            s2 += tj[codes[i + 2, j]]
-            s3 += tj[codes[i + 3, j]]
+        s0, s1, s2, s3 = four_scores(codes, t, i)
         _offer(hs, hr, k, dead, s0 + cterm, rows[i])
         _offer(hs, hr, k, dead, s1 + cterm, rows[i + 1])
         _offer(hs, hr, k, dead, s2 + cterm, rows[i + 2])
         _offer(hs, hr, k, dead, s3 + cterm, rows[i + 3])
         i += 4
     while i < hi:
-        s = np.float32(0.0)
-        for j in range(m):
-            s += t[j, codes[i, j]]
-        _offer(hs, hr, k, dead, s + cterm, rows[i])
+        _offer(hs, hr, k, dead, one_score(codes, t, i) + cterm, rows[i])
         i += 1
 
 

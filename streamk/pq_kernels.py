@@ -17,6 +17,31 @@ from numba import njit, prange
 BLOCK = 2048  # codes per block (32-128 KiB of codes for M = 16-64: stays in L2 for a batch of queries)
 
 
+@njit(inline="always")
+def four_scores(codes, t, i):
+    """ADC scores of codes i..i+3 with table t: four independent addition chains, each
+    summed in float32 in the order m = 0..M-1."""
+    s0 = np.float32(0.0)
+    s1 = np.float32(0.0)
+    s2 = np.float32(0.0)
+    s3 = np.float32(0.0)
+    for j in range(codes.shape[1]):
+        tj = t[j]
+        s0 += tj[codes[i, j]]
+        s1 += tj[codes[i + 1, j]]
+        s2 += tj[codes[i + 2, j]]
+        s3 += tj[codes[i + 3, j]]
+    return s0, s1, s2, s3
+
+
+@njit(inline="always")
+def one_score(codes, t, i):
+    s = np.float32(0.0)
+    for j in range(codes.shape[1]):
+        s += t[j, codes[i, j]]
+    return s
+
+
 @njit(parallel=True, cache=True)
 def adc_scores(codes, table):
     """Asymmetric distance computation: score[i] = sum_m table[m, codes[i, m]].
@@ -28,26 +53,10 @@ def adc_scores(codes, table):
     for g in prange((n + 3) // 4):
         i = 4 * g
         if i + 4 <= n:
-            s0 = np.float32(0.0)
-            s1 = np.float32(0.0)
-            s2 = np.float32(0.0)
-            s3 = np.float32(0.0)
-            for j in range(m):
-                tj = table[j]
-                s0 += tj[codes[i, j]]
-                s1 += tj[codes[i + 1, j]]
-                s2 += tj[codes[i + 2, j]]
-                s3 += tj[codes[i + 3, j]]
-            out[i] = s0
-            out[i + 1] = s1
-            out[i + 2] = s2
-            out[i + 3] = s3
+            out[i], out[i + 1], out[i + 2], out[i + 3] = four_scores(codes, table, i)
         else:
             for r in range(i, n):
-                s = np.float32(0.0)
-                for j in range(m):
-                    s += table[j, codes[r, j]]
-                out[r] = s
+                out[r] = one_score(codes, table, r)
     return out
 
 
@@ -97,19 +106,9 @@ def _replace_root(hs, hr, k, s, r):
 def _scan_block(codes, t, lo, hi, hs, hr, k, thr):
     """Scan rows lo..hi-1 of codes with table t into the heap; returns the new threshold
     (the root's score: only a strictly larger score can enter)."""
-    m = codes.shape[1]
     i = lo
     while i + 4 <= hi:
-        s0 = np.float32(0.0)
-        s1 = np.float32(0.0)
-        s2 = np.float32(0.0)
-        s3 = np.float32(0.0)
-        for j in range(m):
-            tj = t[j]
-            s0 += tj[codes[i, j]]
-            s1 += tj[codes[i + 1, j]]
-            s2 += tj[codes[i + 2, j]]
-            s3 += tj[codes[i + 3, j]]
+        s0, s1, s2, s3 = four_scores(codes, t, i)
         if s0 > thr:
             _replace_root(hs, hr, k, s0, i)
             thr = hs[0]
@@ -124,9 +123,7 @@ def _scan_block(codes, t, lo, hi, hs, hr, k, thr):
             thr = hs[0]
         i += 4
     while i < hi:
-        s = np.float32(0.0)
-        for j in range(m):
-            s += t[j, codes[i, j]]
+        s = one_score(codes, t, i)
         if s > thr:
             _replace_root(hs, hr, k, s, i)
             thr = hs[0]
