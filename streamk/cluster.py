@@ -80,7 +80,7 @@ class DaskExecutor:
         from distributed.scheduler import KilledWorker
 
         token = spec_token(spec)
-        spec_future = self.client.scatter(spec, broadcast=True, hash=False)
+        [spec_future] = self.client.scatter([spec], broadcast=True, hash=False)  # one object, not its values
         items = iter(items)
         inflight = {}
         queue = as_completed()
