@@ -25,7 +25,7 @@ import uuid
 from distributed import Client, LocalCluster, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .workers import parse_dask_address, prepare_worker_process, run_task, spec_token
+from .workers import Executor, parse_dask_address, prepare_worker_process, run_task, spec_token
 
 PLUGIN_NAME = "streamk-worker-setup"
 
@@ -40,7 +40,7 @@ class StreamkWorkerSetup(WorkerPlugin):
         import streamk.kernels  # noqa: F401  (Numba kernel module loaded before the first task)
 
 
-class DaskExecutor:
+class DaskExecutor(Executor):
     """Tasks on a Dask cluster: ``target`` is a scheduler address, ``"local:N"`` or a
     ``distributed.Client``. A LocalCluster started here is closed by :meth:`close`;
     a given Client is left open."""
@@ -66,6 +66,7 @@ class DaskExecutor:
         self.client.register_plugin(StreamkWorkerSetup(), name=PLUGIN_NAME)
         self._nthreads_at = 0.0
         self._nthreads = 1
+        self._spec = None  # (token, future of the spec scattered to every worker)
 
     @property
     def workers(self):
@@ -80,7 +81,7 @@ class DaskExecutor:
         from distributed.scheduler import KilledWorker
 
         token = spec_token(spec)
-        [spec_future] = self.client.scatter([spec], broadcast=True, hash=False)  # one object, not its values
+        spec_future = self._scatter(token, spec)
         items = iter(items)
         inflight = {}
         queue = as_completed()
@@ -114,20 +115,26 @@ class DaskExecutor:
         finally:
             for fut in list(queue.futures):
                 fut.cancel()
-            spec_future.release()
+
+    def _scatter(self, token, spec):
+        """The spec on every worker, sent once for runs with the same spec (watch mode)."""
+        if self._spec is None or self._spec[0] != token:
+            if self._spec is not None:
+                self._spec[1].release()
+            [future] = self.client.scatter([spec], broadcast=True, hash=False)  # one object, not its values
+            self._spec = (token, future)
+        return self._spec[1]
 
     def close(self):
+        if self._spec is not None:
+            self._spec[1].release()
+            self._spec = None
         if self._own_client:
             self.client.close()
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 __all__ = ["DaskExecutor", "StreamkWorkerSetup"]

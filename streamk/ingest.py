@@ -187,6 +187,7 @@ class Ingester:
         self._batch = []  # (path, EncodedImage)
         self._last_commit = time.monotonic()
         self._bar = None
+        self._encoder_bytes = None
         self._extractor = index.extractor()  # pins the default extractor's params at the first write
         self._own_executor = executor is None
         self.executor = executor if executor is not None else (
@@ -264,8 +265,9 @@ class Ingester:
         executor = self.executor
         if executor is None:  # the local pool lives for one pass (its processes end with it)
             executor = make_executor(self.workers)
-        spec = {"encoder": (self.index.encoder if executor.name == "in-process"
-                            else self.index.encoder.to_bytes()),
+        if executor.name != "in-process" and self._encoder_bytes is None:
+            self._encoder_bytes = self.index.encoder.to_bytes()  # once: watch mode passes reuse it
+        spec = {"encoder": self.index.encoder if executor.name == "in-process" else self._encoder_bytes,
                 "extractor": self._extractor,
                 "cache_dir": None if self.cache is None else str(self.cache.directory)}
         results = executor.map_unordered(_ingest_task, self._tasks(roots, only_new), spec,

@@ -179,16 +179,14 @@ def default_workers():
         return os.cpu_count() or 1
 
 
-class InlineExecutor:
-    """Runs each task here, one after the other (``workers=1``: no process started)."""
+class Executor:
+    """What the executors share: ``name``, ``workers``, ``map_unordered``, ``close``."""
 
+    name = "executor"
     workers = 1
-    name = "in-process"
 
-    def map_unordered(self, fn, items, spec, crashed=None, failed=None, max_inflight=None):
-        token = spec_token(spec)
-        for item in items:
-            yield item, run_task(token, spec, fn, item)
+    def map_unordered(self, fn, items, spec, crashed, failed, max_inflight=None):  # pragma: no cover
+        raise NotImplementedError
 
     def close(self):
         pass
@@ -200,7 +198,18 @@ class InlineExecutor:
         self.close()
 
 
-class LocalPoolExecutor(InlineExecutor):
+class InlineExecutor(Executor):
+    """Runs each task here, one after the other (``workers=1``: no process started)."""
+
+    name = "in-process"
+
+    def map_unordered(self, fn, items, spec, crashed=None, failed=None, max_inflight=None):
+        token = spec_token(spec)
+        for item in items:
+            yield item, run_task(token, spec, fn, item)
+
+
+class LocalPoolExecutor(Executor):
     """``workers`` spawned processes on this machine; see the module doc (crash
     isolation, death with the parent). A pool lives for one ``map_unordered``."""
 
@@ -320,5 +329,5 @@ def make_executor(workers=None, dask=None):
     return InlineExecutor() if workers == 1 else LocalPoolExecutor(workers)
 
 
-__all__ = ["InlineExecutor", "LocalPoolExecutor", "context", "default_workers", "make_executor",
+__all__ = ["Executor", "InlineExecutor", "LocalPoolExecutor", "context", "default_workers", "make_executor",
            "parse_dask_address", "prepare_worker_process", "run_task", "spec_token"]

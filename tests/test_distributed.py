@@ -224,12 +224,13 @@ def marked(mark):
     return out
 
 
-@pytest.mark.parametrize("moment", ["workers starting", "workers busy"])
-def test_pool_workers_die_with_a_sigkilled_streamk_ingest(moment, work, many, tmp_path, wait_until):
+@pytest.mark.parametrize("moment,executor", [("workers starting", "--workers=2"), ("workers busy", "--workers=2"),
+                                             ("workers busy", "--dask=local:2")])
+def test_workers_die_with_a_sigkilled_streamk_ingest(moment, executor, work, many, tmp_path, wait_until):
     ix = tmp_path / "ix"
     new_index(ix, work).close()
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen([sys.executable, "-m", "streamk.cli", "ingest", str(ix), str(many), "--workers", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "streamk.cli", "ingest", str(ix), str(many), executor,
                              "--batch-size", "1", "--no-progress", "--no-cache"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(ENV, STREAMK_TEST_MARK=mark))
     try:
@@ -348,3 +349,39 @@ def test_training_sample_through_dask_matches_in_process(work, client):
     np.testing.assert_allclose(local.embedding.centroids_, remote.embedding.centroids_, atol=1e-5)
     X = ex.extract(paths[0]).descriptors
     np.testing.assert_allclose(local.encode(X), remote.encode(X), atol=1e-4)
+
+
+# --------------------------------------------------------------------------- the command line
+def test_cli_create_and_ingest_on_a_scheduler_address(work, tmp_path, client, capsys):
+    from streamk.cli import main
+
+    address = client.scheduler.address
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--k", "4",
+                 "--embedding", "vlad", "--vector-dtype", "float32", "--train-images", "5",
+                 "--train-descriptors", "30", "--dask", address, "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "images (a sample of 10; dask)" in out and "trained vlad k=4" in out, out
+    with StreamingIndex.open(ix) as idx:
+        assert idx.encoder.embedding.centroids_.shape == (4, 128)
+    assert main(["ingest", str(ix), str(work / "imgs"), "--dask", address, "--no-progress", "--no-cache"]) == 1
+    cap = capsys.readouterr()
+    assert "added 8, skipped 0 existing, failed 2" in cap.out
+    assert "broken.jpg" in cap.err and "flat.png" in cap.err
+    assert len(client.nthreads()) == 2  # a given cluster is left running
+
+
+@pytest.mark.parametrize("text,expected", [("local:3", ("local", 3)), ("tcp://h:8786", ("remote", "tcp://h:8786"))])
+def test_dask_addresses(text, expected):
+    from streamk.workers import parse_dask_address
+
+    assert parse_dask_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["local:0", "local:x", ""])
+def test_bad_dask_addresses(text):
+    from streamk.errors import ConfigError
+    from streamk.workers import parse_dask_address
+
+    with pytest.raises(ConfigError):
+        parse_dask_address(text)
