@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 
 import numpy as np
@@ -25,22 +24,15 @@ from streamk.workers import InlineExecutor, LocalPoolExecutor
 pytest.importorskip("cv2")
 psutil = pytest.importorskip("psutil")
 distributed = pytest.importorskip("distributed")
-from PIL import Image, ImageFilter  # noqa: E402
+pytest.importorskip("PIL")
+from image_support import textured  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from streamk import features as F  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
 SPEC = {"encoder": None, "extractor": None, "cache_dir": None}
-
-
-def textured(path, seed, size=128):
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 256, (size // 8, size // 8)).astype(np.uint8)
-    img = Image.fromarray(a).resize((size, size), Image.Resampling.BICUBIC).filter(ImageFilter.GaussianBlur(1))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    img.save(path)
-    return path
 
 
 @pytest.fixture(scope="module")
