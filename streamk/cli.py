@@ -129,6 +129,8 @@ def _index_create(args):
         from .training import train_encoder
         from .workers import make_executor
 
+        _one_executor(args)
+
         paths, bad = collect_images(args.train)
         for p, reason in bad:
             print(f"streamk: skipped {p}: {reason}", file=sys.stderr)
@@ -192,9 +194,16 @@ def _cache_dir(args):
     return default_cache_dir() if os.path.isdir(default_cache_dir()) else None
 
 
+def _one_executor(args):
+    if args.dask is not None and args.workers is not None:
+        raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
+
+
 def _ingest(args):
     from .index import StreamingIndex
     from .ingest import Ingester
+
+    _one_executor(args)
 
     with StreamingIndex.open(args.dir) as idx, Ingester(
             idx, workers=args.workers, batch_size=args.batch_size, dask=args.dask, cache_dir=_cache_dir(args),

@@ -713,22 +713,24 @@ def _describe(exc):
     return f"{type(exc).__name__}: {reason}"
 
 
-def _extract_task(ctx, path):
-    """One image in a worker (see :mod:`streamk.workers`); never raises."""
+def _extract_task(ctx, item):
+    """One image ``(path as given, absolute path)`` in a worker (see :mod:`streamk.workers`);
+    never raises."""
+    path, read_path = item
     try:
-        features, hit = _extract_with_cache(path, ctx["extractor"], ctx["cache"])
+        features, hit = _extract_with_cache(read_path, ctx["extractor"], ctx["cache"])
         return ExtractionResult(path, features, None, hit)
     except Exception as exc:  # reported per file, never raised mid-run
         return ExtractionResult(path, None, _describe(exc), False)
 
 
-def _crashed(path):
-    return ExtractionResult(path, None, "WorkerCrashed: the extraction process died on this image "
+def _crashed(item):
+    return ExtractionResult(item[0], None, "WorkerCrashed: the extraction process died on this image "
                                         "(a crash in the detector library?)", False)
 
 
-def _failed(path, exc):
-    return ExtractionResult(path, None, _describe(exc), False)
+def _failed(item, exc):
+    return ExtractionResult(item[0], None, _describe(exc), False)
 
 
 def _default_workers():
@@ -768,7 +770,8 @@ def iter_extract(paths, extractor=None, cache_dir=None, workers=None, progress=F
     if own:
         executor = make_executor(max(1, min(workers or _default_workers(), len(paths))))
     try:
-        for _, r in executor.map_unordered(_extract_task, paths, spec, _crashed, _failed):
+        items = ((p, os.path.abspath(p)) for p in paths)  # a Dask worker's working folder is not ours
+        for _, r in executor.map_unordered(_extract_task, items, spec, _crashed, _failed):
             counts["failed"] += r.error is not None
             counts["cached"] += r.cached
             bar.update(1)

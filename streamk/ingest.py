@@ -286,7 +286,7 @@ class Ingester:
         return self.stats
 
     def _tasks(self, roots, only_new):
-        """Yield the tasks ``(path, id, stored sha256 or None)`` of the files found, as the
+        """Yield the tasks ``(path, id, stored sha256 or None, absolute path)`` of the files found, as the
         walk finds them; bad entries and invalid ids are reported on the way."""
         db = self.index.store.dbs
         entries = iter_scan(roots)
@@ -315,7 +315,8 @@ class Ingester:
             with self.index.store.read() as txn:  # one short read per chunk, never held across tasks
                 known = [txn.get(image_id.encode("utf-8"), db=db["images"]) for _, image_id in chunk]
                 known = [None if raw is None else _stored_file_sha(bytes(raw)) for raw in known]
-            yield from ((path, image_id, sha) for (path, image_id), sha in zip(chunk, known))
+            # the worker reads the absolute path: a Dask worker's working folder is not ours
+            yield from ((path, image_id, sha, os.path.abspath(path)) for (path, image_id), sha in zip(chunk, known))
 
     def _handle(self, r):
         path = r["path"]
@@ -376,10 +377,10 @@ def _ingest_task(ctx, task):
     """Read, hash, extract (or take from the cache) and encode one image file; never raises.
 
     With a stored sha256 (the id is already in the index), only read and hash."""
-    path, image_id, stored_sha = task
+    path, image_id, stored_sha, read_path = task
     out = {"path": path, "id": image_id, "error": None, "stored_sha256": stored_sha}
     try:
-        data = feat._read_file_bytes(path)
+        data = feat._read_file_bytes(read_path)
         sha = out["sha256"] = hashlib.sha256(data).hexdigest()
         if stored_sha is not None:
             return out

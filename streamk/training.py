@@ -30,6 +30,7 @@ images' descriptor sets.
 """
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -152,7 +153,8 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
         raise ConfigError(f"descriptors_per_image must be >= 1 or None, got {descriptors_per_image}")
     extractor = feat.default_extractor() if extractor is None else extractor
     report = report or (lambda path, reason: None)
-    sample = sample_images(paths, max_images, seed)
+    # absolute paths: a Dask worker's working folder is not ours
+    sample = [os.path.abspath(p) for p in sample_images(paths, max_images, seed)]
     if not sample:
         raise EmptyDescriptorSetError("no learning images given")
     info = TrainingInfo()
