@@ -23,7 +23,10 @@ On the first ``--n`` photos of ``--images`` (skipped with a message when absent)
    is kept.
 3. two rates: *wall* (images / the whole call) and *steady* (images after
    the first result / the time from the first result to the last one: start-up
-   excluded on both executors).
+   excluded on both executors); and the CPU seconds per image, of the worker
+   processes and of this process (which writes, and runs the Dask scheduler and
+   nannies): on a machine shared with other jobs, where wall-clock rates follow
+   the load, CPU time per image still compares the executors' overheads.
 
 Ratios printed: Dask with 2 workers over 1 (target >= 1.7), and Dask over the
 local pool at equal workers (target >= 0.9). The machine is shared: the load
@@ -79,6 +82,24 @@ class Timed:
         pass
 
 
+def _cpu_of_this_process():
+    import psutil
+
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+def workers_cpu(executor):
+    """CPU seconds used so far by the executor's worker processes: the Dask workers (alive),
+    or the local pool's (ended and waited for, so counted in RUSAGE_CHILDREN)."""
+    import resource
+
+    if executor.name == "dask":
+        return sum(executor.client.run(_cpu_of_this_process).values())
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def ingest_once(encoder, extractor, paths, executor, work, name):
     folder = work / name
     shutil.rmtree(folder, ignore_errors=True)
@@ -86,15 +107,18 @@ def ingest_once(encoder, extractor, paths, executor, work, name):
     with StreamingIndex.create(folder, encoder, extractor=extractor) as idx:
         ing = Ingester(idx, executor=timed, progress=False, report=lambda p, r: log(f"  failed {p}: {r}"))
         load0 = os.getloadavg()[0]
+        cpu_w0, cpu_p0 = workers_cpu(executor), _cpu_of_this_process()
         t0 = time.perf_counter()
         stats = ing.ingest(paths)
         wall = time.perf_counter() - t0
+        cpu_w, cpu_p = workers_cpu(executor) - cpu_w0, _cpu_of_this_process() - cpu_p0
         load1 = os.getloadavg()[0]
     shutil.rmtree(folder, ignore_errors=True)
     n = stats.added
     steady = (len(timed.times) - 1) / (timed.times[-1] - timed.times[0]) if len(timed.times) > 1 else 0.0
     return {"added": n, "failed": stats.n_failed, "wall": wall, "rate": n / wall, "steady": steady,
-            "first": timed.times[0] - t0 if timed.times else float("nan"), "load": (load0 + load1) / 2}
+            "first": timed.times[0] - t0 if timed.times else float("nan"), "load": (load0 + load1) / 2,
+            "cpu_workers": cpu_w / max(n, 1), "cpu_parent": cpu_p / max(n, 1)}
 
 
 def run(args):
@@ -152,15 +176,21 @@ def run(args):
         return statistics.median(x[key] for x in results[(name, w)])
 
     rows = [[name, w, len(paths), f"{med(name, w, 'first'):.1f}", f"{med(name, w, 'wall'):.1f}",
-             f"{med(name, w, 'rate'):.3f}", f"{med(name, w, 'steady'):.3f}", f"{med(name, w, 'load'):.2f}"]
+             f"{med(name, w, 'rate'):.3f}", f"{med(name, w, 'steady'):.3f}", f"{med(name, w, 'cpu_workers'):.2f}",
+             f"{med(name, w, 'cpu_parent'):.2f}", f"{med(name, w, 'load'):.2f}"]
             for w in args.workers for name in ("local pool", "dask")]
     table(["executor", "workers", "images", "first result s", "wall s", "img/s (wall)", "img/s (steady)",
-           "load avg"], rows, title=f"Ingestion, median of {args.repeat} run(s)")
+           "workers CPU s/img", "parent CPU s/img", "load avg"], rows,
+          title=f"Ingestion, median of {args.repeat} run(s)")
     if 1 in args.workers and 2 in args.workers:
         print()
         for key in ("rate", "steady"):
             print(f"Dask 2 workers / 1 worker ({key}): {med('dask', 2, key) / med('dask', 1, key):.2f}x "
                   f"(target >= 1.7); local pool 2 / 1: {med('local pool', 2, key) / med('local pool', 1, key):.2f}x")
+    for w in args.workers:
+        cpu = {name: med(name, w, "cpu_workers") + med(name, w, "cpu_parent") for name in ("local pool", "dask")}
+        print(f"CPU s per image at {w} worker(s), workers + parent: local pool {cpu['local pool']:.2f}, "
+              f"Dask {cpu['dask']:.2f} (Dask / pool {cpu['dask'] / cpu['local pool']:.2f})")
     for w in args.workers:
         print(f"Dask / local pool at {w} worker(s): wall {med('dask', w, 'rate') / med('local pool', w, 'rate'):.2f}, "
               f"steady {med('dask', w, 'steady') / med('local pool', w, 'steady'):.2f} (target >= 0.90)")
