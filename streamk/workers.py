@@ -61,7 +61,11 @@ def spec_token(spec):
 
 def _exit_when_parent_dies(parent_alive, parent_pid):
     """SIGKILL on the parent's death (Linux), a check for a parent already gone, and a
-    thread that exits when the pipe from the parent closes (any OS, any death)."""
+    thread that exits when the pipe from the parent closes (any OS, any death).
+
+    PR_SET_PDEATHSIG fires when the parent *thread* that started the worker ends: the
+    pool starts its workers from the thread that submits (the one iterating
+    ``map_unordered``), and shuts them down before that iteration returns."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
