@@ -17,8 +17,9 @@ Steps, on the photos of ``--images`` (skipped with a message when absent):
    pool, LMDB writes; pool start-up included;
 5. "extraction excluded": the same records (``index.encoded_image_file``) built
    from the features in the warm cache -- read, encode, write in batches of 64
-   into a fresh index, in this process. ``Ingester`` itself has no feature cache:
-   this is the ingestion path minus extraction, with the time split;
+   into a fresh index, in this process: the ingestion path minus extraction,
+   with the time split (``Ingester(cache_dir=...)`` takes cached features in
+   its workers; ``bench/distributed.py`` times the executors);
 6. "resume": ``Ingester.ingest`` of the same folder into the full index again
    (every file hashed and skipped, nothing extracted);
 7. second process: ``python -c "import streamk.index; StreamingIndex.open(...);

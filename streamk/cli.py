@@ -116,7 +116,7 @@ def _index_create(args):
 
     from .encoder import Encoder
     from .errors import EmptyDescriptorSetError, IndexExistsError
-    from .features import extract_many, make_extractor
+    from .features import make_extractor
     from .index import StreamingIndex
     from .ingest import collect_images
 
@@ -132,26 +132,27 @@ def _index_create(args):
     if args.encoder is not None:
         encoder = Encoder.load(args.encoder)
     else:
+        from .training import train_encoder
+        from .workers import make_executor
+
+        _one_executor(args)
+
         paths, bad = collect_images(args.train)
         for p, reason in bad:
             print(f"streamk: skipped {p}: {reason}", file=sys.stderr)
         if not paths:
             raise EmptyDescriptorSetError("--train: no image files found")
-        feats, errors = extract_many(paths, extractor, workers=args.workers, progress=sys.stderr.isatty())
-        for p, reason in errors.items():
-            print(f"streamk: skipped {p}: {reason}", file=sys.stderr)
-        sets = [f.descriptors for f in feats.values() if len(f)]
-        if not sets:
-            raise EmptyDescriptorSetError("--train: no local features in the given images")
         embedding, params = _embedding_spec(args.embedding)
-        encoder = Encoder(embedding=embedding, k=args.k, embedding_params=params,
-                          aggregation=args.aggregation)
-        n_desc = sum(len(s) for s in sets)
-        if n_desc < args.k:
-            raise ConfigError(f"--train: {n_desc} descriptors in {len(sets)} images, fewer than k={args.k}")
-        encoder.fit(sets)
-        print(f"trained {args.embedding} k={args.k} ({args.aggregation}) on {n_desc} descriptors "
-              f"of {len(sets)} images")
+        config = {"embedding": embedding, "k": args.k, "embedding_params": params,
+                  "aggregation": args.aggregation}
+        with make_executor(args.workers, args.dask) as executor:
+            encoder, info = train_encoder(
+                paths, config, extractor, executor, max_images=args.train_images,
+                descriptors_per_image=args.train_descriptors, seed=args.seed, cache_dir=_cache_dir(args),
+                report=lambda p, reason: print(f"streamk: skipped {p}: {reason}", file=sys.stderr),
+                progress=sys.stderr.isatty())
+        print(f"trained {args.embedding} k={args.k} ({args.aggregation}) on {info.descriptors} descriptors "
+              f"of {info.images} images (a sample of {len(paths)}; {executor.name})")
         if args.save_encoder:
             encoder.save(args.save_encoder)
     existed = path.exists()
@@ -214,13 +215,33 @@ def _index_upgrade(args):
     return 0
 
 
+def _cache_dir(args):
+    """--cache DIR; by default the shared feature cache when it exists; --no-cache: none."""
+    import os
+
+    from .experiment import default_cache_dir
+
+    if args.no_cache:
+        return None
+    if args.cache is not None:
+        return args.cache
+    return default_cache_dir() if os.path.isdir(default_cache_dir()) else None
+
+
+def _one_executor(args):
+    if args.dask is not None and args.workers is not None:
+        raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
+
+
 def _ingest(args):
     from .index import StreamingIndex
     from .ingest import Ingester
 
-    with StreamingIndex.open(args.dir) as idx:
-        ing = Ingester(idx, workers=args.workers, batch_size=args.batch_size,
-                       progress=None if not args.no_progress else False)
+    _one_executor(args)
+
+    with StreamingIndex.open(args.dir) as idx, Ingester(
+            idx, workers=args.workers, batch_size=args.batch_size, dask=args.dask, cache_dir=_cache_dir(args),
+            progress=None if not args.no_progress else False) as ing:
         try:
             if args.watch:
                 def on_poll(n, stats):
@@ -254,7 +275,16 @@ def _search(args):
     return 0
 
 
+def _add_cache_options(parser):
+    parser.add_argument("--cache", default=None, metavar="DIR",
+                        help="feature cache folder, read and filled by the workers (default: "
+                             "~/.cache/streamk/features when it exists)")
+    parser.add_argument("--no-cache", action="store_true", help="no feature cache")
+
+
 def _add_index_commands(sub):
+    from .training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
+
     ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
     ix_sub = ix.add_subparsers(dest="index_command", required=True)
     cr = ix_sub.add_parser("create", help="create an empty index with a saved or newly trained encoder")
@@ -270,6 +300,16 @@ def _add_index_commands(sub):
     cr.add_argument("--k", type=_positive_int, default=64, help="with --train: vocabulary size")
     cr.add_argument("--aggregation", default="gmp", help="with --train: sum, democratic, gmp")
     cr.add_argument("--workers", type=_positive_int, default=None, help="with --train: extraction processes")
+    cr.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="with --train: extract on a Dask cluster (tcp://host:8786, or local:N)")
+    cr.add_argument("--train-images", type=_positive_int, default=DEFAULT_MAX_IMAGES,
+                    help=f"with --train: learn from at most this many images, a seeded sample "
+                         f"(default {DEFAULT_MAX_IMAGES})")
+    cr.add_argument("--train-descriptors", type=_positive_int, default=DEFAULT_DESCRIPTORS_PER_IMAGE,
+                    help=f"with --train: at most this many descriptors of each image, a seeded sample "
+                         f"(default {DEFAULT_DESCRIPTORS_PER_IMAGE})")
+    cr.add_argument("--seed", type=int, default=0, help="with --train: seed of the samples")
+    _add_cache_options(cr)
     cr.add_argument("--save-encoder", default=None, help="with --train: also save the encoder here")
     cr.set_defaults(func=_index_create)
     tr = ix_sub.add_parser("train", help="(re)train the PQ / IVF-PQ codec and swap it in without stopping "
@@ -303,6 +343,10 @@ def _add_index_commands(sub):
     ing.add_argument("--max-polls", type=_positive_int, default=None,
                      help="with --watch: stop after this many passes (default: until Ctrl-C)")
     ing.add_argument("--workers", type=_positive_int, default=None, help="extraction processes (default: all cores)")
+    ing.add_argument("--dask", default=None, metavar="ADDRESS",
+                     help="run the workers on a Dask cluster: its scheduler's address (tcp://host:8786), "
+                          "or local:N for a LocalCluster of N processes started here")
+    _add_cache_options(ing)
     ing.add_argument("--batch-size", type=_positive_int, default=64, help="images per write transaction")
     ing.add_argument("--no-progress", action="store_true", help="no progress bar")
     ing.set_defaults(func=_ingest)

@@ -104,10 +104,11 @@ class Encoder:
     # options that change the aggregated vectors RN is learned on
     _RN_INPUT_OPTIONS = ("aggregation", "gamma", "n_iter", "lam", "tol", "max_iter", "rn_components")
 
-    def derive(self, learning_sets=None, **overrides):
+    def derive(self, learning_sets=None, aggregated=None, **overrides):
         """A new encoder sharing this one's fitted embedding, with other
         aggregation or post-processing options (RN, if on, is refitted on
-        ``learning_sets``: it is learned on aggregated vectors)."""
+        ``learning_sets``: it is learned on aggregated vectors; or directly on
+        ``aggregated``, those vectors computed elsewhere, see :meth:`fit_rn_vectors`)."""
         self._check_fitted()
         changed = [k for k in self._EMBEDDING_OPTIONS if k in overrides
                    and overrides[k] != getattr(self.config, k)]
@@ -118,6 +119,8 @@ class Encoder:
         if enc.rn is not None:
             if learning_sets is not None:
                 enc.fit_rn(learning_sets)
+            elif aggregated is not None:
+                enc.fit_rn_vectors(aggregated)
             elif self.rn is not None and not (set(overrides) & set(self._RN_INPUT_OPTIONS)):
                 # same aggregated vectors: reuse the learned rotation (D' may differ)
                 enc.rn = RotationNormalisation.from_state(enc.rn.params(), self.rn.state()[1])
@@ -133,7 +136,19 @@ class Encoder:
         sets = [self._preprocess(X, dim=self.embedding.d_, what=f"learning image {i}")
                 for i, X in enumerate(learning_sets)]
         xis = [self._aggregate(X)[0] for X in tqdm(sets, desc="RN learning vectors", disable=not verbose)]
-        self.rn.fit(l2_normalize(np.stack(xis)))
+        return self.fit_rn_vectors(xis)
+
+    def fit_rn_vectors(self, aggregated):
+        """(Re)learn RN on the learning images' aggregated vectors xi (before any
+        post-processing: what :meth:`aggregate_methods` gives for this encoder's
+        aggregation), e.g. computed on a cluster (:mod:`streamk.training`)."""
+        if self.rn is None:
+            raise ConfigError("this encoder has rn=False")
+        A = np.stack([np.asarray(x) for x in aggregated]) if len(aggregated) else np.zeros((0, 0))
+        if A.ndim != 2 or A.shape[0] == 0 or A.shape[1] != self.embedding.dim:
+            raise DimensionError(f"aggregated vectors: expected shape (n >= 1, {self.embedding.dim}), "
+                                 f"got {A.shape}")
+        self.rn.fit(l2_normalize(A))
         self.__dict__.pop("_fingerprint", None)
         return self
 

@@ -51,7 +51,6 @@ import math
 import os
 import stat
 import warnings
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -59,7 +58,6 @@ from typing import NamedTuple
 import numpy as np
 
 from .descriptor_files import atomic_write
-from .workers import isolated_map
 from .errors import (ConfigError, DescriptorFileError, DimensionError, ExtractorUnavailableError,
                      ImageReadError)
 
@@ -285,7 +283,7 @@ def load_gray(path):
 
 
 # =========================================================================== extractors
-_IN_WORKER = False  # set in extract_many's worker processes: keep libraries single-threaded
+_IN_WORKER = False  # set in worker processes (streamk.workers): keep libraries single-threaded
 
 
 def _check_positive_int(value, name, minimum=1):
@@ -665,22 +663,28 @@ def _as_cache(cache):
     return FeatureCache(cache)
 
 
-def _extract_with_cache(path, extractor, cache):
-    """(Features, cache hit?)."""
-    data = _read_file_bytes(path)
-    digest = hashlib.sha256(data).hexdigest() if cache is not None else None
+def features_of_bytes(data, path, extractor, cache, sha256_hex=None):
+    """(Features, cache hit?) of an image file's bytes: the cache entry when there is
+    one, else extracted (and stored in the cache). ``sha256_hex``: the bytes' digest,
+    when the caller has it already."""
     if cache is not None:
-        cached = cache.get(digest, extractor)
+        sha256_hex = sha256_hex or hashlib.sha256(data).hexdigest()
+        cached = cache.get(sha256_hex, extractor)
         if cached is not None:
             return cached, True
     features = extractor.extract_array(_decode_gray(data, path))
     if cache is not None:
         try:
-            cache.put(digest, extractor, features)
+            cache.put(sha256_hex, extractor, features)
         except OSError as exc:
             warnings.warn(f"could not write the feature cache entry for {path}: {exc}",
                           RuntimeWarning, stacklevel=3)
     return features, False
+
+
+def _extract_with_cache(path, extractor, cache):
+    """(Features, cache hit?): the file is read once, hashed only when a cache is used."""
+    return features_of_bytes(_read_file_bytes(path), path, extractor, cache)
 
 
 def extract(path, extractor=None, cache=None):
@@ -709,105 +713,78 @@ def _describe(exc):
     return f"{type(exc).__name__}: {reason}"
 
 
-def _job(path, extractor, cache_dir):
+def _extract_task(ctx, item):
+    """One image ``(path as given, absolute path)`` in a worker (see :mod:`streamk.workers`);
+    never raises."""
+    path, read_path = item
     try:
-        cache = None if cache_dir is None else FeatureCache(cache_dir)
-        features, hit = _extract_with_cache(path, extractor, cache)
+        features, hit = _extract_with_cache(read_path, ctx["extractor"], ctx["cache"])
         return ExtractionResult(path, features, None, hit)
     except Exception as exc:  # reported per file, never raised mid-run
         return ExtractionResult(path, None, _describe(exc), False)
 
 
-def _worker_init():
-    global _IN_WORKER
-    _IN_WORKER = True
-    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before pyhesaff's bundled OpenMP loads
-
-
-def _default_workers():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def _pool(workers):
-    import multiprocessing
-
-    # spawn: fork after OpenCV / OpenMP threads have run can deadlock the child
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_worker_init)
-
-
-def _crashed(path):
-    return ExtractionResult(path, None, "WorkerCrashed: the extraction process died on this image "
+def _crashed(item):
+    return ExtractionResult(item[0], None, "WorkerCrashed: the extraction process died on this image "
                                         "(a crash in the detector library?)", False)
 
 
-def _run_pool(paths, extractor, cache_dir, workers):
-    """Yield results in completion order; a crashing image is isolated and reported."""
-    return isolated_map(_pool, lambda pool, p: pool.submit(_job, p, extractor, cache_dir), paths, workers,
-                        crashed=_crashed, failed=lambda p, exc: ExtractionResult(p, None, _describe(exc), False))
+def _failed(item, exc):
+    return ExtractionResult(item[0], None, _describe(exc), False)
 
 
-def iter_extract(paths, extractor=None, cache_dir=None, workers=None, progress=False):
+def _default_workers():
+    from .workers import default_workers
+
+    return default_workers()
+
+
+def iter_extract(paths, extractor=None, cache_dir=None, workers=None, progress=False, executor=None):
     """Extract features of many images; yield an :class:`ExtractionResult` per distinct path.
 
     Results come in completion order. workers: number of processes (None: all
-    cores this process may use; 1: in this process, no pool). Failures are
-    yielded as results with ``error`` set, never raised; an image that crashes
-    a worker process is isolated and reported as ``WorkerCrashed``. With
-    workers > 1 the processes are *spawned*: a script calling this must guard
-    its entry point with ``if __name__ == "__main__":``.
+    cores this process may use; 1: in this process, no pool). executor: a
+    :mod:`streamk.workers` executor to run on instead (e.g. a Dask cluster's).
+    Each file is read once, in the worker, which serves cache hits too.
+    Failures are yielded as results with ``error`` set, never raised; an image
+    that crashes a worker process is isolated and reported as ``WorkerCrashed``.
+    With workers > 1 the processes are *spawned*: a script calling this must
+    guard its entry point with ``if __name__ == "__main__":``.
     """
+    from .workers import make_executor
+
     extractor = default_extractor() if extractor is None else extractor
     if not isinstance(extractor, Extractor):
         raise ConfigError(f"extractor must be an Extractor, got {extractor!r}")
     paths = list(dict.fromkeys(paths))
-    workers = _default_workers() if workers is None else _check_positive_int(workers, "workers")
+    workers = None if workers is None else _check_positive_int(workers, "workers")
     cache = None if cache_dir is None else FeatureCache(cache_dir)
-    cache_dir = None if cache is None else str(cache.directory)
+    spec = {"encoder": None, "extractor": extractor,
+            "cache_dir": None if cache is None else str(cache.directory)}
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(paths), disable=not progress, unit="img", desc=f"features ({extractor.name})",
                dynamic_ncols=True)
     counts = {"failed": 0, "cached": 0}
-
-    def report(r):
-        counts["failed"] += r.error is not None
-        counts["cached"] += r.cached
-        bar.update(1)
-        if progress:
-            bar.set_postfix(counts, refresh=False)
-        return r
-
+    own = executor is None
+    if own:
+        executor = make_executor(max(1, min(workers or _default_workers(), len(paths))))
     try:
-        todo = paths
-        if cache is not None:  # hits are served here, without starting processes
-            todo = []
-            for p in paths:
-                try:
-                    data = _read_file_bytes(p)
-                    hit = cache.get(hashlib.sha256(data).hexdigest(), extractor)
-                except Exception as exc:
-                    yield report(ExtractionResult(p, None, _describe(exc), False))
-                    continue
-                if hit is None:
-                    todo.append(p)
-                else:
-                    yield report(ExtractionResult(p, hit, None, True))
-        workers = max(1, min(workers, len(todo)))
-        if workers == 1:
-            results = (_job(p, extractor, cache_dir) for p in todo)
-        else:
-            results = _run_pool(todo, extractor, cache_dir, workers)
-        for r in results:
-            yield report(r)
+        items = ((p, os.path.abspath(p)) for p in paths)  # a Dask worker's working folder is not ours
+        for _, r in executor.map_unordered(_extract_task, items, spec, _crashed, _failed):
+            counts["failed"] += r.error is not None
+            counts["cached"] += r.cached
+            bar.update(1)
+            if progress:
+                bar.set_postfix(counts, refresh=False)
+            yield r
     finally:
         bar.close()
+        if own:
+            executor.close()
 
 
-def extract_many(paths, extractor=None, cache_dir=None, workers=None, progress=True):
+def extract_many(paths, extractor=None, cache_dir=None, workers=None, progress=True, executor=None):
     """Extract features of many images on all cores, with a progress bar.
 
     Returns ``(features, errors)``: dicts keyed by the given paths, in input
@@ -816,7 +793,7 @@ def extract_many(paths, extractor=None, cache_dir=None, workers=None, progress=T
     See :func:`iter_extract` for the options and for streaming use.
     """
     paths = list(dict.fromkeys(paths))
-    got = {r.path: r for r in iter_extract(paths, extractor, cache_dir, workers, progress)}
+    got = {r.path: r for r in iter_extract(paths, extractor, cache_dir, workers, progress, executor)}
     features = {p: got[p].features for p in paths if got[p].error is None}
     errors = {p: got[p].error for p in paths if got[p].error is not None}
     return features, errors

@@ -1,10 +1,11 @@
 """Bulk, resumable ingestion of image files into a :class:`~streamk.index.StreamingIndex`.
 
-    with StreamingIndex.open("my.index") as idx:
-        stats = Ingester(idx, workers=None, batch_size=64).ingest(["photos/", "extra.jpg"])
+    with StreamingIndex.open("my.index") as idx, Ingester(idx, workers=None) as ing:
+        stats = ing.ingest(["photos/", "extra.jpg"])     # or Ingester(idx, dask="tcp://host:8786")
         print(stats.summary())
 
-What it does, per pass over the given files and folders:
+What it does, per pass over the given files and folders, as a stream (files are
+sent to the workers as they are found, a bounded number at a time):
 
 1. **Walk.** Folders are walked recursively (sorted, symlinked folders not
    followed); a file is an image candidate when its extension is one of
@@ -19,34 +20,40 @@ What it does, per pass over the given files and folders:
    1..200 characters, no control characters, ...); a file whose id is invalid is
    reported and skipped. Two files mapping to the same id (``a/b.jpg`` and
    ``a__b.jpg``) cannot both be stored: the second is reported (IdExistsError).
-3. **Skip what is known (resumable).** The sha256 of each file's bytes is
-   computed first, in this process, and turned into the index's content key of
-   an image file (see :mod:`streamk.index`: ``sha256(b"image\\0" + sha + b"null")``);
-   files whose content is already in the ``hashes`` sub-database, or repeated in
-   this run, are counted as *skipped existing* without extracting anything. An
-   id that already holds other content is reported as failed (IdExistsError):
-   nothing already stored is ever touched.
-4. **Extract and encode** the remaining files in a process pool on all cores
-   (spawned workers, each holding the index's extractor and encoder; an image
-   that crashes a worker is isolated and reported as WorkerCrashed, like
-   :func:`streamk.features.iter_extract`). Encoding in the workers matters: with
-   temb k=64 it costs ~10x the extraction. The sha256 stored is that of the
-   very bytes the features came from.
+3. **Known ids (resumable).** The ids of each group of found files are looked
+   up in one short read transaction. A file whose id is already stored is only
+   *hashed* by its worker (no extraction): same content (the stored sha256) is
+   counted as *skipped existing*, other content is reported as failed
+   (IdExistsError) -- nothing already stored is ever touched. This is what
+   makes a resumed run cheap; it keeps no state outside the index and sees a
+   file whose content changed under its old name.
+4. **Read, hash, extract, encode** in a worker (the local crash-isolating
+   process pool of :mod:`streamk.workers`, or a Dask cluster, :mod:`streamk.cluster`):
+   the worker reads the file once, hashes those bytes, takes the features from
+   the feature cache when one is given (or extracts and stores them), and
+   encodes (with temb k=64 encoding costs ~10x the extraction). The sha256
+   stored is that of the very bytes the features came from. An image that
+   kills its worker is retried alone in a fresh process and reported as
+   WorkerCrashed only if it kills that one too.
 5. **Write** in this single process, ``batch_size`` images per LMDB write
    transaction (or sooner, every ``commit_interval`` seconds), through the same
    checks as :meth:`StreamingIndex.add`: each image is either fully stored or
-   not at all, and a crash loses at most the uncommitted batch -- the next run
-   skips everything committed.
+   not at all; content already stored under another id (a copy of a file, or
+   the same content twice in this run) is counted as *skipped existing*. A
+   crash loses at most the uncommitted batch -- the next run skips everything
+   committed.
 
 Each bad file (unreadable, empty, truncated, corrupt, not an image, a directory,
 no local features, invalid id, ...) is reported with its reason and skipped.
 """
 
 import hashlib
+import json
 import os
 import sys
 import time
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 
@@ -55,10 +62,11 @@ from .errors import (ConfigError, DuplicateError, EmptyDescriptorSetError, Image
                      StreamkError)
 from .index import encoded_image_file, image_content_key
 from .store import validate_id
-from .workers import isolated_map
+from .workers import make_executor
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff",
                               ".webp", ".ppm", ".pgm", ".pbm", ".pnm"})
+LOOKUP_CHUNK = 64  # found files whose ids are looked up in one read transaction
 
 
 def is_image_name(name):
@@ -73,13 +81,13 @@ def id_for(path, root=None):
     return rel.replace(os.sep, "__").replace("/", "__")
 
 
-def scan(roots):
-    """([(path, id)], [(path, reason)]): image candidates and bad entries, in a stable order."""
-    found, bad = [], []
+def iter_scan(roots):
+    """Yield ``(path, id, None)`` for each image candidate and ``(path, None, reason)`` for
+    each bad entry, in a stable order, as the folders are walked (lazily)."""
     for root in roots:
         root = str(root)
         if os.path.isdir(root) and is_image_name(os.path.normpath(root)):
-            bad.append((root, "ImageReadError: is a directory"))
+            yield root, None, "ImageReadError: is a directory"
         elif os.path.isdir(root):
             for dirpath, dirnames, filenames in os.walk(root):
                 dirnames.sort()
@@ -87,18 +95,25 @@ def scan(roots):
                 for d in dirnames:
                     full = os.path.join(dirpath, d)
                     if is_image_name(d):
-                        bad.append((full, "ImageReadError: is a directory"))
+                        yield full, None, "ImageReadError: is a directory"
                     elif not os.path.islink(full):
                         keep.append(d)
                 dirnames[:] = keep
                 for name in sorted(filenames):
                     if is_image_name(name):
                         full = os.path.join(dirpath, name)
-                        found.append((full, id_for(full, root)))
+                        yield full, id_for(full, root), None
         elif os.path.lexists(root):
-            found.append((root, id_for(root)))
+            yield root, id_for(root), None
         else:
-            bad.append((root, "ImageReadError: no such file or directory"))
+            yield root, None, "ImageReadError: no such file or directory"
+
+
+def scan(roots):
+    """([(path, id)], [(path, reason)]): image candidates and bad entries, in a stable order."""
+    found, bad = [], []
+    for path, image_id, reason in iter_scan(roots):
+        (bad.append((path, reason)) if reason is not None else found.append((path, image_id)))
     return found, bad
 
 
@@ -137,31 +152,58 @@ def _describe(exc):
 class Ingester:
     """Adds image files to an open, writable index; see the module doc.
 
-    workers: extraction processes (None: all cores; 1: in this process).
-    batch_size: images per write transaction. report: callable(path, reason)
-    for each bad file (default: print to stderr). progress: tqdm bar on stderr
-    (None: only when stderr is a terminal).
+    workers: local extraction processes (None: all cores; 1: in this process).
+    dask: run on a Dask cluster instead: a scheduler address (``tcp://host:8786``),
+    ``"local:N"`` (a LocalCluster of N processes started here) or a
+    ``distributed.Client``. executor: a :mod:`streamk.workers` executor to use
+    (kept open; overrides workers and dask). cache_dir: a feature cache folder
+    (:class:`~streamk.features.FeatureCache`) read and filled by the workers
+    (None: no cache). batch_size: images per write transaction. max_inflight:
+    files sent to the workers and not yet back (None: twice the workers).
+    report: callable(path, reason) for each bad file (default: print to stderr).
+    progress: tqdm bar on stderr (None: only when stderr is a terminal).
+    Close it (or use ``with``) to stop a Dask cluster it started.
     """
 
     def __init__(self, index, workers=None, batch_size=64, commit_interval=2.0, report=None,
-                 progress=None):
+                 progress=None, dask=None, executor=None, cache_dir=None, max_inflight=None):
         if int(batch_size) < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         if workers is not None and int(workers) < 1:
             raise ConfigError(f"workers must be >= 1, got {workers}")
+        if max_inflight is not None and int(max_inflight) < 1:
+            raise ConfigError(f"max_inflight must be >= 1, got {max_inflight}")
         self.index = index
         self.workers = workers
         self.batch_size = int(batch_size)
         self.commit_interval = float(commit_interval)
+        self.max_inflight = None if max_inflight is None else int(max_inflight)
         self.report = report or (lambda path, reason: print(f"streamk: skipped {path}: {reason}",
                                                             file=sys.stderr, flush=True))
         self.progress = progress
+        self.cache = None if cache_dir is None else feat.FeatureCache(cache_dir)
         self.stats = IngestStats()
         self._seen = {}  # path -> stat signature when last handled (for --watch)
-        self._batch = []  # (path, _Encoded)
+        self._batch = []  # (path, EncodedImage)
         self._last_commit = time.monotonic()
         self._bar = None
+        self._encoder_bytes = None
         self._extractor = index.extractor()  # pins the default extractor's params at the first write
+        self._own_executor = executor is None
+        self.executor = executor if executor is not None else (
+            make_executor(dask=dask) if dask is not None else None)  # local: made per pass
+
+    def close(self):
+        """Stops the executor this Ingester started (a LocalCluster, a Dask client)."""
+        if self._own_executor and self.executor is not None:
+            self.executor.close()
+            self.executor = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     # ------------------------------------------------------------------ reporting
     def _fail(self, path, reason):
@@ -201,16 +243,10 @@ class Ingester:
             exc = out if isinstance(out, Exception) else None
             if exc is None:
                 self._ok(path, out, enc.key.decode())
-            elif isinstance(exc, DuplicateError):  # added meanwhile by another process
+            elif isinstance(exc, DuplicateError):  # same content under another id
                 self._ok(path, "exists")
             else:
                 self._fail(path, _describe(exc))
-
-    def _encode(self, path, image_id, sha, features):
-        if len(features) == 0:
-            raise EmptyDescriptorSetError("no local features")
-        v, alpha = self.index.encoder.encode(features.descriptors, return_weights=True)
-        return encoded_image_file(image_id, path, sha, v, features.keypoints, alpha, features.image_size)
 
     # ------------------------------------------------------------------ one pass
     def ingest(self, roots, only_new=False):
@@ -222,93 +258,87 @@ class Ingester:
         from tqdm.auto import tqdm
 
         t0 = time.monotonic()
-        found, bad = scan(roots)
-        if only_new:
-            found = [(p, i) for p, i in found if self._seen.get(p, False) != _stat_sig(p)]
-            bad = [(p, r) for p, r in bad if p not in self._seen]
-        total = len(found) + len(bad)
-        self._bar = tqdm(total=total, unit="img", desc="ingest", file=sys.stderr,
+        self._bar = tqdm(total=0, unit="img", desc="ingest", file=sys.stderr,
                          disable=True if self.progress is False else (None if self.progress is None
                                                                       else False),
-                         dynamic_ncols=True) if total else None
+                         dynamic_ncols=True)
+        executor = self.executor
+        if executor is None:  # the local pool lives for one pass (its processes end with it)
+            executor = make_executor(self.workers)
+        if executor.name != "in-process" and self._encoder_bytes is None:
+            self._encoder_bytes = self.index.encoder.to_bytes()  # once: watch mode passes reuse it
+        spec = {"encoder": self.index.encoder if executor.name == "in-process" else self._encoder_bytes,
+                "extractor": self._extractor,
+                "cache_dir": None if self.cache is None else str(self.cache.directory)}
+        results = executor.map_unordered(_ingest_task, self._tasks(roots, only_new), spec,
+                                         _crashed, _failed, self.max_inflight)
         try:
-            for p, reason in bad:
-                self._fail(p, reason)
-            todo = self._triage(found)
-            if todo:
-                self._extract_and_write(todo)
+            for _, r in results:
+                self._handle(r)
             self._flush()
         finally:
-            if self._bar is not None:
-                self._bar.close()
-                self._bar = None
+            results.close()  # stops the tasks in flight when interrupted
+            if executor is not self.executor:
+                executor.close()
+            self._bar.close()
+            self._bar = None
             self.stats.seconds += time.monotonic() - t0
         return self.stats
 
-    def _triage(self, found):
-        """Hash every candidate; count known content as existing; return {path: (id, sha, sig)}."""
-        idx = self.index
-        db = idx.store.dbs
-        todo = {}
-        in_run = {}  # content key -> path (same content twice in this run)
-        with idx.store.read() as txn:
-            for path, image_id in found:
+    def _tasks(self, roots, only_new):
+        """Yield the tasks ``(path, id, stored sha256 or None, absolute path)`` of the files found, as the
+        walk finds them; bad entries and invalid ids are reported on the way."""
+        db = self.index.store.dbs
+        entries = iter_scan(roots)
+        while True:
+            chunk, pulled = [], 0
+            for path, image_id, reason in islice(entries, LOOKUP_CHUNK):
+                pulled += 1
+                if only_new and (self._seen.get(path, False) == _stat_sig(path) if reason is None
+                                 else path in self._seen):
+                    continue
+                if self._bar is not None:
+                    self._bar.total += 1
+                if reason is not None:
+                    self._fail(path, reason)
+                    continue
                 try:
                     validate_id(image_id)
                 except StreamkError as exc:
                     self._fail(path, _describe(exc))
                     continue
-                sig = _stat_sig(path)
-                try:
-                    data = feat._read_file_bytes(path)
-                except ImageReadError as exc:
-                    self._fail(path, _describe(exc))
-                    continue
-                sha = hashlib.sha256(data).hexdigest()
-                ck = image_content_key(sha)
-                owner = txn.get(ck, db=db["hashes"])
-                if owner is not None or ck in in_run:
-                    self._ok(path, "exists")
-                    continue
-                if txn.get(image_id.encode("utf-8"), db=db["images"]) is not None:
-                    self._fail(path, f"IdExistsError: id {image_id!r} already holds other content")
-                    continue
-                in_run[ck] = path
-                todo[path] = (image_id, sha, sig)
-        return todo
+                chunk.append((path, image_id))
+            if not pulled:
+                return
+            if not chunk:  # all bad, invalid or already seen
+                continue
+            with self.index.store.read() as txn:  # one short read per chunk, never held across tasks
+                known = [txn.get(image_id.encode("utf-8"), db=db["images"]) for _, image_id in chunk]
+                known = [None if raw is None else _stored_file_sha(bytes(raw)) for raw in known]
+            # the worker reads the absolute path: a Dask worker's working folder is not ours
+            yield from ((path, image_id, sha, os.path.abspath(path)) for (path, image_id), sha in zip(chunk, known))
 
-    def _extract_and_write(self, todo):
-        workers = feat._default_workers() if self.workers is None else int(self.workers)
-        workers = max(1, min(workers, len(todo)))
-        if workers == 1:
-            _init_worker(None, None, self.index.encoder, self._extractor, in_pool=False)
-            results = (_job(p) for p in todo)
-        else:
-            results = _run_pool(list(todo), self.index.encoder.to_bytes(), self._extractor, workers)
+    def _handle(self, r):
+        path = r["path"]
+        if r["error"] is not None:
+            self._fail(path, r["error"])
+            return
+        if r.get("stored_sha256") is not None:  # the id was stored: only hashed
+            if r["sha256"] == r["stored_sha256"]:
+                self._ok(path, "exists")
+            else:
+                self._fail(path, f"IdExistsError: id {r['id']!r} already holds other content")
+            return
         try:
-            for r in results:
-                image_id, sha, sig = todo[r["path"]]
-                if r["error"] is not None:
-                    self._fail(r["path"], r["error"])
-                    continue
-                try:
-                    enc = self._make_encoded(r, image_id)
-                except StreamkError as exc:
-                    self._fail(r["path"], _describe(exc))
-                    continue
-                self._batch.append((r["path"], enc))
-                if (len(self._batch) >= self.batch_size
-                        or time.monotonic() - self._last_commit >= self.commit_interval):
-                    self._flush()
-        finally:
-            if hasattr(results, "close"):
-                results.close()  # stops the pool when interrupted
-
-    def _make_encoded(self, r, image_id):
-        """The index's record of an image file (as StreamingIndex.add(image_path=...) writes it)
-        from a worker's result; the sha256 is of the very bytes the features came from."""
-        return encoded_image_file(image_id, r["path"], r["sha256"], r["vector"], r["keypoints"],
-                                  r["weights"], r["image_size"])
+            enc = encoded_image_file(r["id"], path, r["sha256"], r["vector"], r["keypoints"],
+                                     r["weights"], r["image_size"])
+        except StreamkError as exc:
+            self._fail(path, _describe(exc))
+            return
+        self._batch.append((path, enc))
+        if (len(self._batch) >= self.batch_size
+                or time.monotonic() - self._last_commit >= self.commit_interval):
+            self._flush()
 
     # ------------------------------------------------------------------ watch
     def watch(self, roots, interval=5.0, max_polls=None, on_poll=None):
@@ -333,60 +363,45 @@ class Ingester:
         return self.stats
 
 
-# ---------------------------------------------------------------------- worker processes
-_W = {}  # per process: "encoder", "extractor"
+def _stored_file_sha(raw_record):
+    """The sha256 of the file an image record was added from with no box; "" when the
+    record is of other content (a vector, descriptors, a box): never a file's digest."""
+    rec = json.loads(raw_record)
+    if rec.get("kind") == "image_path" and rec.get("box") is None and rec.get("sha256"):
+        return rec["sha256"]
+    return ""
 
 
-def _init_worker(encoder_bytes, extractor, encoder=None, extractor_obj=None, in_pool=True):
-    if in_pool:
-        feat._worker_init()  # single-threaded libraries in each worker
-        try:
-            import numba
-            numba.set_num_threads(1)
-        except Exception:  # pragma: no cover - numba absent or refusing
-            pass
-        from .encoder import Encoder
-        _W["encoder"] = Encoder.from_bytes(encoder_bytes)
-        _W["extractor"] = extractor
-    else:
-        _W["encoder"], _W["extractor"] = encoder, extractor_obj
+# ---------------------------------------------------------------------- the task (in workers)
+def _ingest_task(ctx, task):
+    """Read, hash, extract (or take from the cache) and encode one image file; never raises.
 
-
-def _job(path):
-    """Read, hash, extract and encode one image file; never raises."""
-    out = {"path": path, "error": None}
+    With a stored sha256 (the id is already in the index), only read and hash."""
+    path, image_id, stored_sha, read_path = task
+    out = {"path": path, "id": image_id, "error": None, "stored_sha256": stored_sha}
     try:
-        data = feat._read_file_bytes(path)
-        gray = feat._decode_gray(data, path)
-        f = _W["extractor"].extract_array(gray)
+        data = feat._read_file_bytes(read_path)
+        sha = out["sha256"] = hashlib.sha256(data).hexdigest()
+        if stored_sha is not None:
+            return out
+        f, _ = feat.features_of_bytes(data, path, ctx["extractor"], ctx["cache"], sha)
         if len(f) == 0:
             raise EmptyDescriptorSetError("no local features")
-        v, alpha = _W["encoder"].encode(f.descriptors, return_weights=True)
-        out.update(sha256=hashlib.sha256(data).hexdigest(), vector=np.asarray(v, np.float32),
-                   weights=np.asarray(alpha, np.float32), keypoints=f.keypoints, n=len(f),
-                   image_size=[int(x) for x in f.image_size])
+        v, alpha = ctx["encoder"].encode(f.descriptors, return_weights=True)
+        out.update(vector=np.asarray(v, np.float32), weights=np.asarray(alpha, np.float32),
+                   keypoints=f.keypoints, n=len(f), image_size=[int(x) for x in f.image_size])
     except Exception as exc:  # reported per file
         out["error"] = _describe(exc)
     return out
 
 
-def _pool(workers, encoder_bytes, extractor):
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # spawn: fork after OpenCV / OpenMP / numba threads have run can deadlock the child
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker, initargs=(encoder_bytes, extractor))
+def _crashed(task):
+    return {"path": task[0], "id": task[1], "error": "WorkerCrashed: the process died on this image "
+                                                     "(a crash in the detector library?)"}
 
 
-def _run_pool(paths, encoder_bytes, extractor, workers):
-    """Yield _job results in completion order; an image that kills a worker is isolated
-    (the in-flight images are retried one at a time) and reported as WorkerCrashed."""
-    return isolated_map(
-        lambda n: _pool(n, encoder_bytes, extractor), lambda pool, p: pool.submit(_job, p), paths, workers,
-        crashed=lambda p: {"path": p, "error": "WorkerCrashed: the process died on this image "
-                                               "(a crash in the detector library?)"},
-        failed=lambda p, exc: {"path": p, "error": _describe(exc)})
+def _failed(task, exc):
+    return {"path": task[0], "id": task[1], "error": _describe(exc)}
 
 
 def collect_images(roots):
@@ -396,4 +411,4 @@ def collect_images(roots):
 
 
 __all__ = ["IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "id_for",
-           "image_content_key", "is_image_name", "scan"]
+           "image_content_key", "is_image_name", "iter_scan", "scan"]

@@ -19,18 +19,10 @@ from streamk.ingest import id_for, image_content_key, scan
 
 pytest.importorskip("cv2")
 PIL = pytest.importorskip("PIL")
-from PIL import Image, ImageFilter  # noqa: E402
+from image_support import textured  # noqa: E402
+from PIL import Image  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def textured(path, seed, size=128):
-    rng = np.random.default_rng(seed)
-    a = rng.integers(0, 256, (size // 8, size // 8)).astype(np.uint8)
-    img = Image.fromarray(a).resize((size, size), Image.Resampling.BICUBIC).filter(ImageFilter.GaussianBlur(1))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    img.save(path)
-    return path
 
 
 def make_bad(folder):

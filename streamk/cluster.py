@@ -1,0 +1,140 @@
+"""The Dask executor: per-image tasks on a Dask distributed cluster, the same tasks
+and results as the local pool (:mod:`streamk.workers`).
+
+    streamk ingest my-index photos/ --dask tcp://scheduler:8786
+    streamk ingest my-index photos/ --dask local:4       # a LocalCluster started here
+
+Each worker is prepared once by a worker plugin (one thread per task for BLAS,
+OpenMP, OpenCV and Numba); the run's spec (encoder bytes, extractor, cache
+folder) is scattered to every worker once and built there once per worker
+(decoded, Numba kernels warmed). Tasks are submitted as the input is read, at
+most ``max_inflight`` at a time (default: twice the cluster's threads,
+re-read as workers come and go). A task whose worker died is rescheduled by
+the scheduler on another worker; after ``distributed.scheduler.allowed-failures``
+deaths (default 3) the item is reported through ``crashed``.
+
+The image files must be readable at the same path on every worker (a shared
+folder, or one machine); the index itself stays with the process that writes
+it and is never sent to a worker.
+"""
+
+import logging
+import time
+import uuid
+
+from distributed import Client, LocalCluster, as_completed
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from .workers import Executor, parse_dask_address, prepare_worker_process, run_task, spec_token
+
+PLUGIN_NAME = "streamk-worker-setup"
+
+
+class StreamkWorkerSetup(WorkerPlugin):
+    """Runs in each worker process when it starts (and in workers that join later)."""
+
+    idempotent = True
+
+    def setup(self, worker):
+        prepare_worker_process()
+        import streamk.kernels  # noqa: F401  (Numba kernel module loaded before the first task)
+
+
+class DaskExecutor(Executor):
+    """Tasks on a Dask cluster: ``target`` is a scheduler address, ``"local:N"`` or a
+    ``distributed.Client``. A LocalCluster started here is closed by :meth:`close`;
+    a given Client is left open."""
+
+    name = "dask"
+
+    def __init__(self, target):
+        self._cluster = None
+        self._own_client = True
+        if isinstance(target, Client):
+            self.client, self._own_client = target, False
+            self.address = target.scheduler.address
+        else:
+            kind, value = parse_dask_address(target)
+            if kind == "local":
+                # processes: the GIL-bound parts of extraction run in parallel; one thread each
+                self._cluster = LocalCluster(n_workers=value, threads_per_worker=1, processes=True,
+                                             dashboard_address=None, silence_logs=logging.ERROR)
+                self.client = Client(self._cluster)
+            else:
+                self.client = Client(value)
+            self.address = self.client.scheduler.address
+        self.client.register_plugin(StreamkWorkerSetup(), name=PLUGIN_NAME)
+        self._nthreads_at = 0.0
+        self._nthreads = 1
+        self._spec = None  # (token, future of the spec scattered to every worker)
+
+    @property
+    def workers(self):
+        """Threads of the cluster right now (at least 1)."""
+        if time.monotonic() - self._nthreads_at > 2.0:
+            self._nthreads = max(1, sum(self.client.nthreads().values()))
+            self._nthreads_at = time.monotonic()
+        return self._nthreads
+
+    def map_unordered(self, fn, items, spec, crashed, failed, max_inflight=None):
+        """Yield ``(item, result)`` in completion order; see the module doc."""
+        from distributed.scheduler import KilledWorker
+
+        token = spec_token(spec)
+        spec_future = self._scatter(token, spec)
+        items = iter(items)
+        inflight = {}
+        queue = as_completed()
+        prefix = f"streamk-{fn.__name__}-"
+
+        def fill():
+            limit = max_inflight or 2 * self.workers
+            while len(inflight) < limit:
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+                fut = self.client.submit(run_task, token, spec_future, fn, item, pure=False,
+                                         key=prefix + uuid.uuid4().hex)
+                inflight[fut.key] = item
+                queue.add(fut)
+
+        try:
+            fill()
+            for fut in queue:
+                item = inflight.pop(fut.key)
+                try:
+                    result = fut.result()
+                except KilledWorker:
+                    result = crashed(item)
+                except Exception as exc:
+                    result = failed(item, exc)
+                fut.release()
+                yield item, result
+                fill()
+        finally:
+            for fut in list(queue.futures):
+                fut.cancel()
+
+    def _scatter(self, token, spec):
+        """The spec on every worker, sent once for runs with the same spec (watch mode)."""
+        if self._spec is None or self._spec[0] != token:
+            if self._spec is not None:
+                self._spec[1].release()
+            [future] = self.client.scatter([spec], broadcast=True, hash=False)  # one object, not its values
+            self._spec = (token, future)
+        return self._spec[1]
+
+    def close(self):
+        if self._spec is not None:
+            self._spec[1].release()
+            self._spec = None
+        if self._own_client:
+            self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+
+
+__all__ = ["DaskExecutor", "StreamkWorkerSetup"]

@@ -1,0 +1,195 @@
+"""Training an encoder at scale: k-means / GMM, whitening and RN learned from a
+bounded, seeded sample of the learning images, extracted on the same executors
+as ingestion (in this process, the local pool, or a Dask cluster).
+
+    enc, info = train_encoder(paths, {"embedding": "temb", "k": 64, "rn": True},
+                              extractor, executor=make_executor(dask="tcp://host:8786"))
+
+1. **Images.** At most ``max_images`` of the given files, drawn uniformly
+   without replacement (``seed``), in their given order.
+2. **Descriptors** (workers). Each sampled image is read and its features taken
+   from the feature cache or extracted; the worker returns at most
+   ``descriptors_per_image`` of them, drawn uniformly without replacement with
+   a generator seeded by ``seed`` and the file's content (the same file gives
+   the same rows wherever it runs), in their stored order. Only this sample
+   travels: at most ``max_images * descriptors_per_image * 128`` bytes.
+3. **Embedding** (here). :meth:`Encoder.fit` on the sample, in the sampled
+   images' order: k-means or the GMM, and for T-emb the whitening, exactly as
+   for descriptors gathered in one process (they subsample further to their
+   ``max_fit_descriptors``).
+4. **RN** (workers, then here), when the config asks for it: RN is learned on
+   aggregated image vectors, so each sampled image's *whole* descriptor set is
+   embedded and aggregated in a worker with the fitted embedding (features
+   again from the cache, or extracted again: extraction is a fraction of the
+   encoding cost), and only the aggregated vector comes back; the rotation is
+   then fitted here (:meth:`Encoder.fit_rn_vectors`).
+
+With every image and every descriptor (``max_images=None``,
+``descriptors_per_image=None``) this is ``Encoder(config).fit(sets)`` on the
+images' descriptor sets.
+"""
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import features as feat
+from .encoder import Encoder, EncoderConfig
+from .errors import ConfigError, EmptyDescriptorSetError
+from .workers import make_executor
+
+DEFAULT_MAX_IMAGES = 1000
+DEFAULT_DESCRIPTORS_PER_IMAGE = 500
+
+
+@dataclass
+class TrainingInfo:
+    images: int = 0  # sampled images with features (the learning set)
+    descriptors: int = 0  # descriptors the embedding was fitted on
+    rn_images: int = 0  # images whose aggregated vectors RN was fitted on
+    failed: dict = field(default_factory=dict)  # path -> "ErrorType: reason"
+    seconds: float = 0.0
+
+    def summary(self):
+        rn = f", RN on {self.rn_images} image vectors" if self.rn_images else ""
+        return (f"{self.descriptors} descriptors of {self.images} images{rn}, "
+                f"{len(self.failed)} failed ({self.seconds:.1f} s)")
+
+
+def sample_images(paths, max_images, seed=0):
+    """At most ``max_images`` of ``paths`` (distinct), uniformly without replacement, in
+    their given order; all of them when max_images is None or not smaller."""
+    paths = list(dict.fromkeys(paths))
+    if max_images is None or len(paths) <= int(max_images):
+        return paths
+    if int(max_images) < 1:
+        raise ConfigError(f"max_images must be >= 1 or None, got {max_images}")
+    rows = np.sort(np.random.default_rng(seed).choice(len(paths), int(max_images), replace=False))
+    return [paths[i] for i in rows]
+
+
+def sample_rows(n, k, seed, sha256_hex):
+    """Indices of at most ``k`` of ``n`` rows (sorted), seeded by ``seed`` and the content."""
+    if k is None or n <= k:
+        return np.arange(n)
+    rng = np.random.default_rng([int(seed), int(sha256_hex[:16], 16)])
+    return np.sort(rng.choice(n, int(k), replace=False))
+
+
+def _features(ctx, path):
+    data = feat._read_file_bytes(path)
+    sha = hashlib.sha256(data).hexdigest()
+    f, _ = feat.features_of_bytes(data, path, ctx["extractor"], ctx["cache"], sha)
+    if len(f) == 0:
+        raise EmptyDescriptorSetError("no local features")
+    return f, sha
+
+
+def _sample_task(ctx, task):
+    """Worker: a seeded sample of one image's raw descriptors (uint8); never raises."""
+    path, per_image, seed = task
+    try:
+        f, sha = _features(ctx, path)
+        return {"path": path, "error": None, "n": len(f),
+                "descriptors": f.descriptors[sample_rows(len(f), per_image, seed, sha)]}
+    except Exception as exc:
+        return {"path": path, "error": feat._describe(exc)}
+
+
+def _aggregate_task(ctx, path):
+    """Worker: the aggregated vector xi (before post-processing) of one image's whole
+    descriptor set, with the context's encoder; never raises."""
+    try:
+        f, _ = _features(ctx, path)
+        enc = ctx["encoder"]
+        method = enc.config.aggregation
+        return {"path": path, "error": None, "xi": enc.aggregate_methods(f.descriptors, (method,))[method][0]}
+    except Exception as exc:
+        return {"path": path, "error": feat._describe(exc)}
+
+
+def _crashed(item):
+    path = item[0] if isinstance(item, tuple) else item
+    return {"path": path, "error": "WorkerCrashed: the process died on this image "
+                                   "(a crash in the detector library?)"}
+
+
+def _failed(item, exc):
+    path = item[0] if isinstance(item, tuple) else item
+    return {"path": path, "error": feat._describe(exc)}
+
+
+def _run(executor, fn, items, spec, info, report, bar):
+    out = {}
+    for _, r in executor.map_unordered(fn, items, spec, _crashed, _failed):
+        bar.update(1)
+        if r["error"] is not None:
+            info.failed[r["path"]] = r["error"]
+            report(r["path"], r["error"])
+        else:
+            out[r["path"]] = r
+    return out
+
+
+def train_encoder(paths, config=None, extractor=None, executor=None, workers=None, max_images=DEFAULT_MAX_IMAGES,
+                  descriptors_per_image=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0, cache_dir=None, report=None,
+                  progress=False):
+    """(fitted :class:`Encoder`, :class:`TrainingInfo`) from a sample of the images at
+    ``paths``; see the module doc.
+
+    config: an :class:`EncoderConfig` or a dict of its options. extractor: None
+    (the default extractor). executor: a :mod:`streamk.workers` executor (kept
+    open); None: ``make_executor(workers)``, closed at the end. report(path,
+    reason): each image that failed (default: ignored, see ``info.failed``).
+    """
+    from tqdm.auto import tqdm
+
+    t0 = time.monotonic()
+    config = EncoderConfig(**config) if isinstance(config, dict) else (config or EncoderConfig())
+    if descriptors_per_image is not None and int(descriptors_per_image) < 1:
+        raise ConfigError(f"descriptors_per_image must be >= 1 or None, got {descriptors_per_image}")
+    extractor = feat.default_extractor() if extractor is None else extractor
+    report = report or (lambda path, reason: None)
+    # absolute paths: a Dask worker's working folder is not ours
+    sample = [os.path.abspath(p) for p in sample_images(paths, max_images, seed)]
+    if not sample:
+        raise EmptyDescriptorSetError("no learning images given")
+    info = TrainingInfo()
+    own = executor is None
+    if own:
+        executor = make_executor(max(1, min(workers or feat._default_workers(), len(sample))))
+    spec = {"encoder": None, "extractor": extractor, "cache_dir": None if cache_dir is None else str(cache_dir)}
+    try:
+        with tqdm(total=len(sample), desc="learning sample", unit="img", disable=not progress) as bar:
+            got = _run(executor, _sample_task, ((p, descriptors_per_image, seed) for p in sample), spec,
+                       info, report, bar)
+        learning = [p for p in sample if p in got]  # the sample's order: a reproducible fit
+        if not learning:
+            raise EmptyDescriptorSetError("no local features in the learning images")
+        sets = [got[p]["descriptors"] for p in learning]
+        info.images, info.descriptors = len(sets), int(sum(len(s) for s in sets))
+        if info.descriptors < config.k:
+            raise ConfigError(f"{info.descriptors} learning descriptors in {len(sets)} images, "
+                              f"fewer than k={config.k}")
+        if not config.rn:
+            return Encoder(config).fit(sets, verbose=progress), info
+        base = Encoder(config, rn=False, dim=None).fit(sets, verbose=progress)  # the embedding only
+        spec = dict(spec, encoder=base if executor.name == "in-process" else base.to_bytes())
+        with tqdm(total=len(learning), desc="RN learning vectors", unit="img", disable=not progress) as bar:
+            xis = _run(executor, _aggregate_task, learning, spec, info, report, bar)
+        rn_paths = [p for p in learning if p in xis]
+        info.rn_images = len(rn_paths)
+        enc = base.derive(aggregated=[xis[p]["xi"] for p in rn_paths], rn=True, dim=config.dim,
+                          rn_components=config.rn_components)
+        return enc, info
+    finally:
+        if own:
+            executor.close()
+        info.seconds = time.monotonic() - t0
+
+
+__all__ = ["DEFAULT_DESCRIPTORS_PER_IMAGE", "DEFAULT_MAX_IMAGES", "TrainingInfo", "sample_images",
+           "sample_rows", "train_encoder"]

@@ -1,0 +1,379 @@
+"""One ingestion pipeline on two executors: the local crash-isolating pool and a Dask
+cluster (a LocalCluster of 2 single-threaded worker processes). Same vectors on
+both; a Dask worker killed with SIGKILL mid-ingestion loses nothing; the local
+pool's workers die with a ``streamk ingest`` killed with SIGKILL; known content
+is only hashed; the feature cache is used; encoders are trained on a bounded
+sample gathered on the workers."""
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+
+from streamk import Encoder
+from streamk.index import StreamingIndex
+from streamk.ingest import Ingester
+from streamk.training import sample_images, sample_rows, train_encoder
+from streamk.workers import InlineExecutor, LocalPoolExecutor
+
+pytest.importorskip("cv2")
+psutil = pytest.importorskip("psutil")
+distributed = pytest.importorskip("distributed")
+pytest.importorskip("PIL")
+from image_support import textured  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from streamk import features as F  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+SPEC = {"encoder": None, "extractor": None, "cache_dir": None}
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    root = tmp_path_factory.mktemp("distributed")
+    imgs = root / "imgs"
+    for i in range(8):
+        textured(str(imgs / f"img{i}.png"), 100 + i, size=128 + 32 * (i % 3))
+    (imgs / "broken.jpg").write_text("not an image")
+    Image.new("L", (96, 96), 128).save(imgs / "flat.png")  # no features
+    feats, _ = F.extract_many(sorted(str(p) for p in imgs.glob("img*.png")), F.make_extractor("sift"),
+                              workers=1, progress=False)
+    Encoder(embedding="vlad", k=4, aggregation="gmp").fit([f.descriptors for f in feats.values()]).save(
+        root / "enc.npz")
+    return root
+
+
+def new_index(path, work):
+    return StreamingIndex.create(path, Encoder.load(work / "enc.npz"), vector_dtype="float32",
+                                 extractor=F.make_extractor("sift"))
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=50)
+    c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def stored(path):
+    with StreamingIndex.open(path, readonly=True) as idx:
+        return {i: idx.vector(i) for i in idx.ids()}
+
+
+def quiet():
+    failures = {}
+    return failures, lambda path, reason: failures.__setitem__(os.path.basename(path), reason)
+
+
+# --------------------------------------------------------------------------- same results
+def test_dask_ingestion_gives_the_local_pools_vectors(work, tmp_path, client):
+    from streamk.cluster import DaskExecutor
+
+    runs = {}
+    for name, kwargs in (("pool", {"workers": 2}), ("dask", {"executor": DaskExecutor(client)})):
+        failures, report = quiet()
+        with new_index(tmp_path / name, work) as idx, Ingester(idx, report=report, progress=False,
+                                                               batch_size=3, **kwargs) as ing:
+            stats = ing.ingest([work / "imgs"])
+        runs[name] = (stats.added, stats.existing, failures, stored(tmp_path / name))
+    pool, dask = runs["pool"], runs["dask"]
+    assert pool[:2] == dask[:2] == (8, 0)
+    assert pool[2] == dask[2] and sorted(pool[2]) == ["broken.jpg", "flat.png"]
+    assert "not a recognised image" in dask[2]["broken.jpg"] and "no local features" in dask[2]["flat.png"]
+    assert sorted(pool[3]) == sorted(dask[3]) == [f"img{i}.png" for i in range(8)]
+    for i, v in pool[3].items():
+        np.testing.assert_allclose(dask[3][i], v, atol=1e-6)
+    # and both are the vectors add(image_path=...) gives in this process
+    with StreamingIndex.open(tmp_path / "dask", readonly=True) as idx:
+        np.testing.assert_allclose(dask[3]["img5.png"], idx.query_vector(str(work / "imgs" / "img5.png")),
+                                   atol=1e-6)
+
+
+def _square(ctx, x):
+    return x * x
+
+
+def _fail(x, exc):
+    return repr(exc)
+
+
+@pytest.mark.parametrize("kind", ["pool", "dask"])
+def test_executors_read_the_input_lazily_with_a_bound_in_flight(kind, client):
+    from streamk.cluster import DaskExecutor
+
+    executor = LocalPoolExecutor(2) if kind == "pool" else DaskExecutor(client)
+    pulled = []
+
+    def items():
+        for i in range(12):
+            pulled.append(i)
+            yield i
+
+    got = []
+    for item, result in executor.map_unordered(_square, items(), SPEC, _fail, _fail, max_inflight=3):
+        assert len(pulled) - len(got) <= 3  # back-pressure: never more than 3 sent and not back
+        got.append((item, result))
+    assert sorted(got) == [(i, i * i) for i in range(12)]
+    executor.close()
+
+
+# --------------------------------------------------------------------------- a killed Dask worker
+def _slow_sift():
+    """In each worker: OpenCV SIFT 0.4 s slower, so that the kill lands mid-task."""
+    import time as _time
+
+    from streamk import features
+
+    if not hasattr(features.OpenCVSift, "_fast_detect"):
+        features.OpenCVSift._fast_detect = features.OpenCVSift._detect
+
+        def slow(self, gray):
+            _time.sleep(0.4)
+            return self._fast_detect(gray)
+        features.OpenCVSift._detect = slow
+    return os.getpid()
+
+
+def _fast_sift():
+    from streamk import features
+
+    if hasattr(features.OpenCVSift, "_fast_detect"):
+        features.OpenCVSift._detect = features.OpenCVSift._fast_detect
+        del features.OpenCVSift._fast_detect
+
+
+def test_a_dask_worker_killed_mid_ingestion_loses_nothing(work, tmp_path, client):
+    from streamk.cluster import DaskExecutor
+
+    killed = {}
+
+    class KillingExecutor(DaskExecutor):
+        """Kills (SIGKILL) a worker that is running a task, after the first result."""
+
+        def map_unordered(self, *args, **kwargs):
+            for n, out in enumerate(super().map_unordered(*args, **kwargs)):
+                if n == 0:
+                    busy = {w: keys for w, keys in self.client.processing().items() if keys}
+                    worker = sorted(busy)[0]
+                    killed["pid"] = self.client.run(os.getpid, workers=[worker])[worker]
+                    killed["tasks"] = busy[worker]
+                    os.kill(killed["pid"], signal.SIGKILL)
+                yield out
+
+    pids_before = set(client.run(_slow_sift).values())
+    failures, report = quiet()
+    with new_index(tmp_path / "ix", work) as idx:
+        with Ingester(idx, executor=KillingExecutor(client), batch_size=1, report=report, progress=False) as ing:
+            stats = ing.ingest([work / "imgs"])
+        assert killed["pid"] in pids_before and killed["tasks"]
+        # its task was run again elsewhere: the run is complete, nothing reported but the bad files
+        assert stats.added == 8 and sorted(failures) == ["broken.jpg", "flat.png"]
+    client.wait_for_workers(2, timeout=60)  # the nanny restarted the killed process
+    assert killed["pid"] not in set(client.run(os.getpid).values())
+    # a second run: everything is there, only hashed
+    with StreamingIndex.open(tmp_path / "ix") as idx:
+        with Ingester(idx, executor=DaskExecutor(client), report=report, progress=False) as ing:
+            again = ing.ingest([work / "imgs"])
+        assert (again.added, again.existing) == (0, 8)
+        ref = {i: idx.query_vector(str(work / "imgs" / i)) for i in ("img0.png", "img7.png")}
+    client.run(_fast_sift)
+    got = stored(tmp_path / "ix")
+    assert sorted(got) == [f"img{i}.png" for i in range(8)]
+    for i, v in ref.items():
+        np.testing.assert_allclose(got[i], v, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- local pool: death with the parent
+@pytest.fixture(scope="module")
+def many(tmp_path_factory, work):
+    folder = tmp_path_factory.mktemp("many")
+    for i in range(40):
+        textured(str(folder / f"m{i:02d}.png"), 500 + i, size=384)
+    return folder
+
+
+def marked(mark):
+    """Processes (alive, not zombies) whose environment carries ``mark``."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and p.environ().get("STREAMK_TEST_MARK") == mark:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("moment,executor", [("workers starting", "--workers=2"), ("workers busy", "--workers=2"),
+                                             ("workers busy", "--dask=local:2")])
+def test_workers_die_with_a_sigkilled_streamk_ingest(moment, executor, work, many, tmp_path, wait_until):
+    ix = tmp_path / "ix"
+    new_index(ix, work).close()
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen([sys.executable, "-m", "streamk.cli", "ingest", str(ix), str(many), executor,
+                             "--batch-size", "1", "--no-progress", "--no-cache"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(ENV, STREAMK_TEST_MARK=mark))
+    try:
+        parent = psutil.Process(proc.pid)
+        if moment == "workers starting":  # the first child seen: it is still importing
+            wait_until(lambda: parent.children() or proc.poll() is not None, 60, "a worker process")
+        else:
+            def committed():
+                with StreamingIndex.open(ix, readonly=True) as idx:
+                    return len(idx) > 0
+            wait_until(lambda: committed() or proc.poll() is not None, 120, "a first committed image")
+            assert len(parent.children()) >= 2
+        assert proc.poll() is None, proc.stderr.read()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        wait_until(lambda: not marked(mark), 30, "the workers of the killed streamk ingest to exit")
+    finally:
+        for p in marked(mark):
+            p.kill()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stderr.close()
+    # and a resumed run completes
+    with StreamingIndex.open(ix) as idx, Ingester(idx, workers=2, progress=False) as ing:
+        stats = ing.ingest([many])
+        assert stats.added + stats.existing == 40 and len(idx) == 40
+
+
+# --------------------------------------------------------------------------- resume and cache
+@pytest.fixture
+def count_detect(monkeypatch):
+    """Counts OpenCV SIFT detections in this process."""
+    calls = []
+    detect = F.OpenCVSift._detect
+    monkeypatch.setattr(F.OpenCVSift, "_detect", lambda self, gray: calls.append(1) or detect(self, gray))
+    return calls
+
+
+def test_resume_hashes_stored_files_without_extracting(work, tmp_path, count_detect):
+    ix = tmp_path / "ix"
+    with new_index(ix, work) as idx:
+        Ingester(idx, workers=1, progress=False, report=lambda p, r: None).ingest([work / "imgs"])
+    count_detect.clear()
+    # one stored file changed under its name: reported, not extracted, the stored one kept
+    changed = tmp_path / "changed"
+    changed.mkdir()
+    textured(str(changed / "img3.png"), 999)
+    failures, report = quiet()
+    with StreamingIndex.open(ix) as idx:
+        before = idx.store.dump()
+        stats = Ingester(idx, workers=1, progress=False, report=report).ingest([work / "imgs", changed])
+        assert (stats.added, stats.existing) == (0, 8)
+        assert "IdExistsError" in failures["img3.png"]
+        assert idx.store.dump() == before
+    assert len(count_detect) == 1  # flat.png only: never stored (no features), so extracted again
+
+
+def test_ingestion_fills_and_uses_the_feature_cache(work, tmp_path, count_detect):
+    cache = tmp_path / "cache"
+    with new_index(tmp_path / "a", work) as idx:
+        Ingester(idx, workers=2, cache_dir=cache, progress=False, report=lambda p, r: None).ingest([work / "imgs"])
+    ex = F.make_extractor("sift")
+    for i in range(8):
+        sha = hashlib.sha256((work / "imgs" / f"img{i}.png").read_bytes()).hexdigest()
+        assert F.FeatureCache(cache).get(sha, ex) is not None
+    count_detect.clear()
+    with new_index(tmp_path / "b", work) as idx:  # another index of the same folder: no extraction
+        stats = Ingester(idx, workers=1, cache_dir=cache, progress=False,
+                         report=lambda p, r: None).ingest([work / "imgs"])
+        assert stats.added == 8
+    assert len(count_detect) == 0  # every image from the cache (flat.png's empty set too)
+    a, b = stored(tmp_path / "a"), stored(tmp_path / "b")
+    for i in a:
+        np.testing.assert_allclose(a[i], b[i], atol=1e-6)
+
+
+# --------------------------------------------------------------------------- training on a sample
+def test_sampling_is_bounded_seeded_and_content_keyed():
+    paths = [f"p{i}" for i in range(50)]
+    s = sample_images(paths, 10, seed=3)
+    assert len(s) == 10 and s == sample_images(paths, 10, seed=3) and s != sample_images(paths, 10, seed=4)
+    assert [p for p in paths if p in s] == s  # the given order
+    assert sample_images(paths, None) == paths == sample_images(paths, 80)
+    sha = "ab" * 32
+    r = sample_rows(1000, 100, 0, sha)
+    assert len(r) == 100 and len(set(r.tolist())) == 100 and np.all(np.diff(r) > 0) and r.max() < 1000
+    assert np.array_equal(r, sample_rows(1000, 100, 0, sha)) and not np.array_equal(r, sample_rows(1000, 100, 0, "cd" * 32))
+    assert np.array_equal(sample_rows(50, 100, 0, sha), np.arange(50))
+
+
+@pytest.mark.parametrize("config", [{"embedding": "vlad", "k": 4},
+                                    {"embedding": "temb", "k": 3, "rn": True, "dim": 20}])
+def test_training_on_every_image_and_descriptor_is_encoder_fit(config, work):
+    paths = sorted(str(p) for p in (work / "imgs").glob("img*.png"))
+    ex = F.make_extractor("sift")
+    enc, info = train_encoder(paths + [str(work / "imgs" / "flat.png")], config, ex, InlineExecutor(),
+                              max_images=None, descriptors_per_image=None)
+    sets = [ex.extract(p).descriptors for p in paths]
+    assert info.images == 8 and info.descriptors == sum(map(len, sets)) and list(info.failed) == [
+        str(work / "imgs" / "flat.png")]
+    assert info.rn_images == (8 if config.get("rn") else 0)
+    assert enc.fingerprint == Encoder(**config).fit(sets).fingerprint
+
+
+def test_training_sample_through_dask_matches_in_process(work, client):
+    from streamk.cluster import DaskExecutor
+
+    paths = sorted(str(p) for p in (work / "imgs").glob("img*.png"))
+    ex = F.make_extractor("sift")
+    config = {"embedding": "temb", "k": 3, "rn": True, "dim": 4}  # 6 images: RN is defined on 5 dims
+    local, info = train_encoder(paths, config, ex, InlineExecutor(), max_images=6, descriptors_per_image=40, seed=1)
+    remote, rinfo = train_encoder(paths, config, ex, DaskExecutor(client), max_images=6, descriptors_per_image=40,
+                                  seed=1)
+    assert info.images == rinfo.images == 6 and info.descriptors == rinfo.descriptors <= 6 * 40
+    np.testing.assert_allclose(local.embedding.centroids_, remote.embedding.centroids_, atol=1e-5)
+    X = ex.extract(paths[0]).descriptors
+    np.testing.assert_allclose(local.encode(X), remote.encode(X), atol=1e-4)
+
+
+# --------------------------------------------------------------------------- the command line
+def test_cli_create_and_ingest_on_a_scheduler_address(work, tmp_path, client, capsys):
+    from streamk.cli import main
+
+    address = client.scheduler.address
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--k", "4",
+                 "--embedding", "vlad", "--vector-dtype", "float32", "--train-images", "5",
+                 "--train-descriptors", "30", "--dask", address, "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "images (a sample of 10; dask)" in out and "trained vlad k=4" in out, out
+    with StreamingIndex.open(ix) as idx:
+        assert idx.encoder.embedding.centroids_.shape == (4, 128)
+    assert main(["ingest", str(ix), str(work / "imgs"), "--dask", address, "--no-progress", "--no-cache"]) == 1
+    cap = capsys.readouterr()
+    assert "added 8, skipped 0 existing, failed 2" in cap.out
+    assert "broken.jpg" in cap.err and "flat.png" in cap.err
+    assert len(client.nthreads()) == 2  # a given cluster is left running
+
+
+@pytest.mark.parametrize("text,expected", [("local:3", ("local", 3)), ("tcp://h:8786", ("remote", "tcp://h:8786"))])
+def test_dask_addresses(text, expected):
+    from streamk.workers import parse_dask_address
+
+    assert parse_dask_address(text) == expected
+
+
+@pytest.mark.parametrize("text", ["local:0", "local:x", ""])
+def test_bad_dask_addresses(text):
+    from streamk.errors import ConfigError
+    from streamk.workers import parse_dask_address
+
+    with pytest.raises(ConfigError):
+        parse_dask_address(text)
