@@ -157,6 +157,17 @@ def _index_create(args):
             encoder.save(args.save_encoder)
     existed = path.exists()
     try:
+        if args.shards is not None:
+            from .sharded_index import ShardedIndex
+            from .workers import make_executor
+
+            with (make_executor(dask=args.dask) if args.dask else _NoExecutor()) as executor:
+                ShardedIndex.create(path, encoder, args.shards, vector_dtype=args.vector_dtype,
+                                    extractor=extractor, dask=getattr(executor, "client", None)).close()
+            print(f"created index {path} in {args.shards} shards: {encoder.config.embedding} "
+                  f"k={encoder.config.k} ({encoder.config.aggregation}), dim {encoder.dim}, "
+                  f"{args.vector_dtype} vectors, extractor {extractor.name}")
+            return 0
         idx = StreamingIndex.create(path, encoder, vector_dtype=args.vector_dtype, extractor=extractor)
     except BaseException:
         if not existed and path.is_dir():  # ours: leave nothing behind
@@ -175,18 +186,17 @@ def _index_create(args):
 def _index_train(args):
     import time
 
-    from .index import StreamingIndex
     from .ivfpq import IVFPQ, default_train_size
 
     nlist = getattr(args, "nlist", 1)
-    with StreamingIndex.open(args.dir) as idx:
+    with _open(args, readonly=False) as idx:
         t0 = time.perf_counter()
         kind = IVFPQ(nlist=nlist, M=args.M, nprobe=getattr(args, "nprobe", None)).describe()
         sample = min(len(idx), args.train_size or default_train_size(nlist))
         print(f"training {kind} on {sample:,} of the {len(idx):,} stored vectors; ingestion and searches "
               f"go on meanwhile", flush=True)
         codec = idx.train(nlist=nlist, M=args.M, seed=args.seed, train_size=args.train_size,
-                          nprobe=getattr(args, "nprobe", None), progress=None if sys.stderr.isatty() else False)
+                          nprobe=getattr(args, "nprobe", None))
         name = f"PQ M={codec.M}" if codec.nlist == 1 else f"IVF{codec.nlist}-PQ M={codec.M}"
         print(f"swapped in {name} ({codec.M} bytes per image) for {len(idx):,} images in "
               f"{time.perf_counter() - t0:.1f} s; searches use it (--mode pq, the default once trained)",
@@ -195,15 +205,15 @@ def _index_train(args):
 
 
 def _index_info(args):
-    from .index import StreamingIndex
 
-    with StreamingIndex.open(args.dir, readonly=True) as idx:
+    with _open(args, readonly=True) as idx:
         info = idx.stats()
         if args.json:
             print(json.dumps(info, indent=1))
             return 0
         for k, v in info.items():
-            print(f"{k:>14}: {v:,}" if isinstance(v, int) else f"{k:>14}: {v}")
+            if k != "per_shard":
+                print(f"{k:>14}: {v:,}" if isinstance(v, int) else f"{k:>14}: {v}")
     return 0
 
 
@@ -233,14 +243,36 @@ def _one_executor(args):
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
 
 
+class _NoExecutor:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def _open(args, readonly, executor=None):
+    """The index at args.dir: a StreamingIndex, or a ShardedIndex (its shards' owners on
+    the Dask cluster of ``executor``, or of --dask, when given)."""
+    from .sharded_index import ShardedIndex, is_sharded, open_index
+
+    dask = getattr(args, "dask", None)
+    if executor is not None and is_sharded(args.dir):
+        return ShardedIndex.open(args.dir, readonly=readonly, dask=executor.client)
+    return open_index(args.dir, readonly=readonly, dask=dask)
+
+
 def _ingest(args):
-    from .index import StreamingIndex
     from .ingest import Ingester
+    from .workers import make_executor
 
     _one_executor(args)
 
-    with StreamingIndex.open(args.dir) as idx, Ingester(
-            idx, workers=args.workers, batch_size=args.batch_size, dask=args.dask, cache_dir=_cache_dir(args),
+    # one Dask client for the tasks and, for a sharded index, the shards' owners
+    with (make_executor(dask=args.dask) if args.dask else _NoExecutor()) as executor, \
+            _open(args, readonly=False, executor=executor if args.dask else None) as idx, Ingester(
+            idx, workers=args.workers, batch_size=args.batch_size, cache_dir=_cache_dir(args),
+            executor=executor if args.dask else None,
             progress=None if not args.no_progress else False) as ing:
         try:
             if args.watch:
@@ -261,10 +293,8 @@ def _ingest(args):
 
 
 def _search(args):
-    from .index import StreamingIndex
-
     box = None if args.box is None else tuple(args.box)
-    with StreamingIndex.open(args.dir, readonly=True) as idx:
+    with _open(args, readonly=True) as idx:
         hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe)
     if args.json:
         print(json.dumps([{"rank": r, "score": s, "id": i} for r, (i, s) in enumerate(hits, 1)], indent=1))
@@ -293,6 +323,8 @@ def _add_index_commands(sub):
     src.add_argument("--encoder", help="a saved encoder (.npz, Encoder.save)")
     src.add_argument("--train", nargs="+", metavar="IMAGES", help="fit a new encoder on these image files/folders")
     cr.add_argument("--vector-dtype", default="float16", choices=["float16", "float32"])
+    cr.add_argument("--shards", type=_positive_int, default=None,
+                    help="spread the index over S shards (S LMDB folders; with --dask, on the workers' disks)")
     cr.add_argument("--extractor", default=None, help="hesaff (default) or sift (OpenCV)")
     cr.add_argument("--max-side", type=_positive_int, default=None, help="extractor: downscale to this long side")
     cr.add_argument("--max-features", type=_positive_int, default=None, help="extractor: keep the strongest N")
@@ -321,16 +353,19 @@ def _add_index_commands(sub):
                     help="lists a query visits by default (default: nlist / 256, at least 1)")
     tp = ix_sub.add_parser("train-pq", help="flat PQ: train --nlist 1 (needs >= 256 images)")
     tp.add_argument("dir", help="index directory")
+    inf = ix_sub.add_parser("info", help="counts, codec and sizes of an index")
+    inf.add_argument("dir", help="index directory")
+    inf.add_argument("--json", action="store_true")
+    inf.set_defaults(func=_index_info)
+    for p in (tr, tp, inf):
+        p.add_argument("--dask", default=None, metavar="ADDRESS",
+                       help="a sharded index: its shards' owners on this Dask cluster")
     for p in (tr, tp):
         p.add_argument("--M", type=_positive_int, default=16, help="sub-quantisers = bytes per image (default 16)")
         p.add_argument("--train-size", type=_positive_int, default=None,
                        help="stored vectors drawn to train on (default: max(65536, 32 nlist))")
         p.add_argument("--seed", type=int, default=0)
         p.set_defaults(func=_index_train)
-    inf = ix_sub.add_parser("info", help="counts, codec and sizes of an index")
-    inf.add_argument("dir", help="index directory")
-    inf.add_argument("--json", action="store_true")
-    inf.set_defaults(func=_index_info)
     up = ix_sub.add_parser("upgrade", help="convert an index of format 1 (streamk <= 0.1) to format 2, in place")
     up.add_argument("dir", help="index directory")
     up.set_defaults(func=_index_upgrade)
@@ -363,6 +398,8 @@ def _add_index_commands(sub):
                     help="with --mode pq: candidates re-scored with the stored vectors (0: none; "
                          "default max(4k, 100))")
     se.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    se.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="a sharded index: search its shards through their owners on this Dask cluster")
     se.set_defaults(func=_search)
 
 

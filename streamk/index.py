@@ -160,6 +160,14 @@ class StreamingIndex:
         with self._store.read() as txn:
             return txn.get(key, db=self._store.dbs["images"]) is not None
 
+    def records(self, image_ids):
+        """The stored JSON records (bytes) of ``image_ids``, None for an absent id: one
+        short read transaction."""
+        with self._store.read() as txn:
+            db = self._store.dbs["images"]
+            return [None if raw is None else bytes(raw) for raw in
+                    (txn.get(id_key(i), db=db) for i in image_ids)]
+
     def ids(self):
         """Every image id (sorted): O(N), for listings, not for search."""
         with self._store.read() as txn, txn.cursor(db=self._store.dbs["images"]) as cur:
@@ -275,6 +283,12 @@ class StreamingIndex:
     def train_pq(self, M=16, seed=0, chunk=None):
         """Flat PQ (nlist = 1) with M bytes per image; returns its ProductQuantizer."""
         return self.train(nlist=1, M=M, seed=seed).pq_
+
+    def sample_vectors(self, n, seed=0):
+        """n stored vectors (float32, fewer if the index holds fewer) drawn at random:
+        a training sample (e.g. gathered from the shards of a sharded index)."""
+        trainer = Trainer(self._store, self.dim, self.vector_dtype)
+        return trainer.sample(trainer._stored_rows()[1], n, seed)
 
     def codec(self):
         """The :class:`~streamk.ivfpq.IVFPQ` codec in use, or None before training."""

@@ -120,10 +120,15 @@ class Trainer:
         n = min(len(rows), default_train_size(nlist) if train_size is None else int(train_size))
         if n < codec.min_train():
             raise ConfigError(f"train_size {n} is below the {codec.min_train()} vectors this codec needs")
-        sample = np.sort(np.random.default_rng(seed).choice(rows, n, replace=False))
+        return codec.fit(self.sample(rows, n, seed))
+
+    def sample(self, rows, n, seed):
+        """Stored vectors (<= n, D) float32 of n of ``rows`` drawn at random (without the
+        ones removed meanwhile)."""
+        sample = np.sort(np.random.default_rng(seed).choice(rows, min(int(n), len(rows)), replace=False))
         step = CHUNK_BLOCKS * self.store.block_rows
-        V = np.concatenate([self._vectors(sample[i:i + step])[1] for i in range(0, n, step)])
-        return codec.fit(V)
+        parts = [self._vectors(sample[i:i + step])[1] for i in range(0, len(sample), step)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
 
     # ------------------------------------------------------------ 3-4. codes under the new epoch
     def _read_rows(self, txn, lo, hi):
@@ -201,6 +206,8 @@ class Trainer:
                 raise ConfigError("codec must be a trained streamk.ivfpq.IVFPQ")
             if codec.dim != self.dim:
                 raise DimensionError(f"codec dimension {codec.dim} differs from the index's {self.dim}")
+            if nprobe is not None:
+                codec.nprobe = int(nprobe)
         epoch, previous = self._claim()
         swapped = False
         try:

@@ -288,7 +288,6 @@ class Ingester:
     def _tasks(self, roots, only_new):
         """Yield the tasks ``(path, id, stored sha256 or None, absolute path)`` of the files found, as the
         walk finds them; bad entries and invalid ids are reported on the way."""
-        db = self.index.store.dbs
         entries = iter_scan(roots)
         while True:
             chunk, pulled = [], 0
@@ -312,9 +311,9 @@ class Ingester:
                 return
             if not chunk:  # all bad, invalid or already seen
                 continue
-            with self.index.store.read() as txn:  # one short read per chunk, never held across tasks
-                known = [txn.get(image_id.encode("utf-8"), db=db["images"]) for _, image_id in chunk]
-                known = [None if raw is None else _stored_file_sha(bytes(raw)) for raw in known]
+            # one short read per chunk (per shard), never held across tasks
+            known = self.index.records([image_id for _, image_id in chunk])
+            known = [None if raw is None else _stored_file_sha(raw) for raw in known]
             # the worker reads the absolute path: a Dask worker's working folder is not ours
             yield from ((path, image_id, sha, os.path.abspath(path)) for (path, image_id), sha in zip(chunk, known))
 

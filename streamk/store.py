@@ -26,6 +26,8 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
                 were computed) have list NO_LIST.
 ``dead``        block -> bitmap (BLOCK_ROWS bits, little-endian bit order) of removed rows.
 ``log``         8-byte seq -> op + row: b"+" (added), b"-" (removed), b"*" (new codes: reload).
+``claims``      (a shard of a sharded index) content key -> id, for the content keys routed to
+                this shard, whichever shard holds the image: de-duplication across shards.
 
 Every change increments ``meta/seq`` and appends to ``log`` in the same
 transaction, so a reader that knows the seq it last saw applies only what
@@ -56,7 +58,7 @@ from .errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIn
 FORMAT = "streamk-index"
 FORMAT_VERSION = 2
 SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "code_blocks", "dead",
-          "log")
+          "log", "claims")
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 MAX_ID_CHARS = 200

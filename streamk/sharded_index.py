@@ -1,0 +1,626 @@
+"""An index in S shards: ids routed by a stable hash, each shard one StreamingIndex
+(one LMDB environment) opened by exactly one owner, searched by scatter / gather.
+
+    idx = ShardedIndex.create("big-index", encoder, shards=4)             # in this process
+    idx = ShardedIndex.open("big-index", dask="tcp://scheduler:8786")     # owners on a cluster
+    idx.add_many(...); idx.train(nlist=4096, M=64); idx.search(Q, k=10)
+
+Layout: ``DIR/shards.json`` (the manifest: S, the routing rule, each shard's
+folder and the host whose disk holds it), ``DIR/encoder.npz`` (the encoder, for
+the queries), and the shards ``shard-000`` ... (StreamingIndex folders).
+
+Routing: image id -> shard ``int(sha256(id)[:8]) mod S``; it never changes, so
+add / update / remove / lookups go to one shard.
+
+Owners. Without Dask, this process opens every shard. With Dask, each shard is
+opened by a Dask actor (:class:`ShardActor`) on a worker of the host that holds
+its folder (its local disk: LMDB is never used over a network file system, and
+an open LMDB environment never leaves its process); the actor's calls run one
+at a time, so searches and writes from several clients interleave safely. A
+worker process opens each shard once, whatever the number of actors.
+
+Search: the query vectors go to every shard; each returns its k best (scores
+and ids); they are merged by score (ties by shard, then by the shard's order).
+In exact mode the result is that of one index holding the same images (up to
+the order of exactly equal scores). With a codec, the shards share one: trained
+once on a sample gathered from every shard (``train``), then installed in each.
+"""
+
+import hashlib
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .encoder import Encoder
+from .errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormatError, NotAnIndexError,
+                     UnknownIdError)
+from .index import MODES, StreamingIndex, _check_k
+from .index_writer import checked_vector, unit_vector
+from .ivfpq import IVFPQ, default_train_size
+from .store import id_key
+
+MANIFEST = "shards.json"
+FORMAT = "streamk-shards"
+FORMAT_VERSION = 1
+ROUTE = "sha256-u64-mod"
+
+
+def shard_of(image_id, shards):
+    """The shard of an image id: the first 8 bytes of sha256(id), modulo the shard count."""
+    return int.from_bytes(hashlib.sha256(id_key(image_id)).digest()[:8], "big") % int(shards)
+
+
+def is_sharded(path):
+    return (Path(path) / MANIFEST).is_file()
+
+
+def read_manifest(path):
+    path = Path(path)
+    try:
+        m = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise NotAnIndexError(f"{path} is not a sharded streamk index (no {MANIFEST})") from None
+    except ValueError as exc:
+        raise IndexFormatError(f"{path / MANIFEST}: unreadable ({exc})") from exc
+    if m.get("format") != FORMAT or m.get("version") != FORMAT_VERSION or m.get("route") != ROUTE:
+        raise IndexFormatError(f"{path / MANIFEST}: not a sharded index of version {FORMAT_VERSION} ({m!r})")
+    return m
+
+
+# ---------------------------------------------------------------- one shard, in the process that owns it
+_open_shards = {}  # path -> [StreamingIndex, users]: LMDB allows one environment per path and process
+_open_lock = threading.Lock()
+
+
+def _acquire(path, readonly):
+    with _open_lock:
+        entry = _open_shards.get(path)
+        if entry is None:
+            entry = _open_shards[path] = [StreamingIndex.open(path, readonly=readonly), 0]
+        entry[1] += 1
+        return entry[0]
+
+
+def _release(path):
+    with _open_lock:
+        entry = _open_shards.get(path)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del _open_shards[path]
+                entry[0].close()
+
+
+class ShardActor:
+    """One shard's owner: a StreamingIndex opened in this process (a Dask worker's,
+    as an actor; or this one, in local mode). Its methods take and return plain
+    data (arrays, lists, bytes): what travels between processes."""
+
+    def __init__(self, path, readonly=False):
+        self.path = str(path)
+        self.index = _acquire(self.path, readonly)
+        self._lock = threading.Lock()  # a StreamingIndex is not thread-safe
+
+    def host(self):
+        return socket.gethostname()
+
+    def write_encoded(self, encoded, replace=False):
+        with self._lock:
+            return self.index.write_encoded(encoded, replace)
+
+    def remove(self, image_ids):
+        with self._lock:
+            return self.index.remove(list(image_ids))
+
+    def claim(self, pairs, take_over=False):
+        """Claim content keys for ids (one transaction): per (content, id), None when
+        claimed (or already this id's), else the id that holds the claim. take_over:
+        claim anyway (the holder was checked not to hold that content)."""
+        with self._lock:
+            store = self.index.store
+
+            def run(txn):
+                out = []
+                db = store.dbs["claims"]
+                for content, image_id in pairs:
+                    owner = txn.get(content, db=db)
+                    key = image_id.encode("utf-8")
+                    if owner is None or bytes(owner) == key or take_over:
+                        txn.put(content, key, db=db)
+                        out.append(None)
+                    else:
+                        out.append(bytes(owner).decode("utf-8"))
+                return out
+            return store.write(run)
+
+    def release(self, pairs):
+        """Drop the claims of (content, id) pairs still held by those ids."""
+        with self._lock:
+            store = self.index.store
+
+            def run(txn):
+                db = store.dbs["claims"]
+                for content, image_id in pairs:
+                    if txn.get(content, db=db) == image_id.encode("utf-8"):
+                        txn.delete(content, db=db)
+            store.write(run)
+
+    def records(self, image_ids):
+        with self._lock:
+            return self.index.records(image_ids)
+
+    def search(self, Q, k, mode, nprobe, rerank):
+        with self._lock:
+            return self.index.search(Q, k=k, mode=mode, nprobe=nprobe, rerank=rerank)
+
+    def sample_vectors(self, n, seed):
+        with self._lock:
+            return self.index.sample_vectors(n, seed)
+
+    def train(self, codec_bytes):
+        with self._lock:
+            self.index.train(codec=IVFPQ.from_bytes(codec_bytes), progress=False)
+            return len(self.index)
+
+    def count(self):
+        with self._lock:
+            return len(self.index)
+
+    def ids(self):
+        with self._lock:
+            return self.index.ids()
+
+    def stats(self):
+        with self._lock:
+            return self.index.stats()
+
+    def vector(self, image_id):
+        with self._lock:
+            return self.index.vector(image_id)
+
+    def info(self, image_id):
+        with self._lock:
+            return self.index.info(image_id)
+
+    def set_extractor(self, params_json):
+        with self._lock:
+            store = self.index.store
+
+            def put(txn):
+                txn.put(b"extractor", params_json.encode(), db=store.dbs["meta"])
+            store.write(put)
+
+    def close(self):
+        if self.index is not None:
+            self.index = None
+            _release(self.path)
+
+
+class _Local:
+    """Calls on a ShardActor in this process: ``call(name, *args)`` returns the result."""
+
+    def __init__(self, path, readonly):
+        self.actor = ShardActor(path, readonly)
+
+    def call(self, name, *args):
+        return getattr(self.actor, name)(*args)
+
+    def start(self, name, *args):  # the same interface as _Remote: a "future" of the result
+        value = self.call(name, *args)
+        return lambda: value
+
+    def close(self):
+        self.actor.close()
+
+
+class _Remote:
+    """Calls on a ShardActor held by a Dask worker."""
+
+    def __init__(self, client, path, readonly, worker):
+        self.future = client.submit(ShardActor, path, readonly, actor=True, workers=[worker],
+                                    allow_other_workers=False, pure=False)
+        self.actor = self.future.result()
+
+    def call(self, name, *args):
+        return getattr(self.actor, name)(*args).result()
+
+    def start(self, name, *args):
+        fut = getattr(self.actor, name)(*args)
+        return fut.result
+
+    def close(self):
+        try:
+            self.actor.close().result()
+        except Exception:  # the worker is gone: nothing is left open there
+            pass
+        self.future.release()
+
+
+# ---------------------------------------------------------------- the sharded index
+class ShardedIndex:
+    """S StreamingIndex shards behind the StreamingIndex interface; see the module doc."""
+
+    def __init__(self, path, manifest, owners, encoder, client=None, own_client=False):
+        self.path = Path(path)
+        self.manifest = manifest
+        self.shards = int(manifest["shards"])
+        self.dim = int(manifest["dim"])
+        self.fingerprint = manifest["fingerprint"]
+        self._owners = owners
+        self._encoder = encoder
+        self._client, self._own_client = client, own_client
+        self._extractor = None
+
+    # ------------------------------------------------------------ create / open
+    @classmethod
+    def create(cls, path, encoder, shards, vector_dtype="float16", extractor=None, dask=None, hosts=None):
+        """A new sharded index at ``path`` (new or empty). With ``dask`` (an address,
+        "local:N" or a Client), the shards are created by the cluster's workers, spread
+        over its hosts (round robin; ``hosts`` to choose), each on the worker's disk
+        at the same path (``path`` must be a local folder of every such host)."""
+        from .features import default_extractor
+
+        shards = int(shards)
+        if shards < 1:
+            raise ConfigError(f"shards must be >= 1, got {shards}")
+        path = Path(path)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")
+        extractor = extractor or default_extractor()
+        params = json.loads(json.dumps(extractor.params()))
+        client, own = _client(dask)
+        try:
+            shard_hosts = _plan_hosts(client, shards, hosts)
+            path.mkdir(parents=True, exist_ok=True)
+            dirs = [f"shard-{s:03d}" for s in range(shards)]
+            for s, d in enumerate(dirs):
+                if client is None:
+                    StreamingIndex.create(path / d, encoder, vector_dtype=vector_dtype, extractor=extractor).close()
+                else:
+                    worker = _worker_on(client, shard_hosts[s])
+                    client.submit(_create_shard, str(path / d), encoder.to_bytes(), vector_dtype, params,
+                                  workers=[worker], allow_other_workers=False, pure=False).result()
+            encoder.save(path / "encoder.npz")
+            manifest = {"format": FORMAT, "version": FORMAT_VERSION, "route": ROUTE, "shards": shards,
+                        "dirs": dirs, "hosts": shard_hosts, "dim": encoder.dim,
+                        "fingerprint": encoder.fingerprint, "extractor": params}
+            (path / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        finally:
+            if own and client is not None:
+                client.close()
+        return cls.open(path, dask=dask)
+
+    @classmethod
+    def open(cls, path, readonly=False, dask=None):
+        """Open a sharded index: every shard in this process, or (``dask``) each by an
+        actor on a worker of the host that holds it."""
+        path = Path(path)
+        manifest = read_manifest(path)
+        encoder = Encoder.load(path / "encoder.npz")
+        client, own = _client(dask)
+        owners = []
+        try:
+            for s, d in enumerate(manifest["dirs"]):
+                shard_path = str((path / d).resolve()) if client is None else str(path / d)
+                if client is None:
+                    if manifest["hosts"][s] not in (None, socket.gethostname()):
+                        raise ConfigError(f"shard {s} lives on host {manifest['hosts'][s]}: open the index "
+                                          f"with dask= (a cluster with a worker there)")
+                    owners.append(_Local(shard_path, readonly))
+                else:
+                    owners.append(_Remote(client, shard_path, readonly, _worker_on(client, manifest["hosts"][s])))
+        except BaseException:
+            for o in owners:
+                o.close()
+            if own and client is not None:
+                client.close()
+            raise
+        return cls(path, manifest, owners, encoder, client, own)
+
+    def close(self):
+        for o in self._owners:
+            o.close()
+        self._owners = []
+        if self._own_client and self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------ what ingestion and search need
+    @property
+    def encoder(self):
+        return self._encoder
+
+    def extractor(self):
+        from .features import extractor_from_params
+
+        if self._extractor is None:
+            self._extractor = extractor_from_params(self.manifest["extractor"])
+        return self._extractor
+
+    def check_encoder(self, encoder):
+        StreamingIndex.check_encoder(self, encoder)
+
+    def _by_shard(self, image_ids):
+        groups = {}
+        for pos, i in enumerate(image_ids):
+            groups.setdefault(shard_of(i, self.shards), []).append(pos)
+        return groups
+
+    def _scatter(self, name, per_shard):
+        """Run ``name`` on the shards given {shard: args} at once; {shard: result}."""
+        pending = {s: self._owners[s].start(name, *args) for s, args in per_shard.items()}
+        return {s: get() for s, get in pending.items()}
+
+    def __len__(self):
+        return sum(self._scatter("count", {s: () for s in range(self.shards)}).values())
+
+    def __contains__(self, image_id):
+        try:
+            return self.records([image_id])[0] is not None
+        except Exception:
+            return False
+
+    def records(self, image_ids):
+        image_ids = list(image_ids)
+        groups = self._by_shard(image_ids)
+        got = self._scatter("records", {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()})
+        out = [None] * len(image_ids)
+        for s, pos in groups.items():
+            for p, raw in zip(pos, got[s]):
+                out[p] = raw
+        return out
+
+    def info(self, image_id):
+        return self._owners[shard_of(image_id, self.shards)].call("info", image_id)
+
+    def vector(self, image_id):
+        return self._owners[shard_of(image_id, self.shards)].call("vector", image_id)
+
+    def ids(self):
+        return sorted(i for ids in self._scatter("ids", {s: () for s in range(self.shards)}).values() for i in ids)
+
+    # ------------------------------------------------------------ writing
+    def _content_shard(self, content):
+        return int.from_bytes(content[:8], "big") % self.shards
+
+    def _claims(self, name, pairs, *extra):
+        """Run claim / release on the shards of the content keys of (content, id) pairs;
+        the per-pair results, in order."""
+        groups = {}
+        for pos, (content, _) in enumerate(pairs):
+            groups.setdefault(self._content_shard(content), []).append(pos)
+        got = self._scatter(name, {s: ([pairs[p] for p in pos], *extra) for s, pos in groups.items()})
+        out = [None] * len(pairs)
+        for s, pos in groups.items():
+            for p, r in zip(pos, got[s] or [None] * len(pos)):
+                out[p] = r
+        return out
+
+    def _routed(self, name, items, key_of, *extra):
+        """Run ``name`` on the shard of each item (by its id), one call per shard; the
+        per-item results, in order."""
+        groups = self._by_shard([key_of(i) for i in items])
+        got = self._scatter(name, {s: ([items[p] for p in pos], *extra) for s, pos in groups.items()})
+        out = [None] * len(items)
+        for s, pos in groups.items():
+            for p, r in zip(pos, got[s]):
+                out[p] = r
+        return out
+
+    def write_encoded(self, encoded, replace=False):
+        """Write EncodedImage items, each to its shard (one transaction per shard);
+        per item "added", "exists" or the named error, in order.
+
+        Content is de-duplicated across shards: each content key is claimed first on
+        the shard its key routes to (whichever shard will hold the image); content
+        claimed by another id that still holds it is a DuplicateError. A claim left
+        by a write that never happened (a crash in between) is taken over."""
+        encoded = list(encoded)
+        ids = [e.key.decode() for e in encoded]
+        pairs = [(e.content, i) for e, i in zip(encoded, ids)]
+        holders = self._claims("claim", pairs)
+        out = [None] * len(encoded)
+        stale = [p for p, h in enumerate(holders) if h is not None]
+        if stale:  # does the holder still hold that content?
+            recs = self.records([holders[p] for p in stale])
+            for p, raw in zip(stale, recs):
+                if raw is not None and json.loads(raw).get("content_key") == encoded[p].content.hex():
+                    out[p] = DuplicateError(ids[p], holders[p])
+            self._claims("claim", [pairs[p] for p in stale if out[p] is None], True)
+        todo = [p for p in range(len(encoded)) if out[p] is None]
+        before = self.records([ids[p] for p in todo]) if replace else [None] * len(todo)
+        written = self._routed("write_encoded", [encoded[p] for p in todo], lambda e: e.key.decode(), replace)
+        release = []
+        for p, old, res in zip(todo, before, written):
+            out[p] = res
+            if isinstance(res, Exception):
+                release.append(pairs[p])  # not written: free its claim
+            elif old is not None and res == "added":  # replaced: the old content is free
+                ck = json.loads(old).get("content_key")
+                if ck and ck != encoded[p].content.hex():
+                    release.append((bytes.fromhex(ck), ids[p]))
+        if release:
+            self._claims("release", release)
+        return out
+
+    def add(self, image_id, vector):
+        """Add an image vector (images and descriptor sets: encode them, or ingest)."""
+        out = self.write_encoded([self._encoded_vector(image_id, vector)])[0]
+        if isinstance(out, Exception):
+            raise out
+        return image_id
+
+    def add_many(self, items, batch_size=1024):
+        """Add {"id", "vector"} items, batch_size per round of shard transactions."""
+        from .index_writer import AddResult
+
+        results, batch = [], []
+
+        def flush():
+            outs = self.write_encoded([e for _, e in batch])
+            for (i, _), o in zip(batch, outs):
+                results.append(AddResult(i, "error", o) if isinstance(o, Exception) else AddResult(i, o))
+            batch.clear()
+        for item in items:
+            batch.append((item["id"], self._encoded_vector(item["id"], item["vector"])))
+            if len(batch) >= batch_size:
+                flush()
+        flush()
+        return results
+
+    def _encoded_vector(self, image_id, vector):
+        from .index_writer import EncodedImage
+
+        v = checked_vector(vector, self.dim)
+        sha = hashlib.sha256(v.tobytes()).hexdigest()
+        content = hashlib.sha256(b"vector\0" + bytes.fromhex(sha)).digest()
+        return EncodedImage(id_key(image_id), v, content, {"kind": "vector", "source": None, "box": None,
+                                                           "n_descriptors": None, "sha256": sha}, None)
+
+    def remove(self, image_ids):
+        """Remove ids (each from its shard); UnknownIdError if any is absent, and then
+        nothing is removed."""
+        if isinstance(image_ids, (str, bytes)):
+            image_ids = [image_ids]
+        image_ids = list(dict.fromkeys(image_ids))
+        missing = [i for i, raw in zip(image_ids, self.records(image_ids)) if raw is None]
+        if missing:
+            raise UnknownIdError(f"no image {missing[0]!r} in the index ({len(missing)} unknown id(s); "
+                                 "nothing removed)")
+        records = self.records(image_ids)
+        groups = self._by_shard(image_ids)
+        n = sum(self._scatter("remove", {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()}).values())
+        freed = [(bytes.fromhex(json.loads(r)["content_key"]), i) for i, r in zip(image_ids, records)
+                 if json.loads(r).get("content_key")]
+        if freed:
+            self._claims("release", freed)
+        return n
+
+    # ------------------------------------------------------------ codec
+    def train(self, nlist=1, M=16, seed=0, train_size=None, nprobe=None):
+        """One codec for every shard: fitted here on a sample gathered from the shards
+        (each gives its share of ``train_size``, in proportion to its size), then
+        installed in each shard (its codes computed there, while it goes on serving)."""
+        n_total = train_size or default_train_size(nlist)
+        counts = self._scatter("count", {s: () for s in range(self.shards)})
+        total = sum(counts.values())
+        share = {s: int(np.ceil(n_total * c / max(total, 1))) for s, c in counts.items()}
+        parts = self._scatter("sample_vectors", {s: (share[s], seed + s) for s in range(self.shards)})
+        V = np.concatenate([parts[s] for s in range(self.shards)])
+        codec = IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe).fit(V)
+        blob = codec.to_bytes()
+        self._scatter("train", {s: (blob,) for s in range(self.shards)})
+        return codec
+
+    # ------------------------------------------------------------ search
+    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None):
+        """As :meth:`StreamingIndex.search`: one query (image path, descriptor set, vector)
+        -> [(id, score)]; a batch (nq, D) -> (scores, ids) arrays. Scattered to every
+        shard, merged by score."""
+        k = _check_k(k)
+        if mode is not None and mode not in MODES:
+            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        batch = isinstance(query, np.ndarray) and query.ndim == 2 and query.shape[1] == self.dim
+        Q = StreamingIndex.query_vectors(self, query) if batch else self.query_vector(query, box)[None, :]
+        parts = self._scatter("search", {s: (Q, k, mode, nprobe, rerank) for s in range(self.shards)})
+        scores = np.concatenate([parts[s][0] for s in range(self.shards)], axis=1)
+        ids = np.concatenate([parts[s][1] for s in range(self.shards)], axis=1)
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties: by shard, then the shard's order
+        scores, ids = np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
+        if batch:
+            return scores, ids
+        return [(i, float(s)) for i, s in zip(ids[0], scores[0]) if i is not None]
+
+    def query_vector(self, query, box=None):
+        if isinstance(query, (str, os.PathLike)):
+            from .errors import EmptyDescriptorSetError
+            from .features import crop_to_box, extract
+            from .index_writer import normalise_box
+
+            f = extract(query, self.extractor())
+            box = normalise_box(box)
+            if box is not None:
+                f = crop_to_box(f, box)
+            if len(f) == 0:
+                raise EmptyDescriptorSetError(f"{query}: no local features" + (" inside the box" if box else ""))
+            return unit_vector(self.encoder.encode(f.descriptors))
+        if box is not None:
+            raise ConfigError("box applies to image-path queries only")
+        q = np.asarray(query)
+        if q.ndim == 2:
+            return unit_vector(self.encoder.encode(q))
+        return checked_vector(q, self.dim, "query")
+
+    def stats(self):
+        per = self._scatter("stats", {s: () for s in range(self.shards)})
+        return {"images": sum(p["images"] for p in per.values()), "shards": self.shards,
+                "codec": per[0]["codec"], "reader_memory": sum(p["reader_memory"] for p in per.values()),
+                "per_shard": [per[s] for s in range(self.shards)]}
+
+
+# ---------------------------------------------------------------- Dask helpers
+def _client(dask):
+    """(Client or None, whether it is ours to close) for dask = None, an address, local:N or a Client."""
+    if dask is None:
+        return None, False
+    from distributed import Client
+
+    if isinstance(dask, Client):
+        return dask, False
+    from .cluster import DaskExecutor
+
+    ex = DaskExecutor(dask)
+    client = ex.client
+    client._streamk_executor = ex  # keeps a LocalCluster it started alive with the client
+    return client, True
+
+
+def _worker_hosts(client):
+    """{worker address: its machine's host name}, as the workers themselves say."""
+    return client.run(socket.gethostname)
+
+
+def _plan_hosts(client, shards, hosts):
+    if client is None:
+        return [socket.gethostname()] * shards
+    if hosts is None:
+        hosts = sorted(set(_worker_hosts(client).values()))
+    if not hosts:
+        raise ConfigError("the Dask cluster has no workers")
+    return [hosts[s % len(hosts)] for s in range(shards)]
+
+
+def _worker_on(client, host):
+    """A worker on ``host`` (whose disk holds the shard): the first by address, so that
+    every client of the cluster picks the same one."""
+    workers = sorted(w for w, h in _worker_hosts(client).items() if h == host)
+    if not workers:
+        raise ConfigError(f"no Dask worker on host {host!r}, which holds a shard of this index")
+    return workers[0]
+
+
+def _create_shard(path, encoder_bytes, vector_dtype, extractor_params):
+    from .features import extractor_from_params
+
+    StreamingIndex.create(path, Encoder.from_bytes(encoder_bytes), vector_dtype=vector_dtype,
+                          extractor=extractor_from_params(extractor_params)).close()
+    return socket.gethostname()
+
+
+def open_index(path, readonly=False, dask=None):
+    """A StreamingIndex, or a ShardedIndex when ``path`` holds a sharded one."""
+    if is_sharded(path):
+        return ShardedIndex.open(path, readonly=readonly, dask=dask)
+    if dask is not None:
+        raise ConfigError("--dask: this index is not sharded (create it with --shards S to spread it)")
+    return StreamingIndex.open(path, readonly=readonly)

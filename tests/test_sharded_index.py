@@ -1,0 +1,193 @@
+"""The sharded index: routing, equality with one index holding the same images (exact
+mode), a codec trained once for all shards, and shards owned by Dask actors
+(LocalCluster of 2 worker processes) while ingestion and searches go on."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from streamk import Encoder
+from streamk.errors import ConfigError, DuplicateError, IndexExistsError, UnknownIdError
+from streamk.index import StreamingIndex
+from streamk.sharded_index import ShardedIndex, is_sharded, open_index, shard_of
+
+DIM = 64
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    rng = np.random.default_rng(0)
+    sets = [rng.integers(0, 256, (40, 128)).astype(np.float32) for _ in range(6)]
+    return Encoder(embedding="bow", k=DIM, aggregation="sum").fit(sets)
+
+
+def vectors(seed, n):
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(99).standard_normal((8, DIM))
+    V = centres[rng.integers(0, 8, n)] + 0.4 * rng.standard_normal((n, DIM))
+    return (V / np.linalg.norm(V, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_routing_is_stable_and_spreads_ids():
+    ids = [f"img{i}" for i in range(3000)]
+    shards = [shard_of(i, 4) for i in ids]
+    assert shards == [shard_of(i, 4) for i in ids]  # the same every time (no per-process hash seed)
+    assert shard_of("img0", 4) == int.from_bytes(__import__("hashlib").sha256(b"img0").digest()[:8], "big") % 4
+    counts = np.bincount(shards, minlength=4)
+    assert counts.min() > 650  # about 750 each
+
+
+def test_sharded_equals_one_index(tmp_path, encoder):
+    V = vectors(1, 600)
+    one = StreamingIndex.create(tmp_path / "one", encoder, vector_dtype="float32")
+    many = ShardedIndex.create(tmp_path / "many", encoder, shards=3, vector_dtype="float32")
+    try:
+        assert is_sharded(tmp_path / "many") and not is_sharded(tmp_path / "one")
+        items = [{"id": f"v{i}", "vector": v} for i, v in enumerate(V)]
+        one.add_many(items)
+        assert [r.status for r in many.add_many(items, batch_size=128)] == ["added"] * 600
+        for s in range(3):  # each image in its shard, and only there
+            assert all(shard_of(i, 3) == s for i in many._owners[s].call("ids"))
+        assert len(many) == 600 and many.ids() == one.ids()
+        # updates and removals routed the same way
+        for idx in (one, many):
+            idx.remove(["v3", "v400"])
+            idx.write_encoded([many._encoded_vector("v7", V[500] + 0.3)], replace=True)
+        with pytest.raises(UnknownIdError):
+            many.remove(["v5", "nope"])
+        assert "v5" in many and len(many) == 598
+        # content de-duplicated across shards: "dup" and "v10" route to different shards
+        assert shard_of("dup", 3) != shard_of("v10", 3)
+        assert isinstance(many.write_encoded([many._encoded_vector("dup", V[10])])[0], DuplicateError)
+        many.remove(["v10"])  # frees its content
+        assert many.write_encoded([many._encoded_vector("dup", V[10])]) == ["added"]
+        many.remove(["dup"])
+        one.remove(["v10"])
+        # a claim whose holder never stored the content (a crash between claim and write)
+        ghost = many._encoded_vector("ghost", V[20] + 1.0)
+        many._claims("claim", [(ghost.content, "ghost")])
+        assert many.write_encoded([many._encoded_vector("real", V[20] + 1.0)]) == ["added"]
+        many.remove(["real"])
+        Q = vectors(2, 20)
+        s1, i1 = one.search(Q, k=10, mode="exact")
+        s2, i2 = many.search(Q, k=10, mode="exact")
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_allclose(s1, s2, atol=1e-6)
+        assert many.search(V[11], k=1) == [("v11", pytest.approx(1.0, abs=1e-6))]
+        # one codec trained on a sample of every shard, shared by all
+        codec = many.train(nlist=4, M=8, train_size=400)
+        for st in many.stats()["per_shard"]:
+            assert st["codec"] == codec.describe()
+        _, found = many.search(Q, k=10, mode="pq", nprobe=4, rerank=100)
+        assert (found == i1).mean() > 0.9
+        info = many.stats()
+        assert info["images"] == 597 and info["shards"] == 3
+    finally:
+        one.close()
+        many.close()
+    with open_index(tmp_path / "many", readonly=True) as again:
+        assert isinstance(again, ShardedIndex) and len(again) == 597
+    with pytest.raises(IndexExistsError):
+        ShardedIndex.create(tmp_path / "many", encoder, shards=2)
+    with pytest.raises(ConfigError):
+        ShardedIndex.create(tmp_path / "zero", encoder, shards=0)
+
+
+def test_cli_sharded_index(tmp_path, encoder, capsys):
+    from streamk.cli import main
+
+    encoder.save(tmp_path / "enc.npz")
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "enc.npz"), "--shards", "2",
+                 "--vector-dtype", "float32"]) == 0
+    assert "in 2 shards" in capsys.readouterr().out
+    with open_index(ix) as idx:
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(vectors(3, 300))])
+    assert main(["index", "train", str(ix), "--M", "8"]) == 0
+    assert main(["index", "info", str(ix), "--json"]) == 0
+    out = capsys.readouterr().out
+    info = json.loads(out[out.index("{"):])
+    assert info["images"] == 300 and info["shards"] == 2 and info["codec"].startswith("PQ")
+
+
+# ------------------------------------------------------------------ on a Dask cluster
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def test_shards_owned_by_dask_actors(tmp_path, encoder, client):
+    V = vectors(4, 500)
+    items = [{"id": f"v{i}", "vector": v} for i, v in enumerate(V)]
+    with ShardedIndex.create(tmp_path / "d", encoder, shards=2, vector_dtype="float32", dask=client) as idx:
+        assert all(o.__class__.__name__ == "_Remote" for o in idx._owners)
+        stop, errors, searches = threading.Event(), [], [0]
+
+        def search_meanwhile():  # concurrent searches while the shards ingest
+            with ShardedIndex.open(tmp_path / "d", readonly=True, dask=client) as reader:
+                while not stop.is_set():
+                    try:
+                        reader.search(V[:4], k=5, mode="exact")
+                        searches[0] += 1
+                    except Exception as exc:  # noqa: BLE001 - any error fails the test
+                        errors.append(exc)
+                        return
+        t = threading.Thread(target=search_meanwhile)
+        t.start()
+        try:
+            idx.add_many(items, batch_size=50)
+        finally:
+            stop.set()
+            t.join(timeout=120)
+        assert not errors and searches[0] > 0
+        assert len(idx) == 500
+        idx.train(nlist=2, M=8, train_size=300)
+        s, found = idx.search(V[:50], k=1, mode="pq", nprobe=2)
+        assert (found[:, 0] == np.array([f"v{i}" for i in range(50)], dtype=object)).mean() > 0.95
+    with StreamingIndex.create(tmp_path / "one", encoder, vector_dtype="float32") as one, \
+            ShardedIndex.open(tmp_path / "d", dask=client) as idx:
+        one.add_many(items)
+        Q = vectors(5, 10)
+        s1, i1 = one.search(Q, k=8, mode="exact")
+        s2, i2 = idx.search(Q, k=8, mode="exact")
+        np.testing.assert_array_equal(i1, i2)
+        np.testing.assert_allclose(s1, s2, atol=1e-6)
+
+
+def test_cli_ingest_and_search_a_sharded_index_on_dask(tmp_path, client, capsys):
+    pytest.importorskip("cv2")
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from image_support import textured
+
+    from streamk.cli import main
+    from streamk.features import extract_many, make_extractor
+
+    imgs = tmp_path / "imgs"
+    paths = [textured(str(imgs / f"p{i}.png"), i) for i in range(8)]
+    feats, _ = extract_many(paths, make_extractor("sift"), workers=1, progress=False)
+    Encoder(embedding="vlad", k=4, aggregation="gmp").fit([f.descriptors for f in feats.values()]).save(
+        tmp_path / "enc.npz")
+    address = client.scheduler.address
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "enc.npz"), "--extractor", "sift",
+                 "--shards", "2", "--dask", address]) == 0
+    assert main(["ingest", str(ix), str(imgs), "--dask", address, "--no-progress", "--no-cache"]) == 0
+    assert "added 8, skipped 0 existing, failed 0" in capsys.readouterr().out
+    assert main(["ingest", str(ix), str(imgs), "--dask", address, "--no-progress", "--no-cache"]) == 0
+    assert "added 0, skipped 8 existing" in capsys.readouterr().out
+    assert main(["search", str(ix), paths[5], "-k", "3", "--json", "--dask", address]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert hits[0]["id"] == "p5.png" and abs(hits[0]["score"] - 1.0) < 1e-3
+    assert main(["search", str(ix), paths[2], "-k", "1", "--json"]) == 0  # no cluster: this process opens the shards
+    assert json.loads(capsys.readouterr().out)[0]["id"] == "p2.png"
