@@ -54,7 +54,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+if str(Path(__file__).resolve().parent) not in sys.path:  # (appended: bench/distributed.py shadows Dask)
+    sys.path.append(str(Path(__file__).resolve().parent))
 from common import load_str, log, machine_info, table  # noqa: E402
 from vectors import (centres, database_chunks, draw, exact_topk, make_queries, recall_at,  # noqa: E402
                      set_threads)
@@ -96,10 +97,10 @@ def reader_main(path, t_spawn):
     t_import = time.time()
     from threadpoolctl import threadpool_limits
 
-    from streamk.index import StreamingIndex
+    from streamk.sharded_index import open_index
 
     t0 = time.perf_counter()
-    idx = StreamingIndex.open(path, readonly=True)
+    idx = open_index(path, readonly=True)  # one index, or the shards of a sharded one
     dim = idx.dim
     q0 = make_queries(1, dim, 12345)[0]
     first = idx.search(q0[None, :], k=10)
@@ -114,7 +115,7 @@ def reader_main(path, t_spawn):
         if op == "memory":
             st = proc_status()
             reply({"rss": st["VmRSS"], "anon": st["RssAnon"], "file": st["RssFile"], "peak": st["VmHWM"],
-                   "view": idx.view.memory_bytes()})
+                   "view": idx.stats()["reader_memory"]})
         elif op == "search":
             Q = np.load(cmd["queries"])
             set_threads(cmd["threads"])

@@ -507,17 +507,21 @@ class ShardedIndex:
         return n
 
     # ------------------------------------------------------------ codec
-    def train(self, nlist=1, M=16, seed=0, train_size=None, nprobe=None):
+    def train(self, nlist=1, M=16, seed=0, train_size=None, nprobe=None, codec=None):
         """One codec for every shard: fitted here on a sample gathered from the shards
-        (each gives its share of ``train_size``, in proportion to its size), then
-        installed in each shard (its codes computed there, while it goes on serving)."""
-        n_total = train_size or default_train_size(nlist)
-        counts = self._scatter("count", {s: () for s in range(self.shards)})
-        total = sum(counts.values())
-        share = {s: int(np.ceil(n_total * c / max(total, 1))) for s, c in counts.items()}
-        parts = self._scatter("sample_vectors", {s: (share[s], seed + s) for s in range(self.shards)})
-        V = np.concatenate([parts[s] for s in range(self.shards)])
-        codec = IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe).fit(V)
+        (each gives its share of ``train_size``, in proportion to its size), or the
+        given trained ``codec``; then installed in each shard (its codes computed
+        there, while it goes on serving)."""
+        if codec is None:
+            n_total = train_size or default_train_size(nlist)
+            counts = self._scatter("count", {s: () for s in range(self.shards)})
+            total = sum(counts.values())
+            share = {s: int(np.ceil(n_total * c / max(total, 1))) for s, c in counts.items()}
+            parts = self._scatter("sample_vectors", {s: (share[s], seed + s) for s in range(self.shards)})
+            V = np.concatenate([parts[s] for s in range(self.shards)])
+            codec = IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe).fit(V)
+        elif nprobe is not None:
+            codec.nprobe = int(nprobe)
         blob = codec.to_bytes()
         self._scatter("train", {s: (blob,) for s in range(self.shards)})
         return codec
