@@ -52,8 +52,8 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from .errors import (ChecksumError, ConfigError, DownloadError, GroundTruthError, UnknownDatasetError,
-                     UnsafeArchiveError, UnsafePickleError)
+from .errors import (ChecksumError, ConfigError, DownloadError, GroundTruthError, StreamkError,
+                     UnknownDatasetError, UnsafeArchiveError, UnsafePickleError)
 
 __all__ = [
     "DATASETS", "Query", "Dataset", "load_dataset", "load_mat_ground_truth", "load_text_ground_truth",
@@ -911,14 +911,14 @@ def fetch(url: str, path, size: int | None = None, sha256: str | None = None, pr
     known_hash = f"sha256:{sha256.lower()}" if sha256 else None
     try:
         with _QuietPooch(not progress):
-            out = pooch.retrieve(url, known_hash, fname=path.name, path=path.parent, downloader=downloader,
-                                 processor=processor, progressbar=False)
-    except ValueError as exc:
-        if sha256 and "hash" in str(exc).lower():
+            pooch.retrieve(url, known_hash, fname=path.name, path=path.parent, downloader=downloader,
+                           processor=processor, progressbar=False)
+    except ValueError as exc:   # pooch's hash mismatch; ours (extraction, ...) pass through
+        if sha256 and not isinstance(exc, StreamkError) and "hash" in str(exc).lower():
             raise ChecksumError(f"{path.name}: SHA-256 differs from the published {sha256}; the file was "
                                 f"deleted ({exc})") from exc
         raise
-    return Path(out) if processor is None else path
+    return path
 
 
 class _ExtractOnce:
