@@ -49,6 +49,8 @@ def _eval(args):
     else:
         raise ConfigError(f"{dataset.name} needs a distinct learning set: pass --learn-root DIR "
                           f"(and --learn-dataset NAME{', default ' + learn_name if learn_name else ''})")
+    if args.method == "asmk":
+        return _eval_asmk(args, dataset, learning, extractor, cache, log)
     rn = [{"off": False, "on": True}[v] for v in args.rn]
     aggregation_params = {name: value for name, value in (("gamma", args.gamma), ("lam", args.lam))
                           if value is not None}
@@ -71,6 +73,30 @@ def _eval(args):
                 log(f"{label:<40}{100 * res.map:8.1f}")
     if args.json:
         print(json.dumps(report, indent=1))
+    return 0
+
+
+def _eval_asmk(args, dataset, learning, extractor, cache, log):
+    """``streamk eval --method asmk``: ASMK / ASMK* on the same descriptors."""
+    from .experiment import evaluate_dataset_asmk
+
+    rows, info = evaluate_dataset_asmk(dataset, n_words=args.asmk_words, multiple_assignment=args.asmk_ma,
+                                       learning=learning, extractor=extractor, cache_dir=cache,
+                                       workers=args.workers, verbose=not args.json)
+    if args.json:
+        print(json.dumps({"dataset": dataset.name, "method": "asmk", **info,
+                          "rows": [{"method": label, **res.to_dict(), **costs} for label, res, costs in rows]},
+                         indent=1))
+        return 0
+    log(f"\n{dataset.name}: {info['n_images']} images, {info['n_queries']} queries; "
+        f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); codebook "
+        f"{info['n_words']} words (fit {info['fit_s']:.1f} s); alpha {info['alpha']:g}, tau {info['tau']:g}; "
+        f"aggregation {1000 * info['aggregate_s_per_image']:.0f} ms per database image")
+    log(f"{'method':<32}{'mAP':>7}{'bytes/image':>13}{'entries/image':>15}{'query: aggregate ms':>21}"
+        f"{'search ms':>11}")
+    for label, res, c in rows:
+        log(f"{label:<32}{100 * res.map:7.1f}{c['bytes_per_image']:13,.0f}{c['entries_per_image']:15.0f}"
+            f"{c['query_aggregate_ms']:21.1f}{c['query_search_ms']:11.2f}")
     return 0
 
 
@@ -430,6 +456,15 @@ def build_parser():
 
     ev = sub.add_parser("eval", help="mAP of aggregation methods on a benchmark, laid out like the paper's table")
     ev.add_argument("--dataset", required=True, help="paris6k-subset, oxford5k, paris6k, holidays, roxford5k, ...")
+    ev.add_argument("--method", choices=["single", "asmk"], default="single",
+                    help="single: the paper's one vector per image (default); asmk: ASMK and ASMK* "
+                         "(Tolias et al. 2013) on the same descriptors, with memory and query time")
+    ev.add_argument("--asmk-words", type=_positive_int, default=None,
+                    help="with --method asmk: codebook size (default: the paper's 65k words scaled to the "
+                         "learning descriptors, ~250 per word)")
+    ev.add_argument("--asmk-ma", type=_positive_int, default=5,
+                    help="with --method asmk: also rows with each query descriptor on its N nearest words "
+                         "(the paper's multiple assignment; 1: none)")
     ev.add_argument("--root", help="dataset directory (images in ROOT/jpg); default for paris6k-subset: "
                                    "../shared/data or $STREAMK_SHARED_DATA")
     ev.add_argument("--embedding", type=_csv(), default=["temb"], help="temb, fv, fv-hard, vlad, bow (comma list)")

@@ -30,23 +30,21 @@ to ``<root>/jpg`` (the layout :func:`download` produces and the one revisitop
 uses); ids never carry the extension (Holidays ids are ``"100000"`` for
 ``100000.jpg``).
 
-:func:`download` fetches the official archives over urllib with resume
-(HTTP Range on ``<file>.part``), size / SHA-256 checks and safe extraction.
+:func:`download` fetches the official archives with pooch (SHA-256 where one is
+published, sizes against the server's length, resume by HTTP Range on
+``<file>.part``) and extracts them safely (no path outside the destination, no
+links; the archives' own CRCs checked as members are read).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import http.client
 import io
 import os
 import pickle
 import re
 import shutil
 import tarfile
-import urllib.error
-import urllib.request
 import warnings
 import zipfile
 from dataclasses import dataclass, field, replace
@@ -54,8 +52,8 @@ from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-from .errors import (ChecksumError, ConfigError, DownloadError, GroundTruthError, UnknownDatasetError,
-                     UnsafeArchiveError, UnsafePickleError)
+from .errors import (ChecksumError, ConfigError, DownloadError, GroundTruthError, StreamkError,
+                     UnknownDatasetError, UnsafeArchiveError, UnsafePickleError)
 
 __all__ = [
     "DATASETS", "Query", "Dataset", "load_dataset", "load_mat_ground_truth", "load_text_ground_truth",
@@ -723,11 +721,12 @@ def load_dataset(name: str, root=None, *, gt=None, image_dir=None, image_ids=Non
 class Remote:
     """One published file of a dataset.
 
-    size / sha256: expected values, None when not known (then the size is
-    checked against the server's Content-Length only).  extract: None keeps the
-    file as downloaded in dest_dir; otherwise the archive is extracted into
-    ``dest_dir/extract`` ("" = dest_dir itself), keeping only members whose
-    path matches ``members`` (fnmatch), without their directories if ``flatten``.
+    size / sha256: expected values, None when nothing is published (then the
+    transfer is checked against the server's Content-Length only).  extract:
+    None keeps the file as downloaded in dest_dir; otherwise the archive is
+    extracted into ``dest_dir/extract`` ("" = dest_dir itself), keeping only
+    members whose path matches ``members`` (fnmatch), without their directories
+    if ``flatten``.
     """
 
     url: str
@@ -741,18 +740,24 @@ class Remote:
 
 _OX = "https://www.robots.ox.ac.uk/~vgg/data/oxbuildings/"
 _PA = "https://www.robots.ox.ac.uk/~vgg/data/parisbuildings/"
-# No size or SHA-256 of these archives is known to us (none is published next
-# to them), so every entry has size=None, sha256=None: a download is checked
-# against the Content-Length the server announces, nothing more.  Fill in the
-# values once measured on a trusted copy to get a real integrity check.
-_OXFORD_IMAGES = Remote(_OX + "oxbuild_images.tgz", "oxbuild_images.tgz", extract="jpg", members="*.jpg", flatten=True)
+_REVISITOP = "http://cmp.felk.cvut.cz/revisitop/data/datasets/"
+# The Oxford and Paris images are the face-blurred "-v1" archives that replaced
+# the originals on the VGG pages (as revisitop's download script fetches them);
+# the ground-truth archives are unchanged.  No SHA-256 (nor size) of any of
+# these files is published by VGG, revisitop, INRIA or archive.org's UKBench
+# item as far as we could find, so every entry has sha256=None, size=None: a
+# download is checked against the Content-Length the server announces and,
+# on extraction, against the archive's own CRCs (gzip, zip).  Fill in sha256
+# where a publisher gives one and pooch checks it.
+_OXFORD_IMAGES = Remote(_OX + "oxbuild_images-v1.tgz", "oxbuild_images-v1.tgz", extract="jpg", members="*.jpg",
+                        flatten=True)
 _OXFORD_GT = Remote(_OX + "gt_files_170407.tgz", "gt_files_170407.tgz", extract="gt_files", members="*.txt",
                     flatten=True)
-_PARIS_1 = Remote(_PA + "paris_1.tgz", "paris_1.tgz", extract="jpg", members="*.jpg", flatten=True)
-_PARIS_2 = Remote(_PA + "paris_2.tgz", "paris_2.tgz", extract="jpg", members="*.jpg", flatten=True)
+_PARIS_1 = Remote(_PA + "paris_1-v1.tgz", "paris_1-v1.tgz", extract="jpg", members="*.jpg", flatten=True)
+_PARIS_2 = Remote(_PA + "paris_2-v1.tgz", "paris_2-v1.tgz", extract="jpg", members="*.jpg", flatten=True)
 _PARIS_GT = Remote(_PA + "paris_120310.tgz", "paris_120310.tgz", extract="gt_files", members="*.txt", flatten=True)
-# Holidays: the published addresses are on the INRIA FTP server; urllib reads
-# ftp:// (without resume: FTP has no Range header here, a partial file restarts).
+# Holidays: the published addresses are on the INRIA FTP server (no resume over FTP:
+# a partial file restarts).
 _HOLIDAYS = "ftp://ftp.inrialpes.fr/pub/lear/douze/data/"
 
 REMOTES: dict[str, tuple[Remote, ...]] = {
@@ -763,12 +768,8 @@ REMOTES: dict[str, tuple[Remote, ...]] = {
     # the 100k Flickr distractors have no address we can vouch for: see download()
     "oxford105k": (_OXFORD_IMAGES, _OXFORD_GT),
     "paris106k": (_PARIS_1, _PARIS_2, _PARIS_GT),
-    "roxford5k": (_OXFORD_IMAGES,
-                  Remote("http://cmp.felk.cvut.cz/revisitop/data/datasets/roxford5k/gnd_roxford5k.pkl",
-                         "gnd_roxford5k.pkl")),
-    "rparis6k": (_PARIS_1, _PARIS_2,
-                 Remote("http://cmp.felk.cvut.cz/revisitop/data/datasets/rparis6k/gnd_rparis6k.pkl",
-                        "gnd_rparis6k.pkl")),
+    "roxford5k": (_OXFORD_IMAGES, Remote(_REVISITOP + "roxford5k/gnd_roxford5k.pkl", "gnd_roxford5k.pkl")),
+    "rparis6k": (_PARIS_1, _PARIS_2, Remote(_REVISITOP + "rparis6k/gnd_rparis6k.pkl", "gnd_rparis6k.pkl")),
     # ukbench.zip holds full/*.jpg, thumbnails/*.jpg (same names) and html pages: keep full/ only
     "ukbench": (Remote("https://archive.org/download/ukbench/ukbench.zip", "ukbench.zip", extract="jpg",
                        members="*full/*.jpg", flatten=True),),
@@ -777,105 +778,162 @@ REMOTES: dict[str, tuple[Remote, ...]] = {
 _CHUNK = 1 << 20
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
+class ResumingDownloader:
+    """A pooch downloader (``downloader(url, output_file, pooch)``) that resumes.
+
+    pooch downloads into a fresh temporary file each time and has no resume; a
+    2 GB archive cut off at 90 % would start over.  Here the bytes go to a
+    stable ``part`` file, continued with an HTTP ``Range`` request (a server that
+    ignores Range restarts it, one that answers 416 for a complete part keeps
+    it); once complete and of the expected size (``size``, else the announced
+    length) the part becomes pooch's ``output_file``, which pooch then checks
+    against the known hash and moves into place.  A broken connection raises
+    :class:`DownloadError` and keeps the part for the next call; a size
+    mismatch deletes it and raises :class:`ChecksumError`.  ftp:// goes through
+    pooch's own FTPDownloader, without resume.
+    """
+
+    def __init__(self, part, size=None, progress=True, timeout=60.0):
+        self.part = Path(part)
+        self.size = size
+        self.progress = progress
+        self.timeout = timeout
+
+    def __call__(self, url, output_file, pooch_=None, check_only=False):
+        if url.lower().startswith("ftp://"):
+            import pooch
+
+            pooch.FTPDownloader(progressbar=self.progress, timeout=self.timeout)(url, self.part, pooch_)
+            total = None
+        else:
+            total = self._http(url)
+        got = self.part.stat().st_size if self.part.exists() else 0
+        if total is not None and got < total:        # the connection closed early: keep the part
+            raise DownloadError(f"{url}: transfer ended at {got} of {total} bytes; run again to resume")
+        expected = self.size if self.size is not None else total
+        if expected is not None and got != expected:
+            self.part.unlink(missing_ok=True)
+            raise ChecksumError(f"{self.part.name[:-5]}: size {got} bytes, expected {expected}; "
+                                f"the file was deleted")
+        os.replace(self.part, output_file)
+
+    def _http(self, url):
+        """Fetch into the part; return the file's total size as the server gave it (or None)."""
+        import requests
+        import urllib3
+        from tqdm.auto import tqdm
+
+        offset = self.part.stat().st_size if self.part.exists() else 0
+        if self.size is not None and offset > self.size:
+            self.part.unlink()
+            offset = 0
+        # identity: the bytes on disk are the file's bytes, so that a Range continues them
+        headers = {"User-Agent": "streamk-download/0.1", "Accept-Encoding": "identity"}
+        if offset:
+            headers["Range"] = f"bytes={offset}-"
+        try:
+            resp = requests.get(url, headers=headers, stream=True, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise DownloadError(f"{url}: {exc}") from exc
+        with resp:
+            if resp.status_code == 416 and offset:
+                # range not satisfiable: the part is complete if the server's size is its size, else start over
+                m = re.match(r"bytes\s+\*/(\d+)", resp.headers.get("Content-Range", ""))
+                if m and int(m.group(1)) == offset:
+                    return offset
+                self.part.unlink()
+                return self._http(url)
+            if resp.status_code >= 400:
+                raise DownloadError(f"{url}: HTTP {resp.status_code} {resp.reason}")
+            if offset and resp.status_code == 206:
+                m = re.match(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", resp.headers.get("Content-Range", ""))
+                if not m or int(m.group(1)) != offset:
+                    raise DownloadError(f"{url}: server answered a range other than bytes={offset}-")
+                total = None if m.group(3) == "*" else int(m.group(3))
+                mode = "ab"
+            else:                                    # 200: the whole file (Range ignored or not sent)
+                offset, mode = 0, "wb"
+                length = resp.headers.get("Content-Length", "")
+                total = int(length) if length.isdigit() else None
+            try:
+                with open(self.part, mode) as out, tqdm(
+                        total=self.size if self.size is not None else total, initial=offset, unit="B",
+                        unit_scale=True, unit_divisor=1024, desc=self.part.name[:-5],
+                        disable=not self.progress) as bar:
+                    for block in resp.raw.stream(_CHUNK, decode_content=False):
+                        out.write(block)
+                        bar.update(len(block))
+            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+                raise DownloadError(f"{url}: transfer interrupted ({exc}); run again to resume from "
+                                    f"{self.part.name}") from exc
+        return total
 
 
-def _content_range_total(value: str | None, offset: int) -> int | None:
-    """Total size from 'bytes START-END/TOTAL' (None if '*'); -1 if START is not the offset asked for."""
-    m = re.match(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", value or "")
-    if not m or int(m.group(1)) != offset:
-        return -1
-    return None if m.group(3) == "*" else int(m.group(3))
+class _QuietPooch:
+    """pooch logs each download and, with no known hash, the SHA-256 it computed (useful to
+    see on the command line); silenced when progress is off."""
+
+    def __init__(self, quiet):
+        self.quiet = quiet
+
+    def __enter__(self):
+        import pooch
+
+        self.logger = pooch.get_logger()
+        self.level = self.logger.level
+        if self.quiet:
+            self.logger.setLevel("WARNING")
+
+    def __exit__(self, *exc):
+        self.logger.setLevel(self.level)
 
 
 def fetch(url: str, path, size: int | None = None, sha256: str | None = None, progress: bool = True,
-          timeout: float = 60.0) -> Path:
-    """Download ``url`` to ``path`` with resume, then check size and SHA-256.
+          timeout: float = 60.0, processor=None) -> Path:
+    """Download ``url`` to ``path`` with pooch: resume, size and SHA-256 checks.
 
-    Bytes arrive in ``<path>.part``; an existing ``.part`` is resumed with an
-    HTTP Range request (a server that ignores Range restarts it from zero).
-    The expected size is ``size`` or else the announced length.  On a size or
-    SHA-256 mismatch the file is deleted and :class:`ChecksumError` raised; a
-    broken connection leaves the ``.part`` for the next call.  An existing
-    ``path`` that passes the checks is kept as is.
+    pooch (``pooch.retrieve``) checks the file against ``sha256`` when one is
+    given (also an existing file, which is fetched again if it differs) and
+    runs ``processor`` (a pooch processor, e.g. extraction); the transfer is
+    :class:`ResumingDownloader`'s.  On a size or SHA-256 mismatch nothing is
+    left and :class:`ChecksumError` is raised; a broken connection leaves
+    ``<path>.part`` for the next call.  An existing ``path`` that passes the
+    checks is kept as is.
     """
-    from tqdm.auto import tqdm
+    import pooch
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    part = path.with_name(path.name + ".part")
-    if path.exists():
-        if (size is None or path.stat().st_size == size) and (sha256 is None or _sha256(path) == sha256.lower()):
-            return path
+    if path.exists() and size is not None and path.stat().st_size != size:
         path.unlink()
-    offset = part.stat().st_size if part.exists() else 0
-    if size is not None and offset > size:
-        part.unlink()
-        offset = 0
-    headers = {"User-Agent": "streamk-download/0.1"}
-    if offset and url.lower().startswith(("http://", "https://")):
-        headers["Range"] = f"bytes={offset}-"
-    else:
-        offset = 0
+    downloader = ResumingDownloader(path.with_name(path.name + ".part"), size=size, progress=progress,
+                                    timeout=timeout)
+    known_hash = f"sha256:{sha256.lower()}" if sha256 else None
     try:
-        resp = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
-    except urllib.error.HTTPError as exc:
-        if exc.code != 416 or not offset:
-            raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from exc
-        # range not satisfiable: the .part is complete if the server's size is its size, else start over
-        m = re.match(r"bytes\s+\*/(\d+)", exc.headers.get("Content-Range", "") if exc.headers else "")
-        if not m or int(m.group(1)) != offset:
-            part.unlink()
-            return fetch(url, path, size=size, sha256=sha256, progress=progress, timeout=timeout)
-        resp, announced = None, offset
-    except (urllib.error.URLError, OSError) as exc:
-        raise DownloadError(f"{url}: {getattr(exc, 'reason', exc)}") from exc
-    else:
-        announced = None
-    if resp is not None:
-        with resp:
-            status = getattr(resp, "status", None)
-            if offset and status == 206:
-                announced = _content_range_total(resp.headers.get("Content-Range"), offset)
-                if announced == -1:
-                    raise DownloadError(f"{url}: server answered a range other than bytes={offset}-")
-                mode = "ab"
-            else:
-                offset, mode = 0, "wb"
-                length = resp.headers.get("Content-Length")
-                announced = int(length) if length and length.isdigit() else None
-            total = size if size is not None else announced
-            try:
-                with open(part, mode) as out, tqdm(total=total, initial=offset, unit="B", unit_scale=True,
-                                                   unit_divisor=1024, desc=path.name, disable=not progress) as bar:
-                    while True:
-                        block = resp.read(_CHUNK)
-                        if not block:
-                            break
-                        out.write(block)
-                        bar.update(len(block))
-            except (OSError, http.client.HTTPException) as exc:
-                raise DownloadError(f"{url}: transfer interrupted ({exc}); run again to resume from {part.name}") \
-                    from exc
-    got = part.stat().st_size if part.exists() else 0
-    if announced is not None and got < announced:     # the connection closed early: keep the .part
-        raise DownloadError(f"{url}: transfer ended at {got} of {announced} bytes; run again to resume")
-    expected = size if size is not None else announced
-    if expected is not None and got != expected:
-        part.unlink(missing_ok=True)
-        raise ChecksumError(f"{path.name}: size {got} bytes, expected {expected}; the file was deleted")
-    if sha256 is not None:
-        digest = _sha256(part)
-        if digest != sha256.lower():
-            part.unlink(missing_ok=True)
-            raise ChecksumError(f"{path.name}: SHA-256 {digest}, expected {sha256}; the file was deleted")
-    part.replace(path)
+        with _QuietPooch(not progress):
+            pooch.retrieve(url, known_hash, fname=path.name, path=path.parent, downloader=downloader,
+                           processor=processor, progressbar=False)
+    except ValueError as exc:   # pooch's hash mismatch; ours (extraction, ...) pass through
+        if sha256 and not isinstance(exc, StreamkError) and "hash" in str(exc).lower():
+            raise ChecksumError(f"{path.name}: SHA-256 differs from the published {sha256}; the file was "
+                                f"deleted ({exc})") from exc
+        raise
     return path
+
+
+class _ExtractOnce:
+    """A pooch processor: extract the archive safely (:func:`extract_archive`) and leave a stamp,
+    so that a later call does not extract it again."""
+
+    def __init__(self, target: Path, members: str, flatten: bool, stamp: Path, url: str):
+        self.target, self.members, self.flatten, self.stamp, self.url = target, members, flatten, stamp, url
+
+    def __call__(self, fname, action, pooch_):
+        if action == "fetch" and self.stamp.exists():
+            return fname
+        extract_archive(fname, self.target, members=self.members, flatten=self.flatten)
+        self.stamp.write_text(f"{self.url}\n")
+        return fname
 
 
 def _safe_member_name(name: str) -> PurePosixPath:
@@ -988,9 +1046,11 @@ def download(name: str, dest_dir, progress: bool = True, *, base_url: str | None
     remotes    replaces the table entry (a sequence of :class:`Remote`);
     keep_archives  keep the downloaded archives after extraction.
 
-    Already fetched and extracted files are not fetched again.  For oxford105k
-    / paris106k only the 5k/6k part is fetched; the 100k Flickr distractors
-    must be added to ``dest_dir/jpg`` by hand (a warning says so).
+    Files go through :func:`fetch` (pooch; resume; the size and SHA-256 in the
+    table where known), archives through :func:`extract_archive`.  Already
+    fetched and extracted files are not fetched again.  For oxford105k /
+    paris106k only the 5k/6k part is fetched; the 100k Flickr distractors must
+    be added to ``dest_dir/jpg`` by hand (a warning says so).
     """
     key, _ = _spec(name)
     dest = Path(dest_dir)
@@ -1003,11 +1063,10 @@ def download(name: str, dest_dir, progress: bool = True, *, base_url: str | None
         stamp = dest / f".{r.filename}.extracted"
         if r.extract is not None and stamp.exists():
             continue
-        archive = fetch(r.url, dest / r.filename, size=r.size, sha256=r.sha256, progress=progress, timeout=timeout)
-        if r.extract is not None:
-            target = dest / r.extract if r.extract else dest
-            extract_archive(archive, target, members=r.members, flatten=r.flatten)
-            stamp.write_text(f"{r.url}\n")
-            if not keep_archives:
-                archive.unlink()
+        processor = None if r.extract is None else _ExtractOnce(dest / r.extract if r.extract else dest,
+                                                                r.members, r.flatten, stamp, r.url)
+        archive = fetch(r.url, dest / r.filename, size=r.size, sha256=r.sha256, progress=progress,
+                        timeout=timeout, processor=processor)
+        if r.extract is not None and not keep_archives:
+            archive.unlink()
     return dest

@@ -5,12 +5,30 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# CI (.ci/run) sets STREAMK_REQUIRE_DATA=1: a test that needs ../shared/data then fails
+# instead of skipping when the data is missing, so that a CI run cannot pass without
+# ever looking at the real photos.
+REQUIRE_DATA_ENV = "STREAMK_REQUIRE_DATA"
+PARIS6K_SUBSET_SIZE = 250
+
 
 def shared_data_dir():
     """../shared/data (or $STREAMK_SHARED_DATA); None when absent."""
     env = os.environ.get("STREAMK_SHARED_DATA")
     path = Path(env) if env else REPO.parent / "shared" / "data"
     return path if path.is_dir() else None
+
+
+def data_required():
+    return os.environ.get(REQUIRE_DATA_ENV, "") not in ("", "0")
+
+
+def skip_without_data(reason):
+    """The one place where a test that needs the shared data gives up: a skip, or a
+    failure when $STREAMK_REQUIRE_DATA is set."""
+    if data_required():
+        pytest.fail(f"{REQUIRE_DATA_ENV} is set but {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def pytest_addoption(parser):
@@ -30,8 +48,46 @@ def pytest_collection_modifyitems(config, items):
 def shared_data():
     path = shared_data_dir()
     if path is None:
-        pytest.skip("shared data (../shared/data) not present")
+        skip_without_data("the shared data (../shared/data or $STREAMK_SHARED_DATA) is not present")
     return path
+
+
+@pytest.fixture(scope="session")
+def paris6k_subset_photos(shared_data):
+    """The 250 photos of paris6k-subset, sorted by name."""
+    photos = sorted((shared_data / "paris6k-subset" / "jpg").glob("*.jpg"))
+    if len(photos) < PARIS6K_SUBSET_SIZE:
+        skip_without_data(f"the Paris6k subset in {shared_data} has {len(photos)} of its "
+                          f"{PARIS6K_SUBSET_SIZE} photos")
+    return photos
+
+
+# ---------------------------------------------------------------- a run that tested nothing fails
+# pytest exits 5 when it collects no test; a run whose every test was skipped (no data,
+# no browser, no extractor) is as empty, and exits 5 too, with a line that says why.
+_outcomes = {"ran": 0, "skipped": 0}
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        _outcomes["skipped"] += 1
+    elif report.when == "call":
+        _outcomes["ran"] += 1
+
+
+def _nothing_ran():
+    return _outcomes["ran"] == 0 and _outcomes["skipped"] > 0
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus == pytest.ExitCode.OK and _nothing_ran():
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _nothing_ran():
+        terminalreporter.write_line(f"error: every one of the {_outcomes['skipped']} selected test(s) was "
+                                    f"skipped: nothing was tested (exit status 5)", red=True)
 
 
 @pytest.fixture

@@ -373,7 +373,7 @@ def oxford_archives():
                    "all_souls_1_good.txt": b"all_souls_000001\nall_souls_000000\n",
                    "all_souls_1_ok.txt": b"all_souls_000002\n",
                    "all_souls_1_junk.txt": b"ashmolean_000000\n"})
-    return {"oxbuild_images.tgz": images, "gt_files_170407.tgz": gt}
+    return {"oxbuild_images-v1.tgz": images, "gt_files_170407.tgz": gt}
 
 
 def test_download_oxford_full(server, tmp_path):
@@ -398,8 +398,8 @@ def test_download_oxford_full(server, tmp_path):
 
 def test_download_paris_holidays_ukbench_revisited_layouts(server, tmp_path):
     server.files.update({
-        "paris_1.tgz": make_tgz({"paris/defense/paris_defense_000000.jpg": b"d0"}),
-        "paris_2.tgz": make_tgz({"paris/louvre/paris_louvre_000000.jpg": b"l0"}),
+        "paris_1-v1.tgz": make_tgz({"paris/defense/paris_defense_000000.jpg": b"d0"}),
+        "paris_2-v1.tgz": make_tgz({"paris/louvre/paris_louvre_000000.jpg": b"l0"}),
         "paris_120310.tgz": make_tgz({"defense_1_query.txt": b"paris_defense_000000 1 2 3 4\n",
                                       "defense_1_good.txt": b"paris_louvre_000000\n",
                                       "defense_1_ok.txt": b"", "defense_1_junk.txt": b""}),
@@ -408,7 +408,7 @@ def test_download_paris_holidays_ukbench_revisited_layouts(server, tmp_path):
         "ukbench.zip": make_zip({**{f"full/ukbench{i:05d}.jpg": f"full{i}" for i in range(8)},
                                  **{f"thumbnails/ukbench{i:05d}.jpg": "thumb" for i in range(8)},
                                  "index.html": "<html/>"}),
-        "oxbuild_images.tgz": oxford_archives()["oxbuild_images.tgz"],
+        "oxbuild_images-v1.tgz": oxford_archives()["oxbuild_images-v1.tgz"],
         "gnd_roxford5k.pkl": pickle.dumps(revisited_cfg()),
     })
     paris = download("paris6k", tmp_path / "paris6k", progress=False, base_url=server.url)
@@ -431,7 +431,7 @@ def test_download_paris_holidays_ukbench_revisited_layouts(server, tmp_path):
 
 
 def test_download_resumes_partial_file(server, tmp_path):
-    data = oxford_archives()["oxbuild_images.tgz"]
+    data = oxford_archives()["oxbuild_images-v1.tgz"]
     server.files["a.tgz"] = data
     dest = tmp_path / "d"
     dest.mkdir()
@@ -485,7 +485,7 @@ def test_resume_when_part_is_complete_or_too_long(server, tmp_path):
 
 @pytest.mark.parametrize("bad", ["size", "sha256"])
 def test_download_checksum_mismatch_extracts_nothing(server, tmp_path, bad):
-    data = oxford_archives()["oxbuild_images.tgz"]
+    data = oxford_archives()["oxbuild_images-v1.tgz"]
     server.files["a.tgz"] = data
     kwargs = {"size": len(data) + 1} if bad == "size" else {"sha256": "0" * 64}
     remote = Remote(server.url + "/a.tgz", "a.tgz", extract="jpg", members="*.jpg", flatten=True, **kwargs)
@@ -494,6 +494,23 @@ def test_download_checksum_mismatch_extracts_nothing(server, tmp_path, bad):
         download("oxford5k", dest, progress=False, remotes=[remote])
     assert isinstance(info.value, DownloadError) and isinstance(info.value, StreamkError)
     assert sorted(p.name for p in dest.iterdir()) == []                 # no archive, no .part, no jpg/
+
+
+def test_existing_file_is_checked_against_its_hash(server, tmp_path):
+    """pooch keeps a file that matches the known SHA-256 (no request) and fetches one that differs again."""
+    data = b"the published bytes" * 100
+    server.files["f.bin"] = data
+    digest = hashlib.sha256(data).hexdigest()
+    (tmp_path / "f.bin").write_bytes(data)
+    fetch(server.url + "/f.bin", tmp_path / "f.bin", sha256=digest, progress=False)
+    assert server.log == []
+    (tmp_path / "f.bin").write_bytes(b"tampered")
+    fetch(server.url + "/f.bin", tmp_path / "f.bin", sha256=digest, progress=False)
+    assert server.log == [("f.bin", None)] and (tmp_path / "f.bin").read_bytes() == data
+    # without a known hash, what is there is kept
+    (tmp_path / "g.bin").write_bytes(b"whatever")
+    fetch(server.url + "/g.bin", tmp_path / "g.bin", progress=False)
+    assert len(server.log) == 1
 
 
 @pytest.mark.parametrize("members", [
@@ -539,10 +556,11 @@ def test_download_errors(server, tmp_path):
 
 def test_url_table():
     urls = {r.url for rs in REMOTES.values() for r in rs}
-    assert {"https://www.robots.ox.ac.uk/~vgg/data/oxbuildings/oxbuild_images.tgz",
+    # the face-blurred "-v1" image archives that replaced the originals on the VGG pages
+    assert {"https://www.robots.ox.ac.uk/~vgg/data/oxbuildings/oxbuild_images-v1.tgz",
             "https://www.robots.ox.ac.uk/~vgg/data/oxbuildings/gt_files_170407.tgz",
-            "https://www.robots.ox.ac.uk/~vgg/data/parisbuildings/paris_1.tgz",
-            "https://www.robots.ox.ac.uk/~vgg/data/parisbuildings/paris_2.tgz",
+            "https://www.robots.ox.ac.uk/~vgg/data/parisbuildings/paris_1-v1.tgz",
+            "https://www.robots.ox.ac.uk/~vgg/data/parisbuildings/paris_2-v1.tgz",
             "https://www.robots.ox.ac.uk/~vgg/data/parisbuildings/paris_120310.tgz",
             "ftp://ftp.inrialpes.fr/pub/lear/douze/data/jpg1.tar.gz",
             "ftp://ftp.inrialpes.fr/pub/lear/douze/data/jpg2.tar.gz",

@@ -482,12 +482,8 @@ def test_features_type_checks_and_save_load(tmp_path):
 
 # --------------------------------------------------------------------------- real photographs
 @needs_hesaff
-def test_real_paris_photo_has_a_plausible_number_of_hesaff_features(shared_data):
-    folder = shared_data / "paris6k-subset" / "jpg"
-    photos = sorted(folder.glob("*.jpg")) if folder.is_dir() else []
-    if not photos:
-        pytest.skip("Paris6k subset photos not present")
-    path = photos[0]
+def test_real_paris_photo_has_a_plausible_number_of_hesaff_features(paris6k_subset_photos):
+    path = paris6k_subset_photos[0]
     f = F.extract(path, F.make_extractor("hesaff"))
     with Image.open(path) as im:
         assert f.image_size == im.size and max(im.size) == 1024

@@ -172,7 +172,7 @@ def test_two_natural_halves_are_weighed_alike(encoder, extractor):
         assert 0.67 < a / b < 1.5, (m, means)
 
 
-def test_paris_photos_bursty_descriptors_get_low_weight(encoder, extractor, shared_data):
+def test_paris_photos_bursty_descriptors_get_low_weight(encoder, extractor, paris6k_subset_photos):
     """Real facades: a descriptor's burstiness, counted in plain numpy as the number of
     other descriptors of its image within RootSIFT distance 0.5, is rank-anticorrelated
     with its weight (Spearman), for both methods; the democratic weights more strongly.
@@ -180,9 +180,7 @@ def test_paris_photos_bursty_descriptors_get_low_weight(encoder, extractor, shar
     democratic -0.32 .. -0.87, GMP -0.26 .. -0.65)."""
     from scipy.stats import spearmanr
 
-    paths = sorted((shared_data / "paris6k-subset" / "jpg").glob("*.jpg"))
-    if len(paths) < 50:
-        pytest.skip("the Paris6k subset is incomplete")
+    paths = paris6k_subset_photos
     rho = {"democratic": [], "gmp": []}
     for p in paths[::50]:  # 5 photos spread over the landmarks
         f = extractor.extract(p)
