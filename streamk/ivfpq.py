@@ -26,6 +26,7 @@ import numpy as np
 from .checks import as_vectors
 from .errors import ConfigError, DimensionError, NotFittedError, TooFewImagesError
 from .pq import N_CENTROIDS, ProductQuantizer
+from .pq_kernels import merge_topk
 
 FORMAT = "streamk-ivfpq"
 FORMAT_VERSION = 1
@@ -183,14 +184,11 @@ class IVFPQ:
         G = Q @ self.centroids_.T  # (nq, nlist) inner products
         if self.nlist == 1:
             return np.zeros((Q.shape[0], 1), np.int64), G.astype(np.float32)
-        crit = G - self._half_norms()
-        if P < self.nlist:
-            part = np.argpartition(-crit, P - 1, axis=1)[:, :P]
-        else:
-            part = np.broadcast_to(np.arange(self.nlist), crit.shape)
-        sel = np.take_along_axis(crit, part, axis=1)
-        order = np.lexsort((part, -sel), axis=1)
-        probes = np.take_along_axis(part, order, axis=1).astype(np.int64)
+        crit = np.ascontiguousarray(G - self._half_norms(), dtype=np.float32)
+        if getattr(self, "_list_numbers", None) is None or self._list_numbers.shape[1] < crit.shape[0]:
+            self._list_numbers = np.broadcast_to(np.arange(self.nlist, dtype=np.int64), (crit.shape[0], self.nlist))
+        # the P largest by a heap (ties by list number), not a sort of nlist numbers
+        _, probes = merge_topk(crit, np.ascontiguousarray(self._list_numbers[:crit.shape[0]]), P)
         return probes, np.take_along_axis(G, probes, axis=1).astype(np.float32)
 
     def tables(self, Q):

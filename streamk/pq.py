@@ -121,15 +121,16 @@ class ProductQuantizer:
     def tables(self, queries):
         """Inner-product look-up tables (Q, M, 256) float32.
 
-        Computed in float64 and rounded once, so a query's table does not depend on
-        the other queries of its batch (float32 BLAS sums in batch-dependent orders,
-        and a one-ulp change reorders tied scores)."""
+        One query at a time (M products of a 256 x D/M matrix by a vector), so a
+        query's table does not depend on the other queries of its batch: a GEMM
+        over the batch sums in batch-dependent orders, and a one-ulp change
+        reorders tied scores."""
         self._check_fitted()
-        sub = self._split(queries).astype(np.float64).transpose(1, 0, 2)  # (M, Q, d)
-        if getattr(self, "_cb64_of", None) is not self.codebooks_:  # float64 copy, made once
-            self._cb64 = np.ascontiguousarray(self.codebooks_.astype(np.float64).transpose(0, 2, 1))  # (M, d, 256)
-            self._cb64_of = self.codebooks_
-        return np.ascontiguousarray(np.matmul(sub, self._cb64).transpose(1, 0, 2), dtype=np.float32)
+        sub = self._split(queries)  # (Q, M, d)
+        out = np.empty((sub.shape[0], self.M, N_CENTROIDS), np.float32)
+        for a in range(sub.shape[0]):
+            np.matmul(self.codebooks_, sub[a][:, :, None], out=out[a][:, :, None])
+        return out
 
     def scores(self, queries, codes):
         """Approximate inner products of each query with each code (Q, N)."""

@@ -227,13 +227,14 @@ class SearchView:
     def ids_of(self, txn, rows):
         """Object array of the ids of rows (None for -1): one read per result."""
         flat = rows.reshape(-1)
-        wanted, where = np.unique(flat[flat >= 0], return_inverse=True)
+        have = flat >= 0
+        keys = flat[have].astype(">u8").tobytes()
         with txn.cursor(db=self.store.dbs["row_ids"]) as cur:
-            found = cur.getmulti([row_key(r) for r in wanted.tolist()])
-        if len(found) != len(wanted):
+            found = cur.getmulti([keys[i:i + 8] for i in range(0, len(keys), 8)])
+        if len(found) * 8 != len(keys):
             raise KeyError("rows without an id: the view is behind its transaction")
-        out = np.full(flat.shape, None, dtype=object)
-        out[flat >= 0] = np.array([bytes(v).decode() for _, v in found], dtype=object)[where]
+        out = np.full(len(flat), None, dtype=object)
+        out[have] = [bytes(v).decode() for _, v in found]
         return out.reshape(rows.shape)
 
     # ------------------------------------------------------------ facts
