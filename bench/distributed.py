@@ -31,6 +31,10 @@ On the first ``--n`` photos of ``--images`` (skipped with a message when absent)
 Ratios printed: Dask with 2 workers over 1 (target >= 1.7), and Dask over the
 local pool at equal workers (target >= 0.9). The machine is shared: the load
 average seen during each run is printed with it. Nothing here asserts a time.
+
+``--shards 1,2,4`` (after the ingestion part, or alone with ``--no-ingest``) runs
+``bench/shards.py``: a sharded index against one index holding the same 1M
+vectors (``--shard-n``), search time and reader memory with S = 1, 2, 4 shards.
 """
 
 import sys
@@ -207,7 +211,16 @@ def main(argv=None):
     ap.add_argument("--train-descriptors", type=int, default=500)
     ap.add_argument("--workers", type=lambda t: [int(x) for x in t.split(",")], default=[1, 2])
     ap.add_argument("--repeat", type=int, default=1)
-    return run(ap.parse_args(argv))
+    ap.add_argument("--no-ingest", dest="ingest", action="store_false", help="skip the ingestion part")
+    ap.add_argument("--shards", default=None, help="e.g. 1,2,4: also run bench/shards.py with these S")
+    ap.add_argument("--shard-n", type=int, default=1_000_000, help="vectors of the sharded benchmark")
+    args, shard_args = ap.parse_known_args(argv)
+    rc = run(args) if args.ingest else 0
+    if args.shards:
+        import subprocess
+        rc = rc or subprocess.call([sys.executable, str(HERE / "shards.py"), "--shards", args.shards,
+                                    "--n", str(args.shard_n), *shard_args])
+    return rc
 
 
 if __name__ == "__main__":
