@@ -3,7 +3,7 @@ paper's properties and against plain-numpy references written here."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from streamk.aggregation import aggregate, aggregate_many, democratic_weights, gmp_primal, gmp_weights, gram
@@ -344,9 +344,15 @@ def _block_equals_dense(emb, X, method, kw):
     xi_d, alpha_d = aggregate(dense, method, **kw)
     assert xi_b.shape == xi_d.shape == (emb.dim,)
     scale = np.linalg.norm(xi_d)
-    # CG stops at a relative residual of 1e-6 on either path: agreement to ~1e-5 of the largest weight
-    np.testing.assert_allclose(alpha_b, alpha_d, rtol=1e-4, atol=1e-5 * np.abs(alpha_d).max())
-    np.testing.assert_allclose(xi_b, xi_d, rtol=1e-4, atol=1e-5 * scale)
+    rtol = 1e-4
+    if method == "gmp":
+        # the block path solves K_b + lam I directly; the dense path stops CG at a relative
+        # residual of 1e-6, so its weights are within cond(K + lam I) x 1e-6 of the exact ones
+        D = dense.astype(np.float64)
+        ev = np.linalg.eigvalsh(D @ D.T + kw["lam"] * np.eye(len(D)))
+        rtol = max(rtol, 10 * 1e-6 * ev[-1] / ev[0])
+    np.testing.assert_allclose(alpha_b, alpha_d, rtol=rtol, atol=rtol / 10 * np.abs(alpha_d).max())
+    np.testing.assert_allclose(xi_b, xi_d, rtol=rtol, atol=rtol / 10 * scale)
     # and both are the weighted sum Phi^T alpha of the dense embedding
     np.testing.assert_allclose(xi_b, dense.astype(np.float64).T @ alpha_b, rtol=1e-4, atol=1e-5 * scale)
 
@@ -362,6 +368,7 @@ def test_block_path_equals_dense_path(hard_embeddings, name, method, kw):
 
 @SETTINGS
 @given(n=st.integers(1, 40), seed=st.integers(0, 2**31), lam=st.floats(0.1, 10.0), gamma=st.floats(0.1, 0.5))
+@example(n=31, seed=0, lam=0.125, gamma=0.5)  # ill-conditioned: CG's weights 5e-4 off the exact ones
 def test_block_path_equals_dense_path_random(hard_embeddings, n, seed, lam, gamma):
     rng = np.random.default_rng(seed)
     X = _sample(rng, hard_embeddings["centres"], n)
