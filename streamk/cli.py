@@ -189,12 +189,14 @@ def _index_create(args):
 
             with (make_executor(dask=args.dask) if args.dask else _NoExecutor()) as executor:
                 ShardedIndex.create(path, encoder, args.shards, vector_dtype=args.vector_dtype,
-                                    extractor=extractor, dask=getattr(executor, "client", None)).close()
+                                    extractor=extractor, dask=getattr(executor, "client", None),
+                                    store_extras=not args.no_extras).close()
             print(f"created index {path} in {args.shards} shards: {encoder.config.embedding} "
                   f"k={encoder.config.k} ({encoder.config.aggregation}), dim {encoder.dim}, "
                   f"{args.vector_dtype} vectors, extractor {extractor.name}")
             return 0
-        idx = StreamingIndex.create(path, encoder, vector_dtype=args.vector_dtype, extractor=extractor)
+        idx = StreamingIndex.create(path, encoder, vector_dtype=args.vector_dtype, extractor=extractor,
+                                    store_extras=not args.no_extras)
     except BaseException:
         if not existed and path.is_dir():  # ours: leave nothing behind
             shutil.rmtree(path, ignore_errors=True)
@@ -349,6 +351,8 @@ def _add_index_commands(sub):
     src.add_argument("--encoder", help="a saved encoder (.npz, Encoder.save)")
     src.add_argument("--train", nargs="+", metavar="IMAGES", help="fit a new encoder on these image files/folders")
     cr.add_argument("--vector-dtype", default="float16", choices=["float16", "float32"])
+    cr.add_argument("--no-extras", action="store_true",
+                    help="do not keep keypoints and weights for display (~50 KB per photo): for millions")
     cr.add_argument("--shards", type=_positive_int, default=None,
                     help="spread the index over S shards (S LMDB folders; with --dask, on the workers' disks)")
     cr.add_argument("--extractor", default=None, help="hesaff (default) or sift (OpenCV)")

@@ -77,7 +77,7 @@ class StreamingIndex:
 
     @classmethod
     def create(cls, path, encoder, vector_dtype="float16", extractor=None, map_size=DEFAULT_MAP_SIZE,
-               block_rows=BLOCK_ROWS):
+               block_rows=BLOCK_ROWS, store_extras=True):
         """A new, empty index at ``path`` (a new or empty directory).
 
         encoder: a fitted :class:`~streamk.encoder.Encoder`, stored in the index.
@@ -87,6 +87,9 @@ class StreamingIndex:
         first image added.
         block_rows: rows per sealed block of codes (a reader loads N codes in
         N / block_rows reads; a multiple of 8).
+        store_extras: keep each image's keypoints and weights for display (the
+        weights view, the notebooks): ~50 KB per photo of 2,000 features, 25x its
+        vector; False for collections of millions.
         """
         if not isinstance(encoder, Encoder):
             raise ConfigError(f"encoder must be a streamk Encoder, got {type(encoder).__name__}")
@@ -105,7 +108,8 @@ class StreamingIndex:
                 "vector_dtype": vector_dtype.encode(), "extractor": json.dumps(params).encode(),
                 "dim": str(encoder.dim).encode(), "input_dim": str(encoder.input_dim).encode(),
                 "codec_epoch": b"0", "next_row": b"0",
-                "block_rows": str(int(block_rows)).encode(), "created": repr(time.time()).encode()}
+                "block_rows": str(int(block_rows)).encode(), "store_extras": b"1" if store_extras else b"0",
+                "created": repr(time.time()).encode()}
         idx = cls(Store.create(path, meta, map_size=map_size))
         idx._encoder = encoder
         if extractor is not None:

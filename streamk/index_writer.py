@@ -290,7 +290,7 @@ class IndexWriter:
         txn.put(rk, enc.vector.astype(self.vector_dtype).tobytes(), db=db["vectors"], append=True)
         txn.put(rk, enc.key, db=db["row_ids"], append=True)
         txn.put(enc.content, enc.key, db=db["hashes"])
-        if enc.extras is not None:
+        if enc.extras is not None and self.store.get_int(b"store_extras", txn, default=1):
             txn.put(enc.key, enc.extras, db=db["extras"])
         epoch, codec = self.codec(txn)
         if codec is not None:

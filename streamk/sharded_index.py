@@ -257,7 +257,8 @@ class ShardedIndex:
 
     # ------------------------------------------------------------ create / open
     @classmethod
-    def create(cls, path, encoder, shards, vector_dtype="float16", extractor=None, dask=None, hosts=None):
+    def create(cls, path, encoder, shards, vector_dtype="float16", extractor=None, dask=None, hosts=None,
+               store_extras=True):
         """A new sharded index at ``path`` (new or empty). With ``dask`` (an address,
         "local:N" or a Client), the shards are created by the cluster's workers, spread
         over its hosts (round robin; ``hosts`` to choose), each on the worker's disk
@@ -279,11 +280,12 @@ class ShardedIndex:
             dirs = [f"shard-{s:03d}" for s in range(shards)]
             for s, d in enumerate(dirs):
                 if client is None:
-                    StreamingIndex.create(path / d, encoder, vector_dtype=vector_dtype, extractor=extractor).close()
+                    StreamingIndex.create(path / d, encoder, vector_dtype=vector_dtype, extractor=extractor,
+                                          store_extras=store_extras).close()
                 else:
                     worker = _worker_on(client, shard_hosts[s])
                     client.submit(_create_shard, str(path / d), encoder.to_bytes(), vector_dtype, params,
-                                  workers=[worker], allow_other_workers=False, pure=False).result()
+                                  store_extras, workers=[worker], allow_other_workers=False, pure=False).result()
             encoder.save(path / "encoder.npz")
             manifest = {"format": FORMAT, "version": FORMAT_VERSION, "route": ROUTE, "shards": shards,
                         "dirs": dirs, "hosts": shard_hosts, "dim": encoder.dim,
@@ -613,11 +615,11 @@ def _worker_on(client, host):
     return workers[0]
 
 
-def _create_shard(path, encoder_bytes, vector_dtype, extractor_params):
+def _create_shard(path, encoder_bytes, vector_dtype, extractor_params, store_extras):
     from .features import extractor_from_params
 
     StreamingIndex.create(path, Encoder.from_bytes(encoder_bytes), vector_dtype=vector_dtype,
-                          extractor=extractor_from_params(extractor_params)).close()
+                          extractor=extractor_from_params(extractor_params), store_extras=store_extras).close()
     return socket.gethostname()
 
 

@@ -8,11 +8,13 @@ string ids are looked up only for the results shown.
 Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endian):
 
 ``meta``        ``format`` (JSON: format tag + version), ``encoder`` (Encoder.to_bytes()),
-                ``encoder_fingerprint``, ``vector_dtype`` (float16 | float32), ``extractor``
+                ``encoder_fingerprint``, ``dim`` and ``input_dim`` (of the encoder's vectors and
+                descriptors), ``vector_dtype`` (float16 | float32), ``extractor``
                 (JSON extractor params or null), ``codec`` (IVFPQ.to_bytes(), once
                 trained), ``codec_epoch`` (the epoch of the codes in use; 0: none),
                 ``next_epoch``, ``training`` (JSON, while a training runs), ``seq``
-                (change counter), ``next_row``, ``created`` (unix time).
+                (change counter), ``next_row``, ``block_rows``, ``store_extras`` (1: keep the
+                display extras), ``created`` (unix time).
 ``images``      id -> JSON: kind, source, sha256, box, n_descriptors, added, seq, row.
 ``extras``      id -> .npz bytes (keypoints, weights) for display; optional.
 ``vectors``     row -> vector bytes in the index's dtype (read for re-ranking and exact search).

@@ -570,3 +570,15 @@ def test_format1_index_is_upgraded_in_place(tmp_path, encoder, M):
         with pytest.raises(Exception):
             idx.add("dup", vector=V[3])  # content keys kept: still de-duplicated
     assert main(["index", "upgrade", str(path)]) == 2  # already format 2
+
+
+def test_index_without_display_extras(tmp_path, encoder):
+    X = sift_sets(40, 1)[0]
+    with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32", store_extras=False) as idx:
+        idx.add("d", descriptors=X)
+        assert idx.extras("d") == {}  # nothing kept for display
+        assert idx.store.count("extras") == 0
+        assert idx.search(X, k=1)[0][0] == "d"
+    with StreamingIndex.create(tmp_path / "with", encoder, vector_dtype="float32") as idx:
+        idx.add("d", descriptors=X)
+        assert idx.extras("d")["weights"].shape == (len(X),)
