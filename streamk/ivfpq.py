@@ -177,18 +177,24 @@ class IVFPQ:
         """The lists each query visits: (probes (nq, P) int64, <q, c_l> (nq, P) float32),
         P = min(nprobe, nlist), nearest centroid first (ties by list number)."""
         self._check_fitted()
-        Q = self._as_float32(Q, "queries")
+        return self._probe(self._as_float32(Q, "queries"), self._n_probe(nprobe))
+
+    def _n_probe(self, nprobe):
         P = min(self.nprobe if nprobe is None else int(nprobe), self.nlist)
         if P < 1:
             raise ConfigError(f"nprobe must be >= 1, got {nprobe!r}")
+        return P
+
+    def _probe(self, Q, P):
+        """probe() of checked float32 queries."""
         G = Q @ self.centroids_.T  # (nq, nlist) inner products
         if self.nlist == 1:
             return np.zeros((Q.shape[0], 1), np.int64), G.astype(np.float32)
         crit = np.ascontiguousarray(G - self._half_norms(), dtype=np.float32)
-        if getattr(self, "_list_numbers", None) is None or self._list_numbers.shape[1] < crit.shape[0]:
-            self._list_numbers = np.broadcast_to(np.arange(self.nlist, dtype=np.int64), (crit.shape[0], self.nlist))
+        if getattr(self, "_list_numbers", None) is None:
+            self._list_numbers = np.arange(self.nlist, dtype=np.int64)[None, :]
         # the P largest by a heap (ties by list number), not a sort of nlist numbers
-        _, probes = merge_topk(crit, np.ascontiguousarray(self._list_numbers[:crit.shape[0]]), P)
+        _, probes = merge_topk(crit, self._list_numbers, P)
         return probes, np.take_along_axis(G, probes, axis=1).astype(np.float32)
 
     def tables(self, Q):
@@ -199,10 +205,12 @@ class IVFPQ:
     def search(self, lists, Q, k, nprobe=None, dead=None):
         """(scores, rows) (nq, k) of the k best entries of ``lists`` (InvertedLists
         of this codec's codes) for queries Q, by ADC over the ``nprobe`` nearest lists."""
-        probes, coarse = self.probe(Q, nprobe)
+        self._check_fitted()
+        Q = self._as_float32(Q, "queries")
+        probes, coarse = self._probe(Q, self._n_probe(nprobe))
         if dead is None:
             dead = np.zeros(int(lists.rows.max(initial=-1)) + 1, np.uint8)
-        return lists.search(probes, coarse, self.tables(Q), dead, k)
+        return lists.search(probes, coarse, self.pq_.tables_of_checked(Q), dead, k)
 
     def lists_of(self, V):
         """In-memory InvertedLists of vectors V (N, D), rows 0..N-1."""

@@ -126,7 +126,11 @@ class ProductQuantizer:
         over the batch sums in batch-dependent orders, and a one-ulp change
         reorders tied scores."""
         self._check_fitted()
-        sub = self._split(queries)  # (Q, M, d)
+        return self.tables_of_checked(np.ascontiguousarray(as_vectors(queries, dim=self.dim), dtype=np.float32))
+
+    def tables_of_checked(self, Q):
+        """tables() of finite float32 queries (nq, D) of the right dimension."""
+        sub = Q.reshape(Q.shape[0], self.M, -1)  # (Q, M, d)
         out = np.empty((sub.shape[0], self.M, N_CENTROIDS), np.float32)
         for a in range(sub.shape[0]):
             np.matmul(self.codebooks_, sub[a][:, :, None], out=out[a][:, :, None])

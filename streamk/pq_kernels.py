@@ -159,8 +159,10 @@ def adc_topk_chunks(codes, tables, k, n_chunks):
 @njit(cache=True)
 def merge_topk(cand_s, cand_r, k):
     """The k best of each query's candidates (Q, C) by decreasing score, ties by
-    increasing row; candidates with row -1 are unused slots. Returns (Q, k) each."""
+    increasing row; candidates with row -1 are unused slots. Returns (Q, k) each.
+    cand_r may have one line (1, C) shared by every query (e.g. column numbers)."""
     nq, nc = cand_s.shape
+    shared = cand_r.shape[0] == 1
     out_s = np.empty((nq, k), dtype=np.float32)
     out_r = np.empty((nq, k), dtype=np.int64)
     hs = np.empty(k, dtype=np.float32)
@@ -170,7 +172,7 @@ def merge_topk(cand_s, cand_r, k):
         hr[:] = -1
         filled = 0
         for c in range(nc):
-            r = cand_r[a, c]
+            r = cand_r[0, c] if shared else cand_r[a, c]
             if r < 0:
                 continue
             s = cand_s[a, c]

@@ -235,3 +235,20 @@ def test_batched_search_api(tmp_path, encoder):
         with pytest.raises(Exception, match="nothing removed"):
             idx.remove(["v2", "nope"])
         assert "v2" in idx and len(idx) == 298
+
+
+def test_probes_and_tables_of_a_batch_are_those_of_its_queries(trained):
+    V, codec = trained
+    Q = clustered(np.random.default_rng(11), 9, 64)
+    one = [codec.probe(Q[i:i + 1], 5) for i in range(9)]  # one at a time first, then batches
+    for batch in (Q[:3], Q, Q[2:7]):
+        lo = {3: 0, 9: 0, 5: 2}[len(batch)]
+        probes, coarse = codec.probe(batch, 5)
+        np.testing.assert_array_equal(probes, np.concatenate([p for p, _ in one[lo:lo + len(batch)]]))
+        # <q, c_l> by one GEMM over the batch: the last bit may depend on the batch (BLAS)
+        np.testing.assert_allclose(coarse, np.concatenate([c for _, c in one[lo:lo + len(batch)]]), rtol=1e-6,
+                                   atol=1e-7)
+        np.testing.assert_array_equal(codec.tables(batch), np.concatenate([codec.tables(q[None]) for q in batch]))
+    # the probes are the nearest centroids, nearest first
+    d2 = ((Q[:, None, :].astype(np.float64) - codec.centroids_[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(codec.probe(Q, 5)[0], np.argsort(d2, axis=1, kind="stable")[:, :5])
