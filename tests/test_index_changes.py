@@ -351,3 +351,34 @@ def test_reader_memory_is_bounded_by_the_codes(tmp_path):
     assert got["anon"] <= 1.5 * codes + (8 << 20), got  # + allocator slack
     assert got["anon"] + got["file"] <= 2 * codes + (32 << 20), got  # + the map's pages read
     assert got["found"] is not None
+
+
+def test_one_training_at_a_time_and_a_dead_trainers_leftovers_are_cleared(tmp_path):
+    import socket
+
+    from streamk.errors import TrainingInProgressError
+    from streamk.store import epoch_key
+
+    V = vectors(8, 300)
+    with StreamingIndex.create(tmp_path / "ix", ENCODER, vector_dtype="float32", block_rows=16) as idx:
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)])
+        s = idx.store
+
+        def put_training(pid, epoch):
+            def run(txn):
+                txn.put(b"training", json.dumps({"pid": pid, "host": socket.gethostname(), "epoch": epoch,
+                                                 "started": 0}).encode(), db=s.dbs["meta"])
+                txn.put(epoch_key(epoch, 5), b"leftover", db=s.dbs["codes"])  # its half-written codes
+            s.write(run)
+        put_training(os.getpid(), 7)  # a live process is training
+        with pytest.raises(TrainingInProgressError, match=str(os.getpid())):
+            idx.train(M=4)
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        put_training(dead.pid, 7)  # it died mid-training: taken over, its codes dropped
+        codec = idx.train(M=4)
+        assert s.get_meta(b"training") is None
+        with s.read() as txn:
+            assert txn.get(epoch_key(7, 5), db=s.dbs["codes"]) is None
+        assert idx.codec().M == codec.M == 4
+        assert idx.search(V[3], k=1)[0][0] == "v3"
