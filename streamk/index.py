@@ -40,7 +40,8 @@ from .index_writer import (AddResult, EncodedImage, IndexWriter, checked_vector,
                            image_content_key, normalise_box, npz_bytes, unit_vector)
 from .ivfpq import IVFPQ
 from .search_view import SearchView
-from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_key
+from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key
+from .vector_store import rows_per_block
 
 MODES = ("exact", "pq")
 
@@ -108,7 +109,8 @@ class StreamingIndex:
                 "vector_dtype": vector_dtype.encode(), "extractor": json.dumps(params).encode(),
                 "dim": str(encoder.dim).encode(), "input_dim": str(encoder.input_dim).encode(),
                 "codec_epoch": b"0", "next_row": b"0",
-                "block_rows": str(int(block_rows)).encode(), "store_extras": b"1" if store_extras else b"0",
+                "block_rows": str(int(block_rows)).encode(),
+                "vector_block_rows": str(rows_per_block(encoder.dim, vector_dtype)).encode(), "store_extras": b"1" if store_extras else b"0",
                 "created": repr(time.time()).encode()}
         idx = cls(Store.create(path, meta, map_size=map_size))
         idx._encoder = encoder
@@ -177,22 +179,12 @@ class StreamingIndex:
         with self._store.read() as txn, txn.cursor(db=self._store.dbs["images"]) as cur:
             return [bytes(k).decode() for k in cur.iternext(keys=True, values=False)]
 
-    def _stored(self, name, image_id):
-        """The raw value of an image in sub-database ``name`` (by id, or by row for
-        vectors); UnknownIdError if absent."""
-        key = id_key(image_id)
-        with self._store.read() as txn:
-            raw = txn.get(key, db=self._store.dbs["images"])
-            if raw is not None and name != "images":
-                k = row_key(json.loads(raw)["row"]) if name == "vectors" else key
-                raw = txn.get(k, db=self._store.dbs[name])
-        if raw is None:
-            raise UnknownIdError(f"no image {image_id!r} in the index")
-        return raw
-
     def info(self, image_id):
         """The stored JSON record of an image (source, sha256, n_descriptors, added, row, ...)."""
-        return json.loads(self._stored("images", image_id))
+        raw = self.records([image_id])[0]
+        if raw is None:
+            raise UnknownIdError(f"no image {image_id!r} in the index")
+        return json.loads(raw)
 
     def extras(self, image_id):
         """{"keypoints": (n, 6), "weights": (n,)} stored for display (may be empty)."""
@@ -209,7 +201,11 @@ class StreamingIndex:
 
     def vector(self, image_id):
         """The stored vector of an image as float32."""
-        return np.frombuffer(self._stored("vectors", image_id), self.vector_dtype).astype(np.float32)
+        with self._store.read() as txn:
+            raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
+            if raw is None:
+                raise UnknownIdError(f"no image {image_id!r} in the index")
+            return self.writer.vectors.get(txn, [json.loads(raw)["row"]])[0]
 
     def check_encoder(self, encoder):
         """Raise EncoderMismatchError unless ``encoder`` encodes as the index's encoder."""

@@ -30,7 +30,8 @@ from tqdm.auto import tqdm
 from .errors import ConfigError, DimensionError, TooFewImagesError, TrainingInProgressError
 from .index_writer import pack_block, pack_codes, seal_block
 from .ivfpq import IVFPQ, default_train_size
-from .store import NO_LIST, epoch_key, epoch_key_split, row_key, rows_from_keys
+from .store import NO_LIST, epoch_key, epoch_key_split, removed_rows
+from .vector_store import VectorStore
 
 CHUNK_BLOCKS = 4  # blocks of rows coded per transaction
 SWAP_ROWS = 1024  # rows left to code inside the swap transaction, at most
@@ -58,6 +59,7 @@ class Trainer:
         self.dim = int(dim)
         self.vector_dtype = np.dtype(vector_dtype)
         self.progress = progress
+        self.vectors = VectorStore(store, dim, vector_dtype)
 
     # ------------------------------------------------------------ 1. claim
     def _claim(self):
@@ -94,21 +96,23 @@ class Trainer:
         s.write(release)
 
     # ------------------------------------------------------------ 2. snapshot and fit
+    def _live(self, txn):
+        """(next_row, uint8 removal marks of rows 0..next_row-1) as ``txn`` sees them."""
+        next_row = self.store.get_int(b"next_row", txn)
+        return next_row, removed_rows(txn, self.store, next_row)[:next_row]
+
     def _stored_rows(self):
-        with self.store.read() as txn, txn.cursor(db=self.store.dbs["vectors"]) as cur:
-            next_row = self.store.get_int(b"next_row", txn)
-            keys = list(cur.iternext(keys=True, values=False))
-        return next_row, rows_from_keys(keys) if keys else np.zeros(0, np.int64)
+        with self.store.read() as txn:
+            next_row, dead = self._live(txn)
+        return next_row, np.flatnonzero(dead == 0).astype(np.int64)
 
     def _vectors(self, rows):
-        """Stored vectors (n, D) float32 of rows; rows removed meanwhile are left out."""
-        with self.store.read() as txn, txn.cursor(db=self.store.dbs["vectors"]) as cur:
-            found = cur.getmulti([row_key(int(r)) for r in rows])
-        if not found:
-            return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
-        got = rows_from_keys([bytes(k) for k, _ in found])
-        V = np.frombuffer(b"".join(bytes(v) for _, v in found), self.vector_dtype)
-        return got, V.reshape(len(found), self.dim).astype(np.float32)
+        """(rows, stored vectors (n, D) float32) of rows; rows removed meanwhile are left out."""
+        with self.store.read() as txn:
+            next_row, dead = self._live(txn)
+            rows = np.asarray(rows, np.int64)
+            rows = rows[dead[rows] == 0]
+            return rows, self.vectors.get(txn, rows) if len(rows) else np.zeros((0, self.dim), np.float32)
 
     def _fit(self, rows, nlist, M, seed, train_size, nprobe):
         codec = IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe)
@@ -132,20 +136,12 @@ class Trainer:
 
     # ------------------------------------------------------------ 3-4. codes under the new epoch
     def _read_rows(self, txn, lo, hi):
-        """(rows, vectors (n, D) float32) stored with rows in [lo, hi)."""
-        keys, values = [], []
-        with txn.cursor(db=self.store.dbs["vectors"]) as cur:
-            if cur.set_range(row_key(lo)):
-                end = row_key(hi)
-                for k, v in cur:
-                    if bytes(k) >= end:
-                        break
-                    keys.append(bytes(k))
-                    values.append(bytes(v))
-        if not keys:
+        """(rows, vectors (n, D) float32) of the live rows in [lo, hi)."""
+        next_row, dead = self._live(txn)
+        parts = list(self.vectors.scan(txn, lo, min(hi, next_row), live=lambda rows: dead[rows] == 0))
+        if not parts:
             return np.zeros(0, np.int64), np.zeros((0, self.dim), np.float32)
-        V = np.frombuffer(b"".join(values), self.vector_dtype).reshape(len(keys), self.dim)
-        return rows_from_keys(keys), V.astype(np.float32)
+        return np.concatenate([r for r, _ in parts]), np.concatenate([v for _, v in parts])
 
     def _write_codes(self, txn, codec, epoch, lo, hi, rows, lists, codes, sealed):
         """Store the codes of rows [lo, hi): blocks lying entirely in the range as block

@@ -23,6 +23,7 @@ from .index_writer import pack_codes, seal_block
 from .ivfpq import IVFPQ
 from .pq import ProductQuantizer
 from .store import BLOCK_ROWS, FORMAT, FORMAT_VERSION, SUBDBS, epoch_key, row_key, seq_key
+from .vector_store import VectorStore
 
 V1_SUBDBS = ("meta", "images", "extras", "vectors", "codes", "hashes", "log")
 
@@ -60,11 +61,14 @@ def upgrade(path, progress=None):
 
 
 class _TxnStore:
-    """What seal_block needs of a Store, over a raw transaction's sub-databases."""
+    """What seal_block and VectorStore need of a Store, over raw sub-databases."""
 
     def __init__(self, dbs):
         self.dbs = dbs
         self.block_rows = BLOCK_ROWS
+
+    def get_int(self, key, txn=None, default=0):
+        return default
 
 
 def _convert(txn, dbs, progress):
@@ -76,6 +80,7 @@ def _convert(txn, dbs, progress):
     with txn.cursor(db=dbs["images"]) as cur:
         ids = [bytes(k) for k in cur.iternext(keys=True, values=False)]
     store = _TxnStore(dbs)
+    vectors = VectorStore(store, encoder.dim, dtype)
     for row, key in enumerate(tqdm(ids, desc="upgrade", unit="img", disable=progress is False or None)):
         record = json.loads(txn.get(key, db=dbs["images"]))
         record["row"] = row
@@ -84,8 +89,9 @@ def _convert(txn, dbs, progress):
         vector = txn.get(key, db=dbs["vectors"])
         if vector is None:
             raise IndexFormatError(f"image {key.decode()!r} has no vector: the index is damaged")
-        txn.put(rk, vector, db=dbs["vectors"])
+        vector = bytes(vector)
         txn.delete(key, db=dbs["vectors"])
+        vectors.put(txn, row, np.frombuffer(vector, dtype))
         txn.put(rk, key, db=dbs["row_ids"])
         code = txn.get(key, db=dbs["codes"])
         if code is not None:
@@ -108,6 +114,7 @@ def _convert(txn, dbs, progress):
     put = {b"format": json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode(), b"seq": seq_key(seq),
            b"dim": str(encoder.dim).encode(), b"input_dim": str(encoder.input_dim).encode(),
            b"next_row": str(len(ids)).encode(), b"block_rows": str(BLOCK_ROWS).encode(),
+           b"vector_block_rows": str(vectors.block_rows).encode(),
            b"codec_epoch": b"1" if codec is not None else b"0", b"next_epoch": b"2"}
     if codec is not None:
         put[b"codec"] = codec.to_bytes()

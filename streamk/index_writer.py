@@ -38,6 +38,7 @@ from .checks import as_descriptor_set
 from .errors import (ConfigError, DimensionError, DuplicateError, EmptyDescriptorSetError,
                      IdExistsError, NonFiniteError, StreamkError, UnknownIdError, ZeroVectorError)
 from .ivfpq import IVFPQ
+from .vector_store import VectorStore
 from .store import NO_LIST, epoch_key, id_key, row_key, rows_of_epoch_keys
 
 _LIST = np.dtype("<u4")
@@ -174,6 +175,7 @@ class IndexWriter:
         self._extractor_stored = None
         self._codec = None
         self._codec_epoch = -1
+        self.vectors = VectorStore(store, dim, vector_dtype)
 
     @property
     def encoder(self):
@@ -287,7 +289,7 @@ class IndexWriter:
         record = dict(enc.record, added=time.time(), seq=seq, row=row, content_key=enc.content.hex())
         rk = row_key(row)
         txn.put(enc.key, json.dumps(record).encode(), db=db["images"])
-        txn.put(rk, enc.vector.astype(self.vector_dtype).tobytes(), db=db["vectors"], append=True)
+        self.vectors.put(txn, row, enc.vector)
         txn.put(rk, enc.key, db=db["row_ids"], append=True)
         txn.put(enc.content, enc.key, db=db["hashes"])
         if enc.extras is not None and self.store.get_int(b"store_extras", txn, default=1):
@@ -310,8 +312,9 @@ class IndexWriter:
                 txn.delete(ck, db=db["hashes"])
         row = int(record["row"])
         rk = row_key(row)
-        for name, k in (("images", key), ("extras", key), ("vectors", rk), ("row_ids", rk)):
+        for name, k in (("images", key), ("extras", key), ("row_ids", rk)):
             txn.delete(k, db=db[name])
+        self.vectors.clear(txn, row)
         mark_removed(txn, self.store, row)
         self.store.bump(txn, b"-", row)
 

@@ -16,8 +16,6 @@ keeps. A full load reads the sealed blocks of codes (4,096 rows per read,
 zero-copy views of the map) and the open block's rows: no read per image.
 """
 
-from itertools import islice
-
 import numpy as np
 
 from .errors import ConfigError, NotFittedError
@@ -25,10 +23,8 @@ from .index_writer import split_block, unpack_codes
 from .inverted_lists import InvertedLists
 from .ivfpq import IVFPQ
 from .pq_kernels import merge_topk
-from .store import NO_LIST, epoch_key, epoch_key_split, row_from_key, row_key, rows_from_keys, \
-    rows_of_epoch_keys
-
-SCAN_CHUNK = 4096  # vectors per step of an exact search
+from .store import NO_LIST, epoch_key, epoch_key_split, removed_rows, rows_of_epoch_keys
+from .vector_store import VectorStore
 
 
 class SearchView:
@@ -43,6 +39,7 @@ class SearchView:
         self.codec = None
         self.lists = None  # InvertedLists, with a codec
         self.dead = np.zeros(0, np.uint8)  # 1 for removed rows (rows past the end: alive)
+        self.vectors = VectorStore(store, dim, vector_dtype)
 
     # ------------------------------------------------------------ keeping up
     def refresh(self, txn):
@@ -71,14 +68,8 @@ class SearchView:
     def _full_load(self, txn, epoch):
         s = self.store
         db = s.dbs
-        self.dead = np.zeros(0, np.uint8)
         B = s.block_rows
-        self._grow_dead(s.get_int(b"next_row", txn))
-        with txn.cursor(db=db["dead"]) as cur:
-            for k, bits in cur:
-                lo = row_from_key(k) * B
-                self._grow_dead(lo + B)
-                self.dead[lo:lo + B] = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")
+        self.dead = removed_rows(txn, s, s.get_int(b"next_row", txn))
         if epoch != self.epoch or self.codec is None:
             blob = s.get_meta(b"codec", txn) if epoch else None
             self.codec = IVFPQ.from_bytes(blob) if blob is not None else None
@@ -185,12 +176,7 @@ class SearchView:
 
     def vectors_of(self, txn, rows):
         """Stored vectors (n, D) float32 of rows (each must exist)."""
-        with txn.cursor(db=self.store.dbs["vectors"]) as cur:
-            found = cur.getmulti([row_key(int(r)) for r in rows])
-        if len(found) != len(rows):
-            raise KeyError("rows without a stored vector")
-        raw = b"".join(bytes(v) for _, v in found)
-        return np.frombuffer(raw, self.vector_dtype).reshape(len(rows), self.dim).astype(np.float32)
+        return self.vectors.get(txn, rows)
 
     def rerank(self, txn, Q, cand, k):
         """The k best of each query's candidate rows (nq, R) by the stored vectors."""
@@ -210,18 +196,17 @@ class SearchView:
         nq = Q.shape[0]
         best_s = np.full((nq, k), -np.inf, np.float32)
         best_r = np.full((nq, k), -1, np.int64)
-        with txn.cursor(db=self.store.dbs["vectors"]) as cur:
-            items = cur.iternext(keys=True, values=True)
-            while True:
-                chunk = list(islice(items, SCAN_CHUNK))
-                if not chunk:
-                    break
-                rows = rows_from_keys([bytes(key) for key, _ in chunk])
-                V = np.frombuffer(b"".join(bytes(v) for _, v in chunk), self.vector_dtype) \
-                    .reshape(len(chunk), self.dim).astype(np.float32)
-                S = Q @ V.T
-                best_s, best_r = merge_topk(np.concatenate([best_s, S], axis=1),
-                                            np.concatenate([best_r, np.broadcast_to(rows, S.shape)], axis=1), k)
+        dead, next_row = self.dead, self.store.get_int(b"next_row", txn)
+
+        def live(rows):  # rows below next_row not marked removed (the view is up to date with txn)
+            ok = rows < next_row
+            inside = rows < dead.shape[0]
+            ok[inside] &= dead[rows[inside]] == 0
+            return ok
+        for rows, V in self.vectors.scan(txn, live=live):
+            S = Q @ V.T
+            best_s, best_r = merge_topk(np.concatenate([best_s, S], axis=1),
+                                        np.concatenate([best_r, np.broadcast_to(rows, S.shape)], axis=1), k)
         return best_s, best_r
 
     def ids_of(self, txn, rows):

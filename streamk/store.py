@@ -13,11 +13,13 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
                 (JSON extractor params or null), ``codec`` (IVFPQ.to_bytes(), once
                 trained), ``codec_epoch`` (the epoch of the codes in use; 0: none),
                 ``next_epoch``, ``training`` (JSON, while a training runs), ``seq``
-                (change counter), ``next_row``, ``block_rows``, ``store_extras`` (1: keep the
+                (change counter), ``next_row``, ``block_rows``, ``vector_block_rows``,
+                ``store_extras`` (1: keep the
                 display extras), ``created`` (unix time).
 ``images``      id -> JSON: kind, source, sha256, box, n_descriptors, added, seq, row.
 ``extras``      id -> .npz bytes (keypoints, weights) for display; optional.
-``vectors``     row -> vector bytes in the index's dtype (read for re-ranking and exact search).
+``vectors``     block of ``vector_block_rows`` rows -> their vectors in the index's dtype
+                (:mod:`streamk.vector_store`; read for re-ranking and exact search).
 ``row_ids``     row -> id (the ids of the k results).
 ``hashes``      32-byte content key -> id (de-duplication).
 ``codes``       epoch (4 bytes) + row -> list (uint32 LE) + M code bytes: the rows of the
@@ -128,6 +130,20 @@ _EPOCH_ROW_DTYPE = np.dtype([("epoch", ">u4"), ("row", ">u8")])
 def rows_of_epoch_keys(keys):
     """int64 rows of a list of (epoch, row) keys."""
     return np.frombuffer(b"".join(keys), dtype=_EPOCH_ROW_DTYPE)["row"].astype(np.int64)
+
+
+def removed_rows(txn, store, n_rows):
+    """uint8 array (at least n_rows long): 1 for the rows marked removed in the ``dead``
+    bitmaps (N / block_rows reads)."""
+    B = store.block_rows
+    dead = np.zeros(max(int(n_rows), 0), np.uint8)
+    with txn.cursor(db=store.dbs["dead"]) as cur:
+        for k, bits in cur:
+            lo = row_from_key(k) * B
+            if lo + B > dead.shape[0]:
+                dead = np.concatenate([dead, np.zeros(lo + B - dead.shape[0], np.uint8)])
+            dead[lo:lo + B] = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")
+    return dead
 
 
 def rows_from_keys(keys):

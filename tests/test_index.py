@@ -582,3 +582,34 @@ def test_index_without_display_extras(tmp_path, encoder):
     with StreamingIndex.create(tmp_path / "with", encoder, vector_dtype="float32") as idx:
         idx.add("d", descriptors=X)
         assert idx.extras("d")["weights"].shape == (len(X),)
+
+
+def test_vectors_are_stored_in_blocks_that_fill_lmdb_pages(tmp_path):
+    """1,024 float16 (2,048 bytes) alone would take a 4 KiB overflow page each in LMDB;
+    31 per value fill 16 pages."""
+    from streamk.vector_store import VectorStore, rows_per_block
+
+    rng = np.random.default_rng(0)
+    sets = [rng.integers(0, 256, (200, 128)).astype(np.float32) for _ in range(3)]
+    enc = Encoder(embedding="vlad", k=8, aggregation="sum").fit(sets)  # 1,024-dim vectors
+    assert rows_per_block(1024, "float16") == 31
+    V = unit(rng, 1000, 1024).astype(np.float32)
+    with StreamingIndex.create(tmp_path / "ix", enc, vector_dtype="float16") as idx:
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)], batch_size=250)
+        with idx.store.read() as txn:
+            st = txn.stat(idx.store.dbs["vectors"])
+        pages = st["overflow_pages"] + st["leaf_pages"] + st["branch_pages"]
+        assert pages <= 33 * 16 + 2, st  # 33 blocks of 16 pages (one vector a value: 1,000 pages)
+        idx.remove([f"v{i}" for i in range(0, 1000, 3)])
+        vs = VectorStore(idx.store, 1024, "float16")
+        with idx.store.read() as txn:
+            rows = np.array([idx.info(f"v{i}")["row"] for i in range(1, 1000, 3)])
+            np.testing.assert_allclose(vs.get(txn, rows), V[1::3], atol=2e-3)
+            dead = set(range(0, 1000, 3))
+            got = [(r, v) for rows_, Vs in vs.scan(txn, 100, 700, live=lambda r: np.array([x not in dead for x in r]))
+                   for r, v in zip(rows_, Vs)]
+        assert [r for r, _ in got] == [r for r in range(100, 700) if r not in dead]
+        np.testing.assert_allclose(np.stack([v for _, v in got]), V[[r for r, _ in got]], atol=2e-3)
+        _, ids = idx.search(V[:6].astype(np.float32), k=1, mode="exact")
+        for i in range(6):  # a kept image finds itself; a removed one is never found
+            assert (ids[i, 0] == f"v{i}") == (i % 3 != 0) and int(ids[i, 0][1:]) % 3 != 0
