@@ -182,9 +182,33 @@ def make_encoder(dim):
     return Encoder(embedding="vlad", k=dim // 128, aggregation="sum").fit(sets)
 
 
-def train_codecs(args, nlist, dim):
+def train_codecs(args, nlist, dim, work):
+    """streamk's and faiss's trained codecs (kept in ``work`` and reused by a later run
+    with the same settings: training is the longest step at 1M)."""
     from streamk.ivfpq import IVFPQ, default_train_size
     n_train = args.train or default_train_size(nlist)
+    cache = work / f"codecs-IVF{nlist}-PQ{args.M}-{n_train}-{args.kmeans_iter}-{args.seed}"
+    if (cache / "times.json").exists():
+        times = json.loads((cache / "times.json").read_text())
+        fx = None
+        if args.faiss and (cache / "faiss.index").exists():
+            import faiss
+            fx = faiss.read_index(str(cache / "faiss.index"))
+        log(f"  trained codecs reused from {cache}")
+        return (IVFPQ.from_bytes((cache / "streamk.npz").read_bytes()), fx, times["streamk"],
+                times.get("faiss") if fx is not None else None, n_train)
+    codec, fx, t_ours, t_faiss, n_train = _train_codecs(args, nlist, dim, n_train)
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "streamk.npz").write_bytes(codec.to_bytes())
+    if fx is not None:
+        import faiss
+        faiss.write_index(fx, str(cache / "faiss.index"))
+    (cache / "times.json").write_text(json.dumps({"streamk": t_ours, "faiss": t_faiss}))
+    return codec, fx, t_ours, t_faiss, n_train
+
+
+def _train_codecs(args, nlist, dim, n_train):
+    from streamk.ivfpq import IVFPQ
     X = draw(np.random.default_rng([args.seed, 3]), n_train, centres(dim, args.seed))
     log(f"  training IVF{nlist},PQ{args.M} on {n_train:,} vectors (streamk) ...")
     t = time.perf_counter()
@@ -265,14 +289,16 @@ def run_size(args, n, work, rows_out):
     t = time.perf_counter()
     _, truth = exact_topk(database_chunks(n, dim, args.seed), Q, K)
     t_exact = (time.perf_counter() - t) / len(Q)
-    codec, fx, t_train, t_train_faiss, n_train = train_codecs(args, nlist, dim)
+    codec, fx, t_train, t_train_faiss, n_train = train_codecs(args, nlist, dim, work)
     path = work / f"ix{n}"
+    shutil.rmtree(path, ignore_errors=True)  # the writer's rates are part of the measure: built anew
     idx, rate_first, rate_last, t_build = build_index(path, n, codec, args, dim)
     rate_faiss = faiss_add(fx, n, dim, args) if fx is not None else None
     disk = sum(f.stat().st_size for f in path.iterdir())
 
     # an empty index's reader with the same codec: the memory baseline
     from streamk.index import StreamingIndex
+    shutil.rmtree(work / "empty", ignore_errors=True)
     empty = StreamingIndex.create(work / "empty", make_encoder(dim), vector_dtype="float16")
     empty.train(codec=codec, progress=False)
     empty.close()

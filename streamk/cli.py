@@ -284,10 +284,11 @@ def _open(args, readonly, executor=None):
     the Dask cluster of ``executor``, or of --dask, when given)."""
     from .sharded_index import ShardedIndex, is_sharded, open_index
 
-    dask = getattr(args, "dask", None)
-    if executor is not None and is_sharded(args.dir):
-        return ShardedIndex.open(args.dir, readonly=readonly, dask=executor.client)
-    return open_index(args.dir, readonly=readonly, dask=dask)
+    if executor is not None:  # ingestion: the cluster runs the tasks, and owns the shards if any
+        if is_sharded(args.dir):
+            return ShardedIndex.open(args.dir, readonly=readonly, dask=executor.client)
+        return open_index(args.dir, readonly=readonly)
+    return open_index(args.dir, readonly=readonly, dask=getattr(args, "dask", None))
 
 
 def _ingest(args):
