@@ -24,7 +24,7 @@ Query times are means over the 12 queries (ASMK's from
 prints them), Numba and BLAS on all cores; nothing is asserted.
 """
 
-import streamk  # first: thread wait policies  # noqa: I001
+import streamk  # first: thread wait policies  # noqa: F401,I001
 
 import argparse
 import sys

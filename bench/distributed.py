@@ -45,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
-import streamk  # first: it sets the thread wait policies before numpy loads its pools  # noqa: E402,I001
+import streamk  # first: it sets the thread wait policies before numpy loads its pools  # noqa: E402,F401,I001
 
 import argparse
 import importlib.util

@@ -13,7 +13,7 @@ method are measured by bench/aggregation.py; this prints mAP and the encoding
 seconds per image; it asserts nothing.
 """
 
-import streamk  # first: thread wait policies  # noqa: I001
+import streamk  # first: thread wait policies  # noqa: F401,I001
 
 import argparse
 import sys

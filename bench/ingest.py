@@ -33,7 +33,7 @@ Steps, on the photos of ``--images`` (skipped with a message when absent):
 Nothing here asserts a time; the script prints tables.
 """
 
-import streamk  # first: it sets the thread wait policies before numpy loads its pools  # noqa: I001
+import streamk  # first: it sets the thread wait policies before numpy loads its pools  # noqa: F401,I001
 
 import argparse
 import json

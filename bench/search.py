@@ -42,7 +42,7 @@ Nothing here asserts a time; the script prints tables and ratios. Without faiss
 (``pip install faiss-cpu``, the ``bench`` extra) it prints streamk alone.
 """
 
-import streamk  # first: it sets the thread wait policies before numpy loads its pools  # noqa: I001
+import streamk  # first: it sets the thread wait policies before numpy loads its pools  # noqa: F401,I001
 
 import argparse
 import os
