@@ -65,14 +65,21 @@ class VectorStore:
         return np.frombuffer(b"".join(values), self.dtype).reshape(len(values), self.block_rows, self.dim)
 
     def get(self, txn, rows):
-        """Vectors (n, D) float32 of rows (whose blocks must exist): one read per block."""
+        """Vectors (n, D) float32 of rows (whose blocks must exist): one read per block,
+        and of each block only the rows asked for (the values are zero-copy buffers of
+        the map: a re-ranking of R candidates touches R vectors' pages, not R blocks)."""
         rows = np.asarray(rows, np.int64)
         blocks, where = np.unique(rows // self.block_rows, return_inverse=True)
         with txn.cursor(db=self.db) as cur:
             found = cur.getmulti([row_key(b) for b in blocks.tolist()])
         if len(found) != len(blocks):
             raise KeyError("rows without a stored vector block")
-        return self._blocks([v for _, v in found])[where, rows % self.block_rows].astype(np.float32)
+        values = [v for _, v in found]
+        out = np.empty((len(rows), self.dim), np.float32)
+        row_bytes = self.dim * self.dtype.itemsize
+        for i, (b, r) in enumerate(zip(where.tolist(), (rows % self.block_rows).tolist())):
+            out[i] = np.frombuffer(values[b], self.dtype, self.dim, r * row_bytes)
+        return out
 
     def scan(self, txn, lo=0, hi=None, live=None, chunk_blocks=64):
         """Yield (rows, vectors (n, D) float32) of rows lo..hi-1, block by block
