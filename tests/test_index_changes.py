@@ -18,28 +18,13 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import settings, strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule  # noqa: E402
 
+from index_support import DIM, make_encoder, vectors  # noqa: E402,F401
 from streamk import Encoder  # noqa: E402
 from streamk.index import StreamingIndex  # noqa: E402
 from streamk.search_view import SearchView  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-DIM = 64
-
-
-def make_encoder():
-    rng = np.random.default_rng(0)
-    sets = [rng.integers(0, 256, (40, 128)).astype(np.float32) for _ in range(6)]
-    return Encoder(embedding="bow", k=DIM, aggregation="sum").fit(sets)
-
-
-def vectors(seed, n):
-    rng = np.random.default_rng(seed)
-    centres = np.random.default_rng(99).standard_normal((8, DIM))
-    V = centres[rng.integers(0, 8, n)] + 0.4 * rng.standard_normal((n, DIM))
-    return (V / np.linalg.norm(V, axis=1, keepdims=True)).astype(np.float32)
-
-
 QUERIES = vectors(12345, 5)
 
 

@@ -8,26 +8,16 @@ import threading
 import numpy as np
 import pytest
 
+from index_support import DIM, make_encoder, vectors  # noqa: F401
 from streamk import Encoder
 from streamk.errors import ConfigError, DuplicateError, IndexExistsError, UnknownIdError
 from streamk.index import StreamingIndex
 from streamk.sharded_index import ShardedIndex, is_sharded, open_index, shard_of
 
-DIM = 64
-
-
 @pytest.fixture(scope="module")
 def encoder():
-    rng = np.random.default_rng(0)
-    sets = [rng.integers(0, 256, (40, 128)).astype(np.float32) for _ in range(6)]
-    return Encoder(embedding="bow", k=DIM, aggregation="sum").fit(sets)
+    return make_encoder()
 
-
-def vectors(seed, n):
-    rng = np.random.default_rng(seed)
-    centres = np.random.default_rng(99).standard_normal((8, DIM))
-    V = centres[rng.integers(0, 8, n)] + 0.4 * rng.standard_normal((n, DIM))
-    return (V / np.linalg.norm(V, axis=1, keepdims=True)).astype(np.float32)
 
 
 def test_routing_is_stable_and_spreads_ids():
