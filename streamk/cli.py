@@ -21,9 +21,12 @@ def _csv(cast=str):
     return lambda text: [cast(x) for x in text.split(",") if x]
 
 
-def _embedding_spec(name):
-    """'temb' | 'fv' | 'fv-hard' | 'vlad' | 'bow' -> (embedding, params)."""
-    return ("fv", {"hard": True}) if name == "fv-hard" else (name, {})
+def _embedding_spec(name, fv_pca=64):
+    """'temb' | 'fv' | 'fv-hard' | 'vlad' | 'bow' -> (embedding, params); the FV's
+    descriptors are PCA-reduced to ``fv_pca`` dimensions first (0: not reduced)."""
+    if name in ("fv", "fv-hard"):
+        return "fv", {"hard": name == "fv-hard", "pca_dim": fv_pca or None}
+    return name, {}
 
 
 def _eval(args):
@@ -56,7 +59,7 @@ def _eval(args):
                           if value is not None}
     report = {"dataset": dataset.name, "configs": []}
     for embedding_name in args.embedding:
-        embedding, params = _embedding_spec(embedding_name)
+        embedding, params = _embedding_spec(embedding_name, args.fv_pca)
         for k in args.k:
             rows, info = evaluate_dataset(
                 dataset, embedding, k, params, args.aggregation, rn, args.dim or (None,), args.power,
@@ -168,7 +171,7 @@ def _index_create(args):
             print(f"streamk: skipped {p}: {reason}", file=sys.stderr)
         if not paths:
             raise EmptyDescriptorSetError("--train: no image files found")
-        embedding, params = _embedding_spec(args.embedding)
+        embedding, params = _embedding_spec(args.embedding, args.fv_pca)
         config = {"embedding": embedding, "k": args.k, "embedding_params": params,
                   "aggregation": args.aggregation}
         with make_executor(args.workers, args.dask) as executor:
@@ -360,6 +363,8 @@ def _add_index_commands(sub):
     cr.add_argument("--max-side", type=_positive_int, default=None, help="extractor: downscale to this long side")
     cr.add_argument("--max-features", type=_positive_int, default=None, help="extractor: keep the strongest N")
     cr.add_argument("--embedding", default="temb", help="with --train: temb, fv, fv-hard, vlad, bow")
+    cr.add_argument("--fv-pca", type=int, default=64, metavar="P",
+                    help="with --train and fv / fv-hard: PCA of the descriptors to P dimensions first (0: none)")
     cr.add_argument("--k", type=_positive_int, default=64, help="with --train: vocabulary size")
     cr.add_argument("--aggregation", default="gmp", help="with --train: sum, democratic, gmp")
     cr.add_argument("--workers", type=_positive_int, default=None, help="with --train: extraction processes")
@@ -473,6 +478,8 @@ def build_parser():
     ev.add_argument("--root", help="dataset directory (images in ROOT/jpg); default for paris6k-subset: "
                                    "../shared/data or $STREAMK_SHARED_DATA")
     ev.add_argument("--embedding", type=_csv(), default=["temb"], help="temb, fv, fv-hard, vlad, bow (comma list)")
+    ev.add_argument("--fv-pca", type=int, default=64, metavar="P",
+                    help="fv / fv-hard: PCA of the descriptors to P dimensions before the GMM (0: none)")
     ev.add_argument("--k", type=_csv(int), default=[64], help="vocabulary sizes (comma list)")
     ev.add_argument("--aggregation", type=_csv(), default=["sum", "democratic", "gmp"])
     ev.add_argument("--rn", type=_csv(), default=["off", "on"], help="off,on")

@@ -287,87 +287,149 @@ class BagOfWords(VLAD):
 
 
 class FisherVector(Embedding):
-    """Fisher vector (Perronnin et al. 2010) of a diagonal-covariance GMM.
+    """Fisher vector (Perronnin et al. 2010; Jegou et al. TPAMI 2012) of a
+    diagonal-covariance GMM, built the way the paper's FV references build it.
 
-    For Gaussian j (weight w, mean mu, std s) and posterior g = p(j | x):
-        G_mu(x)    = g / sqrt(w)   * (x - mu) / s
-        G_sigma(x) = g / sqrt(2 w) * ((x - mu)^2 / s^2 - 1)
-    i.e. the log-likelihood gradients normalised by the diagonal Fisher
-    information.  Block j is [G_mu, G_sigma] (2 d entries), D = 2 k d.
+    1. **PCA of the descriptors** (``pca_dim``, default 64, at most d; learned at fit time:
+       centred by the learning mean, projected on the leading eigenvectors of
+       the covariance, not whitened). Both references reduce SIFT to 64
+       dimensions first: the diagonal-covariance assumption of the GMM fits
+       decorrelated components, and the vector is half as long. ``pca_dim=None``
+       keeps the raw descriptors.
+    2. **Gradients normalised by the Fisher information** (its closed-form
+       diagonal approximation). For Gaussian j (weight w, mean mu, std s) and
+       posterior g = p(j | y) of the projected descriptor y:
+           G_mu(y)    = g / sqrt(w)   * (y - mu) / s
+           G_sigma(y) = g / sqrt(2 w) * ((y - mu)^2 / s^2 - 1)
+       Block j is [G_mu, G_sigma] (2 p entries for p = pca_dim), D = 2 k p.
+    3. **Per-embedding scaling** (``unit_scale``, default on): the normalised
+       gradients have identity covariance under the model, so a descriptor's
+       embedding has E ||phi||^2 ~ D (8,192 at k = 64); it is divided by
+       sqrt(D) so that E ||phi||^2 ~ 1, like T-emb's unit rows. Aggregation is
+       not changed by a common factor except through lambda: GMP solves
+       (K + lambda I) alpha = 1, so lambda = 1 means "the size of one
+       descriptor's self-similarity" only at this scale (unscaled, K's
+       diagonal is ~D and K + I is nearly singular: CG did not converge).
+
     ``hard=True`` sets g to 1 for the most likely Gaussian and 0 elsewhere,
-    which makes the embedding block-sparse.
+    which makes the embedding block-sparse. An encoder saved before the PCA
+    and the scaling existed loads with both off (its numbers are unchanged).
     """
 
     name = "fv"
-    _arrays = ("means_", "sigmas_", "weights_")
+    # the first array's shape[1] is the input dimension d (see Embedding.from_state)
+    _arrays = ("pca_mean_", "pca_components_", "means_", "sigmas_", "weights_")
 
-    def __init__(self, k, hard=False, seed=0, max_fit_descriptors=200_000, reg_covar=1e-5):
+    def __init__(self, k, hard=False, seed=0, max_fit_descriptors=200_000, reg_covar=1e-5, pca_dim=64,
+                 unit_scale=True):
         super().__init__(k, seed, max_fit_descriptors)
+        if pca_dim is not None and (isinstance(pca_dim, bool) or int(pca_dim) < 0):
+            raise ConfigError(f"pca_dim must be None, 0 (no PCA) or a positive integer, got {pca_dim!r}")
         self.hard = bool(hard)
         self.reg_covar = float(reg_covar)
+        self.pca_dim = int(pca_dim) if pca_dim else None
+        self.unit_scale = bool(unit_scale)
         self.block_sparse = self.hard
 
     def params(self):
-        return {**super().params(), "hard": self.hard, "reg_covar": self.reg_covar}
+        return {**super().params(), "hard": self.hard, "reg_covar": self.reg_covar, "pca_dim": self.pca_dim,
+                "unit_scale": self.unit_scale}
+
+    @classmethod
+    def from_state(cls, params, arrays):
+        if "pca_dim" not in params:  # saved before the PCA and the scaling: both off
+            params = {**params, "pca_dim": None, "unit_scale": False}
+        if "pca_mean_" not in arrays:
+            d = np.asarray(arrays["means_"]).shape[1]
+            arrays = {**arrays, "pca_mean_": np.zeros((1, d)), "pca_components_": np.eye(d)}
+        return super().from_state(params, arrays)
 
     def fit(self, X, verbose=False):
         from sklearn.mixture import GaussianMixture
 
-        X = self._fit_input(X)
+        X = self._fit_input(X).astype(np.float64)
+        d = X.shape[1]
         if X.shape[0] < self.k:
             raise ConfigError(f"need at least k={self.k} learning descriptors, got {X.shape[0]}")
+        if self.pca_dim is None:
+            mean, components = np.zeros(d), np.eye(d)
+        else:
+            mean = X.mean(axis=0)
+            Xc = X - mean
+            eigval, eigvec = np.linalg.eigh(Xc.T @ Xc / X.shape[0])
+            # (p, d), decreasing variance; p = min(pca_dim, d) (at d, a rotation)
+            components = eigvec[:, ::-1][:, :min(self.pca_dim, d)].T
+            # a deterministic sign per component: its largest entry positive
+            flip = np.sign(components[np.arange(len(components)), np.abs(components).argmax(axis=1)])
+            components = components * flip[:, None]
+        self.pca_mean_ = mean[None, :]
+        self.pca_components_ = np.ascontiguousarray(components)
         gmm = GaussianMixture(self.k, covariance_type="diag", reg_covar=self.reg_covar,
                               max_iter=100, random_state=self.seed, verbose=2 if verbose else 0)
-        gmm.fit(X)
+        gmm.fit(self._project(X))
         # weights_ as (1, k) so that every learned array is 2-D with a known layout
         self.weights_ = gmm.weights_.astype(np.float64)[None, :]
         self.means_ = gmm.means_.astype(np.float64)
         self.sigmas_ = np.sqrt(gmm.covariances_).astype(np.float64)
-        self.d_ = X.shape[1]
+        self.d_ = d
         return self
 
     @property
     def dim(self):
         self._check_fitted()
-        return 2 * self.k * self.d_
+        return 2 * self.k * self.means_.shape[1]
 
-    def log_posteriors(self, X):
-        """log p(j | x) for every descriptor and Gaussian (n, k)."""
-        X = self._check_input(X).astype(np.float64)
+    @property
+    def scale(self):
+        """The factor applied to every embedded descriptor (1 / sqrt(D), or 1)."""
+        return 1.0 / np.sqrt(self.dim) if self.unit_scale else 1.0
+
+    def _project(self, X):
+        """Descriptors in the GMM's space (n, p) float64: centred and projected."""
+        return (np.asarray(X, dtype=np.float64) - self.pca_mean_) @ self.pca_components_.T
+
+    def project(self, X):
+        """The PCA-projected descriptors (n, p) that the GMM models."""
+        return self._project(self._check_input(X))
+
+    def _log_posteriors(self, Y):
         inv_var = 1.0 / self.sigmas_ ** 2
-        # -1/2 sum_t (x_t - mu_t)^2 / s_t^2 expanded into three BLAS-friendly terms
-        maha = (X * X) @ inv_var.T - 2.0 * X @ (self.means_ * inv_var).T \
+        # -1/2 sum_t (y_t - mu_t)^2 / s_t^2 expanded into three BLAS-friendly terms
+        maha = (Y * Y) @ inv_var.T - 2.0 * Y @ (self.means_ * inv_var).T \
             + (self.means_ ** 2 * inv_var).sum(axis=1)[None, :]
-        log_norm = -0.5 * (self.d_ * np.log(2 * np.pi)) - np.log(self.sigmas_).sum(axis=1)
+        log_norm = -0.5 * (Y.shape[1] * np.log(2 * np.pi)) - np.log(self.sigmas_).sum(axis=1)
         logp = np.log(self.weights_[0])[None, :] + log_norm[None, :] - 0.5 * maha
         logp -= logp.max(axis=1, keepdims=True)
         return logp - np.log(np.exp(logp).sum(axis=1, keepdims=True))
 
+    def log_posteriors(self, X):
+        """log p(j | x) for every descriptor and Gaussian (n, k)."""
+        return self._log_posteriors(self.project(X))
+
     @staticmethod
-    def _fisher_block(X, mu, sigma, w):
-        """[G_mu, G_sigma] of each row of X for a posterior of 1."""
-        z = (X - mu) / sigma
+    def _fisher_block(Y, mu, sigma, w):
+        """[G_mu, G_sigma] of each row of Y for a posterior of 1."""
+        z = (Y - mu) / sigma
         return np.concatenate([z / np.sqrt(w), (z * z - 1.0) / np.sqrt(2.0 * w)], axis=-1)
 
     def embed(self, X):
         if not self.hard:
             return self.transform(X)
-        logpost = self.log_posteriors(X)
-        X = np.asarray(X, dtype=np.float64)
-        a = np.argmax(logpost, axis=1).astype(np.int64)
-        values = self._fisher_block(X, self.means_[a], self.sigmas_[a], self.weights_[0, a][:, None])
+        Y = self.project(X)
+        a = np.argmax(self._log_posteriors(Y), axis=1).astype(np.int64)
+        values = self.scale * self._fisher_block(Y, self.means_[a], self.sigmas_[a], self.weights_[0, a][:, None])
         return BlockEmbedding(a, values.astype(np.float32), self.k)
 
     def transform(self, X):
         if self.hard:
             return self.embed(X).to_dense()
-        post = np.exp(self.log_posteriors(X))
-        X = np.asarray(X, dtype=np.float64)
-        Phi = np.empty((X.shape[0], self.k, 2 * self.d_), dtype=np.float32)
+        Y = self.project(X)
+        post = np.exp(self._log_posteriors(Y)) * self.scale
+        Phi = np.empty((Y.shape[0], self.k, 2 * Y.shape[1]), dtype=np.float32)
         for j in range(self.k):  # a loop over Gaussians, vectorised over descriptors
             Phi[:, j] = post[:, j:j + 1] * self._fisher_block(
-                X, self.means_[j], self.sigmas_[j], self.weights_[0, j])
-        return Phi.reshape(X.shape[0], self.dim)
+                Y, self.means_[j], self.sigmas_[j], self.weights_[0, j])
+        return Phi.reshape(Y.shape[0], self.dim)
 
 
 EMBEDDINGS = {cls.name: cls for cls in (TriangulationEmbedding, FisherVector, VLAD, BagOfWords)}

@@ -196,16 +196,38 @@ def fv_learning():
     return clustered(np.random.default_rng(5), 600, 5, n_centres=3, spread=1.5)
 
 
+def pca_reference(X, p):
+    """Mean and the p leading principal axes (p, d) by SVD of the centred data."""
+    X = np.asarray(X, dtype=np.float64)
+    mean = X.mean(axis=0)
+    _, _, Vt = np.linalg.svd(X - mean, full_matrices=False)
+    return mean, Vt[:p]
+
+
 @pytest.mark.parametrize("hard", [False, True])
-def test_fisher_vector_matches_reference(fv_learning, hard):
+@pytest.mark.parametrize("pca_dim", [None, 3, 5])
+def test_fisher_vector_matches_reference(fv_learning, hard, pca_dim):
+    """PCA (against an SVD), posteriors and Fisher-normalised gradients (against loops
+    over descriptors and Gaussians), scaled by 1 / sqrt(D)."""
     k, d = 3, 5
-    fv = FisherVector(k, hard=hard, seed=0).fit(fv_learning)
-    assert fv.dim == 2 * k * d
+    p = pca_dim or d
+    fv = FisherVector(k, hard=hard, seed=0, pca_dim=pca_dim).fit(fv_learning)
+    assert fv.dim == 2 * k * p
+    if pca_dim is None:
+        mean, axes = np.zeros(d), np.eye(d)
+        np.testing.assert_array_equal(fv.pca_components_, axes)
+    else:
+        mean, axes = pca_reference(fv_learning, p)
+        np.testing.assert_allclose(fv.pca_mean_[0], mean, rtol=1e-10, atol=1e-12)
+        # the same axes up to their signs (an SVD and an eigendecomposition pick their own)
+        np.testing.assert_allclose(np.abs((fv.pca_components_ * axes).sum(axis=1)), 1.0, atol=1e-8)
+        axes = fv.pca_components_
     rng = np.random.default_rng(6)
     X = clustered(rng, 40, d, n_centres=3, spread=1.5)
-    ref = fisher_reference(X, fv.weights_[0], fv.means_, fv.sigmas_, hard)
+    Y = (X.astype(np.float64) - mean) @ axes.T
+    ref = fisher_reference(Y, fv.weights_[0], fv.means_, fv.sigmas_, hard) / np.sqrt(2 * k * p)
     out = fv.transform(X)
-    assert out.shape == (40, 2 * k * d) and out.dtype == np.float32
+    assert out.shape == (40, 2 * k * p) and out.dtype == np.float32
     scale = np.abs(ref).max()
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5 * scale)
     if hard:
@@ -213,14 +235,43 @@ def test_fisher_vector_matches_reference(fv_learning, hard):
         assert isinstance(blocks, BlockEmbedding)
         np.testing.assert_allclose(blocks.to_dense(), ref, rtol=1e-4, atol=1e-5 * scale)
         # exactly one non-zero block per descriptor
-        nz = np.abs(ref.reshape(40, k, 2 * d)).sum(axis=2) > 0
+        nz = np.abs(ref.reshape(40, k, 2 * p)).sum(axis=2) > 0
         np.testing.assert_array_equal(nz.sum(axis=1), 1)
     else:
         assert isinstance(fv.embed(X), np.ndarray)
         assert fv.weights_[0].sum() == pytest.approx(1.0)
         # soft posteriors are spread over several Gaussians for some descriptors
-        nz = np.abs(ref.reshape(40, k, 2 * d)).sum(axis=2) > 1e-6 * scale
+        nz = np.abs(ref.reshape(40, k, 2 * p)).sum(axis=2) > 1e-6 * scale
         assert (nz.sum(axis=1) > 1).any()
+
+
+@pytest.mark.parametrize("hard", [False, True])
+def test_fisher_vector_unit_scale(fv_learning, hard):
+    """Normalised by the Fisher information, a descriptor's embedding has E ||phi||^2 ~ D
+    under the model; the scaling brings it to ~1 (T-emb's rows have norm 1)."""
+    scaled = FisherVector(3, hard=hard, seed=0, pca_dim=4).fit(fv_learning)
+    raw = FisherVector(3, hard=hard, seed=0, pca_dim=4, unit_scale=False).fit(fv_learning)
+    sq = (scaled.transform(fv_learning).astype(np.float64) ** 2).sum(axis=1)
+    assert 0.5 < sq.mean() < 2.0
+    sq_raw = (raw.transform(fv_learning).astype(np.float64) ** 2).sum(axis=1)
+    np.testing.assert_allclose(sq_raw, sq * raw.dim, rtol=1e-4)
+
+
+def test_fisher_vector_saved_before_pca_loads_unchanged(fv_learning):
+    """An FV saved by an earlier streamk (no PCA arrays, no pca_dim / unit_scale
+    parameters) loads with both off and gives the same embedding."""
+    old = FisherVector(3, seed=0, pca_dim=None, unit_scale=False).fit(fv_learning)
+    params, arrays = old.state()
+    params = {k: v for k, v in params.items() if k not in ("pca_dim", "unit_scale")}
+    arrays = {k: v for k, v in arrays.items() if not k.startswith("pca_")}
+    loaded = FisherVector.from_state(params, arrays)
+    assert loaded.pca_dim is None and not loaded.unit_scale and loaded.d_ == 5
+    np.testing.assert_array_equal(loaded.transform(fv_learning[:20]), old.transform(fv_learning[:20]))
+    new = FisherVector(3, seed=0, pca_dim=4).fit(fv_learning)
+    again = FisherVector.from_state(*new.state())
+    np.testing.assert_array_equal(again.transform(fv_learning[:20]), new.transform(fv_learning[:20]))
+    with pytest.raises(ConfigError):
+        FisherVector(3, pca_dim=-1)
 
 
 def test_fisher_posteriors_are_a_distribution(fv_learning):
