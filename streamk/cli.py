@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+import numpy as np
+
 from .errors import ConfigError, StreamkError
 
 
@@ -58,25 +60,45 @@ def _eval(args):
     aggregation_params = {name: value for name, value in (("gamma", args.gamma), ("lam", args.lam))
                           if value is not None}
     report = {"dataset": dataset.name, "configs": []}
+    seeds = list(range(args.seeds))
+    dims = args.dim or (None,)
     for embedding_name in args.embedding:
         embedding, params = _embedding_spec(embedding_name, args.fv_pca)
         for k in args.k:
             rows, info = evaluate_dataset(
-                dataset, embedding, k, params, args.aggregation, rn, args.dim or (None,), args.power,
+                dataset, embedding, k, params, args.aggregation, rn, dims, args.power,
                 learning=learning, extractor=extractor, cache_dir=cache, workers=args.workers,
-                verbose=not args.json, **aggregation_params)
-            report["configs"].append({"embedding": embedding_name, "k": k, **info,
-                                      "rows": [{"method": label, **res.to_dict()} for label, res in rows]})
+                verbose=not args.json, seeds=seeds, pq_bytes=args.pq_bytes or (), rerank=args.rerank,
+                **aggregation_params)
+            report["configs"].append({"embedding": embedding_name, "k": k, **info, "rows": [
+                {"method": label, "map_mean": float(np.mean([r.map for r in runs])),
+                 "map_std": float(np.std([r.map for r in runs])), "per_seed": [r.to_dict() for r in runs]}
+                for label, runs in rows]})
             log(f"\n{dataset.name}: {info['n_images']} images, {info['n_queries']} queries; "
                 f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); "
                 f"fit {info['fit_s']:.1f} s; encoding {info['encode_s_per_image']:.2f} s per image "
-                f"(all methods, one Gram)")
-            log(f"{'method':<40}{'mAP':>8}")
-            for label, res in rows:
-                log(f"{label:<40}{100 * res.map:8.1f}")
+                f"(all methods, one Gram)" + (f"; mean of {len(seeds)} seeds" if len(seeds) > 1 else ""))
+            for note in _eval_notes(info, rn, dims, args):
+                log(f"note: {note}")
+            log(f"{'method':<56}{'mAP':>14}")
+            for label, runs in rows:
+                m = [100 * r.map for r in runs]
+                log(f"{label:<56}" + (f"{np.mean(m):8.1f} ± {np.std(m):3.1f}" if len(m) > 1 else f"{m[0]:8.1f}"))
     if args.json:
         print(json.dumps(report, indent=1))
     return 0
+
+
+def _eval_notes(info, rn, dims, args):
+    """What makes a row differ from the paper's protocol, said next to the table."""
+    n, dim = info["rn_learning_images"], info["dim"]
+    if True in rn and dim is not None and n <= dim:
+        yield (f"RN is learned on {n} images for D = {dim}: only {n - 1} principal components exist, the "
+               f"components past them are an arbitrary basis of the rest, so D' >= {n - 1} keeps all of the "
+               "PCA and rows -> D' are not the paper's (RN learned on a distinct, larger collection)")
+    if args.pq_bytes and info["learning"].startswith("database"):
+        yield ("PQ codebooks are learned on the database vectors plus 3 vectors of random halves of each "
+               "image's descriptors (no distinct learning images): an optimistic estimate of the PQ loss")
 
 
 def _eval_asmk(args, dataset, learning, extractor, cache, log):
@@ -484,6 +506,14 @@ def build_parser():
     ev.add_argument("--aggregation", type=_csv(), default=["sum", "democratic", "gmp"])
     ev.add_argument("--rn", type=_csv(), default=["off", "on"], help="off,on")
     ev.add_argument("--dim", type=_csv(int), default=None, help="D' after RN (comma list)")
+    ev.add_argument("--seeds", type=_positive_int, default=1,
+                    help="re-run every learning stage (k-means / GMM, RN, PQ) with seeds 0..N-1 and print "
+                         "mAP as mean ± std, as the paper averages three vocabularies (default 1)")
+    ev.add_argument("--pq-bytes", type=_csv(int), default=None,
+                    help="also rows of PQ codes of these sizes (e.g. 16,32,64; ADC) for each --dim vector "
+                         "(or the full vectors)")
+    ev.add_argument("--rerank", type=int, default=50,
+                    help="with --pq-bytes: rows with the ADC top R re-ranked by the float vectors (0: none)")
     ev.add_argument("--power", type=float, default=0.5)
     ev.add_argument("--gamma", type=float, default=None)
     ev.add_argument("--lam", type=float, default=None)

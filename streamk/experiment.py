@@ -24,9 +24,12 @@ class MethodVectors:
     label: str
     database: np.ndarray  # (N, D) float32
     queries: np.ndarray  # (Q, D) float32
+    ranking: np.ndarray | None = None  # (Q, N) when the rows are not ranked by exact scores (PQ)
 
     def ranks(self):
         """Database indices of each query by decreasing similarity (Q, N)."""
+        if self.ranking is not None:
+            return self.ranking
         scores = self.queries @ self.database.T
         return np.argsort(-scores, axis=1, kind="stable")
 
@@ -51,14 +54,21 @@ def aggregate_all(encoder, sets, methods, desc, verbose):
 
 def run_experiment(learning_sets, database_sets, query_sets, embedding="temb", k=64, embedding_params=None,
                    methods=("sum", "democratic", "gmp"), rn=(False, True), power=0.5, rn_components=1000,
-                   dims=(None,), learning_is_database=False, verbose=True, **aggregation_params):
+                   dims=(None,), learning_is_database=False, verbose=True, pq_bytes=(), rerank=50, pq_views=3,
+                   seed=None, **aggregation_params):
     """Vectors of every (method, RN, D') configuration.
 
     Returns (list of MethodVectors, ExperimentTimings).  With
     ``learning_is_database`` the database vectors serve as RN learning vectors
     (the unsupervised set-up of ``paris6k-subset``), otherwise the learning
-    images are aggregated too.
+    images are aggregated too. ``seed`` (when given) seeds every learning stage
+    (the embedding's k-means / GMM and the PQ codebooks): one of the paper's
+    "vocabularies". ``pq_bytes``: rows of PQ codes of these sizes (see
+    :func:`pq_rows`) for each reduced (``dims``) vector, or for the full
+    vectors when no D' is asked.
     """
+    if seed is not None:
+        embedding_params = {**(embedding_params or {}), "seed": int(seed)}
     timings = ExperimentTimings()
     t0 = time.perf_counter()
     encoder = Encoder(embedding=embedding, k=k, embedding_params=embedding_params or {},
@@ -77,17 +87,58 @@ def run_experiment(learning_sets, database_sets, query_sets, embedding="temb", k
     name = {"temb": "T-emb", "fv": "FV", "vlad": "VLAD", "bow": "BOW"}[embedding]
     if embedding == "fv" and (embedding_params or {}).get("hard"):
         name = "FV-hard"
+    pq_learn = None
+    if pq_bytes:
+        # PQ codebooks are learned on learning-image vectors; where the learning set is the
+        # database, on it plus ``pq_views`` vectors of random halves of each image's
+        # descriptors (256 centroids per sub-quantiser need more than 250 vectors)
+        pq_learn = learn if learn is not None else (
+            db if learning_is_database else aggregate_all(encoder, learning_sets, methods, "learning", verbose)[0])
+        if learning_is_database and pq_views:
+            rng = np.random.default_rng([0 if seed is None else int(seed), 7])
+            halves = [X[np.sort(rng.choice(len(X), max(1, len(X) // 2), replace=False))]
+                      for _ in range(pq_views) for X in learning_sets]
+            extra, _ = aggregate_all(encoder, halves, methods, "PQ learning views", verbose)
+            pq_learn = {m: np.concatenate([pq_learn[m], extra[m]]) for m in methods}
+    reduced = any(d is not None for d in dims)
     results = []
     for method in methods:
         for use_rn in rn:
             for dim in (dims if use_rn else (None,)):
                 rot = RotationNormalisation(rn_components, dim).fit(learn[method]) if use_rn else None
                 label = f"{name} k={k} + {method}" + (" + RN" if use_rn else "") + (f" -> {dim}" if dim else "")
-                results.append(MethodVectors(
-                    label,
-                    postprocess(db[method], power, rot).astype(np.float32),
-                    postprocess(queries[method], power, rot).astype(np.float32)))
+                row = MethodVectors(label, postprocess(db[method], power, rot).astype(np.float32),
+                                    postprocess(queries[method], power, rot).astype(np.float32))
+                results.append(row)
+                if pq_bytes and (dim is not None or not reduced):
+                    train = postprocess(pq_learn[method], power, rot).astype(np.float32)
+                    results.extend(pq_rows(row, train, pq_bytes, rerank, 0 if seed is None else int(seed)))
     return results, timings
+
+
+def pq_rows(row, train, pq_bytes, rerank, seed=0):
+    """Rows of a configuration's vectors as PQ codes of M bytes (M in ``pq_bytes``):
+    ranked by ADC (the query's float vector against the database codes), and with
+    the ADC top ``rerank`` re-ranked by the float vectors (0: no such row)."""
+    from .pq import ProductQuantizer
+
+    out = []
+    n = row.database.shape[0]
+    for M in pq_bytes:
+        if row.database.shape[1] % M:
+            continue  # D' not divisible by M: no such code
+        pq = ProductQuantizer(M=int(M), seed=seed).fit(train)
+        adc = pq.scores(row.queries, pq.encode(row.database))
+        ranking = np.argsort(-adc, axis=1, kind="stable")
+        out.append(MethodVectors(f"{row.label} + PQ {M} B", row.database, row.queries, ranking))
+        if rerank:
+            R = min(int(rerank), n)
+            top = ranking[:, :R]
+            exact = np.einsum("qd,qrd->qr", row.queries, row.database[top])
+            head = np.take_along_axis(top, np.argsort(-exact, axis=1, kind="stable"), axis=1)
+            out.append(MethodVectors(f"{row.label} + PQ {M} B + re-rank {R}", row.database, row.queries,
+                                     np.concatenate([head, ranking[:, R:]], axis=1)))
+    return out
 
 
 # ---------------------------------------------------------------- on a dataset
@@ -126,26 +177,42 @@ def dataset_descriptors(dataset, extractor=None, cache_dir=None, workers=None, p
 
 def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, methods=("sum", "democratic", "gmp"),
                      rn=(False, True), dims=(None,), power=0.5, learning=None, extractor=None, cache_dir=None,
-                     workers=None, verbose=True, **aggregation_params):
+                     workers=None, verbose=True, seeds=None, pq_bytes=(), rerank=50, **aggregation_params):
     """mAP of each configuration on a dataset; returns (rows, info).
 
     ``learning``: descriptor sets of a distinct learning collection, or None to
     learn on the database itself (unsupervised; only sensible where no distinct
     set exists, as for ``paris6k-subset``).
+
+    ``seeds``: None, one run with the given parameters, rows (label, EvaluationResult);
+    or a list of seeds, every learning stage re-run per seed (the paper averages
+    three vocabularies), rows (label, [EvaluationResult per seed]).
     """
     from .evaluation import evaluate
 
     database, queries = dataset_descriptors(dataset, extractor, cache_dir, workers, verbose)
-    results, timings = run_experiment(database if learning is None else learning, database, queries,
-                                      embedding, k, embedding_params, methods, rn, power, dims=dims,
-                                      learning_is_database=learning is None, verbose=verbose,
-                                      **aggregation_params)
-    rows = [(r.label, evaluate(r.ranks(), dataset)) for r in results]
+    learn_sets = database if learning is None else learning
+    per_seed, fit_s, encode_s = [], [], []
+    for seed in ([None] if seeds is None else list(seeds)):
+        results, timings = run_experiment(learn_sets, database, queries, embedding, k, embedding_params, methods,
+                                          rn, power, dims=dims, learning_is_database=learning is None,
+                                          verbose=verbose, pq_bytes=pq_bytes, rerank=rerank, seed=seed,
+                                          **aggregation_params)
+        per_seed.append([(r.label, evaluate(r.ranks(), dataset)) for r in results])
+        fit_s.append(timings.fit_s)
+        encode_s.append(timings.encode_s_per_image)
+    if seeds is None:
+        rows = per_seed[0]
+    else:
+        rows = [(label, [runs[i][1] for runs in per_seed]) for i, (label, _) in enumerate(per_seed[0])]
+    dim = results[0].database.shape[1] if results else None
     info = {"dataset": dataset.name, "n_images": dataset.n_images, "n_queries": dataset.n_queries,
             "descriptors_per_image": timings.descriptors_per_image,
             "query_descriptors": [len(q) for q in queries],
-            "fit_s": timings.fit_s, "encode_s_per_image": timings.encode_s_per_image,
-            "learning": "database (unsupervised)" if learning is None else f"{len(learning)} images"}
+            "fit_s": float(np.mean(fit_s)), "encode_s_per_image": float(np.mean(encode_s)),
+            "seeds": None if seeds is None else list(seeds),
+            "learning": "database (unsupervised)" if learning is None else f"{len(learning)} images",
+            "rn_learning_images": len(learn_sets), "dim": dim}
     return rows, info
 
 

@@ -74,3 +74,101 @@ def test_eval_cli_needs_a_distinct_learning_set(capsys, tmp_path):
         Image.new("L", (32, 32)).save(tmp_path / "jpg" / f"{name}.jpg")
     assert main(["eval", "--dataset", "holidays", "--root", str(tmp_path)]) == 2
     assert "distinct learning set" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- seeds and short codes
+
+def test_seed_reruns_the_learning_stages(collection):
+    """A seed is a vocabulary: the same seed gives the same vectors, another one others."""
+    c = collection
+    run = lambda seed: run_experiment(c.learning, c.database, c.queries, "vlad", 8, methods=("sum",),  # noqa: E731
+                                      rn=(False,), verbose=False, seed=seed)[0][0].database
+    np.testing.assert_array_equal(run(1), run(1))
+    assert not np.allclose(run(0), run(1))
+
+
+def adc_reference(train, database, queries, M, seed):
+    """ADC by hand: codes by nearest sub-centroid, scores against the reconstructions."""
+    from streamk.pq import ProductQuantizer
+
+    books = ProductQuantizer(M=M, seed=seed).fit(train).codebooks_  # (M, 256, d) from the same training
+    d = database.shape[1] // M
+    recon = np.empty_like(database, dtype=np.float64)
+    for m in range(M):
+        sub = database[:, m * d:(m + 1) * d].astype(np.float64)
+        dist = ((sub[:, None, :] - books[m][None].astype(np.float64)) ** 2).sum(axis=2)
+        recon[:, m * d:(m + 1) * d] = books[m][dist.argmin(axis=1)]
+    return queries.astype(np.float64) @ recon.T
+
+
+def test_pq_rows_match_a_numpy_adc_reference():
+    from streamk.experiment import MethodVectors, pq_rows
+
+    rng = np.random.default_rng(0)
+    unit = lambda X: (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
+    centres = rng.standard_normal((20, 32))
+    draw = lambda n: unit(centres[rng.integers(0, 20, n)] + 0.3 * rng.standard_normal((n, 32)))  # noqa: E731
+    train, database, queries = draw(600), draw(80), draw(7)
+    row = MethodVectors("x", database, queries)
+    rows = pq_rows(row, train, (4, 8, 5), rerank=10, seed=3)
+    assert [r.label for r in rows] == ["x + PQ 4 B", "x + PQ 4 B + re-rank 10", "x + PQ 8 B",
+                                       "x + PQ 8 B + re-rank 10"]  # 32 is not a multiple of 5: no row
+    for M, (adc_row, rerank_row) in zip((4, 8), (rows[0:2], rows[2:4])):
+        ref = adc_reference(train, database, queries, M, seed=3)
+        got = np.take_along_axis(ref, adc_row.ranks(), axis=1)
+        assert np.all(np.diff(got, axis=1) <= 1e-5 * np.abs(ref).max())  # ranked by ADC score
+        top = adc_row.ranks()[:, :10]
+        np.testing.assert_array_equal(np.sort(rerank_row.ranks()[:, :10], axis=1), np.sort(top, axis=1))
+        exact = np.take_along_axis(queries @ database.T, rerank_row.ranks()[:, :10], axis=1)
+        assert np.all(np.diff(exact, axis=1) <= 1e-6)  # the head re-sorted by the float vectors
+        np.testing.assert_array_equal(rerank_row.ranks()[:, 10:], adc_row.ranks()[:, 10:])
+        for r in (adc_row, rerank_row):  # every database image once
+            np.testing.assert_array_equal(np.sort(r.ranks(), axis=1), np.tile(np.arange(80), (7, 1)))
+
+
+def test_eval_seeds_and_short_codes_on_part_of_paris_subset(shared_data, tmp_path, capsys):
+    """--seeds: per-seed rows equal separate runs with that seed; mean and std over them.
+    --pq-bytes: PQ rows beside the float rows; the RN note where RN has too few images."""
+    import json
+
+    ds = load_dataset("paris6k-subset")
+    keep = [i for i in ds.image_ids if "defense" in i or "eiffel" in i][:40]
+    small = ds.restrict(keep)
+    cache = tmp_path / "cache"
+    rows, info = evaluate_dataset(small, "vlad", 4, methods=("gmp",), rn=(False,), cache_dir=cache, workers=1,
+                                  verbose=False, seeds=[0, 1])
+    assert info["seeds"] == [0, 1]
+    for s in (0, 1):
+        single, _ = evaluate_dataset(small, "vlad", 4, {"seed": s}, methods=("gmp",), rn=(False,),
+                                     cache_dir=cache, workers=1, verbose=False)
+        assert single[0][1].map == rows[0][1][s].map
+
+    # the CLI on the whole subset would take minutes: its report on a 70-image slice
+    # (PQ's 256 centroids need > 256 learning vectors: 70 images and 3 halves of each)
+    from streamk import experiment
+
+    slice70 = ds.restrict([i for i in ds.image_ids if "defense" in i or "eiffel" in i][:70])
+
+    real = experiment.evaluate_dataset
+    calls = []
+
+    def on_slice(dataset, *a, **kw):
+        calls.append(kw)
+        return real(slice70, *a, **kw)
+    experiment.evaluate_dataset = on_slice
+    try:
+        code = main(["eval", "--dataset", "paris6k-subset", "--embedding", "vlad", "--k", "4",
+                     "--aggregation", "gmp", "--rn", "on", "--dim", "32", "--seeds", "2", "--pq-bytes", "8",
+                     "--rerank", "5", "--cache", str(cache), "--workers", "1", "--json"])
+    finally:
+        experiment.evaluate_dataset = real
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    labels = [r["method"] for r in report["configs"][0]["rows"]]
+    assert labels == ["VLAD k=4 + gmp + RN -> 32", "VLAD k=4 + gmp + RN -> 32 + PQ 8 B",
+                      "VLAD k=4 + gmp + RN -> 32 + PQ 8 B + re-rank 5"]
+    for r in report["configs"][0]["rows"]:
+        maps = [p["map"] for p in r["per_seed"]]
+        assert len(maps) == 2
+        assert r["map_mean"] == pytest.approx(np.mean(maps)) and r["map_std"] == pytest.approx(np.std(maps))
+    assert calls[0]["seeds"] == [0, 1] and calls[0]["pq_bytes"] == [8]
