@@ -317,7 +317,7 @@ def ref_temb_embed(X, emb):
 def ref_fv_embed(X, emb):
     """Hard-assignment FV as a dense n x 2kd matrix."""
     mu, s, w = emb.means_, emb.sigmas_, emb.weights_[0]
-    X = X.astype(np.float64)
+    X = (X.astype(np.float64) - emb.pca_mean_) @ emb.pca_components_.T  # the FV's PCA (identity when off)
     n, d = X.shape
     z = (X[:, None, :] - mu[None]) / s[None]  # n x k x d
     logp = np.log(w)[None] - np.log(s).sum(axis=1)[None] - 0.5 * (z * z).sum(axis=2)
@@ -325,7 +325,7 @@ def ref_fv_embed(X, emb):
     za = z[np.arange(n), a]
     blocks = np.concatenate([za / np.sqrt(w[a])[:, None], (za * za - 1) / np.sqrt(2 * w[a])[:, None]], axis=1)
     Phi = np.zeros((n, emb.k, 2 * d), dtype=np.float32)
-    Phi[np.arange(n), a] = blocks
+    Phi[np.arange(n), a] = blocks * emb.scale
     return Phi.reshape(n, -1)
 
 

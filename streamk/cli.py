@@ -80,10 +80,10 @@ def _eval(args):
                 f"(all methods, one Gram)" + (f"; mean of {len(seeds)} seeds" if len(seeds) > 1 else ""))
             for note in _eval_notes(info, rn, dims, args):
                 log(f"note: {note}")
-            log(f"{'method':<56}{'mAP':>14}")
+            log(f"{'method':<64}{'mAP':>14}")
             for label, runs in rows:
                 m = [100 * r.map for r in runs]
-                log(f"{label:<56}" + (f"{np.mean(m):8.1f} ± {np.std(m):3.1f}" if len(m) > 1 else f"{m[0]:8.1f}"))
+                log(f"{label:<64}" + (f"{np.mean(m):8.1f} ± {np.std(m):3.1f}" if len(m) > 1 else f"{m[0]:8.1f}"))
     if args.json:
         print(json.dumps(report, indent=1))
     return 0
