@@ -36,7 +36,8 @@ import numpy as np
 from streamk.datasets import load_dataset
 from streamk.encoder import Encoder
 from streamk.evaluation import evaluate
-from streamk.experiment import aggregate_all, dataset_descriptors, default_cache_dir, evaluate_dataset_asmk
+from streamk.config import default_cache_dir
+from streamk.experiment import aggregate_all, dataset_descriptors, evaluate_dataset_asmk
 from streamk.features import make_extractor
 from streamk.postprocessing import postprocess
 

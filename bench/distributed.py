@@ -58,9 +58,9 @@ import time
 
 from streamk import features as feat
 from streamk.index import StreamingIndex
-from streamk.ingest import Ingester, collect_images
-from streamk.training import train_encoder
-from streamk.workers import LocalPoolExecutor
+from streamk.pipeline.ingest import Ingester, collect_images
+from streamk.pipeline.encoder_training import train_encoder
+from streamk.parallel import LocalPoolExecutor
 
 _spec = importlib.util.spec_from_file_location("bench_common", HERE / "common.py")
 common = importlib.util.module_from_spec(_spec)
@@ -138,7 +138,7 @@ def run(args):
         return 0
     from distributed import Client, LocalCluster
 
-    from streamk.cluster import DaskExecutor
+    from streamk.parallel.dask_executor import DaskExecutor
 
     extractor = feat.default_extractor()
     work = Path(tempfile.mkdtemp(prefix="streamk-bench-distributed-"))

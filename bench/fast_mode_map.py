@@ -26,7 +26,8 @@ from streamk.aggregation import aggregate_many
 from streamk.datasets import load_dataset
 from streamk.embeddings import TriangulationEmbedding, rootsift
 from streamk.evaluation import evaluate
-from streamk.experiment import dataset_descriptors, default_cache_dir
+from streamk.config import default_cache_dir
+from streamk.experiment import dataset_descriptors
 from streamk.features import make_extractor
 from streamk.postprocessing import postprocess
 

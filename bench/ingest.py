@@ -49,9 +49,11 @@ from pathlib import Path
 import numpy as np
 
 from streamk import features as feat
+from streamk.parallel import default_workers
+from streamk.pipeline import extract_many  # noqa: E402
 from streamk.encoder import Encoder
 from streamk.index import StreamingIndex, encoded_image_file
-from streamk.ingest import Ingester, collect_images
+from streamk.pipeline.ingest import Ingester, collect_images
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_model, load_str, log, table  # noqa: E402
@@ -121,7 +123,7 @@ def run(args):
         print(f"bench/ingest.py: no image files in {images}")
         return 0
     extractor = feat.default_extractor()
-    workers = args.workers or feat._default_workers()
+    workers = args.workers or default_workers()
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="streamk-bench-ingest-"))
     work.mkdir(parents=True, exist_ok=True)
     for sub in ("features", "index-a", "index-b", "encoder.npz", "query.npy"):
@@ -138,7 +140,7 @@ def run(args):
     # 2. extraction alone, into an empty cache
     cache_dir = work / "features"
     t0 = time.perf_counter()
-    feats, errors = feat.extract_many(paths, extractor, cache_dir=cache_dir, workers=workers, progress=False)
+    feats, errors = extract_many(paths, extractor, cache_dir=cache_dir, workers=workers, progress=False)
     t_extract = time.perf_counter() - t0
     n_desc = [len(feats[p]) for p in feats]
     log(f"extraction: {t_extract:.1f} s for {len(paths)} images (load {load_str()})")

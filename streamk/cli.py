@@ -33,7 +33,8 @@ def _embedding_spec(name, fv_pca=64):
 
 def _eval(args):
     from .datasets import load_dataset
-    from .experiment import DEFAULT_LEARNING, dataset_descriptors, default_cache_dir, evaluate_dataset
+    from .config import default_cache_dir
+    from .experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset
     from .features import make_extractor
 
     log = (lambda *a: None) if args.json else print
@@ -169,7 +170,7 @@ def _index_create(args):
     from .errors import EmptyDescriptorSetError, IndexExistsError
     from .features import make_extractor
     from .index import StreamingIndex
-    from .ingest import collect_images
+    from .pipeline import collect_images
 
     path = Path(args.dir)
     # every check before anything is written
@@ -183,8 +184,8 @@ def _index_create(args):
     if args.encoder is not None:
         encoder = Encoder.load(args.encoder)
     else:
-        from .training import train_encoder
-        from .workers import make_executor
+        from .parallel import make_executor
+        from .pipeline import train_encoder
 
         _one_executor(args)
 
@@ -210,7 +211,7 @@ def _index_create(args):
     try:
         if args.shards is not None:
             from .sharded_index import ShardedIndex
-            from .workers import make_executor
+            from .parallel import make_executor
 
             with (make_executor(dask=args.dask) if args.dask else _NoExecutor()) as executor:
                 ShardedIndex.create(path, encoder, args.shards, vector_dtype=args.vector_dtype,
@@ -282,7 +283,7 @@ def _cache_dir(args):
     """--cache DIR; by default the shared feature cache when it exists; --no-cache: none."""
     import os
 
-    from .experiment import default_cache_dir
+    from .config import default_cache_dir
 
     if args.no_cache:
         return None
@@ -317,8 +318,8 @@ def _open(args, readonly, executor=None):
 
 
 def _ingest(args):
-    from .ingest import Ingester
-    from .workers import make_executor
+    from .parallel import make_executor
+    from .pipeline import Ingester
 
     _one_executor(args)
 
@@ -367,7 +368,7 @@ def _add_cache_options(parser):
 
 
 def _add_index_commands(sub):
-    from .training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
+    from .pipeline import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
 
     ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
     ix_sub = ix.add_subparsers(dest="index_command", required=True)

@@ -48,7 +48,7 @@ from .errors import ConfigError, DatasetImageError, ImageReadError, StreamkError
 from .evaluation import compute_map
 from .index import StreamingIndex, encoded_image_file
 from .postprocessing import postprocess
-from .ingest import scan
+from .pipeline import extract_many, scan
 from .store import validate_id
 
 METHODS = ("sum", "democratic", "gmp")
@@ -223,7 +223,7 @@ def make_queries(database, out, transforms, max_queries, seed, report):
 def _extract(database, extractor, cache_dir, workers, progress, report):
     """Features of the database images (all cores, cached); unreadable, featureless and
     duplicate files are reported and dropped. Returns (database, [Features], [sha256])."""
-    feats, errors = feat.extract_many([im.path for im in database], extractor, cache_dir, workers, progress)
+    feats, errors = extract_many([im.path for im in database], extractor, cache_dir, workers, progress)
     kept, fs, shas, seen = [], [], [], {}
     for im in database:
         image_id, path = im.id, im.path
@@ -235,7 +235,7 @@ def _extract(database, extractor, cache_dir, workers, progress, report):
             continue
         # the content key of the index: the same bytes twice cannot be indexed twice
         try:
-            sha = hashlib.sha256(feat._read_file_bytes(path)).hexdigest()
+            sha = hashlib.sha256(feat.read_image_bytes(path)).hexdigest()
         except ImageReadError as exc:  # removed since its features were extracted
             report(path, f"{type(exc).__name__}: {exc.reason}")
             continue
@@ -407,7 +407,7 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
     the feature cache (None: the default, ``~/.cache/streamk/features``). report(path,
     reason) is called for each skipped file.
     """
-    from .experiment import default_cache_dir
+    from .config import default_cache_dir
 
     t_start = time.perf_counter()
     timings = {}

@@ -146,3 +146,10 @@ class ZeroVectorError(StreamkError, ValueError):
 
 class TrainingInProgressError(StreamkError, RuntimeError):
     """Another process is (re)training the index's codec right now."""
+
+
+def describe(exc):
+    """One line saying what went wrong: ``"ErrorType: reason"`` (an ImageReadError's
+    reason without its path, which the caller reports beside it)."""
+    reason = exc.reason if isinstance(exc, ImageReadError) else (str(exc) or repr(exc))
+    return f"{type(exc).__name__}: {' '.join(reason.split())}"

@@ -96,7 +96,7 @@ def build_example(name="demo", directory=None, k=16, aggregation="gmp", photos=N
     max_side, max_features: the demo's extractor (paris6k-subset uses the default
     extractor, as ``streamk eval``). cache_dir: the feature cache (None: the default).
     """
-    from .experiment import default_cache_dir
+    from .config import default_cache_dir
 
     if name not in EXAMPLES:
         raise ConfigError(f"unknown example {name!r}; choose one of {EXAMPLES}")

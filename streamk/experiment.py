@@ -5,7 +5,6 @@ Every image is embedded once and its Gram matrix computed once; the aggregation
 methods share them.  RN is learned per method on the learning images' vectors.
 """
 
-import os
 import time
 from dataclasses import dataclass
 
@@ -148,18 +147,14 @@ DEFAULT_LEARNING = {"oxford5k": "paris6k", "oxford105k": "paris6k", "roxford5k":
                     "paris6k": "oxford5k", "paris106k": "oxford5k", "rparis6k": "oxford5k"}
 
 
-def default_cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "streamk", "features")
-
-
 def dataset_descriptors(dataset, extractor=None, cache_dir=None, workers=None, progress=True):
     """(database descriptor sets, query descriptor sets, keypoint counts) of a dataset.
 
     Queries follow the dataset's protocol: box crop for Oxford/Paris.
     A database image that cannot be read is an error (the protocol needs all).
     """
-    from .features import crop_to_box, extract_many
+    from .features import crop_to_box
+    from .pipeline import extract_many
 
     paths = [dataset.image_path(i) for i in range(dataset.n_images)]
     qpaths = [dataset.query_image_path(q) for q in dataset.queries]

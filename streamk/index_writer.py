@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import features as feat
+from .features import default_extractor, extractor_from_params, image_features
 from .checks import as_descriptor_set
 from .errors import (ConfigError, DimensionError, DuplicateError, EmptyDescriptorSetError,
                      IdExistsError, NonFiniteError, StreamkError, UnknownIdError, ZeroVectorError)
@@ -209,7 +209,7 @@ class IndexWriter:
         params = json.loads(raw) if raw is not None else None
         if self._extractor is not None and (params is None or params == self._extractor_stored):
             return self._extractor
-        ex = feat.default_extractor() if params is None else feat.extractor_from_params(params)
+        ex = default_extractor() if params is None else extractor_from_params(params)
         # params to pin at the first image (when none are stored); the stored ones otherwise
         self._extractor, self._extractor_params = ex, ex.params()
         self._extractor_stored = params
@@ -219,11 +219,7 @@ class IndexWriter:
         self._extractor, self._extractor_params, self._extractor_stored = extractor, params, params
 
     def features(self, image_path, box):
-        data = feat._read_file_bytes(image_path)
-        f = self.extractor().extract_array(feat._decode_gray(data, image_path))
-        if box is not None:
-            f = feat.crop_to_box(f, box)
-        return data, f
+        return image_features(image_path, self.extractor(), box)
 
     # ------------------------------------------------------------ encoding (no transaction)
     def encode_item(self, image_id, image_path=None, descriptors=None, vector=None, box=None):

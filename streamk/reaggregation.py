@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import features as feat
+from .pipeline.extraction import iter_extract
 from .errors import ConfigError, DatasetImageError, NotFittedError
 from .postprocessing import RotationNormalisation, l2_normalize, postprocess
 
@@ -56,7 +57,7 @@ class Reaggregator:
     """Database vectors of ``index`` under any :class:`Settings`; see the module doc."""
 
     def __init__(self, index, cache_dir=None, workers=None, max_images=MAX_IMAGES):
-        from .experiment import default_cache_dir
+        from .config import default_cache_dir
 
         self.index = index
         self.encoder = index.encoder
@@ -94,7 +95,7 @@ class Reaggregator:
             sources[image_id] = (info["source"], info.get("box"))
         extractor = self.index.extractor()
         got, errors = {}, {}
-        for r in feat.iter_extract([p for p, _ in sources.values()], extractor, self.cache_dir, self.workers):
+        for r in iter_extract([p for p, _ in sources.values()], extractor, self.cache_dir, self.workers):
             (errors.__setitem__(r.path, r.error) if r.error is not None else got.__setitem__(r.path, r.features))
             step("features")
         if errors:

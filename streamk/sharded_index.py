@@ -583,7 +583,7 @@ def _client(dask):
 
     if isinstance(dask, Client):
         return dask, False
-    from .cluster import DaskExecutor
+    from .parallel.dask_executor import DaskExecutor
 
     ex = DaskExecutor(dask)
     client = ex.client

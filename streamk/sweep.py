@@ -28,8 +28,9 @@ from .embeddings import EMBEDDINGS
 from .encoder import Encoder
 from .errors import ConfigError
 from .evaluation import evaluate
-from .experiment import MethodVectors, aggregate_all, dataset_descriptors, default_cache_dir
-from .features import iter_extract
+from .config import default_cache_dir
+from .experiment import MethodVectors, aggregate_all, dataset_descriptors
+from .pipeline import iter_extract
 from .postprocessing import DEFAULT_POWER, RotationNormalisation, postprocess
 
 DEFAULT_CONFIGS = ({"embedding": "temb", "k": 8}, {"embedding": "temb", "k": 16})
@@ -307,7 +308,7 @@ def run_sweep(dataset, configs=DEFAULT_CONFIGS, methods=METHODS, rn=(False, True
     learning collection, or None to learn the embedding and RN on the database
     itself (unsupervised, as ``run_experiment(..., learning_is_database=True)``).
     extractor, cache_dir, workers: feature extraction, through the feature cache
-    (``cache_dir`` None: :func:`streamk.experiment.default_cache_dir`). progress: a callback ``(done, total,
+    (``cache_dir`` None: :func:`streamk.config.default_cache_dir`). progress: a callback ``(done, total,
     description)``, or None for a tqdm bar. aggregation_params: gamma, lam, ...
     of :class:`streamk.encoder.EncoderConfig`.
     """

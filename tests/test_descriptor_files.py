@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamk import descriptor_files as dfiles
+from streamk.features import descriptor_files as dfiles
 from streamk.errors import DescriptorFileError, DimensionError, StreamkError
 
 READERS = {

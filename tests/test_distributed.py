@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 
 from streamk import Encoder
+from streamk.pipeline import extract_many  # noqa: E402
 from streamk.index import StreamingIndex
-from streamk.ingest import Ingester
-from streamk.training import sample_images, sample_rows, train_encoder
-from streamk.workers import InlineExecutor, LocalPoolExecutor
+from streamk.pipeline.ingest import Ingester
+from streamk.pipeline.encoder_training import sample_images, train_encoder
+from streamk.pipeline.tasks import sample_rows
+from streamk.parallel import InlineExecutor, LocalPoolExecutor, TaskContext
 
 pytest.importorskip("cv2")
 psutil = pytest.importorskip("psutil")
@@ -32,7 +34,7 @@ from streamk import features as F  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-SPEC = {"encoder": None, "extractor": None, "cache_dir": None}
+SPEC = TaskContext(dict, {})  # a context of nothing: an empty dict in each worker
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def work(tmp_path_factory):
         textured(str(imgs / f"img{i}.png"), 100 + i, size=128 + 32 * (i % 3))
     (imgs / "broken.jpg").write_text("not an image")
     Image.new("L", (96, 96), 128).save(imgs / "flat.png")  # no features
-    feats, _ = F.extract_many(sorted(str(p) for p in imgs.glob("img*.png")), F.make_extractor("sift"),
+    feats, _ = extract_many(sorted(str(p) for p in imgs.glob("img*.png")), F.make_extractor("sift"),
                               workers=1, progress=False)
     Encoder(embedding="vlad", k=4, aggregation="gmp").fit([f.descriptors for f in feats.values()]).save(
         root / "enc.npz")
@@ -79,7 +81,7 @@ def quiet():
 
 # --------------------------------------------------------------------------- same results
 def test_dask_ingestion_gives_the_local_pools_vectors(work, tmp_path, client):
-    from streamk.cluster import DaskExecutor
+    from streamk.parallel.dask_executor import DaskExecutor
 
     runs = {}
     for name, kwargs in (("pool", {"workers": 2}), ("dask", {"executor": DaskExecutor(client)})):
@@ -105,13 +107,9 @@ def _square(ctx, x):
     return x * x
 
 
-def _fail(x, exc):
-    return repr(exc)
-
-
 @pytest.mark.parametrize("kind", ["pool", "dask"])
 def test_executors_read_the_input_lazily_with_a_bound_in_flight(kind, client):
-    from streamk.cluster import DaskExecutor
+    from streamk.parallel.dask_executor import DaskExecutor
 
     executor = LocalPoolExecutor(2) if kind == "pool" else DaskExecutor(client)
     pulled = []
@@ -122,7 +120,7 @@ def test_executors_read_the_input_lazily_with_a_bound_in_flight(kind, client):
             yield i
 
     got = []
-    for item, result in executor.map_unordered(_square, items(), SPEC, _fail, _fail, max_inflight=3):
+    for item, result in executor.map_unordered(_square, items(), SPEC, max_inflight=3):
         assert len(pulled) - len(got) <= 3  # back-pressure: never more than 3 sent and not back
         got.append((item, result))
     assert sorted(got) == [(i, i * i) for i in range(12)]
@@ -155,7 +153,7 @@ def _fast_sift():
 
 
 def test_a_dask_worker_killed_mid_ingestion_loses_nothing(work, tmp_path, client):
-    from streamk.cluster import DaskExecutor
+    from streamk.parallel.dask_executor import DaskExecutor
 
     killed = {}
 
@@ -329,7 +327,7 @@ def test_training_on_every_image_and_descriptor_is_encoder_fit(config, work):
 
 
 def test_training_sample_through_dask_matches_in_process(work, client):
-    from streamk.cluster import DaskExecutor
+    from streamk.parallel.dask_executor import DaskExecutor
 
     paths = sorted(str(p) for p in (work / "imgs").glob("img*.png"))
     ex = F.make_extractor("sift")
@@ -365,7 +363,7 @@ def test_cli_create_and_ingest_on_a_scheduler_address(work, tmp_path, client, ca
 
 @pytest.mark.parametrize("text,expected", [("local:3", ("local", 3)), ("tcp://h:8786", ("remote", "tcp://h:8786"))])
 def test_dask_addresses(text, expected):
-    from streamk.workers import parse_dask_address
+    from streamk.parallel import parse_dask_address
 
     assert parse_dask_address(text) == expected
 
@@ -373,7 +371,7 @@ def test_dask_addresses(text, expected):
 @pytest.mark.parametrize("text", ["local:0", "local:x", ""])
 def test_bad_dask_addresses(text):
     from streamk.errors import ConfigError
-    from streamk.workers import parse_dask_address
+    from streamk.parallel import parse_dask_address
 
     with pytest.raises(ConfigError):
         parse_dask_address(text)

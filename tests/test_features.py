@@ -14,6 +14,7 @@ pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
 
 from streamk import features as F  # noqa: E402
+from streamk.pipeline import extract_many, iter_extract  # noqa: E402
 from streamk.errors import (ConfigError, DescriptorFileError, DimensionError,  # noqa: E402
                             ImageReadError, StreamkError)
 
@@ -378,7 +379,7 @@ def test_extract_many_reports_the_bad_file_and_returns_the_rest(name, tmp_path, 
     bad.write_text("not an image")
     paths = [images["textured0"], bad, images["jpg"], str(images["textured1"])]
     ex = F.make_extractor(name)
-    feats, errors = F.extract_many(paths, ex, cache_dir=tmp_path / "cache", workers=2, progress=False)
+    feats, errors = extract_many(paths, ex, cache_dir=tmp_path / "cache", workers=2, progress=False)
     assert list(feats) == [paths[0], paths[2], paths[3]]  # input order, keys as given
     assert list(errors) == [bad] and "not a recognised image format" in errors[bad]
     for p in feats:  # same as in this process: deterministic across processes
@@ -386,7 +387,7 @@ def test_extract_many_reports_the_bad_file_and_returns_the_rest(name, tmp_path, 
         assert np.array_equal(feats[p].keypoints, ref.keypoints)
         assert np.array_equal(feats[p].descriptors, ref.descriptors)
     # second run: every good image comes from the cache, the bad one is reported again
-    results = list(F.iter_extract(paths, ex, cache_dir=tmp_path / "cache", workers=2))
+    results = list(iter_extract(paths, ex, cache_dir=tmp_path / "cache", workers=2))
     assert sorted((str(r.path), r.cached, r.error is None) for r in results) == sorted(
         [(str(paths[0]), True, True), (str(bad), False, False), (str(paths[2]), True, True),
          (str(paths[3]), True, True)])
@@ -395,7 +396,7 @@ def test_extract_many_reports_the_bad_file_and_returns_the_rest(name, tmp_path, 
 @needs_sift
 def test_extract_many_in_process_and_duplicates(images):
     p = images["textured0"]
-    feats, errors = F.extract_many([p, p, images["flat"]], F.make_extractor("sift"), workers=1,
+    feats, errors = extract_many([p, p, images["flat"]], F.make_extractor("sift"), workers=1,
                                    progress=False)
     assert list(feats) == [p, images["flat"]] and not errors
     assert len(feats[images["flat"]]) == 0
@@ -415,7 +416,7 @@ def test_a_crashing_image_is_isolated_and_reported(tmp_path, images):
     crash = tmp_path / "crash.png"
     Image.fromarray(textured(100, 80)).save(crash)
     paths = [images["textured0"], crash, images["textured1"]]
-    feats, errors = F.extract_many(paths, CrashingSift(), workers=2, progress=False)
+    feats, errors = extract_many(paths, CrashingSift(), workers=2, progress=False)
     assert list(errors) == [crash] and errors[crash].startswith("WorkerCrashed")
     assert list(feats) == [paths[0], paths[2]] and all(len(f) > 0 for f in feats.values())
 
@@ -501,7 +502,7 @@ def test_without_pyhesaff_the_default_falls_back_to_opencv_with_a_warning(monkey
     def missing():
         raise ExtractorUnavailableError("pyhesaff is not installed (simulated)")
 
-    monkeypatch.setattr(F, "_import_pyhesaff", missing)
+    monkeypatch.setattr(F.extractors, "_import_pyhesaff", missing)
     with pytest.warns(RuntimeWarning, match="not the paper's Hessian-affine"):
         ex = F.make_extractor(max_features=10)
     assert ex.name == "sift" and ex.max_features == 10

@@ -15,7 +15,7 @@ import pytest
 from streamk import Encoder
 from streamk.cli import main
 from streamk.index import StreamingIndex
-from streamk.ingest import id_for, image_content_key, scan
+from streamk.pipeline.ingest import id_for, image_content_key, scan
 
 pytest.importorskip("cv2")
 PIL = pytest.importorskip("PIL")
@@ -48,7 +48,8 @@ def work(tmp_path_factory):
     for i in range(5):
         textured(str(imgs / f"img{i}.png"), i)
     textured(str(imgs / "sub" / "img5.png"), 5)
-    from streamk.features import extract_many, make_extractor
+    from streamk.features import make_extractor
+    from streamk.pipeline import extract_many
     feats, _ = extract_many(sorted(str(p) for p in imgs.rglob("*.png")), make_extractor("sift"),
                             workers=1, progress=False)
     enc = Encoder(embedding="vlad", k=4, aggregation="gmp").fit([f.descriptors for f in feats.values()])

@@ -195,7 +195,7 @@ def test_importing_the_index_loads_neither_scipy_linalg_nor_sklearn():
     import subprocess
     import sys
 
-    code = ("import sys, streamk.index, streamk.pq, streamk.ingest\n"
+    code = ("import sys, streamk.index, streamk.pq, streamk.pipeline.ingest\n"
             "print(sorted(m for m in ('scipy.linalg', 'sklearn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

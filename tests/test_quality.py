@@ -27,7 +27,8 @@ def test_paris6k_subset_temb16_keeps_the_papers_ordering_above_the_floors(shared
     else:
         pytest.importorskip("pyhesaff")
     from streamk.datasets import load_dataset
-    from streamk.experiment import default_cache_dir, evaluate_dataset
+    from streamk.config import default_cache_dir
+    from streamk.experiment import evaluate_dataset
 
     dataset = load_dataset("paris6k-subset")
     assert (dataset.n_images, dataset.n_queries) == (250, 12)

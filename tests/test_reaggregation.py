@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from streamk import features as feat
+from streamk.pipeline import extract_many  # noqa: E402
 from streamk.errors import ConfigError, DatasetImageError, NotFittedError
 from streamk.examples import open_example
-from streamk.experiment import default_cache_dir
+from streamk.config import default_cache_dir
 from streamk.ivfpq import IVFPQ
 from streamk.reaggregation import Reaggregator, Settings
 
@@ -23,7 +23,7 @@ def _reference(ex, s):
     enc = ex.index.encoder.derive(aggregation=s.method, gamma=s.gamma, lam=s.lam, power=s.power)
     ids = ex.index.ids()
     paths = [ex.index.info(i)["source"] for i in ids]
-    found, _ = feat.extract_many(paths, ex.index.extractor(), default_cache_dir(), workers=1, progress=False)
+    found, _ = extract_many(paths, ex.index.extractor(), default_cache_dir(), workers=1, progress=False)
     return ids, np.stack([enc.encode(found[p].descriptors) for p in paths])
 
 

@@ -161,7 +161,8 @@ def test_cli_ingest_and_search_a_sharded_index_on_dask(tmp_path, client, capsys)
     from image_support import textured
 
     from streamk.cli import main
-    from streamk.features import extract_many, make_extractor
+    from streamk.features import make_extractor
+    from streamk.pipeline import extract_many
 
     imgs = tmp_path / "imgs"
     paths = [textured(str(imgs / f"p{i}.png"), i) for i in range(8)]

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from streamk import features as feat  # noqa: E402
+from streamk.pipeline import extract_many  # noqa: E402
 from streamk.examples import open_example  # noqa: E402
-from streamk.experiment import default_cache_dir  # noqa: E402
+from streamk.config import default_cache_dir  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def reference_ranking(example, query_path, method, power=0.5):
     enc = example.index.encoder.derive(aggregation=method, power=power)
     ids = example.index.ids()
     paths = [example.index.info(i)["source"] for i in ids] + [str(query_path)]
-    found, _ = feat.extract_many(paths, example.index.extractor(), default_cache_dir(), workers=1, progress=False)
+    found, _ = extract_many(paths, example.index.extractor(), default_cache_dir(), workers=1, progress=False)
     V = np.stack([enc.encode(found[p].descriptors) for p in paths[:-1]])
     q = enc.encode(found[paths[-1]].descriptors)
     return [ids[i] for i in np.argsort(-(V @ q), kind="stable")]

@@ -26,9 +26,9 @@ def open_image(path, max_side=None):
     """An RGB PIL image (decoded now), at most ``max_side`` pixels on its long side;
     ImageReadError for a missing, corrupt or non-image file."""
 
-    from ..features import _read_file_bytes
+    from ..features import read_image_bytes
 
-    data = _read_file_bytes(path)
+    data = read_image_bytes(path)
     return image_from_bytes(data, path, max_side)
 
 

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import ipywidgets as W
 
 from .. import features as feat
+from ..pipeline import extract_many
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError
 from ..reaggregation import Reaggregator, Settings
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
@@ -195,7 +196,7 @@ class SearchApp(W.VBox):
 
     # ---------------------------------------------------------------- queries
     def _features_of_file(self, path):
-        found, errors = feat.extract_many([path], self.extractor, self.cache_dir, workers=1, progress=False)
+        found, errors = extract_many([path], self.extractor, self.cache_dir, workers=1, progress=False)
         if errors:
             raise ImageReadError(path, errors[path].split(": ", 1)[-1])
         return found[path]
@@ -256,7 +257,7 @@ class SearchApp(W.VBox):
 
         if not data:
             raise ImageReadError(name, "empty file")
-        f = self.extractor.extract_array(feat._decode_gray(bytes(data), name))  # a bad file stops here
+        f = self.extractor.extract_array(feat.decode_gray(bytes(data), name))  # a bad file stops here
         if self._upload_dir is None:
             self._upload_dir = tempfile.mkdtemp(prefix="streamk-upload-")
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(str(name)))[-80:]

@@ -1,17 +1,17 @@
 """The Dask executor: per-image tasks on a Dask distributed cluster, the same tasks
-and results as the local pool (:mod:`streamk.workers`).
+and results as the local pool (:mod:`streamk.parallel.executors`).
 
     streamk ingest my-index photos/ --dask tcp://scheduler:8786
     streamk ingest my-index photos/ --dask local:4       # a LocalCluster started here
 
 Each worker is prepared once by a worker plugin (one thread per task for BLAS,
-OpenMP, OpenCV and Numba); the run's spec (encoder bytes, extractor, cache
-folder) is scattered to every worker once and built there once per worker
-(decoded, Numba kernels warmed). Tasks are submitted as the input is read, at
+OpenMP, OpenCV and Numba); the run's context (a TaskContext: for ingestion the
+encoder bytes, extractor and cache folder) is scattered to every worker once and
+built there once per worker. Tasks are submitted as the input is read, at
 most ``max_inflight`` at a time (default: twice the cluster's threads,
 re-read as workers come and go). A task whose worker died is rescheduled by
 the scheduler on another worker; after ``distributed.scheduler.allowed-failures``
-deaths (default 3) the item is reported through ``crashed``.
+deaths (default 3) the item gets ``TaskFailure("crashed", ...)``.
 
 The image files must be readable at the same path on every worker (a shared
 folder, or one machine); the index itself stays with the process that writes
@@ -25,7 +25,8 @@ import uuid
 from distributed import Client, LocalCluster, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from .workers import Executor, parse_dask_address, prepare_worker_process, run_task, spec_token
+from .executors import CRASHED, Executor, TaskFailure, parse_dask_address
+from .worker_process import prepare_worker_process, run_task
 
 PLUGIN_NAME = "streamk-worker-setup"
 
@@ -37,7 +38,6 @@ class StreamkWorkerSetup(WorkerPlugin):
 
     def setup(self, worker):
         prepare_worker_process()
-        import streamk.kernels  # noqa: F401  (Numba kernel module loaded before the first task)
 
 
 class DaskExecutor(Executor):
@@ -76,12 +76,12 @@ class DaskExecutor(Executor):
             self._nthreads_at = time.monotonic()
         return self._nthreads
 
-    def map_unordered(self, fn, items, spec, crashed, failed, max_inflight=None):
+    def map_unordered(self, fn, items, context, max_inflight=None):
         """Yield ``(item, result)`` in completion order; see the module doc."""
         from distributed.scheduler import KilledWorker
 
-        token = spec_token(spec)
-        spec_future = self._scatter(token, spec)
+        token = context.token()
+        spec_future = self._scatter(token, context)
         items = iter(items)
         inflight = {}
         queue = as_completed()
@@ -106,9 +106,9 @@ class DaskExecutor(Executor):
                 try:
                     result = fut.result()
                 except KilledWorker:
-                    result = crashed(item)
+                    result = TaskFailure("crashed", CRASHED)
                 except Exception as exc:
-                    result = failed(item, exc)
+                    result = TaskFailure.of(exc)
                 fut.release()
                 yield item, result
                 fill()
@@ -117,7 +117,7 @@ class DaskExecutor(Executor):
                 fut.cancel()
 
     def _scatter(self, token, spec):
-        """The spec on every worker, sent once for runs with the same spec (watch mode)."""
+        """The context on every worker, sent once for runs with the same one (watch mode)."""
         if self._spec is None or self._spec[0] != token:
             if self._spec is not None:
                 self._spec[1].release()
@@ -134,7 +134,5 @@ class DaskExecutor(Executor):
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
-
-
 
 __all__ = ["DaskExecutor", "StreamkWorkerSetup"]

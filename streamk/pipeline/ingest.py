@@ -28,7 +28,7 @@ sent to the workers as they are found, a bounded number at a time):
    makes a resumed run cheap; it keeps no state outside the index and sees a
    file whose content changed under its old name.
 4. **Read, hash, extract, encode** in a worker (the local crash-isolating
-   process pool of :mod:`streamk.workers`, or a Dask cluster, :mod:`streamk.cluster`):
+   process pool of :mod:`streamk.parallel`, or a Dask cluster):
    the worker reads the file once, hashes those bytes, takes the features from
    the feature cache when one is given (or extracts and stores them), and
    encodes (with temb k=64 encoding costs ~10x the extraction). The sha256
@@ -47,7 +47,6 @@ Each bad file (unreadable, empty, truncated, corrupt, not an image, a directory,
 no local features, invalid id, ...) is reported with its reason and skipped.
 """
 
-import hashlib
 import json
 import os
 import sys
@@ -55,14 +54,13 @@ import time
 from dataclasses import dataclass, field
 from itertools import islice
 
-import numpy as np
 
-from . import features as feat
-from .errors import (ConfigError, DuplicateError, EmptyDescriptorSetError, ImageReadError,
-                     StreamkError)
-from .index import encoded_image_file, image_content_key
-from .store import validate_id
-from .workers import make_executor
+from ..errors import ConfigError, DuplicateError, StreamkError, describe
+from ..features import FeatureCache
+from ..index import encoded_image_file, image_content_key
+from ..parallel import make_executor
+from ..store import validate_id
+from .tasks import ingest_task, results, task_context
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff",
                               ".webp", ".ppm", ".pgm", ".pbm", ".pnm"})
@@ -144,18 +142,13 @@ def _stat_sig(path):
         return None
 
 
-def _describe(exc):
-    reason = exc.reason if isinstance(exc, ImageReadError) else str(exc)
-    return f"{type(exc).__name__}: {reason}"
-
-
 class Ingester:
     """Adds image files to an open, writable index; see the module doc.
 
     workers: local extraction processes (None: all cores; 1: in this process).
     dask: run on a Dask cluster instead: a scheduler address (``tcp://host:8786``),
     ``"local:N"`` (a LocalCluster of N processes started here) or a
-    ``distributed.Client``. executor: a :mod:`streamk.workers` executor to use
+    ``distributed.Client``. executor: a :mod:`streamk.parallel` executor to use
     (kept open; overrides workers and dask). cache_dir: a feature cache folder
     (:class:`~streamk.features.FeatureCache`) read and filled by the workers
     (None: no cache). batch_size: images per write transaction. max_inflight:
@@ -181,7 +174,7 @@ class Ingester:
         self.report = report or (lambda path, reason: print(f"streamk: skipped {path}: {reason}",
                                                             file=sys.stderr, flush=True))
         self.progress = progress
-        self.cache = None if cache_dir is None else feat.FeatureCache(cache_dir)
+        self.cache = None if cache_dir is None else FeatureCache(cache_dir)
         self.stats = IngestStats()
         self._seen = {}  # path -> stat signature when last handled (for --watch)
         self._batch = []  # (path, EncodedImage)
@@ -246,7 +239,7 @@ class Ingester:
             elif isinstance(exc, DuplicateError):  # same content under another id
                 self._ok(path, "exists")
             else:
-                self._fail(path, _describe(exc))
+                self._fail(path, describe(exc))
 
     # ------------------------------------------------------------------ one pass
     def ingest(self, roots, only_new=False):
@@ -267,17 +260,15 @@ class Ingester:
             executor = make_executor(self.workers)
         if executor.name != "in-process" and self._encoder_bytes is None:
             self._encoder_bytes = self.index.encoder.to_bytes()  # once: watch mode passes reuse it
-        spec = {"encoder": self.index.encoder if executor.name == "in-process" else self._encoder_bytes,
-                "extractor": self._extractor,
-                "cache_dir": None if self.cache is None else str(self.cache.directory)}
-        results = executor.map_unordered(_ingest_task, self._tasks(roots, only_new), spec,
-                                         _crashed, _failed, self.max_inflight)
+        context = task_context(self.index.encoder if executor.name == "in-process" else self._encoder_bytes,
+                               self._extractor, None if self.cache is None else self.cache.directory, executor)
+        running = executor.map_unordered(ingest_task, self._tasks(roots, only_new), context, self.max_inflight)
         try:
-            for _, r in results:
+            for _, r in results(running):
                 self._handle(r)
             self._flush()
         finally:
-            results.close()  # stops the tasks in flight when interrupted
+            running.close()  # stops the tasks in flight when interrupted
             if executor is not self.executor:
                 executor.close()
             self._bar.close()
@@ -304,7 +295,7 @@ class Ingester:
                 try:
                     validate_id(image_id)
                 except StreamkError as exc:
-                    self._fail(path, _describe(exc))
+                    self._fail(path, describe(exc))
                     continue
                 chunk.append((path, image_id))
             if not pulled:
@@ -332,7 +323,7 @@ class Ingester:
             enc = encoded_image_file(r["id"], path, r["sha256"], r["vector"], r["keypoints"],
                                      r["weights"], r["image_size"])
         except StreamkError as exc:
-            self._fail(path, _describe(exc))
+            self._fail(path, describe(exc))
             return
         self._batch.append((path, enc))
         if (len(self._batch) >= self.batch_size
@@ -369,38 +360,6 @@ def _stored_file_sha(raw_record):
     if rec.get("kind") == "image_path" and rec.get("box") is None and rec.get("sha256"):
         return rec["sha256"]
     return ""
-
-
-# ---------------------------------------------------------------------- the task (in workers)
-def _ingest_task(ctx, task):
-    """Read, hash, extract (or take from the cache) and encode one image file; never raises.
-
-    With a stored sha256 (the id is already in the index), only read and hash."""
-    path, image_id, stored_sha, read_path = task
-    out = {"path": path, "id": image_id, "error": None, "stored_sha256": stored_sha}
-    try:
-        data = feat._read_file_bytes(read_path)
-        sha = out["sha256"] = hashlib.sha256(data).hexdigest()
-        if stored_sha is not None:
-            return out
-        f, _ = feat.features_of_bytes(data, path, ctx["extractor"], ctx["cache"], sha)
-        if len(f) == 0:
-            raise EmptyDescriptorSetError("no local features")
-        v, alpha = ctx["encoder"].encode(f.descriptors, return_weights=True)
-        out.update(vector=np.asarray(v, np.float32), weights=np.asarray(alpha, np.float32),
-                   keypoints=f.keypoints, n=len(f), image_size=[int(x) for x in f.image_size])
-    except Exception as exc:  # reported per file
-        out["error"] = _describe(exc)
-    return out
-
-
-def _crashed(task):
-    return {"path": task[0], "id": task[1], "error": "WorkerCrashed: the process died on this image "
-                                                     "(a crash in the detector library?)"}
-
-
-def _failed(task, exc):
-    return {"path": task[0], "id": task[1], "error": _describe(exc)}
 
 
 def collect_images(roots):

@@ -29,17 +29,17 @@ With every image and every descriptor (``max_images=None``,
 images' descriptor sets.
 """
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import features as feat
-from .encoder import Encoder, EncoderConfig
-from .errors import ConfigError, EmptyDescriptorSetError
-from .workers import make_executor
+from ..encoder import Encoder, EncoderConfig
+from ..errors import ConfigError, EmptyDescriptorSetError
+from ..features import default_extractor
+from ..parallel import default_workers, make_executor
+from .tasks import aggregate_task, results, sample_task, task_context
 
 DEFAULT_MAX_IMAGES = 1000
 DEFAULT_DESCRIPTORS_PER_IMAGE = 500
@@ -71,60 +71,9 @@ def sample_images(paths, max_images, seed=0):
     return [paths[i] for i in rows]
 
 
-def sample_rows(n, k, seed, sha256_hex):
-    """Indices of at most ``k`` of ``n`` rows (sorted), seeded by ``seed`` and the content."""
-    if k is None or n <= k:
-        return np.arange(n)
-    rng = np.random.default_rng([int(seed), int(sha256_hex[:16], 16)])
-    return np.sort(rng.choice(n, int(k), replace=False))
-
-
-def _features(ctx, path):
-    data = feat._read_file_bytes(path)
-    sha = hashlib.sha256(data).hexdigest()
-    f, _ = feat.features_of_bytes(data, path, ctx["extractor"], ctx["cache"], sha)
-    if len(f) == 0:
-        raise EmptyDescriptorSetError("no local features")
-    return f, sha
-
-
-def _sample_task(ctx, task):
-    """Worker: a seeded sample of one image's raw descriptors (uint8); never raises."""
-    path, per_image, seed = task
-    try:
-        f, sha = _features(ctx, path)
-        return {"path": path, "error": None, "n": len(f),
-                "descriptors": f.descriptors[sample_rows(len(f), per_image, seed, sha)]}
-    except Exception as exc:
-        return {"path": path, "error": feat._describe(exc)}
-
-
-def _aggregate_task(ctx, path):
-    """Worker: the aggregated vector xi (before post-processing) of one image's whole
-    descriptor set, with the context's encoder; never raises."""
-    try:
-        f, _ = _features(ctx, path)
-        enc = ctx["encoder"]
-        method = enc.config.aggregation
-        return {"path": path, "error": None, "xi": enc.aggregate_methods(f.descriptors, (method,))[method][0]}
-    except Exception as exc:
-        return {"path": path, "error": feat._describe(exc)}
-
-
-def _crashed(item):
-    path = item[0] if isinstance(item, tuple) else item
-    return {"path": path, "error": "WorkerCrashed: the process died on this image "
-                                   "(a crash in the detector library?)"}
-
-
-def _failed(item, exc):
-    path = item[0] if isinstance(item, tuple) else item
-    return {"path": path, "error": feat._describe(exc)}
-
-
 def _run(executor, fn, items, spec, info, report, bar):
     out = {}
-    for _, r in executor.map_unordered(fn, items, spec, _crashed, _failed):
+    for _, r in results(executor.map_unordered(fn, items, spec)):
         bar.update(1)
         if r["error"] is not None:
             info.failed[r["path"]] = r["error"]
@@ -141,7 +90,7 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
     ``paths``; see the module doc.
 
     config: an :class:`EncoderConfig` or a dict of its options. extractor: None
-    (the default extractor). executor: a :mod:`streamk.workers` executor (kept
+    (the default extractor). executor: a :mod:`streamk.parallel` executor (kept
     open); None: ``make_executor(workers)``, closed at the end. report(path,
     reason): each image that failed (default: ignored, see ``info.failed``).
     """
@@ -151,7 +100,7 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
     config = EncoderConfig(**config) if isinstance(config, dict) else (config or EncoderConfig())
     if descriptors_per_image is not None and int(descriptors_per_image) < 1:
         raise ConfigError(f"descriptors_per_image must be >= 1 or None, got {descriptors_per_image}")
-    extractor = feat.default_extractor() if extractor is None else extractor
+    extractor = default_extractor() if extractor is None else extractor
     report = report or (lambda path, reason: None)
     # absolute paths: a Dask worker's working folder is not ours
     sample = [os.path.abspath(p) for p in sample_images(paths, max_images, seed)]
@@ -160,11 +109,11 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
     info = TrainingInfo()
     own = executor is None
     if own:
-        executor = make_executor(max(1, min(workers or feat._default_workers(), len(sample))))
-    spec = {"encoder": None, "extractor": extractor, "cache_dir": None if cache_dir is None else str(cache_dir)}
+        executor = make_executor(max(1, min(workers or default_workers(), len(sample))))
+    spec = task_context(None, extractor, cache_dir, executor)
     try:
         with tqdm(total=len(sample), desc="learning sample", unit="img", disable=not progress) as bar:
-            got = _run(executor, _sample_task, ((p, descriptors_per_image, seed) for p in sample), spec,
+            got = _run(executor, sample_task, ((p, descriptors_per_image, seed) for p in sample), spec,
                        info, report, bar)
         learning = [p for p in sample if p in got]  # the sample's order: a reproducible fit
         if not learning:
@@ -177,9 +126,9 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
         if not config.rn:
             return Encoder(config).fit(sets, verbose=progress), info
         base = Encoder(config, rn=False, dim=None).fit(sets, verbose=progress)  # the embedding only
-        spec = dict(spec, encoder=base if executor.name == "in-process" else base.to_bytes())
+        spec = task_context(base, extractor, cache_dir, executor)
         with tqdm(total=len(learning), desc="RN learning vectors", unit="img", disable=not progress) as bar:
-            xis = _run(executor, _aggregate_task, learning, spec, info, report, bar)
+            xis = _run(executor, aggregate_task, learning, spec, info, report, bar)
         rn_paths = [p for p in learning if p in xis]
         info.rn_images = len(rn_paths)
         enc = base.derive(aggregated=[xis[p]["xi"] for p in rn_paths], rn=True, dim=config.dim,
@@ -192,4 +141,4 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
 
 
 __all__ = ["DEFAULT_DESCRIPTORS_PER_IMAGE", "DEFAULT_MAX_IMAGES", "TrainingInfo", "sample_images",
-           "sample_rows", "train_encoder"]
+           "train_encoder"]

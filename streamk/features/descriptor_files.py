@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DescriptorFileError, DimensionError
+from ..errors import DescriptorFileError, DimensionError
 
 SIFTGEO_DIM = 128
 SIFTGEO_GEOMETRY_FIELDS = ("x", "y", "scale", "angle", "mi11", "mi12", "mi21", "mi22", "cornerness")

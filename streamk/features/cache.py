@@ -1,0 +1,131 @@
+"""Features on disk, keyed by image content and extractor parameters, shared by
+processes; and the features of one image file through it."""
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+from ..errors import ConfigError
+from .descriptor_files import atomic_write
+from .extractors import default_extractor
+from .images import decode_gray, read_image_bytes
+from .local_features import crop_to_box, features_from_npz, save_features
+
+class FeatureCache:
+    """Features on disk, keyed by the image's content (sha256 of the file bytes) and the
+    extractor's :meth:`~Extractor.params` (name, options, library versions).
+
+    Layout: ``<dir>/<params-digest[:16]>/params.json`` and
+    ``<dir>/<params-digest[:16]>/<sha[:2]>/<sha>.npz``. Entries are written
+    atomically (temporary file + ``os.replace``) as plain .npz (no pickle), so
+    several processes may share one cache. A corrupt or mismatched entry is a
+    miss and is overwritten. ``hits`` and ``misses`` count lookups in this process.
+    """
+
+    def __init__(self, directory):
+        self.directory = Path(directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the feature cache directory {self.directory}: {exc}") from exc
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def params_digest(extractor):
+        """SHA-256 of the extractor's canonical JSON parameters (the cache's second key)."""
+        blob = json.dumps(extractor.params(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _key(self, content_sha256, extractor):
+        """(params digest, params folder, entry path), recomputed on every call so that
+        changing an extractor's attributes can never reuse stale entries."""
+        if not (isinstance(content_sha256, str) and len(content_sha256) == 64
+                and all(c in "0123456789abcdef" for c in content_sha256)):
+            raise ConfigError(f"not a sha256 hex digest: {content_sha256!r}")
+        digest = self.params_digest(extractor)
+        folder = self.directory / digest[:16]
+        return digest, folder, folder / content_sha256[:2] / f"{content_sha256}.npz"
+
+    def entry_path(self, content_sha256, extractor):
+        """Where the features of an image with this content hash are stored."""
+        return self._key(content_sha256, extractor)[2]
+
+    def get(self, content_sha256, extractor):
+        """The cached features, or None (a miss)."""
+        digest, _, path = self._key(content_sha256, extractor)
+        try:
+            features, meta = features_from_npz(path)
+            if meta.get("sha256") != content_sha256 or meta.get("params_digest") != digest:
+                raise ValueError("entry for other content or parameters")
+        except Exception:  # absent, corrupt or foreign entry: a miss (recomputed and overwritten)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return features
+
+    def put(self, content_sha256, extractor, features):
+        """Store features (atomically); also writes the folder's params.json the first time."""
+        digest, folder, path = self._key(content_sha256, extractor)
+        pfile = folder / "params.json"
+        if not pfile.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            text = json.dumps(extractor.params(), sort_keys=True, indent=1).encode()
+            atomic_write(pfile, lambda fh: fh.write(text))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_features(path, features, {"sha256": content_sha256, "params_digest": digest})
+
+
+def _as_cache(cache):
+    if cache is None or isinstance(cache, FeatureCache):
+        return cache
+    return FeatureCache(cache)
+
+
+def features_of_bytes(data, path, extractor, cache, sha256_hex=None):
+    """(Features, cache hit?) of an image file's bytes: the cache entry when there is
+    one, else extracted (and stored in the cache). ``sha256_hex``: the bytes' digest,
+    when the caller has it already."""
+    if cache is not None:
+        sha256_hex = sha256_hex or hashlib.sha256(data).hexdigest()
+        cached = cache.get(sha256_hex, extractor)
+        if cached is not None:
+            return cached, True
+    features = extractor.extract_array(decode_gray(data, path))
+    if cache is not None:
+        try:
+            cache.put(sha256_hex, extractor, features)
+        except OSError as exc:
+            warnings.warn(f"could not write the feature cache entry for {path}: {exc}",
+                          RuntimeWarning, stacklevel=3)
+    return features, False
+
+
+
+
+def extract(path, extractor=None, cache=None):
+    """Features of one image file.
+
+    extractor: an :class:`Extractor` (None: :func:`default_extractor`).
+    cache: None, a directory, or a :class:`FeatureCache`; features are then
+    computed once per (file content, extractor parameters).
+    Raises :class:`~streamk.errors.ImageReadError` for an unreadable image. An
+    image without features gives an empty set (0 x 128), not an error.
+    """
+    extractor = default_extractor() if extractor is None else extractor
+    return features_of_bytes(read_image_bytes(path), path, extractor, _as_cache(cache))[0]
+
+
+
+def image_features(path, extractor, box=None, cache=None):
+    """(the file's bytes, its Features) of one image file, read once; ``box`` =
+    (x1, y1, x2, y2) keeps the features whose centre lies inside it."""
+    data = read_image_bytes(path)
+    f, _ = features_of_bytes(data, path, extractor, _as_cache(cache))
+    if box is not None:
+        f = crop_to_box(f, box)
+    return data, f
+
+
+__all__ = ["FeatureCache", "extract", "features_of_bytes", "image_features"]

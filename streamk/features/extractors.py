@@ -1,0 +1,345 @@
+"""Local features: the first stage, image file -> keypoints + raw SIFT descriptors.
+
+    file bytes --sha256--> cache lookup (hit: done)
+      -> Pillow decode, grayscale, EXIF orientation ignored
+      -> optional downscale so that the long side is at most ``max_side``
+      -> detector: Hessian-affine + SIFT (pyhesaff, the paper's features; default)
+                   or OpenCV's DoG SIFT
+      -> keypoints mapped back to ORIGINAL pixel coordinates
+      -> strongest first, optional cap ``max_features`` -> :class:`Features`
+
+Descriptors are raw SIFT, uint8 (n, 128), for both extractors; RootSIFT is the
+encoder's business (``EncoderConfig.rootsift``), not done here.
+
+The keypoint convention is in :mod:`streamk.features.local_features`.
+
+Order and cap ("strongest first"): OpenCV features are sorted by detector
+response (descending). pyhesaff does not report its Hessian response, so its
+features are sorted by scale ``sqrt(a11 * a22)`` (descending: large features
+are the most repeatable); raise the ``threshold`` option to keep the features
+with the strongest Hessian response instead. Ties are broken by position and
+orientation, so the output is a deterministic function of the image and the
+options, whatever order the detector (threaded in OpenCV) emits.
+"""
+
+import math
+import warnings
+
+import numpy as np
+
+from ..errors import ConfigError, DimensionError, ExtractorUnavailableError
+from .images import load_gray, pil_image
+from .local_features import DESCRIPTOR_DIM, KEYPOINT_COLUMNS, Features
+
+#: Version of this module's pipeline (decoding, resizing, coordinate convention); part of cache keys.
+FEATURES_VERSION = 1
+DEFAULT_EXTRACTOR = "hesaff"
+_MIN_SIDE = 16  # smallest accepted max_side
+
+
+def check_positive_int(value, name, minimum=1):
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum} or None, got {value!r}")
+    return int(value)
+
+
+class Extractor:
+    """Base class: image -> :class:`Features`. Subclasses implement ``_detect`` and ``versions``.
+
+    max_side: downscale the image (never upscale) so that its long side is at
+        most this many pixels before detection; keypoints are still reported in
+        original pixel coordinates. None: detect at full resolution.
+    max_features: keep at most this many features, strongest first (see the
+        module doc for what "strongest" means per extractor). None: all.
+    """
+
+    name = "base"
+
+    def __init__(self, max_side=None, max_features=None):
+        self.max_side = check_positive_int(max_side, "max_side", _MIN_SIDE)
+        self.max_features = check_positive_int(max_features, "max_features")
+
+    # -- description --------------------------------------------------------
+    def options(self):
+        """The options as a JSON-able dict (with :attr:`name`, enough to rebuild the extractor)."""
+        return {"max_side": self.max_side, "max_features": self.max_features}
+
+    def versions(self):  # pragma: no cover - overridden
+        return {}
+
+    def params(self):
+        """Everything that determines the output: name, options, library versions (JSON-able).
+
+        Store this next to an index so that queries are described the same way;
+        :func:`extractor_from_params` rebuilds the extractor.
+        """
+        return {"extractor": self.name, "options": self.options(), "versions": self.versions(),
+                "features_version": FEATURES_VERSION}
+
+    def __repr__(self):
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        return f"{type(self).__name__}({opts})"
+
+    # -- extraction ---------------------------------------------------------
+    def _detect(self, gray):  # pragma: no cover - overridden
+        """(keypoints (n, 6) float32, descriptors (n, 128) uint8, strength (n,)) on ``gray``."""
+        raise NotImplementedError
+
+    def extract_array(self, gray):
+        """Features of a uint8 (height, width) grayscale image given as an array."""
+        gray = np.asarray(gray)
+        if gray.ndim != 2 or gray.shape[0] == 0 or gray.shape[1] == 0:
+            raise DimensionError(f"expected a non-empty 2-D grayscale image, got shape {gray.shape}")
+        if gray.dtype != np.uint8:
+            raise DimensionError(f"expected a uint8 grayscale image, got dtype {gray.dtype}")
+        H, W = gray.shape
+        small = gray
+        if self.max_side is not None and max(H, W) > self.max_side:
+            s = self.max_side / max(H, W)
+            w2, h2 = max(1, round(W * s)), max(1, round(H * s))
+            Image = pil_image()
+            small = np.asarray(Image.fromarray(np.ascontiguousarray(gray)).resize(
+                (w2, h2), Image.Resampling.BILINEAR), dtype=np.uint8)
+        kp, desc, strength = self._detect(np.ascontiguousarray(small))
+        kp = np.asarray(kp, dtype=np.float64).reshape(-1, len(KEYPOINT_COLUMNS))
+        desc = np.asarray(desc).reshape(-1, DESCRIPTOR_DIM)
+        strength = np.asarray(strength, dtype=np.float64).reshape(-1)
+        if not (len(kp) == len(desc) == len(strength)):
+            raise DimensionError(f"{self.name}: detector returned {len(kp)} keypoints, "
+                                 f"{len(desc)} descriptors, {len(strength)} strengths")
+        if small is not gray:  # back to original pixel coordinates (pixel centres at integers)
+            h2, w2 = small.shape
+            sx, sy = W / w2, H / h2
+            kp = kp.copy()
+            kp[:, 0] = (kp[:, 0] + 0.5) * sx - 0.5
+            kp[:, 1] = (kp[:, 1] + 0.5) * sy - 0.5
+            kp[:, 2] *= sx  # A <- diag(sx, sy) A keeps the lower-triangular form
+            kp[:, 3] *= sy
+            kp[:, 4] *= sy
+        ok = np.isfinite(kp).all(axis=1) & np.isfinite(strength)
+        kp, desc, strength = kp[ok], desc[ok], strength[ok]
+        scale = np.sqrt(np.abs(kp[:, 2] * kp[:, 4]))
+        # strongest first; ties by scale, position, orientation: a canonical order
+        order = np.lexsort((kp[:, 5], kp[:, 1], kp[:, 0], -scale, -strength))
+        if self.max_features is not None:
+            order = order[: self.max_features]
+        return Features(kp[order].astype(np.float32), np.asarray(desc[order], dtype=np.uint8), (W, H))
+
+    def extract(self, path):
+        """Features of an image file (no cache; see :func:`extract` for the cached version)."""
+        return self.extract_array(load_gray(path))
+
+    def __getstate__(self):  # library handles are rebuilt lazily in another process
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_lib")}
+
+
+def _import_pyhesaff():
+    try:
+        import pyhesaff
+    except Exception as exc:  # ImportError, or OSError from a broken shared library
+        raise ExtractorUnavailableError(
+            f"the Hessian-affine extractor needs the pyhesaff wheel ({type(exc).__name__}: {exc}); "
+            "install it with pip install 'streamk[features]' (wheels: CPython 3.10-3.13, "
+            "Linux x86_64), or use the OpenCV SIFT extractor: make_extractor('sift')") from exc
+    return pyhesaff
+
+
+class HessianAffineSift(Extractor):
+    """Hessian-affine keypoints + SIFT descriptors (Perdoch's detector, via the pyhesaff wheel).
+
+    These are the features of the paper (and of the Oxford/Paris retrieval
+    literature). ``hesaff_params`` override pyhesaff's detector parameters
+    (names as in ``pyhesaff.get_hesaff_default_params()``, e.g.
+    ``threshold=16/3``, ``edgeEigenValueRatio=10``, ``rotation_invariance=False``);
+    unknown names raise :class:`~streamk.errors.ConfigError`.
+    """
+
+    name = "hesaff"
+    _FORBIDDEN = {"only_count"}
+
+    def __init__(self, max_side=None, max_features=None, **hesaff_params):
+        super().__init__(max_side, max_features)
+        pyhesaff = _import_pyhesaff()
+        types = {name: typ for typ, name, _ in pyhesaff.HESAFF_TYPED_PARAMS}
+        params = {name: typ(default) for typ, name, default in pyhesaff.HESAFF_TYPED_PARAMS
+                  if name not in self._FORBIDDEN}
+        for key, value in hesaff_params.items():
+            if key not in types or key in self._FORBIDDEN:
+                raise ConfigError(f"unknown or unsupported pyhesaff parameter {key!r}; known: "
+                                  f"{sorted(set(types) - self._FORBIDDEN)}")
+            typ = types[key]
+            if typ is bool:
+                if not isinstance(value, (bool, np.bool_)):
+                    raise ConfigError(f"pyhesaff parameter {key} must be a bool, got {value!r}")
+                params[key] = bool(value)
+            elif typ is int:
+                if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                    raise ConfigError(f"pyhesaff parameter {key} must be an integer, got {value!r}")
+                params[key] = int(value)
+            else:
+                try:
+                    params[key] = float(value)
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(f"pyhesaff parameter {key} must be a number, got {value!r}") from exc
+                if not math.isfinite(params[key]):
+                    raise ConfigError(f"pyhesaff parameter {key} must be finite, got {value!r}")
+        self.hesaff_params = dict(params)
+
+    def options(self):
+        return {**super().options(), **self.hesaff_params}
+
+    def versions(self):
+        pyhesaff = _import_pyhesaff()
+        return {"pyhesaff": pyhesaff.__version__, "hesaff_cpp": int(pyhesaff.get_cpp_version()),
+                "pillow": pil_image().__version__}
+
+    def _detect(self, gray):
+        pyhesaff = _import_pyhesaff()
+        kp, desc = pyhesaff.detect_feats_in_image(gray, **self.hesaff_params)
+        kp = np.asarray(kp, dtype=np.float32).reshape(-1, 6)
+        desc = np.asarray(desc, dtype=np.uint8).reshape(-1, DESCRIPTOR_DIM)
+        return kp, desc, np.sqrt(np.abs(kp[:, 2].astype(np.float64) * kp[:, 4]))
+
+
+def _import_cv2():
+    try:
+        import cv2
+    except Exception as exc:
+        raise ExtractorUnavailableError(
+            f"the OpenCV SIFT extractor needs opencv-python-headless ({type(exc).__name__}: {exc}); "
+            "install it with pip install 'streamk[features]'") from exc
+    if not hasattr(cv2, "SIFT_create"):
+        raise ExtractorUnavailableError(f"OpenCV {cv2.__version__} has no SIFT (needs OpenCV >= 4.4)")
+    return cv2
+
+
+class OpenCVSift(Extractor):
+    """OpenCV's DoG keypoints + SIFT descriptors (the alternative to Hessian-affine).
+
+    Options are OpenCV's ``SIFT_create`` parameters; the cap is applied by
+    streamk (by response), not by OpenCV's ``nfeatures``.
+    """
+
+    name = "sift"
+
+    def __init__(self, max_side=None, max_features=None, n_octave_layers=3,
+                 contrast_threshold=0.04, edge_threshold=10.0, sigma=1.6):
+        super().__init__(max_side, max_features)
+        _import_cv2()
+        self.n_octave_layers = check_positive_int(n_octave_layers, "n_octave_layers")
+        for name, value in (("contrast_threshold", contrast_threshold),
+                            ("edge_threshold", edge_threshold), ("sigma", sigma)):
+            try:
+                value = float(value)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{name} must be a number, got {value!r}") from exc
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+            setattr(self, name, value)
+
+    def options(self):
+        return {**super().options(), "n_octave_layers": self.n_octave_layers,
+                "contrast_threshold": self.contrast_threshold,
+                "edge_threshold": self.edge_threshold, "sigma": self.sigma}
+
+    def versions(self):
+        return {"opencv": _import_cv2().__version__, "pillow": pil_image().__version__}
+
+    def _sift(self):
+        if getattr(self, "_lib_sift", None) is None:
+            cv2 = _import_cv2()  # its thread pool: sized by OPENCV_FOR_THREADS_NUM (1 in workers)
+            self._lib_sift = cv2.SIFT_create(
+                nfeatures=0, nOctaveLayers=self.n_octave_layers,
+                contrastThreshold=self.contrast_threshold, edgeThreshold=self.edge_threshold,
+                sigma=self.sigma, descriptorType=cv2.CV_8U)
+        return self._lib_sift
+
+    def _detect(self, gray):
+        keypoints, desc = self._sift().detectAndCompute(gray, None)
+        n = len(keypoints)
+        if n == 0 or desc is None:
+            return np.zeros((0, 6), np.float32), np.zeros((0, DESCRIPTOR_DIM), np.uint8), np.zeros(0)
+        kp = np.zeros((n, 6), np.float64)
+        strength = np.empty(n, np.float64)
+        for i, k in enumerate(keypoints):
+            kp[i, 0], kp[i, 1] = k.pt
+            r = k.size / 2.0
+            kp[i, 2] = kp[i, 4] = r
+            kp[i, 5] = math.radians(k.angle) if k.angle >= 0 else 0.0
+            strength[i] = k.response
+        return kp, np.asarray(desc, dtype=np.uint8), strength
+
+
+EXTRACTORS = {"hesaff": HessianAffineSift, "sift": OpenCVSift}
+_ALIASES = {"hessian-affine": "hesaff", "hesaff-sift": "hesaff", "pyhesaff": "hesaff",
+            "opencv": "sift", "opencv-sift": "sift", "dog-sift": "sift"}
+
+
+def available_extractors():
+    """Names of the extractors whose libraries import on this machine."""
+    out = []
+    for name, probe in (("hesaff", _import_pyhesaff), ("sift", _import_cv2)):
+        try:
+            probe()
+            out.append(name)
+        except ExtractorUnavailableError:
+            pass
+    return out
+
+
+def make_extractor(name=None, **options):
+    """An extractor by name: ``"hesaff"`` (Hessian-affine + SIFT, pyhesaff) or ``"sift"`` (OpenCV).
+
+    name None is the default: ``"hesaff"``; if pyhesaff cannot be imported here it
+    falls back to ``"sift"`` with a warning (the features then differ from the
+    paper's). Naming ``"hesaff"`` explicitly never falls back: it raises
+    :class:`~streamk.errors.ExtractorUnavailableError`.
+    """
+    if name is None:
+        try:
+            return HessianAffineSift(**options)
+        except ExtractorUnavailableError as exc:
+            warnings.warn(f"{exc}. Falling back to OpenCV SIFT features, which are not the "
+                          "paper's Hessian-affine features.", RuntimeWarning, stacklevel=2)
+            hes_only = set(options) - {"max_side", "max_features"}
+            if hes_only:
+                raise ConfigError(f"options {sorted(hes_only)} are pyhesaff's and the fallback "
+                                  "OpenCV extractor does not take them") from exc
+            return OpenCVSift(**options)
+    key = _ALIASES.get(str(name).lower(), str(name).lower())
+    if key not in EXTRACTORS:
+        raise ConfigError(f"unknown extractor {name!r}; choose one of {sorted(EXTRACTORS)}")
+    try:
+        return EXTRACTORS[key](**options)
+    except TypeError as exc:  # an unknown keyword for OpenCVSift
+        raise ConfigError(f"bad options for extractor {key!r}: {exc}") from exc
+
+
+def default_extractor(**options):
+    """``make_extractor(None, **options)``: Hessian-affine, or OpenCV SIFT with a warning."""
+    return make_extractor(None, **options)
+
+
+def extractor_from_params(params):
+    """Rebuild an extractor from :meth:`Extractor.params` (e.g. stored beside an index).
+
+    Library versions that differ from the stored ones give a warning: the
+    features may differ slightly from those stored.
+    """
+    try:
+        name, options = params["extractor"], dict(params["options"])
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"not extractor parameters: {params!r}") from exc
+    ex = make_extractor(name, **options)
+    stored = params.get("versions") or {}
+    if stored and stored != ex.versions():
+        warnings.warn(f"extractor library versions differ from the stored ones: stored {stored}, "
+                      f"here {ex.versions()}", RuntimeWarning, stacklevel=2)
+    return ex
+
+
+__all__ = ["DEFAULT_EXTRACTOR", "EXTRACTORS", "FEATURES_VERSION", "Extractor", "HessianAffineSift",
+           "OpenCVSift", "available_extractors", "check_positive_int", "default_extractor",
+           "extractor_from_params", "make_extractor"]
