@@ -41,11 +41,11 @@ import scipy.linalg
 import scipy.sparse as sp
 from scipy.sparse.linalg import cg
 
-from streamk import kernels
-from streamk.aggregation import (CHOLESKY_MAX_ROWS, ConvergenceWarning, aggregate, democratic_weights, gmp_weights,
+from streamk.encoding import _kernels as kernels
+from streamk.encoding.aggregation import (CHOLESKY_MAX_ROWS, ConvergenceWarning, aggregate, democratic_weights, gmp_weights,
                                  gram)
-from streamk.embeddings import FisherVector, TriangulationEmbedding, rootsift
-from streamk.postprocessing import l2_normalize, power_law
+from streamk.encoding.embeddings import FisherVector, TriangulationEmbedding, rootsift
+from streamk.encoding.postprocessing import l2_normalize, power_law
 from streamk.synthetic import jitter, sift_like
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -34,12 +34,12 @@ from pathlib import Path
 import numpy as np
 
 from streamk.datasets import load_dataset
-from streamk.encoder import Encoder
+from streamk.encoding.encoder import Encoder
 from streamk.evaluation import evaluate
 from streamk.config import default_cache_dir
 from streamk.experiment import aggregate_all, dataset_descriptors, evaluate_dataset_asmk
 from streamk.features import make_extractor
-from streamk.postprocessing import postprocess
+from streamk.encoding.postprocessing import postprocess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_str, log, table  # noqa: E402

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from streamk.aggregation import aggregate_many
+from streamk.encoding.aggregation import aggregate_many
 from streamk.datasets import load_dataset
-from streamk.embeddings import TriangulationEmbedding, rootsift
+from streamk.encoding.embeddings import TriangulationEmbedding, rootsift
 from streamk.evaluation import evaluate
 from streamk.config import default_cache_dir
 from streamk.experiment import dataset_descriptors
 from streamk.features import make_extractor
-from streamk.postprocessing import postprocess
+from streamk.encoding.postprocessing import postprocess
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from aggregation import FastModes  # noqa: E402  (the fast modes under study)

@@ -51,7 +51,7 @@ import numpy as np
 from streamk import features as feat
 from streamk.parallel import default_workers
 from streamk.pipeline import extract_many  # noqa: E402
-from streamk.encoder import Encoder
+from streamk.encoding.encoder import Encoder
 from streamk.index import StreamingIndex, encoded_image_file
 from streamk.pipeline.ingest import Ingester, collect_images
 

@@ -85,7 +85,7 @@ def index_level(args, X, Q, all_threads):
     """StreamingIndex.search (PQ with re-ranking, and exact) on the first --index-n vectors."""
     import tempfile
 
-    from streamk.encoder import Encoder
+    from streamk.encoding.encoder import Encoder
     from streamk.index import StreamingIndex
 
     n, D, M = min(args.index_n, len(X)), X.shape[1], args.index_M

@@ -12,12 +12,12 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from .aggregation import aggregate, democratic_weights, gmp_primal, gmp_weights
-from .embeddings import BagOfWords, BlockEmbedding, FisherVector, TriangulationEmbedding, VLAD, rootsift
-from .encoder import Encoder, EncoderConfig
+from .encoding.aggregation import aggregate, democratic_weights, gmp_primal, gmp_weights
+from .encoding.embeddings import BagOfWords, BlockEmbedding, FisherVector, TriangulationEmbedding, VLAD, rootsift
+from .encoding.encoder import Encoder, EncoderConfig
 from .errors import (ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError,
                      EncoderMismatchError, NonFiniteError, NotFittedError, StreamkError)
-from .postprocessing import RotationNormalisation, l2_normalize, postprocess, power_law
+from .encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess, power_law
 
 __version__ = "0.1.0"
 

@@ -51,7 +51,7 @@ import numpy as np
 
 from . import asmk_kernels
 from .checks import as_descriptor_set
-from .embeddings import _subsample, rootsift
+from .encoding.embeddings import subsample_rows, rootsift
 from .errors import ConfigError, DimensionError, NotFittedError
 
 PAPER_WORDS = 65_536
@@ -143,7 +143,7 @@ class ASMKCodebook:
         n_words = self.n_words or scaled_vocabulary_size(len(X))
         if len(X) < n_words:
             raise ConfigError(f"need at least {n_words} learning descriptors for {n_words} words, got {len(X)}")
-        X = _subsample(X, self.max_fit_descriptors, self.seed).astype(np.float64)
+        X = subsample_rows(X, self.max_fit_descriptors, self.seed).astype(np.float64)
         self.mean_ = X.mean(axis=0)
         _, eigvecs = np.linalg.eigh(np.cov(X - self.mean_, rowvar=False))
         self.rotation_ = np.ascontiguousarray(eigvecs[:, ::-1], dtype=np.float32)  # largest variance first

@@ -166,7 +166,7 @@ def _index_create(args):
     import shutil
     from pathlib import Path
 
-    from .encoder import Encoder
+    from .encoding.encoder import Encoder
     from .errors import EmptyDescriptorSetError, IndexExistsError
     from .features import make_extractor
     from .index import StreamingIndex

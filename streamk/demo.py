@@ -43,11 +43,11 @@ import numpy as np
 
 from . import features as feat
 from . import transforms as tf
-from .encoder import Encoder
+from .encoding.encoder import Encoder
 from .errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
 from .evaluation import compute_map
 from .index import StreamingIndex, encoded_image_file
-from .postprocessing import postprocess
+from .encoding.postprocessing import postprocess
 from .pipeline import extract_many, scan
 from .store import validate_id
 

@@ -33,7 +33,7 @@ from . import demo
 from . import features as feat
 from . import transforms as tf
 from .datasets import Dataset, Query, load_paris6k_subset
-from .encoder import Encoder
+from .encoding.encoder import Encoder
 from .errors import ConfigError, DatasetImageError, TooFewImagesError
 from .index import StreamingIndex
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from .encoder import Encoder
+from .encoding.encoder import Encoder
 from .errors import DatasetImageError
-from .postprocessing import RotationNormalisation, l2_normalize, postprocess
+from .encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
 
 
 @dataclass

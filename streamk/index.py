@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from .encoder import Encoder
+from .encoding.encoder import Encoder
 from .errors import (ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError,
                      EncoderMismatchError, IndexFormatError, NonFiniteError, NotFittedError,
                      StreamkError, UnknownIdError, ZeroVectorError)
@@ -81,7 +81,7 @@ class StreamingIndex:
                block_rows=BLOCK_ROWS, store_extras=True):
         """A new, empty index at ``path`` (a new or empty directory).
 
-        encoder: a fitted :class:`~streamk.encoder.Encoder`, stored in the index.
+        encoder: a fitted :class:`~streamk.encoding.encoder.Encoder`, stored in the index.
         vector_dtype: "float16" (half the space, ~1e-3 error) or "float32".
         extractor: the :class:`~streamk.features.Extractor` for image files (its
         params are stored); None: the default extractor, chosen and stored at the

@@ -17,7 +17,7 @@ import lmdb
 import numpy as np
 from tqdm.auto import tqdm
 
-from .encoder import Encoder
+from .encoding.encoder import Encoder
 from .errors import IndexFormatError, NotAnIndexError
 from .index_writer import pack_codes, seal_block
 from .ivfpq import IVFPQ

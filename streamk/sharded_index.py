@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .encoder import Encoder
+from .encoding.encoder import Encoder
 from .errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormatError, NotAnIndexError,
                      UnknownIdError)
 from .index import MODES, StreamingIndex, _check_k

@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .aggregation import METHODS
-from .embeddings import EMBEDDINGS
-from .encoder import Encoder
+from .encoding.aggregation import METHODS
+from .encoding.embeddings import EMBEDDINGS
+from .encoding.encoder import Encoder
 from .errors import ConfigError
 from .evaluation import evaluate
 from .config import default_cache_dir
 from .experiment import MethodVectors, aggregate_all, dataset_descriptors
 from .pipeline import iter_extract
-from .postprocessing import DEFAULT_POWER, RotationNormalisation, postprocess
+from .encoding.postprocessing import DEFAULT_POWER, RotationNormalisation, postprocess
 
 DEFAULT_CONFIGS = ({"embedding": "temb", "k": 8}, {"embedding": "temb", "k": 16})
 DEFAULT_POWERS = tuple(round(0.1 * i, 1) for i in range(11))
@@ -310,7 +310,7 @@ def run_sweep(dataset, configs=DEFAULT_CONFIGS, methods=METHODS, rn=(False, True
     extractor, cache_dir, workers: feature extraction, through the feature cache
     (``cache_dir`` None: :func:`streamk.config.default_cache_dir`). progress: a callback ``(done, total,
     description)``, or None for a tqdm bar. aggregation_params: gamma, lam, ...
-    of :class:`streamk.encoder.EncoderConfig`.
+    of :class:`streamk.encoding.encoder.EncoderConfig`.
     """
     configs = _check_configs(configs)
     methods = _check_methods(methods)

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streamk.aggregation import aggregate, aggregate_many, democratic_weights, gmp_primal, gmp_weights, gram
-from streamk.embeddings import VLAD, BagOfWords, BlockEmbedding, FisherVector
+from streamk.encoding.aggregation import aggregate, aggregate_many, democratic_weights, gmp_primal, gmp_weights, gram
+from streamk.encoding.embeddings import VLAD, BagOfWords, BlockEmbedding, FisherVector
 from streamk.errors import (ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError)
 
 SETTINGS = settings(max_examples=15, deadline=None)
@@ -418,7 +418,7 @@ def test_block_gmp_solvers_match_direct_solve_on_ill_conditioned_blocks(solver):
 
 
 def test_block_gmp_uses_cg_above_the_cholesky_size(monkeypatch):
-    import streamk.aggregation as agg
+    import streamk.encoding.aggregation as agg
     emb, K = _ill_conditioned_blocks(np.random.default_rng(22), n=60, span=1)
     monkeypatch.setattr(agg, "CHOLESKY_MAX_ROWS", 10)  # every block (~20 rows) goes to CG
     _, alpha = aggregate(emb, "gmp", lam=1.0, tol=1e-12, max_iter=5000)
@@ -426,7 +426,7 @@ def test_block_gmp_uses_cg_above_the_cholesky_size(monkeypatch):
 
 
 def test_cholesky_kernel_reports_a_non_positive_pivot():
-    from streamk import kernels
+    from streamk.encoding import _kernels as kernels
     x = np.empty(3)
     assert kernels._cholesky_solve_ones(np.eye(3, dtype=np.float32), 1.0, x)
     np.testing.assert_allclose(x, 0.5)

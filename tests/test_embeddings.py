@@ -4,7 +4,7 @@ and slow plain-numpy references of their formulas."""
 import numpy as np
 import pytest
 
-from streamk.embeddings import (VLAD, BagOfWords, BlockEmbedding, FisherVector, TriangulationEmbedding,
+from streamk.encoding.embeddings import (VLAD, BagOfWords, BlockEmbedding, FisherVector, TriangulationEmbedding,
                                 make_embedding, rootsift)
 from streamk.errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError, NotFittedError
 
@@ -320,7 +320,7 @@ def test_vlad_matches_reference(vq_setup):
     np.testing.assert_array_equal(blocks.assignment, a)
     np.testing.assert_allclose(blocks.to_dense(), ref, atol=1e-5)
     # sum-pooled VLAD: block j = sum of residuals of the descriptors assigned to c_j
-    from streamk.aggregation import aggregate
+    from streamk.encoding.aggregation import aggregate
     xi, _ = aggregate(blocks, "sum")
     expected = np.concatenate([(X[a == j].astype(np.float64) - C[j]).sum(axis=0) for j in range(k)])
     np.testing.assert_allclose(xi, expected, atol=1e-4)

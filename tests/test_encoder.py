@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from streamk.encoder import FORMAT, FORMAT_VERSION, Encoder, EncoderConfig
+from streamk.encoding.encoder import FORMAT, FORMAT_VERSION, Encoder, EncoderConfig
 from streamk.errors import (ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError,
                             NonFiniteError, NotFittedError, StreamkError)
 

@@ -33,7 +33,7 @@ def test_run_experiment_rows_and_vectors(collection):
 
 def test_experiment_matches_encoder(collection):
     """The shared-Gram path gives the same vectors as a plain Encoder per method."""
-    from streamk.encoder import Encoder
+    from streamk.encoding.encoder import Encoder
 
     c = collection
     results, _ = run_experiment(c.learning, c.database[:5], c.queries[:2], "fv", 4, {"hard": True},

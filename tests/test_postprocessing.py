@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from streamk.errors import ConfigError, DimensionError, NonFiniteError, NotFittedError
-from streamk.postprocessing import RotationNormalisation, l2_normalize, postprocess, power_law
+from streamk.encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess, power_law
 
 
 # ---------------------------------------------------------------- power-law and L2

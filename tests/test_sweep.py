@@ -6,7 +6,7 @@ from contextlib import closing
 import numpy as np
 import pytest
 
-from streamk.encoder import Encoder
+from streamk.encoding.encoder import Encoder
 from streamk.errors import ConfigError
 from streamk.evaluation import average_precision, compute_map, evaluate
 from streamk.examples import build_example

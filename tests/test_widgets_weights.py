@@ -11,7 +11,7 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
 from streamk import features as feat
-from streamk.embeddings import rootsift
+from streamk.encoding.embeddings import rootsift
 from streamk.errors import ConfigError, EmptyDescriptorSetError, ImageReadError
 from streamk.widgets.weights import (WeightsView, colour_range, descriptor_weights,
                                      ellipse_polygons, relative_weights, weights_figure)

@@ -24,7 +24,7 @@ from ..parallel import TaskContext, TaskFailure, in_worker_process
 def build_context(encoder=None, extractor=None, cache_dir=None):
     """Built once per worker process: the encoder decoded (and its Numba kernels
     loaded, in a worker, before the first image), the extractor, the cache."""
-    from ..encoder import Encoder
+    from ..encoding.encoder import Encoder
 
     if isinstance(encoder, (bytes, bytearray)):
         encoder = Encoder.from_bytes(bytes(encoder))

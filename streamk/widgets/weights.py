@@ -73,7 +73,7 @@ def descriptor_weights(encoder, descriptors, gamma=None, lam=None):
     """{"democratic": alpha, "gmp": alpha}: the weights of one image's descriptors.
 
     ``descriptors``: the (n, 128) raw SIFT of the image (as ``Features.descriptors``);
-    ``encoder``: a fitted :class:`~streamk.encoder.Encoder`, whose embedding is used
+    ``encoder``: a fitted :class:`~streamk.encoding.encoder.Encoder`, whose embedding is used
     (RootSIFT, embedding, one shared Gram). gamma (democratic) and lam (GMP)
     default to the encoder's. Each alpha is float64 (n,), in input order.
     EmptyDescriptorSetError for no descriptors.

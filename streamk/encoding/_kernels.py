@@ -9,6 +9,8 @@ Gram matrix of block ``b`` (m_b x m_b, row-major) lives in a flat array at
 ``gram_offsets[b]:gram_offsets[b+1]``.
 """
 
+import types
+
 import numpy as np
 from numba import njit, prange
 
@@ -95,11 +97,10 @@ def block_grams(V, offsets):
 # Matrix-vector products accumulate in float64 whatever the dtype of K.
 
 
-@njit(cache=True, fastmath=REDUCE)
-def _matvec(K, v, out, shift, clip):
+def _matvec_rows(K, v, out, shift, clip):
     """out = K v + shift * v, with K's negative entries read as 0 if clip."""
     n = v.shape[0]
-    for i in range(n):
+    for i in prange(n):  # a plain range in the serial compilation
         s = 0.0
         for j in range(n):
             kij = K[i, j]
@@ -109,17 +110,19 @@ def _matvec(K, v, out, shift, clip):
         out[i] = s + shift * v[i]
 
 
-@njit(parallel=True, cache=True, fastmath=REDUCE)
-def _matvec_parallel(K, v, out, shift, clip):
-    n = v.shape[0]
-    for i in prange(n):
-        s = 0.0
-        for j in range(n):
-            kij = K[i, j]
-            if clip:
-                kij = max(kij, 0.0)
-            s += kij * v[j]
-        out[i] = s + shift * v[i]
+def _renamed(fn, suffix):
+    """``fn`` under another name. Numba's cache files are named after the function's
+    qualified name and line, not its compile options: the serial and the parallel
+    compilation of one source must not share a name, or one would load the other."""
+    twin = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__ + suffix, fn.__defaults__,
+                              fn.__closure__)
+    twin.__qualname__ = fn.__qualname__ + suffix
+    return twin
+
+
+# One source, compiled twice: on the calling thread, and over the Numba thread pool.
+_matvec = njit(cache=True, fastmath=REDUCE)(_matvec_rows)
+_matvec_parallel = njit(parallel=True, cache=True, fastmath=REDUCE)(_renamed(_matvec_rows, "_parallel"))
 
 
 @njit(cache=True)

@@ -18,10 +18,10 @@ import warnings
 
 import numpy as np
 
-from . import kernels
-from .checks import as_gram
+from . import _kernels
+from ..checks import as_gram
 from .embeddings import BlockEmbedding
-from .errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError
+from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError
 
 METHODS = ("sum", "democratic", "gmp")
 # Algorithm 1 with gamma = 0.5 reaches the BOW fixed point in one iteration and
@@ -51,11 +51,11 @@ def gram(Phi):
     syrk = blas.ssyrk if Phi.dtype == np.float32 else blas.dsyrk
     # Phi.T is Fortran-contiguous, so BLAS reads Phi without a copy.
     K = syrk(1.0, Phi.T, trans=1)
-    kernels.mirror_upper(K)
+    _kernels.mirror_upper(K)
     return K.T  # symmetric: the transpose is the C-contiguous view
 
 
-def _check_params(method, gamma, n_iter, lam, solver="auto"):
+def check_params(method, gamma, n_iter, lam, solver="auto"):
     if solver not in GMP_SOLVERS:
         raise ConfigError(f"unknown GMP solver {solver!r}; choose one of {GMP_SOLVERS}")
     if method not in METHODS:
@@ -70,8 +70,8 @@ def _check_params(method, gamma, n_iter, lam, solver="auto"):
 
 def democratic_weights(K, gamma=DEFAULT_GAMMA, n_iter=DEFAULT_N_ITER):
     """Democratic weights of Algorithm 1 on K+ = max(K, 0) (n,)."""
-    _check_params("democratic", gamma, n_iter, 1.0)
-    return kernels.sinkhorn_dense(as_gram(K), float(gamma), int(n_iter))
+    check_params("democratic", gamma, n_iter, 1.0)
+    return _kernels.sinkhorn_dense(as_gram(K), float(gamma), int(n_iter))
 
 
 def _warn_unconverged(iters, residual, tol, max_iter):
@@ -84,8 +84,8 @@ def _warn_unconverged(iters, residual, tol, max_iter):
 
 def gmp_weights(K, lam=DEFAULT_LAMBDA, tol=DEFAULT_TOL, max_iter=DEFAULT_MAX_ITER):
     """GMP dual weights alpha = (K + lam I)^-1 1 by conjugate gradient (n,)."""
-    _check_params("gmp", 0.5, 1, lam)
-    alpha, iters, residual = kernels.cg_dense(as_gram(K), float(lam), float(tol), int(max_iter))
+    check_params("gmp", 0.5, 1, lam)
+    alpha, iters, residual = _kernels.cg_dense(as_gram(K), float(lam), float(tol), int(max_iter))
     _warn_unconverged(iters, residual, tol, max_iter)
     return alpha
 
@@ -106,10 +106,10 @@ def contributions(K, alpha):
 def _block_weights(grams, offsets, order, method, gamma, n_iter, lam, tol, max_iter, solver):
     grams, gram_offsets = grams
     if method == "democratic":
-        alpha_sorted = kernels.sinkhorn_blocks(grams, gram_offsets, offsets, float(gamma), int(n_iter))
+        alpha_sorted = _kernels.sinkhorn_blocks(grams, gram_offsets, offsets, float(gamma), int(n_iter))
     else:
         direct = CHOLESKY_MAX_ROWS if solver == "auto" else 0
-        alpha_sorted, iters, residual = kernels.gmp_blocks(
+        alpha_sorted, iters, residual = _kernels.gmp_blocks(
             grams, gram_offsets, offsets, float(lam), float(tol), int(max_iter), direct)
         _warn_unconverged(iters, residual, tol, max_iter)
     alpha = np.empty_like(alpha_sorted)
@@ -134,7 +134,7 @@ def aggregate_many(embedded, methods=METHODS, gamma=DEFAULT_GAMMA, n_iter=DEFAUL
     Returns {method: (xi, alpha)}.
     """
     for method in methods:
-        _check_params(method, gamma, n_iter, lam, solver)
+        check_params(method, gamma, n_iter, lam, solver)
     if isinstance(embedded, BlockEmbedding):
         if embedded.n == 0:
             raise EmptyDescriptorSetError("cannot aggregate an empty descriptor set")
@@ -146,11 +146,11 @@ def aggregate_many(embedded, methods=METHODS, gamma=DEFAULT_GAMMA, n_iter=DEFAUL
                 alpha = np.ones(embedded.n)
             else:
                 if grams is None:
-                    grams = kernels.block_grams(values, offsets)
+                    grams = _kernels.block_grams(values, offsets)
                     if not np.isfinite(grams[0]).all():
                         raise NonFiniteError("Gram matrix contains NaN or infinite values")
                 alpha = _block_weights(grams, offsets, order, method, gamma, n_iter, lam, tol, max_iter, solver)
-            xi = kernels.weighted_block_sum(values, offsets, np.ascontiguousarray(alpha[order]))
+            xi = _kernels.weighted_block_sum(values, offsets, np.ascontiguousarray(alpha[order]))
             out[method] = (xi.reshape(-1), alpha)
         return out
 

@@ -6,9 +6,9 @@ dimensionality reduction keeps the first D' rotated components.
 
 import numpy as np
 
-from . import kernels
-from .checks import as_vectors
-from .errors import ConfigError, NotFittedError
+from . import _kernels
+from ..checks import as_vectors
+from ..errors import ConfigError, NotFittedError
 
 DEFAULT_POWER = 0.5
 
@@ -18,7 +18,7 @@ def power_law(x, p=DEFAULT_POWER):
     x = np.ascontiguousarray(x, dtype=np.float64)
     if p == 1.0:
         return x.copy()
-    return kernels.power_law(x, float(p))
+    return _kernels.power_law(x, float(p))
 
 
 def l2_normalize(v):

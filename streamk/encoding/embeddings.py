@@ -14,9 +14,9 @@ from functools import cached_property
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import kernels
-from .checks import as_descriptor_set
-from .errors import ConfigError, NotFittedError
+from . import _kernels
+from ..checks import as_descriptor_set
+from ..errors import ConfigError, NotFittedError
 
 
 def rootsift(sift):
@@ -74,7 +74,7 @@ class BlockEmbedding:
         return Phi.reshape(self.n, self.dim)
 
 
-def _subsample(X, max_rows, seed):
+def subsample_rows(X, max_rows, seed):
     if max_rows is None or X.shape[0] <= max_rows:
         return X
     rng = np.random.default_rng(seed)
@@ -143,7 +143,7 @@ class Embedding:
 
     def _fit_input(self, X):
         X = as_descriptor_set(X, what="learning set")
-        return _subsample(X, self.max_fit_descriptors, self.seed)
+        return subsample_rows(X, self.max_fit_descriptors, self.seed)
 
     # mapping ------------------------------------------------------------
     def embed(self, X):
@@ -194,14 +194,14 @@ class TriangulationEmbedding(Embedding):
         if self.k < 2:
             raise ConfigError("T-embedding needs k >= 2 (D = (k-1) d)")
         self.centroids_ = _kmeans(X, self.k, self.seed)
-        Xw = _subsample(X, self.max_whiten_descriptors, self.seed + 1)
+        Xw = subsample_rows(X, self.max_whiten_descriptors, self.seed + 1)
         kd = self.k * d
         # Mean and covariance accumulated by chunks: R never exists whole.
         mean = np.zeros(kd)
         cov = np.zeros((kd, kd))
         chunk = max(1, 2_000_000 // kd)
         for s in tqdm(range(0, Xw.shape[0], chunk), desc="T-emb whitening", disable=not verbose):
-            R = kernels.triangulation_residuals(Xw[s:s + chunk], self.centroids_).astype(np.float64)
+            R = _kernels.triangulation_residuals(Xw[s:s + chunk], self.centroids_).astype(np.float64)
             mean += R.sum(axis=0)
             cov += R.T @ R
         mean /= Xw.shape[0]
@@ -223,14 +223,14 @@ class TriangulationEmbedding(Embedding):
     def whiten(self, X):
         """Centred, whitened, truncated embedding before the final L2 (n, D)."""
         X = self._check_input(X)
-        R = kernels.triangulation_residuals(X, self.centroids_)
+        R = _kernels.triangulation_residuals(X, self.centroids_)
         Phi = R @ self.projection_  # the n x kd x D projection dominates T-emb
         Phi -= self.mean_ @ self.projection_
         return Phi
 
     def transform(self, X):
         Phi = self.whiten(X)
-        kernels.l2_normalize_rows(Phi)
+        _kernels.l2_normalize_rows(Phi)
         return Phi
 
 

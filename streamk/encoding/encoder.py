@@ -16,9 +16,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from . import aggregation as agg
-from .checks import as_descriptor_set
+from ..checks import as_descriptor_set
 from .embeddings import EMBEDDINGS, make_embedding, rootsift
-from .errors import ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError, NotFittedError
+from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError, NotFittedError
 from .postprocessing import DEFAULT_POWER, RotationNormalisation, l2_normalize, postprocess
 
 FORMAT = "streamk-encoder"
@@ -46,7 +46,7 @@ class EncoderConfig:
     def validate(self):
         if self.embedding not in EMBEDDINGS:
             raise ConfigError(f"unknown embedding {self.embedding!r}; choose one of {sorted(EMBEDDINGS)}")
-        agg._check_params(self.aggregation, self.gamma, self.n_iter, self.lam)
+        agg.check_params(self.aggregation, self.gamma, self.n_iter, self.lam)
         if not self.power >= 0.0:
             raise ConfigError(f"power must be >= 0, got {self.power}")
         if self.dim is not None and not self.rn:
