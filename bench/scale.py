@@ -193,7 +193,7 @@ def make_encoder(dim):
 def train_codecs(args, nlist, dim, work):
     """streamk's and faiss's trained codecs (kept in ``work`` and reused by a later run
     with the same settings: training is the longest step at 1M)."""
-    from streamk.ivfpq import IVFPQ, default_train_size
+    from streamk.quantization.ivfpq import IVFPQ, default_train_size
     n_train = args.train or default_train_size(nlist)
     cache = work / f"codecs-IVF{nlist}-PQ{args.M}-{n_train}-{args.kmeans_iter}-{args.seed}"
     if (cache / "times.json").exists():
@@ -216,7 +216,7 @@ def train_codecs(args, nlist, dim, work):
 
 
 def _train_codecs(args, nlist, dim, n_train):
-    from streamk.ivfpq import IVFPQ
+    from streamk.quantization.ivfpq import IVFPQ
     X = draw(np.random.default_rng([args.seed, 3]), n_train, centres(dim, args.seed))
     log(f"  training IVF{nlist},PQ{args.M} on {n_train:,} vectors (streamk) ...")
     t = time.perf_counter()
@@ -371,7 +371,7 @@ def run_size(args, n, work, rows_out):
 
 def run_flat(args, n, idx, Q, qfile, truth, work, dim):
     """Flat PQ (nlist = 1) in the same index (retrained), against faiss IndexPQ."""
-    from streamk.ivfpq import IVFPQ
+    from streamk.quantization.ivfpq import IVFPQ
     X = draw(np.random.default_rng([args.seed, 3]), args.train or 65536, centres(dim, args.seed))
     flat = IVFPQ(nlist=1, M=args.M, seed=args.seed).fit(X)
     idx.train(codec=flat, progress=False)
@@ -404,8 +404,8 @@ def codes_only_main(n, nlist, M, nprobe, nq):
     """A fresh process: the reader's inverted lists of n random entries."""
     from threadpoolctl import threadpool_limits
 
-    from streamk.inverted_lists import InvertedLists
-    from streamk.pq_kernels import merge_topk  # noqa: F401  (compiled before the memory reading)
+    from streamk.quantization.inverted_lists import InvertedLists
+    from streamk.quantization import merge_topk  # noqa: F401  (compiled before the memory reading)
 
     rng = np.random.default_rng(0)
     before = proc_status()["RssAnon"]

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamk.pq import ProductQuantizer
+from streamk.quantization.pq import ProductQuantizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_str, log, machine_info, table  # noqa: E402

@@ -107,7 +107,7 @@ def dask_search(path, S, Q, args):
 
 def run(args):
     from streamk.index import StreamingIndex
-    from streamk.ivfpq import IVFPQ, default_train_size
+    from streamk.quantization.ivfpq import IVFPQ, default_train_size
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="streamk-shards-"))
     work.mkdir(parents=True, exist_ok=True)

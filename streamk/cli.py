@@ -240,7 +240,7 @@ def _index_create(args):
 def _index_train(args):
     import time
 
-    from .ivfpq import IVFPQ, default_train_size
+    from .quantization.ivfpq import IVFPQ, default_train_size
 
     nlist = getattr(args, "nlist", 1)
     with _open(args, readonly=False) as idx:

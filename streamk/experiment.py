@@ -119,7 +119,7 @@ def pq_rows(row, train, pq_bytes, rerank, seed=0):
     """Rows of a configuration's vectors as PQ codes of M bytes (M in ``pq_bytes``):
     ranked by ADC (the query's float vector against the database codes), and with
     the ADC top ``rerank`` re-ranked by the float vectors (0: no such row)."""
-    from .pq import ProductQuantizer
+    from .quantization.pq import ProductQuantizer
 
     out = []
     n = row.database.shape[0]

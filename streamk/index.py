@@ -17,7 +17,7 @@ three parts together:
 - reading (:mod:`streamk.search_view`): what a reader keeps in memory (codes
   and integer rows, never the float vectors), kept up to date from the change
   log, and search: exact, or PQ / IVF-ADC with re-ranking;
-- training (:mod:`streamk.index_training`, :mod:`streamk.ivfpq`): the PQ or
+- training (:mod:`streamk.index_training`, :mod:`streamk.quantization.ivfpq`): the PQ or
   IVF-PQ codec, (re)trained while ingestion and searches go on.
 
 Opening is cheap: the encoder is loaded when something needs encoding (an
@@ -38,7 +38,7 @@ from .errors import (ConfigError, DimensionError, EmptyDescriptorSetError, Encod
 from .index_training import Trainer
 from .index_writer import (AddResult, EncodedImage, IndexWriter, checked_vector, encoded_image_file,
                            image_content_key, normalise_box, npz_bytes, unit_vector)
-from .ivfpq import IVFPQ
+from .quantization.ivfpq import IVFPQ
 from .search_view import SearchView
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key
 from .vector_store import rows_per_block
@@ -270,7 +270,7 @@ class StreamingIndex:
         IVF-ADC, a query visits ``nprobe`` of the nlist lists (e.g. nlist=4096 at
         10^6 images). M: bytes per image. The codec is fitted on ``train_size``
         stored vectors drawn at random (default max(65536, 32 nlist)), or ``codec``
-        (a trained :class:`~streamk.ivfpq.IVFPQ`, e.g. shared by shards) is used as is.
+        (a trained :class:`~streamk.quantization.ivfpq.IVFPQ`, e.g. shared by shards) is used as is.
         nprobe: lists a query visits by default (default nlist / 256, at least 1;
         ``search(..., nprobe=)`` overrides it per query).
         Ingestion and searches (in this or other processes) go on meanwhile; see
@@ -291,7 +291,7 @@ class StreamingIndex:
         return trainer.sample(trainer._stored_rows()[1], n, seed)
 
     def codec(self):
-        """The :class:`~streamk.ivfpq.IVFPQ` codec in use, or None before training."""
+        """The :class:`~streamk.quantization.ivfpq.IVFPQ` codec in use, or None before training."""
         with self._store.read() as txn:
             return self.writer.codec(txn)[1]
 

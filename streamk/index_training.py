@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from .errors import ConfigError, DimensionError, TooFewImagesError, TrainingInProgressError
 from .index_writer import pack_block, pack_codes, seal_block
-from .ivfpq import IVFPQ, default_train_size
+from .quantization.ivfpq import IVFPQ, default_train_size
 from .store import NO_LIST, epoch_key, epoch_key_split, removed_rows
 from .vector_store import VectorStore
 
@@ -199,7 +199,7 @@ class Trainer:
     def run(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None):
         if codec is not None:
             if not isinstance(codec, IVFPQ) or not codec.fitted:
-                raise ConfigError("codec must be a trained streamk.ivfpq.IVFPQ")
+                raise ConfigError("codec must be a trained streamk.quantization.ivfpq.IVFPQ")
             if codec.dim != self.dim:
                 raise DimensionError(f"codec dimension {codec.dim} differs from the index's {self.dim}")
             if nprobe is not None:

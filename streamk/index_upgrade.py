@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 from .encoding.encoder import Encoder
 from .errors import IndexFormatError, NotAnIndexError
 from .index_writer import pack_codes, seal_block
-from .ivfpq import IVFPQ
-from .pq import ProductQuantizer
+from .quantization.ivfpq import IVFPQ
+from .quantization.pq import ProductQuantizer
 from .store import BLOCK_ROWS, FORMAT, FORMAT_VERSION, SUBDBS, epoch_key, row_key, seq_key
 from .vector_store import VectorStore
 

@@ -37,7 +37,7 @@ from .features import default_extractor, extractor_from_params, image_features
 from .checks import as_descriptor_set
 from .errors import (ConfigError, DimensionError, DuplicateError, EmptyDescriptorSetError,
                      IdExistsError, NonFiniteError, StreamkError, UnknownIdError, ZeroVectorError)
-from .ivfpq import IVFPQ
+from .quantization.ivfpq import IVFPQ
 from .vector_store import VectorStore
 from .store import NO_LIST, epoch_key, id_key, row_key, rows_of_epoch_keys
 

@@ -1,7 +1,7 @@
 """The reading side of a streaming index: what a reader keeps in memory, and search.
 
 A reader holds only what its search scans: the inverted lists of PQ codes and
-integer rows (:class:`~streamk.inverted_lists.InvertedLists`, M + 8 bytes per
+integer rows (:class:`~streamk.quantization.inverted_lists.InvertedLists`, M + 8 bytes per
 image), one byte per row marking removals, and the codec. Float vectors stay
 in the LMDB map and are read for the R candidates a search re-ranks (or
 streamed block by block by an exact search); string ids are read for the k
@@ -20,9 +20,9 @@ import numpy as np
 
 from .errors import ConfigError, NotFittedError
 from .index_writer import split_block, unpack_codes
-from .inverted_lists import InvertedLists
-from .ivfpq import IVFPQ
-from .pq_kernels import merge_topk
+from .quantization.inverted_lists import InvertedLists
+from .quantization.ivfpq import IVFPQ
+from .quantization import merge_topk
 from .store import NO_LIST, epoch_key, epoch_key_split, removed_rows, rows_of_epoch_keys
 from .vector_store import VectorStore
 

@@ -40,7 +40,7 @@ from .errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormatE
                      UnknownIdError)
 from .index import MODES, StreamingIndex, _check_k
 from .index_writer import checked_vector, unit_vector
-from .ivfpq import IVFPQ, default_train_size
+from .quantization.ivfpq import IVFPQ, default_train_size
 from .store import id_key
 
 MANIFEST = "shards.json"

@@ -56,6 +56,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
+from .quantization import NO_LIST  # noqa: F401  (the list number of a row without a code)
 from .errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                      ReadOnlyIndexError)
 
@@ -68,7 +69,6 @@ DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 MAX_ID_CHARS = 200
 MAX_KEY_BYTES = 511  # LMDB's default maximum key size
 BLOCK_ROWS = 4096  # default rows per sealed block of codes and per bitmap of removed rows
-NO_LIST = 0xFFFFFFFF  # the list number of a row without a code
 LOG_KEEP = 1 << 16  # log entries kept; a reader further behind reloads everything
 LOG_TRIM_EVERY = 1024  # trim the log when seq crosses a multiple of this
 

@@ -89,7 +89,7 @@ def test_seed_reruns_the_learning_stages(collection):
 
 def adc_reference(train, database, queries, M, seed):
     """ADC by hand: codes by nearest sub-centroid, scores against the reconstructions."""
-    from streamk.pq import ProductQuantizer
+    from streamk.quantization.pq import ProductQuantizer
 
     books = ProductQuantizer(M=M, seed=seed).fit(train).codebooks_  # (M, 256, d) from the same training
     d = database.shape[1] // M

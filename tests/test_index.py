@@ -342,7 +342,7 @@ def assert_codes_match(idx, codec):
 
 
 def test_pq_retrain_swaps_in_what_changed_during_training(tmp_path, encoder, monkeypatch):
-    from streamk.ivfpq import IVFPQ
+    from streamk.quantization.ivfpq import IVFPQ
 
     rng = np.random.default_rng(18)
     V = unit(rng, 300, encoder.dim)
@@ -377,7 +377,7 @@ TRAINER = textwrap.dedent("""
     import sys
     from pathlib import Path
     from streamk.index import StreamingIndex
-    from streamk.ivfpq import IVFPQ
+    from streamk.quantization.ivfpq import IVFPQ
 
     path, flags = sys.argv[1], Path(sys.argv[2])
     real_fit = IVFPQ.fit
@@ -511,7 +511,7 @@ def test_reader_sees_another_process_writes(tmp_path, encoder):
 # ------------------------------------------------------------------ format 1 -> 2
 def make_format1_index(path, encoder, V, M=None):
     """An index as streamk 0.1 wrote it: everything keyed by id, a log of ids, flat PQ."""
-    from streamk.pq import ProductQuantizer
+    from streamk.quantization.pq import ProductQuantizer
 
     env = lmdb.open(str(path), map_size=64 << 20, subdir=True, max_dbs=9)
     dbs = {n: env.open_db(n.encode(), create=True)

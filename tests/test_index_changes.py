@@ -308,7 +308,7 @@ def test_reader_memory_is_bounded_by_the_codes(tmp_path):
     """200k images of dimension 128 (float16 vectors: 51 MB; float32 in memory: 102 MB);
     a reader (a fresh process) holds the codes and rows, ~N (M + 9) bytes, not the vectors."""
     from streamk.index_writer import EncodedImage
-    from streamk.ivfpq import IVFPQ
+    from streamk.quantization.ivfpq import IVFPQ
 
     n, dim, M = 200_000, 128, 16
     rng = np.random.default_rng(0)

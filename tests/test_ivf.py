@@ -8,8 +8,8 @@ import pytest
 from streamk import Encoder
 from streamk.errors import ConfigError, DimensionError, NotFittedError, TooFewImagesError
 from streamk.index import StreamingIndex
-from streamk.inverted_lists import InvertedLists
-from streamk.ivfpq import IVFPQ
+from streamk.quantization.inverted_lists import InvertedLists
+from streamk.quantization.ivfpq import IVFPQ
 
 
 def clustered(rng, n, d, n_clusters=20, noise=0.3):
@@ -153,7 +153,7 @@ def test_inverted_lists_search_equals_reference(trained, nprobe, k):
 
 
 def test_lists_split_between_threads_give_the_same_result(trained, monkeypatch):
-    import streamk.inverted_lists as il_module
+    import streamk.quantization.inverted_lists as il_module
 
     V, codec = trained
     lists, codes = codec.encode(V)
@@ -166,8 +166,8 @@ def test_lists_split_between_threads_give_the_same_result(trained, monkeypatch):
     tables = codec.tables(Q)
     whole = il.search(*flat_probe, tables, dead, 40)
     monkeypatch.setattr(il_module, "PARALLEL_MIN", 100)  # now cut into parts scanned in parallel
-    from streamk import ivf_kernels
-    from streamk.pq_kernels import merge_topk
+    from streamk.quantization import _ivf_kernels as ivf_kernels
+    from streamk.quantization import merge_topk
     for n_chunks in (2, 3, 7):
         s, r = ivf_kernels.ivf_topk_chunks(il.codes, il.rows, il.start, il.size, dead, *flat_probe, tables, 40,
                                            n_chunks)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from streamk.errors import ConfigError, NotFittedError
-from streamk.pq import ProductQuantizer
+from streamk.quantization import ProductQuantizer, merge_topk
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def reference_topk(scores, k):
 
 
 def test_adc_scores_are_the_float32_sum_in_order(pq, data):
-    from streamk import pq_kernels
+    from streamk.quantization import _pq_kernels as pq_kernels
 
     codes = pq.encode(data[:1003])  # not a multiple of the 4-code unrolling
     tables = pq.tables(data[:3] + 0.01)
@@ -84,7 +84,7 @@ def test_adc_scores_are_the_float32_sum_in_order(pq, data):
 @pytest.mark.parametrize("n", [1, 3, 7, 100, 2048, 2049, 5000, 9001])
 @pytest.mark.parametrize("k", [1, 5, 64, 10000])
 def test_search_equals_a_stable_sort_of_the_scores(n, k):
-    from streamk import pq_kernels
+    from streamk.quantization import _pq_kernels as pq_kernels
 
     rng = np.random.default_rng(n * 7 + k)
     M = 8
@@ -96,7 +96,7 @@ def test_search_equals_a_stable_sort_of_the_scores(n, k):
     for threads_hint in (1, 3, 64):  # 1 chunk, uneven chunks, more chunks than blocks
         n_chunks = max(1, min(threads_hint, -(-n // pq_kernels.BLOCK)))
         s, r = pq_kernels.adc_topk_chunks(codes, pq.tables(queries), min(k, n), n_chunks)
-        s, r = pq_kernels.merge_topk(s.reshape(4, -1), r.reshape(4, -1), min(k, n))
+        s, r = merge_topk(s.reshape(4, -1), r.reshape(4, -1), min(k, n))
         np.testing.assert_array_equal(r, ref_r)
         np.testing.assert_array_equal(s, ref_s)
     s, r = pq.search(queries, codes, k)
@@ -195,7 +195,7 @@ def test_importing_the_index_loads_neither_scipy_linalg_nor_sklearn():
     import subprocess
     import sys
 
-    code = ("import sys, streamk.index, streamk.pq, streamk.pipeline.ingest\n"
+    code = ("import sys, streamk.index, streamk.quantization.pq, streamk.pipeline.ingest\n"
             "print(sorted(m for m in ('scipy.linalg', 'sklearn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -7,7 +7,7 @@ from streamk.pipeline import extract_many  # noqa: E402
 from streamk.errors import ConfigError, DatasetImageError, NotFittedError
 from streamk.examples import open_example
 from streamk.config import default_cache_dir
-from streamk.ivfpq import IVFPQ
+from streamk.quantization.ivfpq import IVFPQ
 from streamk.reaggregation import Reaggregator, Settings
 
 

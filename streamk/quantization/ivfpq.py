@@ -3,7 +3,7 @@ over product-quantised residuals, scored by inner product.
 
 A vector x goes to the list of its nearest coarse centroid, l(x) = argmin_l
 |x - c_l|^2 (k-means on the training vectors), and its residual x - c_l is
-product-quantised (:class:`~streamk.pq.ProductQuantizer`, M bytes). Image vectors
+product-quantised (:class:`~streamk.quantization.pq.ProductQuantizer`, M bytes). Image vectors
 are unit vectors ranked by inner product, and
 
     <q, c_l + r> = <q, c_l> + sum_m <q_m, r_m>,
@@ -23,10 +23,10 @@ import json
 
 import numpy as np
 
-from .checks import as_vectors
-from .errors import ConfigError, DimensionError, NotFittedError, TooFewImagesError
+from ..checks import as_vectors
+from ..errors import ConfigError, DimensionError, NotFittedError, TooFewImagesError
 from .pq import N_CENTROIDS, ProductQuantizer
-from .pq_kernels import merge_topk
+from ._heap import merge_topk
 
 FORMAT = "streamk-ivfpq"
 FORMAT_VERSION = 1
@@ -214,8 +214,7 @@ class IVFPQ:
 
     def lists_of(self, V):
         """In-memory InvertedLists of vectors V (N, D), rows 0..N-1."""
-        from .inverted_lists import InvertedLists
-        from .store import NO_LIST
+        from .inverted_lists import NO_LIST, InvertedLists
 
         lists, codes = self.encode(V)
         rows = np.arange(len(lists), dtype=np.int64)

@@ -1,7 +1,7 @@
 """In-memory inverted lists of (row, PQ code): what a reader scans to search.
 
 One arena of codes (cap, M) uint8 and rows (cap,) int64 holds every list
-(:mod:`streamk.ivf_kernels` says how); per list three int64 numbers. Nothing
+(:mod:`streamk.quantization._ivf_kernels` says how); per list three int64 numbers. Nothing
 here is a Python object per image. Costs, for N entries:
 
 - built from N entries in O(N) (counting sort), with 1/8 spare room per list;
@@ -15,9 +15,10 @@ here is a Python object per image. Costs, for N entries:
 import numba
 import numpy as np
 
-from . import ivf_kernels
-from .pq_kernels import merge_topk
+from . import _ivf_kernels
+from ._heap import merge_topk
 
+NO_LIST = 0xFFFFFFFF  # the list number of an entry without a code (left out of the lists)
 SPARE = 8  # 1/SPARE spare room per list when built
 MIN_SPARE = 4
 COMPACT_FRACTION = 0.25  # compact when garbage + removed entries exceed this share of live ones
@@ -62,7 +63,7 @@ class InvertedLists:
         out = cls(nlist, M, counts)
         pos = out.start.copy()
         for lists, codes, rows in parts():
-            ivf_kernels.scatter_entries(lists, codes, rows, dead, no_list, pos, out.codes, out.rows)
+            _ivf_kernels.scatter_entries(lists, codes, rows, dead, no_list, pos, out.codes, out.rows)
         out.size = pos - out.start
         return out
 
@@ -78,7 +79,7 @@ class InvertedLists:
         rows = np.ascontiguousarray(rows, np.int64)
         done = 0
         while done < len(lists):
-            n, self.end, garbage = ivf_kernels.append_entries(
+            n, self.end, garbage = _ivf_kernels.append_entries(
                 lists[done:], codes[done:], rows[done:], self.start, self.size, self.cap,
                 self.codes, self.rows, self.end)
             self.garbage += int(garbage)
@@ -106,9 +107,9 @@ class InvertedLists:
         return False
 
     def compact(self, dead):
-        counts = ivf_kernels.live_counts(self.start, self.size, self.rows, dead)
+        counts = _ivf_kernels.live_counts(self.start, self.size, self.rows, dead)
         fresh = InvertedLists(self.nlist, self.M, counts)
-        ivf_kernels.compact_into(self.start, self.size, self.codes, self.rows, dead,
+        _ivf_kernels.compact_into(self.start, self.size, self.codes, self.rows, dead,
                                  fresh.start, fresh.codes, fresh.rows)
         fresh.size = counts
         self.__dict__.update(fresh.__dict__)
@@ -122,14 +123,14 @@ class InvertedLists:
         total = int(per_query.sum())
         threads = numba.get_num_threads()
         if threads == 1 or total < PARALLEL_MIN:  # too little to wake the thread pool for
-            s, r = ivf_kernels.ivf_topk_serial(self.codes, self.rows, self.start, self.size, dead,
+            s, r = _ivf_kernels.ivf_topk_serial(self.codes, self.rows, self.start, self.size, dead,
                                                probes, coarse, tables, k)
             return merge_topk(s.reshape(nq, -1), r.reshape(nq, -1), k)
         if nq >= threads:
             n_chunks = 1
         else:  # split each query between threads only when it has enough to scan
             n_chunks = int(max(1, min(threads, per_query.max(initial=0) // PARALLEL_MIN)))
-        s, r = ivf_kernels.ivf_topk_chunks(self.codes, self.rows, self.start, self.size, dead,
+        s, r = _ivf_kernels.ivf_topk_chunks(self.codes, self.rows, self.start, self.size, dead,
                                            probes, coarse, tables, k, n_chunks)
         return merge_topk(s.reshape(nq, -1), r.reshape(nq, -1), k)
 

@@ -4,7 +4,7 @@ A D-dim vector is cut into M sub-vectors; each is replaced by the index (one
 byte) of its nearest centroid among 256 learned by k-means in that sub-space.
 Search uses asymmetric distances: the query stays exact, a (M, 256) table of
 its inner products with every centroid is built once, and a code's score is M
-table look-ups (``pq_kernels.adc_scores``).
+table look-ups (``_pq_kernels.adc_scores``).
 """
 
 import io
@@ -12,9 +12,10 @@ import json
 
 import numpy as np
 
-from . import pq_kernels
-from .checks import as_vectors
-from .errors import ConfigError, DimensionError, NotFittedError
+from . import _pq_kernels
+from ._heap import merge_topk
+from ..checks import as_vectors
+from ..errors import ConfigError, DimensionError, NotFittedError
 
 N_CENTROIDS = 256  # one byte per sub-quantiser
 _controller = None
@@ -141,8 +142,8 @@ class ProductQuantizer:
         tables = self.tables(queries)
         codes = np.ascontiguousarray(codes, dtype=np.uint8)
         if tables.shape[0] == 1:
-            return pq_kernels.adc_scores(codes, tables[0])[None, :]
-        return pq_kernels.adc_scores_batch(codes, tables)
+            return _pq_kernels.adc_scores(codes, tables[0])[None, :]
+        return _pq_kernels.adc_scores_batch(codes, tables)
 
     def search(self, queries, codes, k=10):
         """The k best codes of each query by ADC score: (scores (Q, k) float32, rows (Q, k) int64).
@@ -165,11 +166,11 @@ class ProductQuantizer:
             return np.zeros((tables.shape[0], 0), np.float32), np.zeros((tables.shape[0], 0), np.int64)
         import numba
 
-        n_blocks = -(-n // pq_kernels.BLOCK)
+        n_blocks = -(-n // _pq_kernels.BLOCK)
         n_chunks = max(1, min(numba.get_num_threads(), n_blocks))
-        cand_s, cand_r = pq_kernels.adc_topk_chunks(codes, tables, k, n_chunks)
+        cand_s, cand_r = _pq_kernels.adc_topk_chunks(codes, tables, k, n_chunks)
         q = tables.shape[0]
-        return pq_kernels.merge_topk(cand_s.reshape(q, -1), cand_r.reshape(q, -1), k)
+        return merge_topk(cand_s.reshape(q, -1), cand_r.reshape(q, -1), k)
 
     # (de)serialisation: .npz bytes with a JSON header, no pickle
     def to_bytes(self):

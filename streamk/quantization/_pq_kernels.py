@@ -14,6 +14,8 @@ scanning a block of codes for every query while it is in cache.
 import numpy as np
 from numba import njit, prange
 
+from ._heap import replace_root
+
 BLOCK = 2048  # codes per block (32-128 KiB of codes for M = 16-64: stays in L2 for a batch of queries)
 
 
@@ -76,31 +78,9 @@ def adc_scores_batch(codes, tables):
 
 
 # ---------------------------------------------------------------- top-k inside the scan
-# A heap of the k best (score, row) seen so far, its root the worst: the lowest
-# score and, among equal scores, the largest row. Rows are scanned in increasing
-# order, so a new row whose score equals the root's is worse than the root and
-# is not kept: ties go to the smaller row, as in a stable sort by decreasing score.
-
-@njit(inline="always")
-def _replace_root(hs, hr, k, s, r):
-    """Put (s, r) at the root of the heap (hs, hr) of size k and sift it down."""
-    pos = 0
-    while True:
-        c = 2 * pos + 1
-        if c >= k:
-            break
-        d = c + 1
-        if d < k and (hs[d] < hs[c] or (hs[d] == hs[c] and hr[d] > hr[c])):
-            c = d
-        if hs[c] < s or (hs[c] == s and hr[c] > r):
-            hs[pos] = hs[c]
-            hr[pos] = hr[c]
-            pos = c
-        else:
-            break
-    hs[pos] = s
-    hr[pos] = r
-
+# The k best (score, row) seen so far are kept in the heap of ``_heap``; rows are
+# scanned in increasing order, so a new row whose score equals the root's is worse
+# than the root and is not kept: ties go to the smaller row.
 
 @njit(inline="always")
 def _scan_block(codes, t, lo, hi, hs, hr, k, thr):
@@ -110,22 +90,22 @@ def _scan_block(codes, t, lo, hi, hs, hr, k, thr):
     while i + 4 <= hi:
         s0, s1, s2, s3 = four_scores(codes, t, i)
         if s0 > thr:
-            _replace_root(hs, hr, k, s0, i)
+            replace_root(hs, hr, k, s0, i)
             thr = hs[0]
         if s1 > thr:
-            _replace_root(hs, hr, k, s1, i + 1)
+            replace_root(hs, hr, k, s1, i + 1)
             thr = hs[0]
         if s2 > thr:
-            _replace_root(hs, hr, k, s2, i + 2)
+            replace_root(hs, hr, k, s2, i + 2)
             thr = hs[0]
         if s3 > thr:
-            _replace_root(hs, hr, k, s3, i + 3)
+            replace_root(hs, hr, k, s3, i + 3)
             thr = hs[0]
         i += 4
     while i < hi:
         s = one_score(codes, t, i)
         if s > thr:
-            _replace_root(hs, hr, k, s, i)
+            replace_root(hs, hr, k, s, i)
             thr = hs[0]
         i += 1
     return thr
@@ -153,52 +133,4 @@ def adc_topk_chunks(codes, tables, k, n_chunks):
             hi = min(n, lo + BLOCK)
             for a in range(nq):
                 thr[a] = _scan_block(codes, tables[a], lo, hi, out_s[a, c], out_r[a, c], k, thr[a])
-    return out_s, out_r
-
-
-@njit(cache=True)
-def merge_topk(cand_s, cand_r, k):
-    """The k best of each query's candidates (Q, C) by decreasing score, ties by
-    increasing row; candidates with row -1 are unused slots. Returns (Q, k) each.
-    cand_r may have one line (1, C) shared by every query (e.g. column numbers)."""
-    nq, nc = cand_s.shape
-    shared = cand_r.shape[0] == 1
-    out_s = np.empty((nq, k), dtype=np.float32)
-    out_r = np.empty((nq, k), dtype=np.int64)
-    hs = np.empty(k, dtype=np.float32)
-    hr = np.empty(k, dtype=np.int64)
-    for a in range(nq):
-        hs[:] = -np.inf
-        hr[:] = -1
-        filled = 0
-        for c in range(nc):
-            r = cand_r[0, c] if shared else cand_r[a, c]
-            if r < 0:
-                continue
-            s = cand_s[a, c]
-            if filled < k:  # push: sift up (the heap's root is its worst)
-                pos = filled
-                filled += 1
-                while pos > 0:
-                    p = (pos - 1) // 2
-                    if hs[p] > s or (hs[p] == s and hr[p] < r):
-                        hs[pos] = hs[p]
-                        hr[pos] = hr[p]
-                        pos = p
-                    else:
-                        break
-                hs[pos] = s
-                hr[pos] = r
-            elif s > hs[0] or (s == hs[0] and r < hr[0]):
-                _replace_root(hs, hr, k, s, r)
-        # pop the worst first: the heap empties into out from the back
-        for t in range(filled - 1, -1, -1):
-            out_s[a, t] = hs[0]
-            out_r[a, t] = hr[0]
-            last_s = hs[t]
-            last_r = hr[t]
-            _replace_root(hs, hr, t, last_s, last_r)
-        for t in range(filled, k):
-            out_s[a, t] = -np.inf
-            out_r[a, t] = -1
     return out_s, out_r

@@ -18,7 +18,8 @@ lists are laid out or split between threads.
 import numpy as np
 from numba import njit, prange
 
-from .pq_kernels import _replace_root, four_scores, one_score
+from ._heap import replace_root
+from ._pq_kernels import four_scores, one_score
 
 
 @njit
@@ -27,7 +28,7 @@ def _offer(hs, hr, k, dead, s, r):
     root's score. Kept out of line: the scan loop stays small and its threshold stays
     in a register (3x faster than checking the heap inline for every entry)."""
     if (s > hs[0] or (s == hs[0] and r < hr[0])) and dead[r] == 0:
-        _replace_root(hs, hr, k, s, r)
+        replace_root(hs, hr, k, s, r)
     return hs[0]
 
 
@@ -94,7 +95,7 @@ def ivf_topk_chunks(codes, rows, start, size, dead, probes, coarse, tables, k, n
     coarse (nq, P) float32 the term <q, c_l> of each; tables (nq, M, 256) float32.
     Each query's probed entries, taken list after list, are cut into n_chunks equal
     parts scanned in parallel. Returns (nq, n_chunks, k) scores and rows, each part's k
-    in heap order, unused slots (-inf, -1): merge with ``pq_kernels.merge_topk``.
+    in heap order, unused slots (-inf, -1): merge with ``_heap.merge_topk``.
     """
     nq = probes.shape[0]
     out_s = np.full((nq, n_chunks, k), -np.inf, dtype=np.float32)
