@@ -46,7 +46,7 @@ from streamk.encoding.aggregation import (CHOLESKY_MAX_ROWS, ConvergenceWarning,
                                  gram)
 from streamk.encoding.embeddings import FisherVector, TriangulationEmbedding, rootsift
 from streamk.encoding.postprocessing import l2_normalize, power_law
-from streamk.synthetic import jitter, sift_like
+from streamk.datasets.synthetic import jitter, sift_like
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import load_str, log, machine_info, table  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 from streamk.cli import main
 from streamk.datasets import load_dataset
 from streamk.experiment import evaluate_dataset, run_experiment
-from streamk.synthetic import make_collection
+from streamk.datasets.synthetic import make_collection
 
 
 @pytest.fixture(scope="module")
