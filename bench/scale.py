@@ -97,7 +97,7 @@ def reader_main(path, t_spawn):
     t_import = time.time()
     from threadpoolctl import threadpool_limits
 
-    from streamk.sharded_index import open_index
+    from streamk.index.sharded import open_index
 
     t0 = time.perf_counter()
     idx = open_index(path, readonly=True)  # one index, or the shards of a sharded one

@@ -51,7 +51,7 @@ K = 100
 def encoded(lo, V):
     """EncodedImage items of vectors V with ids str(lo + j) (the write path itself is not
     what this benchmark measures: bench/scale.py does)."""
-    from streamk.index_writer import EncodedImage
+    from streamk.index import EncodedImage
 
     out = []
     for j, v in enumerate(V):
@@ -62,7 +62,7 @@ def encoded(lo, V):
 
 def build(path, S, n, codec, args):
     from streamk.index import StreamingIndex
-    from streamk.sharded_index import ShardedIndex
+    from streamk.index.sharded import ShardedIndex
 
     encoder = make_encoder(args.dim)
     if S == 1:
@@ -85,7 +85,7 @@ def dask_search(path, S, Q, args):
     """Per-query time through Dask actors (LocalCluster of min(S, cores) workers)."""
     from distributed import Client, LocalCluster
 
-    from streamk.sharded_index import ShardedIndex
+    from streamk.index.sharded import ShardedIndex
 
     workers = max(1, min(S, os.cpu_count()))
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,

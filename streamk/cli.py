@@ -210,7 +210,7 @@ def _index_create(args):
     existed = path.exists()
     try:
         if args.shards is not None:
-            from .sharded_index import ShardedIndex
+            from .index import ShardedIndex
             from .parallel import make_executor
 
             with (make_executor(dask=args.dask) if args.dask else _NoExecutor()) as executor:
@@ -272,7 +272,7 @@ def _index_info(args):
 
 
 def _index_upgrade(args):
-    from .index_upgrade import upgrade
+    from .index import upgrade
 
     n = upgrade(args.dir, progress=None if sys.stderr.isatty() else False)
     print(f"upgraded {args.dir} to index format 2 ({n:,} images)")
@@ -308,7 +308,7 @@ class _NoExecutor:
 def _open(args, readonly, executor=None):
     """The index at args.dir: a StreamingIndex, or a ShardedIndex (its shards' owners on
     the Dask cluster of ``executor``, or of --dask, when given)."""
-    from .sharded_index import ShardedIndex, is_sharded, open_index
+    from .index import ShardedIndex, is_sharded, open_index
 
     if executor is not None:  # ingestion: the cluster runs the tasks, and owns the shards if any
         if is_sharded(args.dir):

@@ -49,7 +49,7 @@ from .evaluation import compute_map
 from .index import StreamingIndex, encoded_image_file
 from .encoding.postprocessing import postprocess
 from .pipeline import extract_many, scan
-from .store import validate_id
+from .index import validate_id
 
 METHODS = ("sum", "democratic", "gmp")
 

@@ -20,7 +20,7 @@ from streamk.errors import (ConfigError, DimensionError, DuplicateError, EmptyDe
                             NotFittedError, ReadOnlyIndexError, StreamkError, TooFewImagesError,
                             UnknownIdError, ZeroVectorError)
 from streamk.index import StreamingIndex
-from streamk.store import FORMAT_VERSION, row_key
+from streamk.index.store import FORMAT_VERSION, row_key
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -314,7 +314,7 @@ def test_pq_search_agrees_with_exact(tmp_path, encoder):
 
 def stored_codes(idx):
     """{id: (list, code)} of every image, as a fresh reader loads them from the store."""
-    from streamk.search_view import SearchView
+    from streamk.index.reader import SearchView
 
     view = SearchView(idx.store, idx.dim, idx.vector_dtype)
     out = {}
@@ -587,7 +587,7 @@ def test_index_without_display_extras(tmp_path, encoder):
 def test_vectors_are_stored_in_blocks_that_fill_lmdb_pages(tmp_path):
     """1,024 float16 (2,048 bytes) alone would take a 4 KiB overflow page each in LMDB;
     31 per value fill 16 pages."""
-    from streamk.vector_store import VectorStore, rows_per_block
+    from streamk.index.vector_store import VectorStore, rows_per_block
 
     rng = np.random.default_rng(0)
     sets = [rng.integers(0, 256, (200, 128)).astype(np.float32) for _ in range(3)]

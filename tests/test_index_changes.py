@@ -21,7 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from index_support import DIM, make_encoder, vectors  # noqa: E402,F401
 from streamk import Encoder  # noqa: E402
 from streamk.index import StreamingIndex  # noqa: E402
-from streamk.search_view import SearchView  # noqa: E402
+from streamk.index.reader import SearchView  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -178,7 +178,7 @@ test_index_changes = IndexChanges.TestCase
 
 
 def test_a_reader_further_behind_than_the_log_reloads(tmp_path, monkeypatch):
-    import streamk.store as store_module
+    import streamk.index.store as store_module
 
     monkeypatch.setattr(store_module, "LOG_KEEP", 8)
     monkeypatch.setattr(store_module, "LOG_TRIM_EVERY", 4)
@@ -307,7 +307,7 @@ READER_MEMORY = textwrap.dedent("""
 def test_reader_memory_is_bounded_by_the_codes(tmp_path):
     """200k images of dimension 128 (float16 vectors: 51 MB; float32 in memory: 102 MB);
     a reader (a fresh process) holds the codes and rows, ~N (M + 9) bytes, not the vectors."""
-    from streamk.index_writer import EncodedImage
+    from streamk.index import EncodedImage
     from streamk.quantization.ivfpq import IVFPQ
 
     n, dim, M = 200_000, 128, 16
@@ -342,7 +342,7 @@ def test_one_training_at_a_time_and_a_dead_trainers_leftovers_are_cleared(tmp_pa
     import socket
 
     from streamk.errors import TrainingInProgressError
-    from streamk.store import epoch_key
+    from streamk.index.store import epoch_key
 
     V = vectors(8, 300)
     with StreamingIndex.create(tmp_path / "ix", ENCODER, vector_dtype="float32", block_rows=16) as idx:

@@ -19,7 +19,7 @@ import pytest
 
 from streamk import Encoder
 from streamk.index import StreamingIndex
-from streamk.store import SUBDBS, row_key, seq_from_key
+from streamk.index.store import SUBDBS, row_key, seq_from_key
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),

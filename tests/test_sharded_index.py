@@ -11,8 +11,8 @@ import pytest
 from index_support import DIM, make_encoder, vectors  # noqa: F401
 from streamk import Encoder
 from streamk.errors import ConfigError, DuplicateError, IndexExistsError, UnknownIdError
-from streamk.index import StreamingIndex
-from streamk.sharded_index import ShardedIndex, is_sharded, open_index, shard_of
+from streamk.index import StreamingIndex, encoded_vector
+from streamk.index.sharded import ShardedIndex, is_sharded, open_index, shard_of
 
 @pytest.fixture(scope="module")
 def encoder():
@@ -44,21 +44,21 @@ def test_sharded_equals_one_index(tmp_path, encoder):
         # updates and removals routed the same way
         for idx in (one, many):
             idx.remove(["v3", "v400"])
-            idx.write_encoded([many._encoded_vector("v7", V[500] + 0.3)], replace=True)
+            idx.write_encoded([encoded_vector("v7", V[500] + 0.3, many.dim)], replace=True)
         with pytest.raises(UnknownIdError):
             many.remove(["v5", "nope"])
         assert "v5" in many and len(many) == 598
         # content de-duplicated across shards: "dup" and "v10" route to different shards
         assert shard_of("dup", 3) != shard_of("v10", 3)
-        assert isinstance(many.write_encoded([many._encoded_vector("dup", V[10])])[0], DuplicateError)
+        assert isinstance(many.write_encoded([encoded_vector("dup", V[10], many.dim)])[0], DuplicateError)
         many.remove(["v10"])  # frees its content
-        assert many.write_encoded([many._encoded_vector("dup", V[10])]) == ["added"]
+        assert many.write_encoded([encoded_vector("dup", V[10], many.dim)]) == ["added"]
         many.remove(["dup"])
         one.remove(["v10"])
         # a claim whose holder never stored the content (a crash between claim and write)
-        ghost = many._encoded_vector("ghost", V[20] + 1.0)
+        ghost = encoded_vector("ghost", V[20] + 1.0, many.dim)
         many._claims("claim", [(ghost.content, "ghost")])
-        assert many.write_encoded([many._encoded_vector("real", V[20] + 1.0)]) == ["added"]
+        assert many.write_encoded([encoded_vector("real", V[20] + 1.0, many.dim)]) == ["added"]
         many.remove(["real"])
         Q = vectors(2, 20)
         s1, i1 = one.search(Q, k=10, mode="exact")

@@ -8,7 +8,7 @@ import pytest
 
 from streamk.errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                             ReadOnlyIndexError, StreamkError)
-from streamk.store import FORMAT_VERSION, SUBDBS, Store, id_key, seq_from_key, seq_key, validate_id
+from streamk.index.store import FORMAT_VERSION, SUBDBS, Store, id_key, seq_from_key, seq_key, validate_id
 
 
 def test_create_open_round_trip(tmp_path):
@@ -141,7 +141,7 @@ def test_change_log(tmp_path):
 
 
 def test_change_log_is_trimmed_and_a_reader_too_far_behind_is_told(tmp_path, monkeypatch):
-    import streamk.store as store_module
+    import streamk.index.store as store_module
 
     monkeypatch.setattr(store_module, "LOG_KEEP", 8)
     monkeypatch.setattr(store_module, "LOG_TRIM_EVERY", 4)

@@ -16,7 +16,7 @@ sent to the workers as they are found, a bounded number at a time):
 2. **Ids.** A file found under a folder ROOT gets the id ``relpath(file, ROOT)``
    with the path separator replaced by ``"__"`` (``ROOT/a/b.jpg`` -> ``a__b.jpg``);
    a file given explicitly gets its base name (``x/y/c.png`` -> ``c.png``).
-   Ids are checked with the store's rules (:func:`streamk.store.validate_id`:
+   Ids are checked with the store's rules (:func:`streamk.index.store.validate_id`:
    1..200 characters, no control characters, ...); a file whose id is invalid is
    reported and skipped. Two files mapping to the same id (``a/b.jpg`` and
    ``a__b.jpg``) cannot both be stored: the second is reported (IdExistsError).
@@ -59,7 +59,7 @@ from ..errors import ConfigError, DuplicateError, StreamkError, describe
 from ..features import FeatureCache
 from ..index import encoded_image_file, image_content_key
 from ..parallel import make_executor
-from ..store import validate_id
+from ..index import validate_id
 from .tasks import ingest_task, results, task_context
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff",

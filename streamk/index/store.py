@@ -19,7 +19,7 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
 ``images``      id -> JSON: kind, source, sha256, box, n_descriptors, added, seq, row.
 ``extras``      id -> .npz bytes (keypoints, weights) for display; optional.
 ``vectors``     block of ``vector_block_rows`` rows -> their vectors in the index's dtype
-                (:mod:`streamk.vector_store`; read for re-ranking and exact search).
+                (:mod:`streamk.index.vector_store`; read for re-ranking and exact search).
 ``row_ids``     row -> id (the ids of the k results).
 ``hashes``      32-byte content key -> id (de-duplication).
 ``codes``       epoch (4 bytes) + row -> list (uint32 LE) + M code bytes: the rows of the
@@ -56,8 +56,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from .quantization import NO_LIST  # noqa: F401  (the list number of a row without a code)
-from .errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
+from ..errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                      ReadOnlyIndexError)
 
 FORMAT = "streamk-index"

@@ -28,20 +28,21 @@ once on a sample gathered from every shard (``train``), then installed in each.
 
 import hashlib
 import json
-import os
 import socket
 import threading
 from pathlib import Path
 
 import numpy as np
 
-from .encoding.encoder import Encoder
-from .errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormatError, NotAnIndexError,
+from ..encoding import Encoder
+from ..errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormatError, NotAnIndexError,
                      UnknownIdError)
-from .index import MODES, StreamingIndex, _check_k
-from .index_writer import checked_vector, unit_vector
-from .quantization.ivfpq import IVFPQ, default_train_size
+from ..features import default_extractor, extractor_from_params
+from ..quantization import IVFPQ, default_train_size
+from .items import AddResult, encoded_vector
+from .queries import MODES, QueryEncoder, check_k
 from .store import id_key
+from .streaming_index import StreamingIndex
 
 MANIFEST = "shards.json"
 FORMAT = "streamk-shards"
@@ -254,6 +255,7 @@ class ShardedIndex:
         self._encoder = encoder
         self._client, self._own_client = client, own_client
         self._extractor = None
+        self.queries = QueryEncoder(lambda: self._encoder, self.extractor, self.dim)
 
     # ------------------------------------------------------------ create / open
     @classmethod
@@ -263,8 +265,6 @@ class ShardedIndex:
         "local:N" or a Client), the shards are created by the cluster's workers, spread
         over its hosts (round robin; ``hosts`` to choose), each on the worker's disk
         at the same path (``path`` must be a local folder of every such host)."""
-        from .features import default_extractor
-
         shards = int(shards)
         if shards < 1:
             raise ConfigError(f"shards must be >= 1, got {shards}")
@@ -343,8 +343,6 @@ class ShardedIndex:
         return self._encoder
 
     def extractor(self):
-        from .features import extractor_from_params
-
         if self._extractor is None:
             self._extractor = extractor_from_params(self.manifest["extractor"])
         return self._extractor
@@ -457,15 +455,13 @@ class ShardedIndex:
 
     def add(self, image_id, vector):
         """Add an image vector (images and descriptor sets: encode them, or ingest)."""
-        out = self.write_encoded([self._encoded_vector(image_id, vector)])[0]
+        out = self.write_encoded([encoded_vector(image_id, vector, self.dim)])[0]
         if isinstance(out, Exception):
             raise out
         return image_id
 
     def add_many(self, items, batch_size=1024):
         """Add {"id", "vector"} items, batch_size per round of shard transactions."""
-        from .index_writer import AddResult
-
         results, batch = [], []
 
         def flush():
@@ -474,20 +470,11 @@ class ShardedIndex:
                 results.append(AddResult(i, "error", o) if isinstance(o, Exception) else AddResult(i, o))
             batch.clear()
         for item in items:
-            batch.append((item["id"], self._encoded_vector(item["id"], item["vector"])))
+            batch.append((item["id"], encoded_vector(item["id"], item["vector"], self.dim)))
             if len(batch) >= batch_size:
                 flush()
         flush()
         return results
-
-    def _encoded_vector(self, image_id, vector):
-        from .index_writer import EncodedImage
-
-        v = checked_vector(vector, self.dim)
-        sha = hashlib.sha256(v.tobytes()).hexdigest()
-        content = hashlib.sha256(b"vector\0" + bytes.fromhex(sha)).digest()
-        return EncodedImage(id_key(image_id), v, content, {"kind": "vector", "source": None, "box": None,
-                                                           "n_descriptors": None, "sha256": sha}, None)
 
     def remove(self, image_ids):
         """Remove ids (each from its shard); UnknownIdError if any is absent, and then
@@ -533,11 +520,11 @@ class ShardedIndex:
         """As :meth:`StreamingIndex.search`: one query (image path, descriptor set, vector)
         -> [(id, score)]; a batch (nq, D) -> (scores, ids) arrays. Scattered to every
         shard, merged by score."""
-        k = _check_k(k)
+        k = check_k(k)
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
-        batch = isinstance(query, np.ndarray) and query.ndim == 2 and query.shape[1] == self.dim
-        Q = StreamingIndex.query_vectors(self, query) if batch else self.query_vector(query, box)[None, :]
+        batch = self.queries.is_batch(query)
+        Q = self.queries.vectors(query) if batch else self.queries.vector(query, box)[None, :]
         parts = self._scatter("search", {s: (Q, k, mode, nprobe, rerank) for s in range(self.shards)})
         scores = np.concatenate([parts[s][0] for s in range(self.shards)], axis=1)
         ids = np.concatenate([parts[s][1] for s in range(self.shards)], axis=1)
@@ -548,24 +535,8 @@ class ShardedIndex:
         return [(i, float(s)) for i, s in zip(ids[0], scores[0]) if i is not None]
 
     def query_vector(self, query, box=None):
-        if isinstance(query, (str, os.PathLike)):
-            from .errors import EmptyDescriptorSetError
-            from .features import crop_to_box, extract
-            from .index_writer import normalise_box
-
-            f = extract(query, self.extractor())
-            box = normalise_box(box)
-            if box is not None:
-                f = crop_to_box(f, box)
-            if len(f) == 0:
-                raise EmptyDescriptorSetError(f"{query}: no local features" + (" inside the box" if box else ""))
-            return unit_vector(self.encoder.encode(f.descriptors))
-        if box is not None:
-            raise ConfigError("box applies to image-path queries only")
-        q = np.asarray(query)
-        if q.ndim == 2:
-            return unit_vector(self.encoder.encode(q))
-        return checked_vector(q, self.dim, "query")
+        """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
+        return self.queries.vector(query, box)
 
     def stats(self):
         per = self._scatter("stats", {s: () for s in range(self.shards)})
@@ -583,7 +554,7 @@ def _client(dask):
 
     if isinstance(dask, Client):
         return dask, False
-    from .parallel.dask_executor import DaskExecutor
+    from ..parallel.dask_executor import DaskExecutor
 
     ex = DaskExecutor(dask)
     client = ex.client
@@ -616,8 +587,6 @@ def _worker_on(client, host):
 
 
 def _create_shard(path, encoder_bytes, vector_dtype, extractor_params, store_extras):
-    from .features import extractor_from_params
-
     StreamingIndex.create(path, Encoder.from_bytes(encoder_bytes), vector_dtype=vector_dtype,
                           extractor=extractor_from_params(extractor_params), store_extras=store_extras).close()
     return socket.gethostname()

@@ -17,11 +17,11 @@ import lmdb
 import numpy as np
 from tqdm.auto import tqdm
 
-from .encoding.encoder import Encoder
-from .errors import IndexFormatError, NotAnIndexError
-from .index_writer import pack_codes, seal_block
-from .quantization.ivfpq import IVFPQ
-from .quantization.pq import ProductQuantizer
+from ..encoding import Encoder
+from ..errors import IndexFormatError, NotAnIndexError
+from .blocks import pack_codes, seal_block
+from ..quantization import IVFPQ
+from ..quantization import ProductQuantizer
 from .store import BLOCK_ROWS, FORMAT, FORMAT_VERSION, SUBDBS, epoch_key, row_key, seq_key
 from .vector_store import VectorStore
 

@@ -25,154 +25,36 @@ Adding an id that already holds other content raises
 """
 
 import hashlib
-import io
 import json
-import os
 import time
-from typing import NamedTuple
 
 import numpy as np
 
-from .features import default_extractor, extractor_from_params, image_features
-from .checks import as_descriptor_set
-from .errors import (ConfigError, DimensionError, DuplicateError, EmptyDescriptorSetError,
-                     IdExistsError, NonFiniteError, StreamkError, UnknownIdError, ZeroVectorError)
-from .quantization.ivfpq import IVFPQ
+from ..checks import as_descriptor_set
+from ..errors import ConfigError, DuplicateError, EmptyDescriptorSetError, IdExistsError, StreamkError, UnknownIdError
+from ..features import image_features
+from ..quantization import IVFPQ
+from .blocks import mark_removed, pack_codes, seal_block
+from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, normalise_box, npz_bytes,
+                    one_source, unit_vector)
+from .store import epoch_key, id_key, row_key
 from .vector_store import VectorStore
-from .store import NO_LIST, epoch_key, id_key, row_key, rows_of_epoch_keys
-
-_LIST = np.dtype("<u4")
-
-
-class AddResult(NamedTuple):
-    """One item of ``add_many``: status is "added", "exists" (same id, same content:
-    nothing written) or "error" (``error`` holds the exception)."""
-    id: object
-    status: str
-    error: Exception | None = None
-
-
-class EncodedImage(NamedTuple):
-    """One image ready to be written: everything computed, nothing stored yet."""
-
-    key: bytes  # validated id as bytes
-    vector: np.ndarray  # (D,) float32 unit norm
-    content: bytes  # 32-byte content key
-    record: dict  # JSON metadata of the image
-    extras: bytes | None  # .npz bytes (keypoints, weights) or None
-
-
-def npz_bytes(**arrays):
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    return buf.getvalue()
-
-
-def unit_vector(v):
-    """The encoder's output as a unit float32 vector, or a named error."""
-    v = np.asarray(v, np.float32)
-    n = float(np.linalg.norm(v))
-    if not np.isfinite(v).all():
-        raise NonFiniteError("the encoded vector is not finite")
-    if not n > 0:
-        raise ZeroVectorError("the encoder gave a zero vector (no usable descriptors)")
-    return (v / n).astype(np.float32)
-
-
-def checked_vector(vector, dim, what="vector"):
-    """A user's image vector as a unit float32 vector of dimension ``dim``, or a named error."""
-    if isinstance(vector, (str, bytes, os.PathLike)):
-        raise ConfigError(f"{what}: takes an array; pass image files as image_path=")
-    try:
-        v = np.asarray(vector, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise DimensionError(f"{what}: not a numeric array ({exc})") from exc
-    if v.ndim != 1 or v.shape[0] != dim:
-        raise DimensionError(f"{what}: expected shape ({dim},), got {v.shape}")
-    if not np.isfinite(v).all():
-        raise NonFiniteError(f"{what} contains NaN or infinite values")
-    n = np.linalg.norm(v)
-    if not n > 0:
-        raise ZeroVectorError(f"{what} has zero norm")
-    return (v / n).astype(np.float32)
-
-
-def image_content_key(sha256_hex, box=None):
-    """Content key of an image file: its bytes' sha256 and the box (de-duplication)."""
-    return hashlib.sha256(b"image\0" + bytes.fromhex(sha256_hex) + json.dumps(box).encode()).digest()
-
-
-def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None):
-    """The record ``add(image_path=...)`` writes for an image file whose bytes have this
-    sha256, encoded to ``vector`` (ingestion workers build the same record)."""
-    record = {"kind": "image_path", "source": os.path.abspath(os.fspath(path)), "box": box,
-              "n_descriptors": int(len(keypoints)), "sha256": sha256_hex, "image_size": list(image_size)}
-    extras = npz_bytes(keypoints=keypoints, weights=np.asarray(weights, np.float32))
-    return EncodedImage(id_key(image_id), unit_vector(vector), image_content_key(sha256_hex, box), record,
-                        extras)
-
-
-def normalise_box(box):
-    if box is None:
-        return None
-    try:
-        b = np.asarray(box, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}") from exc
-    if b.shape != (4,):
-        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}")
-    return [float(v) for v in b]
-
-
-def one_source(image_path, descriptors, vector):
-    given = [name for name, v in (("image_path", image_path), ("descriptors", descriptors),
-                                  ("vector", vector)) if v is not None]
-    if len(given) != 1:
-        raise ConfigError(f"give exactly one of image_path, descriptors, vector (got {given or 'none'})")
-    return given[0]
-
-
-def pack_codes(lists, codes):
-    """Stored form of a row's code: list (uint32 LE) then the M code bytes, (n, 4 + M) uint8."""
-    out = np.empty((len(lists), 4 + codes.shape[1]), np.uint8)
-    out[:, :4] = np.asarray(lists, _LIST).reshape(-1, 1).view(np.uint8)
-    out[:, 4:] = codes
-    return out
-
-
-def unpack_codes(packed, M):
-    """(lists (n,) uint32, codes (n, M) uint8) of stored row codes (n, 4 + M) uint8."""
-    packed = packed.reshape(-1, 4 + M)
-    return np.ascontiguousarray(packed[:, :4]).view(_LIST).reshape(-1), packed[:, 4:]
-
-
-def split_block(value, M, B):
-    """(lists (B,) uint32, codes (B, M) uint8) of a sealed block value (views, no copy)."""
-    lists = np.frombuffer(value, _LIST, B)
-    codes = np.frombuffer(value, np.uint8, B * M, offset=4 * B).reshape(B, M)
-    return lists, codes
-
-
-def pack_block(lists, codes):
-    """The stored value of a sealed block: B list numbers (uint32 LE) then B x M code bytes."""
-    return np.asarray(lists, _LIST).tobytes() + np.ascontiguousarray(codes, np.uint8).tobytes()
 
 
 class IndexWriter:
     """Encodes images and writes them, their removals and their codes to a Store.
 
     encoder: a callable returning the index's Encoder (loaded on first use);
-    dim: the vector dimension. Not thread-safe (one per thread or process).
+    extractors: the index's StoredExtractor; dim: the vector dimension. Not
+    thread-safe (one per thread or process).
     """
 
-    def __init__(self, store, vector_dtype, dim, encoder):
+    def __init__(self, store, vector_dtype, dim, encoder, extractors):
         self.store = store
         self.vector_dtype = np.dtype(vector_dtype)
         self.dim = int(dim)
         self._encoder = encoder
-        self._extractor = None
-        self._extractor_params = None
-        self._extractor_stored = None
+        self.extractors = extractors
         self._codec = None
         self._codec_epoch = -1
         self.vectors = VectorStore(store, dim, vector_dtype)
@@ -202,25 +84,6 @@ class IndexWriter:
             return epoch, None
         return epoch, pack_codes(*codec.encode(np.stack([e.vector for e in encoded])))
 
-    # ------------------------------------------------------------ extractor
-    def extractor(self):
-        """The extractor for image files (from the stored params, or the default)."""
-        raw = self.store.get_meta(b"extractor")
-        params = json.loads(raw) if raw is not None else None
-        if self._extractor is not None and (params is None or params == self._extractor_stored):
-            return self._extractor
-        ex = default_extractor() if params is None else extractor_from_params(params)
-        # params to pin at the first image (when none are stored); the stored ones otherwise
-        self._extractor, self._extractor_params = ex, ex.params()
-        self._extractor_stored = params
-        return ex
-
-    def use_extractor(self, extractor, params):
-        self._extractor, self._extractor_params, self._extractor_stored = extractor, params, params
-
-    def features(self, image_path, box):
-        return image_features(image_path, self.extractor(), box)
-
     # ------------------------------------------------------------ encoding (no transaction)
     def encode_item(self, image_id, image_path=None, descriptors=None, vector=None, box=None):
         """The EncodedImage of one item from exactly one source, or a named error."""
@@ -233,7 +96,7 @@ class IndexWriter:
         record = {"kind": kind, "source": None, "box": box, "n_descriptors": None}
         extras = None
         if kind == "image_path":
-            data, f = self.features(image_path, box)
+            data, f = image_features(image_path, self.extractors.get(), box)
             if len(f) == 0:
                 raise EmptyDescriptorSetError(f"{image_path}: no local features"
                                               + (" inside the box" if box is not None else ""))
@@ -278,7 +141,7 @@ class IndexWriter:
         if enc.record["kind"] == "image_path":
             raw = s.get_meta(b"extractor", txn)
             if raw is None or json.loads(raw) is None:  # first image: pin the default extractor
-                txn.put(b"extractor", json.dumps(self._extractor_params).encode(), db=db["meta"])
+                txn.put(b"extractor", json.dumps(self.extractors.to_pin).encode(), db=db["meta"])
         row = s.get_int(b"next_row", txn)
         s.put_int(txn, b"next_row", row + 1)
         seq = s.bump(txn, b"+", row)
@@ -411,41 +274,3 @@ class IndexWriter:
                 flush()
         flush()
         return results
-
-
-# ---------------------------------------------------------------- code blocks and removal marks
-def mark_removed(txn, store, row):
-    """Set the bit of ``row`` in its block's bitmap of removed rows."""
-    block, bit = divmod(int(row), store.block_rows)
-    key = row_key(block)
-    raw = txn.get(key, db=store.dbs["dead"])
-    bits = bytearray(raw) if raw is not None else bytearray(store.block_rows // 8)
-    bits[bit >> 3] |= 1 << (bit & 7)
-    txn.put(key, bytes(bits), db=store.dbs["dead"])
-
-
-def seal_block(txn, store, epoch, block, M):
-    """Pack the per-row codes of a full block into one value and delete them. Rows
-    without a code (removed before they were coded) get list NO_LIST."""
-    codes_db = store.dbs["codes"]
-    B = store.block_rows
-    lo = block * B
-    keys, values = [], []
-    with txn.cursor(db=codes_db) as cur:
-        if cur.set_range(epoch_key(epoch, lo)):
-            end = epoch_key(epoch, lo + B)
-            for k, v in cur:
-                if bytes(k) >= end:
-                    break
-                keys.append(bytes(k))
-                values.append(bytes(v))
-    lists = np.full(B, NO_LIST, _LIST)
-    codes = np.zeros((B, M), np.uint8)
-    if keys:
-        rows = rows_of_epoch_keys(keys) - lo
-        got_lists, got_codes = unpack_codes(np.frombuffer(b"".join(values), np.uint8), M)
-        lists[rows] = got_lists
-        codes[rows] = got_codes
-    for k in keys:
-        txn.delete(k, db=codes_db)
-    txn.put(epoch_key(epoch, block), pack_block(lists, codes), db=store.dbs["code_blocks"])

@@ -9,15 +9,15 @@
     idx.train(nlist=4096, M=64)                       # IVF-PQ; train_pq(M=16): flat PQ
     idx.remove(["img1", "img2"])
 
-The index is one LMDB directory (:mod:`streamk.store`). This class ties its
+The index is one LMDB directory (:mod:`streamk.index.store`). This class ties its
 three parts together:
 
-- writing (:mod:`streamk.index_writer`): images encoded, de-duplicated and
+- writing (:mod:`streamk.index.writer`): images encoded, de-duplicated and
   written, one transaction per image or batch;
-- reading (:mod:`streamk.search_view`): what a reader keeps in memory (codes
+- reading (:mod:`streamk.index.reader`): what a reader keeps in memory (codes
   and integer rows, never the float vectors), kept up to date from the change
   log, and search: exact, or PQ / IVF-ADC with re-ranking;
-- training (:mod:`streamk.index_training`, :mod:`streamk.quantization.ivfpq`): the PQ or
+- training (:mod:`streamk.index.retraining`, :mod:`streamk.quantization.ivfpq`): the PQ or
   IVF-PQ codec, (re)trained while ingestion and searches go on.
 
 Opening is cheap: the encoder is loaded when something needs encoding (an
@@ -26,33 +26,22 @@ image or descriptor query, an add), and the codes when the first search runs.
 
 import io
 import json
-import os
 import time
 
 import numpy as np
 
-from .encoding.encoder import Encoder
-from .errors import (ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError,
-                     EncoderMismatchError, IndexFormatError, NonFiniteError, NotFittedError,
-                     StreamkError, UnknownIdError, ZeroVectorError)
-from .index_training import Trainer
-from .index_writer import (AddResult, EncodedImage, IndexWriter, checked_vector, encoded_image_file,
-                           image_content_key, normalise_box, npz_bytes, unit_vector)
-from .quantization.ivfpq import IVFPQ
-from .search_view import SearchView
+from ..encoding import Encoder
+from ..errors import (ConfigError, EncoderFileError, EncoderMismatchError, IndexFormatError, NotFittedError,
+                      StreamkError, UnknownIdError)
+from .items import unit_vector
+from .queries import MODES, QueryEncoder, StoredExtractor, check_k
+from .reader import SearchView
+from .retraining import Trainer
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key
 from .vector_store import rows_per_block
+from .writer import IndexWriter
 
-MODES = ("exact", "pq")
-
-__all__ = ["StreamingIndex", "AddResult", "EncodedImage", "IVFPQ", "encoded_image_file",
-           "image_content_key", "npz_bytes", "MODES"]
-
-
-def _check_k(k):
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"k must be an integer >= 1, got {k!r}")
-    return int(k)
+__all__ = ["StreamingIndex"]
 
 
 class StreamingIndex:
@@ -73,8 +62,10 @@ class StreamingIndex:
             store.close()
             raise IndexFormatError(f"{store.path}: unreadable index metadata ({exc})") from exc
         self._encoder = None
-        self.writer = IndexWriter(store, self.vector_dtype, self.dim, lambda: self.encoder)
+        self._extractors = StoredExtractor(lambda: StoredExtractor.from_meta(store.get_meta(b"extractor")))
+        self.writer = IndexWriter(store, self.vector_dtype, self.dim, lambda: self.encoder, self._extractors)
         self.view = SearchView(store, self.dim, self.vector_dtype)
+        self.queries = QueryEncoder(lambda: self.encoder, self._extractors.get, self.dim)
 
     @classmethod
     def create(cls, path, encoder, vector_dtype="float16", extractor=None, map_size=DEFAULT_MAP_SIZE,
@@ -115,7 +106,7 @@ class StreamingIndex:
         idx = cls(Store.create(path, meta, map_size=map_size))
         idx._encoder = encoder
         if extractor is not None:
-            idx.writer.use_extractor(extractor, params)
+            idx._extractors.use(extractor, params)
         return idx
 
     @classmethod
@@ -205,7 +196,7 @@ class StreamingIndex:
             raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
             if raw is None:
                 raise UnknownIdError(f"no image {image_id!r} in the index")
-            return self.writer.vectors.get(txn, [json.loads(raw)["row"]])[0]
+            return self.view.vectors.get(txn, [json.loads(raw)["row"]])[0]
 
     def check_encoder(self, encoder):
         """Raise EncoderMismatchError unless ``encoder`` encodes as the index's encoder."""
@@ -216,7 +207,7 @@ class StreamingIndex:
 
     def extractor(self):
         """The extractor for image files (from the stored params, or the default)."""
-        return self.writer.extractor()
+        return self._extractors.get()
 
     unit_vector = staticmethod(unit_vector)
 
@@ -274,7 +265,7 @@ class StreamingIndex:
         nprobe: lists a query visits by default (default nlist / 256, at least 1;
         ``search(..., nprobe=)`` overrides it per query).
         Ingestion and searches (in this or other processes) go on meanwhile; see
-        :mod:`streamk.index_training`. Run it from another thread or process (its own
+        :mod:`streamk.index.retraining`. Run it from another thread or process (its own
         ``StreamingIndex.open``) to keep ingesting, e.g. ``streamk index train DIR``.
         """
         return Trainer(self._store, self.dim, self.vector_dtype, progress=progress).run(
@@ -309,42 +300,11 @@ class StreamingIndex:
 
     def query_vector(self, query, box=None):
         """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
-        if isinstance(query, (str, os.PathLike)):
-            _, f = self.writer.features(query, normalise_box(box))
-            if len(f) == 0:
-                raise EmptyDescriptorSetError(f"{query}: no local features"
-                                              + (" inside the box" if box is not None else ""))
-            return unit_vector(self.encoder.encode(f.descriptors))
-        if box is not None:
-            raise ConfigError("box applies to image-path queries only")
-        try:
-            q = np.asarray(query)
-        except (TypeError, ValueError) as exc:
-            raise DimensionError(f"query: not an array ({exc})") from exc
-        if q.ndim == 1:
-            return checked_vector(q, self.dim, "query")
-        if q.ndim == 2:
-            return unit_vector(self.encoder.encode(q))
-        raise DimensionError(f"query: expected an image path, an (n, d) descriptor set or a "
-                             f"({self.dim},) vector, got shape {q.shape}")
+        return self.queries.vector(query, box)
 
     def query_vectors(self, Q):
         """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
-        Q = np.asarray(Q, dtype=np.float64)
-        if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] == 0:
-            raise DimensionError(f"queries: expected a non-empty (nq, {self.dim}) array, got shape {Q.shape}")
-        if not np.isfinite(Q).all():
-            raise NonFiniteError("queries contain NaN or infinite values")
-        norms = np.linalg.norm(Q, axis=1)
-        if not (norms > 0).all():
-            raise ZeroVectorError(f"query {int(np.argmin(norms))} has zero norm")
-        return np.ascontiguousarray(Q / norms[:, None], dtype=np.float32)
-
-    def _is_batch(self, query):
-        """A 2-D array of the vectors' dimension is a batch of vectors (a (1, D) array
-        too); any other 2-D array is one query's descriptor set."""
-        return (isinstance(query, np.ndarray) and query.ndim == 2 and query.shape[1] == self.dim
-                and (query.dtype != object))
+        return self.queries.vectors(Q)
 
     def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None):
         """The k best images by decreasing inner product with the query.
@@ -360,12 +320,12 @@ class StreamingIndex:
         0: none) re-scored with the stored vectors. Default: "pq" once a codec is
         trained, else "exact". Ties go to the image added first.
         """
-        k = _check_k(k)
+        k = check_k(k)
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         if rerank is not None and (isinstance(rerank, bool) or int(rerank) < 0):
             raise ConfigError(f"rerank must be an integer >= 0, got {rerank!r}")
-        batch = self._is_batch(query)
+        batch = self.queries.is_batch(query)
         if batch and box is not None:
             raise ConfigError("box applies to image-path queries only")
         Q = self.query_vectors(query) if batch else self.query_vector(query, box=box)[None, :]

@@ -18,12 +18,10 @@ zero-copy views of the map) and the open block's rows: no read per image.
 
 import numpy as np
 
-from .errors import ConfigError, NotFittedError
-from .index_writer import split_block, unpack_codes
-from .quantization.inverted_lists import InvertedLists
-from .quantization.ivfpq import IVFPQ
-from .quantization import merge_topk
-from .store import NO_LIST, epoch_key, epoch_key_split, removed_rows, rows_of_epoch_keys
+from ..errors import ConfigError, NotFittedError
+from ..quantization import IVFPQ, NO_LIST, InvertedLists, merge_topk
+from .blocks import split_block, unpack_codes
+from .store import epoch_key, epoch_key_split, removed_rows, rows_of_epoch_keys
 from .vector_store import VectorStore
 
 

@@ -27,10 +27,11 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from .errors import ConfigError, DimensionError, TooFewImagesError, TrainingInProgressError
-from .index_writer import pack_block, pack_codes, seal_block
-from .quantization.ivfpq import IVFPQ, default_train_size
-from .store import NO_LIST, epoch_key, epoch_key_split, removed_rows
+from ..errors import ConfigError, DimensionError, TooFewImagesError, TrainingInProgressError
+from .blocks import pack_block, pack_codes, seal_block
+from ..quantization import IVFPQ, default_train_size
+from ..quantization import NO_LIST
+from .store import epoch_key, epoch_key_split, removed_rows
 from .vector_store import VectorStore
 
 CHUNK_BLOCKS = 4  # blocks of rows coded per transaction

@@ -1,0 +1,19 @@
+"""The streaming index: image vectors, their PQ / IVF-PQ codes and records in one LMDB
+environment (or S shards), written while it is searched, retrained without downtime.
+
+    idx = StreamingIndex.create("my-index", encoder); idx.add("a", image_path="a.jpg")
+    idx.search("query.jpg", k=10); open_index(path) opens a sharded one too.
+"""
+
+from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, encoded_vector,
+                    image_content_key, normalise_box, npz_bytes, unit_vector)
+from .queries import MODES, QueryEncoder, check_k
+from .sharded import ShardedIndex, is_sharded, open_index, shard_of
+from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, validate_id
+from .streaming_index import StreamingIndex
+from .upgrade import upgrade
+
+__all__ = ["BLOCK_ROWS", "DEFAULT_MAP_SIZE", "MODES", "VECTOR_DTYPES", "AddResult", "EncodedImage",
+           "QueryEncoder", "ShardedIndex", "Store", "StreamingIndex", "check_k", "checked_vector",
+           "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "normalise_box",
+           "npz_bytes", "open_index", "shard_of", "unit_vector", "upgrade", "validate_id"]

@@ -1,0 +1,120 @@
+"""What is written for one image, computed before any transaction: its unit vector,
+content key (de-duplication), JSON record and display extras; the checks of a
+user's vectors and boxes; the result of one item of a batch.
+
+De-duplication. Each image has a content key: sha256 of the image file's bytes
+(plus the box, if one is given), of the descriptor set (float32, with its
+shape), or of the L2-normalised float32 vector, each tagged with its kind.
+"""
+
+import hashlib
+import io
+import json
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import ConfigError, DimensionError, NonFiniteError, ZeroVectorError
+from .store import id_key
+
+
+class AddResult(NamedTuple):
+    """One item of ``add_many``: status is "added", "exists" (same id, same content:
+    nothing written) or "error" (``error`` holds the exception)."""
+    id: object
+    status: str
+    error: Exception | None = None
+
+
+class EncodedImage(NamedTuple):
+    """One image ready to be written: everything computed, nothing stored yet."""
+
+    key: bytes  # validated id as bytes
+    vector: np.ndarray  # (D,) float32 unit norm
+    content: bytes  # 32-byte content key
+    record: dict  # JSON metadata of the image
+    extras: bytes | None  # .npz bytes (keypoints, weights) or None
+
+
+def npz_bytes(**arrays):
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def unit_vector(v):
+    """The encoder's output as a unit float32 vector, or a named error."""
+    v = np.asarray(v, np.float32)
+    n = float(np.linalg.norm(v))
+    if not np.isfinite(v).all():
+        raise NonFiniteError("the encoded vector is not finite")
+    if not n > 0:
+        raise ZeroVectorError("the encoder gave a zero vector (no usable descriptors)")
+    return (v / n).astype(np.float32)
+
+
+def checked_vector(vector, dim, what="vector"):
+    """A user's image vector as a unit float32 vector of dimension ``dim``, or a named error."""
+    if isinstance(vector, (str, bytes, os.PathLike)):
+        raise ConfigError(f"{what}: takes an array; pass image files as image_path=")
+    try:
+        v = np.asarray(vector, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DimensionError(f"{what}: not a numeric array ({exc})") from exc
+    if v.ndim != 1 or v.shape[0] != dim:
+        raise DimensionError(f"{what}: expected shape ({dim},), got {v.shape}")
+    if not np.isfinite(v).all():
+        raise NonFiniteError(f"{what} contains NaN or infinite values")
+    n = np.linalg.norm(v)
+    if not n > 0:
+        raise ZeroVectorError(f"{what} has zero norm")
+    return (v / n).astype(np.float32)
+
+
+def image_content_key(sha256_hex, box=None):
+    """Content key of an image file: its bytes' sha256 and the box (de-duplication)."""
+    return hashlib.sha256(b"image\0" + bytes.fromhex(sha256_hex) + json.dumps(box).encode()).digest()
+
+
+def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None):
+    """The record ``add(image_path=...)`` writes for an image file whose bytes have this
+    sha256, encoded to ``vector`` (ingestion workers build the same record)."""
+    record = {"kind": "image_path", "source": os.path.abspath(os.fspath(path)), "box": box,
+              "n_descriptors": int(len(keypoints)), "sha256": sha256_hex, "image_size": list(image_size)}
+    extras = npz_bytes(keypoints=keypoints, weights=np.asarray(weights, np.float32))
+    return EncodedImage(id_key(image_id), unit_vector(vector), image_content_key(sha256_hex, box), record,
+                        extras)
+
+
+def normalise_box(box):
+    if box is None:
+        return None
+    try:
+        b = np.asarray(box, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}") from exc
+    if b.shape != (4,):
+        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}")
+    return [float(v) for v in b]
+
+
+def one_source(image_path, descriptors, vector):
+    given = [name for name, v in (("image_path", image_path), ("descriptors", descriptors),
+                                  ("vector", vector)) if v is not None]
+    if len(given) != 1:
+        raise ConfigError(f"give exactly one of image_path, descriptors, vector (got {given or 'none'})")
+    return given[0]
+
+
+def encoded_vector(image_id, vector, dim):
+    """The EncodedImage of an image given as a vector (``add(vector=...)``)."""
+    v = checked_vector(vector, dim)
+    sha = hashlib.sha256(v.tobytes()).hexdigest()
+    content = hashlib.sha256(b"vector\0" + bytes.fromhex(sha)).digest()
+    return EncodedImage(id_key(image_id), v, content,
+                        {"kind": "vector", "source": None, "box": None, "n_descriptors": None, "sha256": sha}, None)
+
+
+__all__ = ["AddResult", "EncodedImage", "checked_vector", "encoded_image_file", "encoded_vector",
+           "image_content_key", "normalise_box", "npz_bytes", "one_source", "unit_vector"]

@@ -1,0 +1,110 @@
+"""What a search is asked with, made into what it scans: the extractor of the index's
+images (so that queries are described the same way), query images, descriptor
+sets and vectors as unit query vectors, and the checks of a request's numbers.
+
+Shared by :class:`~streamk.index.StreamingIndex` and
+:class:`~streamk.index.ShardedIndex`; reading never goes through the writer.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError, ZeroVectorError
+from ..features import default_extractor, extractor_from_params, image_features
+from .items import checked_vector, normalise_box, unit_vector
+
+MODES = ("exact", "pq")
+
+
+def check_k(k):
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ConfigError(f"k must be an integer >= 1, got {k!r}")
+    return int(k)
+
+
+class StoredExtractor:
+    """The extractor for an index's image files: rebuilt from the parameters stored in
+    its meta, or the default extractor, whose parameters the writer pins (stores)
+    with the first image added. ``params()`` -> the stored parameters, or None."""
+
+    def __init__(self, params):
+        self._params = params  # callable: the stored parameters (a dict) or None
+        self._extractor = None
+        self._built_from = None
+        self.to_pin = None  # the parameters to store with the first image, when none are
+
+    def get(self):
+        params = self._params()
+        if self._extractor is not None and (params is None or params == self._built_from):
+            return self._extractor
+        ex = default_extractor() if params is None else extractor_from_params(params)
+        self._extractor, self.to_pin, self._built_from = ex, ex.params(), params
+        return ex
+
+    def use(self, extractor, params):
+        """Use ``extractor`` (whose parameters, ``params``, are stored or to be)."""
+        self._extractor, self.to_pin, self._built_from = extractor, params, params
+
+    @staticmethod
+    def from_meta(raw):
+        return json.loads(raw) if raw is not None else None
+
+
+class QueryEncoder:
+    """Queries -> unit float32 query vectors, encoded as the index encodes its images.
+
+    encoder, extractor: callables returning the index's Encoder and Extractor (loaded
+    on first use); dim: the vectors' dimension."""
+
+    def __init__(self, encoder, extractor, dim):
+        self._encoder = encoder
+        self._extractor = extractor
+        self.dim = int(dim)
+
+    def features(self, path, box=None):
+        """The Features of a query image (inside ``box``), or EmptyDescriptorSetError."""
+        box = normalise_box(box)
+        _, f = image_features(path, self._extractor(), box)
+        if len(f) == 0:
+            raise EmptyDescriptorSetError(f"{path}: no local features" + (" inside the box" if box is not None else ""))
+        return f
+
+    def vector(self, query, box=None):
+        """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
+        if isinstance(query, (str, os.PathLike)):
+            return unit_vector(self._encoder().encode(self.features(query, box).descriptors))
+        if box is not None:
+            raise ConfigError("box applies to image-path queries only")
+        try:
+            q = np.asarray(query)
+        except (TypeError, ValueError) as exc:
+            raise DimensionError(f"query: not an array ({exc})") from exc
+        if q.ndim == 1:
+            return checked_vector(q, self.dim, "query")
+        if q.ndim == 2:
+            return unit_vector(self._encoder().encode(q))
+        raise DimensionError(f"query: expected an image path, an (n, d) descriptor set or a "
+                             f"({self.dim},) vector, got shape {q.shape}")
+
+    def vectors(self, Q):
+        """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
+        Q = np.asarray(Q, dtype=np.float64)
+        if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] == 0:
+            raise DimensionError(f"queries: expected a non-empty (nq, {self.dim}) array, got shape {Q.shape}")
+        if not np.isfinite(Q).all():
+            raise NonFiniteError("queries contain NaN or infinite values")
+        norms = np.linalg.norm(Q, axis=1)
+        if not (norms > 0).all():
+            raise ZeroVectorError(f"query {int(np.argmin(norms))} has zero norm")
+        return np.ascontiguousarray(Q / norms[:, None], dtype=np.float32)
+
+    def is_batch(self, query):
+        """A 2-D array of the vectors' dimension is a batch of vectors (a (1, D) array
+        too); any other 2-D array is one query's descriptor set."""
+        return (isinstance(query, np.ndarray) and query.ndim == 2 and query.shape[1] == self.dim
+                and query.dtype != object)
+
+
+__all__ = ["MODES", "QueryEncoder", "StoredExtractor", "check_k"]
