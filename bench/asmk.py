@@ -12,7 +12,7 @@ everything learned on the database images themselves (no labels).
   vector as streamk's index stores it (float16; float32 in brackets). Query:
   encoding the query's descriptors (embedding, weights, post-processing),
   then the exact scan of the 250 vectors and the sort.
-- ASMK rows (streamk.asmk): codebook sizes around the paper's ratio (65k words
+- ASMK rows (streamk.evaluation.asmk): codebook sizes around the paper's ratio (65k words
   for Oxford5k, about 250 descriptors per word: 2048 here); alpha = 3, tau = 0;
   with and without the query-side multiple assignment. Memory: the inverted
   file search reads (residuals or sign codes, image ids, per-word offsets and
@@ -20,7 +20,7 @@ everything learned on the database images themselves (no labels).
   descriptors, then the inverted-file scan and the sort.
 
 Query times are means over the 12 queries (ASMK's from
-``streamk.experiment.evaluate_dataset_asmk``, as ``streamk eval --method asmk``
+``streamk.evaluation.experiment.evaluate_dataset_asmk``, as ``streamk eval --method asmk``
 prints them), Numba and BLAS on all cores; nothing is asserted.
 """
 
@@ -35,9 +35,9 @@ import numpy as np
 
 from streamk.datasets import load_dataset
 from streamk.encoding.encoder import Encoder
-from streamk.evaluation import evaluate
+from streamk.evaluation.metrics import evaluate
 from streamk.config import default_cache_dir
-from streamk.experiment import aggregate_all, dataset_descriptors, evaluate_dataset_asmk
+from streamk.evaluation.experiment import aggregate_all, dataset_descriptors, evaluate_dataset_asmk
 from streamk.features import make_extractor
 from streamk.encoding.postprocessing import postprocess
 

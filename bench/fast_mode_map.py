@@ -25,9 +25,9 @@ import numpy as np
 from streamk.encoding.aggregation import aggregate_many
 from streamk.datasets import load_dataset
 from streamk.encoding.embeddings import TriangulationEmbedding, rootsift
-from streamk.evaluation import evaluate
+from streamk.evaluation.metrics import evaluate
 from streamk.config import default_cache_dir
-from streamk.experiment import dataset_descriptors
+from streamk.evaluation.experiment import dataset_descriptors
 from streamk.features import make_extractor
 from streamk.encoding.postprocessing import postprocess
 

@@ -34,7 +34,7 @@ def _embedding_spec(name, fv_pca=64):
 def _eval(args):
     from .datasets import load_dataset
     from .config import default_cache_dir
-    from .experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset
+    from .evaluation.experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset
     from .features import make_extractor
 
     log = (lambda *a: None) if args.json else print
@@ -104,7 +104,7 @@ def _eval_notes(info, rn, dims, args):
 
 def _eval_asmk(args, dataset, learning, extractor, cache, log):
     """``streamk eval --method asmk``: ASMK / ASMK* on the same descriptors."""
-    from .experiment import evaluate_dataset_asmk
+    from .evaluation.experiment import evaluate_dataset_asmk
 
     rows, info = evaluate_dataset_asmk(dataset, n_words=args.asmk_words, multiple_assignment=args.asmk_ma,
                                        learning=learning, extractor=extractor, cache_dir=cache,

@@ -1,11 +1,13 @@
 """Where streamk keeps things on this machine, and the settings read from the environment.
 
-``XDG_CACHE_HOME`` (default ``~/.cache``): the feature cache lives in
+``STREAMK_SHARED_DATA``: the shared benchmark data (default ``../shared/data``
+beside a source checkout). ``XDG_CACHE_HOME`` (default ``~/.cache``): the feature cache lives in
 ``$XDG_CACHE_HOME/streamk/features``, the notebooks' example collections in
 ``$XDG_CACHE_HOME/streamk/examples``.
 """
 
 import os
+from pathlib import Path
 
 
 def cache_home():
@@ -19,4 +21,12 @@ def default_cache_dir():
     return os.path.join(cache_home(), "features")
 
 
-__all__ = ["cache_home", "default_cache_dir"]
+def shared_data_dir():
+    """$STREAMK_SHARED_DATA, else ``../shared/data`` beside the repository (a source
+    checkout); None if absent."""
+    env = os.environ.get("STREAMK_SHARED_DATA")
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+    return path if path.is_dir() else None
+
+
+__all__ = ["cache_home", "default_cache_dir", "shared_data_dir"]

@@ -20,7 +20,7 @@
    democratic, GMP), sharing the learned embedding (``Encoder.derive``).
 5. **Search**: each query image with ``index.search(path, k)`` (features,
    encoding and scan: the time a user waits); mAP with the official AP
-   (:mod:`streamk.evaluation`), overall and per change.
+   (:mod:`streamk.evaluation.metrics`), overall and per change.
 6. **Page**: ``index.html`` with the query and result thumbnails (JPEG files
    beside it, relative links), green border for a positive, red for a negative.
 
@@ -45,7 +45,7 @@ from . import features as feat
 from . import transforms as tf
 from .encoding.encoder import Encoder
 from .errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
-from .evaluation import compute_map
+from .evaluation.metrics import compute_map
 from .index import StreamingIndex, encoded_image_file
 from .encoding.postprocessing import postprocess
 from .pipeline import extract_many, scan

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from streamk.asmk import (AggregatedSet, ASMKCodebook, ASMKIndex, aggregate_residuals, pack_signs,
+from streamk.evaluation.asmk import (AggregatedSet, ASMKCodebook, ASMKIndex, aggregate_residuals, pack_signs,
                           scaled_vocabulary_size)
-from streamk.asmk_kernels import popcount64
+from streamk.evaluation._asmk_kernels import popcount64
 from streamk.errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError, NotFittedError
 
 D = 128

@@ -11,7 +11,7 @@ import pytest
 
 from streamk.datasets import Dataset, Query, holidays_from_ids, ukbench_from_ids
 from streamk.errors import RankingError, StreamkError
-from streamk.evaluation import (average_precision, compute_map, evaluate, ns_scores, positive_positions,
+from streamk.evaluation.metrics import (average_precision, compute_map, evaluate, ns_scores, positive_positions,
                                 precision_at_k, precision_recall, query_precision_recall)
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from streamk.cli import main
 from streamk.datasets import load_dataset
-from streamk.experiment import evaluate_dataset, run_experiment
+from streamk.evaluation.experiment import evaluate_dataset, run_experiment
 from streamk.datasets.synthetic import make_collection
 
 
@@ -102,7 +102,7 @@ def adc_reference(train, database, queries, M, seed):
 
 
 def test_pq_rows_match_a_numpy_adc_reference():
-    from streamk.experiment import MethodVectors, pq_rows
+    from streamk.evaluation.experiment import MethodVectors, pq_rows
 
     rng = np.random.default_rng(0)
     unit = lambda X: (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
@@ -145,7 +145,7 @@ def test_eval_seeds_and_short_codes_on_part_of_paris_subset(shared_data, tmp_pat
 
     # the CLI on the whole subset would take minutes: its report on a 70-image slice
     # (PQ's 256 centroids need > 256 learning vectors: 70 images and 3 halves of each)
-    from streamk import experiment
+    from streamk.evaluation import experiment
 
     slice70 = ds.restrict([i for i in ds.image_ids if "defense" in i or "eiffel" in i][:70])
 

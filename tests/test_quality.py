@@ -7,7 +7,7 @@ the mAPs must stay above floors set from an independent prototype, which
 measured 68.1 / 71.4 / 74.5 (sum / democratic / GMP) on the same photos.
 
 Features are Hessian-affine SIFT (pyhesaff, the `streamk eval` defaults), kept in
-the user's feature cache (``streamk.experiment.default_cache_dir()``; honours
+the user's feature cache (``streamk.evaluation.experiment.default_cache_dir()``; honours
 $XDG_CACHE_HOME): a clean CI machine extracts the 250 photos once (about 1.5
 minutes on 2 cores), later runs read them back. No feature is committed to the
 repository: the photos are not in it either.
@@ -28,7 +28,7 @@ def test_paris6k_subset_temb16_keeps_the_papers_ordering_above_the_floors(shared
         pytest.importorskip("pyhesaff")
     from streamk.datasets import load_dataset
     from streamk.config import default_cache_dir
-    from streamk.experiment import evaluate_dataset
+    from streamk.evaluation.experiment import evaluate_dataset
 
     dataset = load_dataset("paris6k-subset")
     assert (dataset.n_images, dataset.n_queries) == (250, 12)

@@ -8,7 +8,7 @@ from streamk.errors import ConfigError, DatasetImageError, NotFittedError
 from streamk.examples import open_example
 from streamk.config import default_cache_dir
 from streamk.quantization.ivfpq import IVFPQ
-from streamk.reaggregation import Reaggregator, Settings
+from streamk.pipeline.reaggregation import Reaggregator, Settings
 
 
 @pytest.fixture(scope="module")

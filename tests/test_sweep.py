@@ -8,10 +8,10 @@ import pytest
 
 from streamk.encoding.encoder import Encoder
 from streamk.errors import ConfigError
-from streamk.evaluation import average_precision, compute_map, evaluate
+from streamk.evaluation.metrics import average_precision, compute_map, evaluate
 from streamk.examples import build_example
-from streamk.experiment import dataset_descriptors, run_experiment
-from streamk.sweep import SweepResult, run_sweep
+from streamk.evaluation.experiment import dataset_descriptors, run_experiment
+from streamk.evaluation.sweep import SweepResult, run_sweep
 
 CONFIGS = [{"embedding": "temb", "k": 4}, {"embedding": "temb", "k": 8}]
 POWERS = (0.0, 0.5, 1.0)

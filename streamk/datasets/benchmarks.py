@@ -36,7 +36,6 @@ published, sizes against the server's length, resume by HTTP Range on
 links; the archives' own CRCs checked as members are read).
 """
 
-import os
 import re
 import warnings
 from dataclasses import dataclass, field, replace
@@ -44,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import shared_data_dir
 from ..errors import ConfigError, GroundTruthError, UnknownDatasetError
 from .safe_pickle import safe_load_pickle
 
@@ -282,9 +282,7 @@ def _spec(name: str) -> tuple[str, _Spec]:
 
 def default_data_dir() -> Path | None:
     """$STREAMK_SHARED_DATA, else ``../shared/data`` beside the repository; None if absent."""
-    env = os.environ.get("STREAMK_SHARED_DATA")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return path if path.is_dir() else None
+    return shared_data_dir()
 
 
 def _list_image_ids(image_dir: Path, ext: str = ".jpg") -> list[str]:

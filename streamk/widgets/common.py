@@ -172,7 +172,7 @@ class Progress(W.HBox):
     """An ipywidgets progress bar with a label; hidden when idle.
 
     ``progress.update`` is a ``(done, total, description)`` callback, as
-    :func:`streamk.sweep.run_sweep` and :class:`streamk.reaggregation.Reaggregator` call it.
+    :func:`streamk.evaluation.sweep.run_sweep` and :class:`streamk.pipeline.reaggregation.Reaggregator` call it.
     """
 
     def __init__(self, **kwargs):

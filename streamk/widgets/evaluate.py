@@ -3,7 +3,7 @@ the paper's numbers and plots.
 
     EvalDashboard(dataset, configs=[{"embedding": "temb", "k": k} for k in (8, 16)])
 
-Runs :func:`streamk.sweep.run_sweep` (synchronously, with a progress bar) and shows
+Runs :func:`streamk.evaluation.sweep.run_sweep` (synchronously, with a progress bar) and shows
 the mAP table at the default power-law exponent, the AP of every query, the
 precision-recall curve of a chosen query with its first results, and the paper's
 two figures: mAP against the power-law exponent alpha and against k, for each
@@ -19,8 +19,8 @@ import ipywidgets as W
 import numpy as np
 
 from ..errors import StreamkError
-from ..evaluation import query_precision_recall
-from ..sweep import DEFAULT_CONFIGS, run_sweep
+from ..evaluation.metrics import query_precision_recall
+from ..evaluation.sweep import DEFAULT_CONFIGS, run_sweep
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, figure_png, guarded, new_figure, placeholder_svg
 
 METHOD_NAMES = {"sum": "sum", "democratic": "democratic", "gmp": "GMP"}
@@ -50,7 +50,7 @@ class EvalDashboard(W.VBox):
     the cached features are reused). sweep_options: more :func:`run_sweep` options
     (methods, rn, powers, default_power, learning, ...).
 
-    ``result`` is the last :class:`streamk.sweep.SweepResult` (None before a
+    ``result`` is the last :class:`streamk.evaluation.sweep.SweepResult` (None before a
     successful run); ``runs`` counts the sweeps and ``redraws`` counts what was
     drawn ("table", "bars", "pr", "power", "k").
     """

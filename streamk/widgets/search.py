@@ -8,7 +8,7 @@ query / image picked from the list; an optional crop box keeps the features
 inside it. Changing k, exact / PQ, the aggregation method, gamma, lambda or the
 power-law exponent re-encodes the query from its cached features and re-ranks at
 once (other aggregation settings than the index's own re-aggregate the database
-once, with a progress bar: :mod:`streamk.reaggregation`). Results show rank,
+once, with a progress bar: :mod:`streamk.pipeline.reaggregation`). Results show rank,
 score and id, bordered green / grey / red for positive / junk / negative when the
 query's ground truth is known. A weights view explains a chosen result.
 """
@@ -23,7 +23,7 @@ import ipywidgets as W
 from .. import features as feat
 from ..pipeline import extract_many
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError
-from ..reaggregation import Reaggregator, Settings
+from ..pipeline.reaggregation import Reaggregator, Settings
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
 from .weights import WeightsView
 

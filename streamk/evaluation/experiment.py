@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from .encoding.encoder import Encoder
-from .errors import DatasetImageError
-from .encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
+from ..encoding.encoder import Encoder
+from ..errors import DatasetImageError
+from ..encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
 
 
 @dataclass
@@ -119,7 +119,7 @@ def pq_rows(row, train, pq_bytes, rerank, seed=0):
     """Rows of a configuration's vectors as PQ codes of M bytes (M in ``pq_bytes``):
     ranked by ADC (the query's float vector against the database codes), and with
     the ADC top ``rerank`` re-ranked by the float vectors (0: no such row)."""
-    from .quantization.pq import ProductQuantizer
+    from ..quantization.pq import ProductQuantizer
 
     out = []
     n = row.database.shape[0]
@@ -153,8 +153,8 @@ def dataset_descriptors(dataset, extractor=None, cache_dir=None, workers=None, p
     Queries follow the dataset's protocol: box crop for Oxford/Paris.
     A database image that cannot be read is an error (the protocol needs all).
     """
-    from .features import crop_to_box
-    from .pipeline import extract_many
+    from ..features import crop_to_box
+    from ..pipeline import extract_many
 
     paths = [dataset.image_path(i) for i in range(dataset.n_images)]
     qpaths = [dataset.query_image_path(q) for q in dataset.queries]
@@ -183,7 +183,7 @@ def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, met
     or a list of seeds, every learning stage re-run per seed (the paper averages
     three vocabularies), rows (label, [EvaluationResult per seed]).
     """
-    from .evaluation import evaluate
+    from .metrics import evaluate
 
     database, queries = dataset_descriptors(dataset, extractor, cache_dir, workers, verbose)
     learn_sets = database if learning is None else learning
@@ -215,13 +215,13 @@ def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, met
 
 def evaluate_dataset_asmk(dataset, n_words=None, multiple_assignment=5, learning=None, extractor=None,
                           cache_dir=None, workers=None, verbose=True, seed=0, alpha=3.0, tau=0.0):
-    """ASMK and ASMK* (streamk.asmk) on a dataset's descriptors, with and without the
+    """ASMK and ASMK* (streamk.evaluation.asmk) on a dataset's descriptors, with and without the
     query-side multiple assignment; returns (rows, info) as :func:`evaluate_dataset`,
     each row (label, EvaluationResult, costs) with costs = bytes per database image
     (inverted file), ms per query to aggregate its descriptors and ms to search.
     """
     from .asmk import ASMKCodebook, ASMKIndex
-    from .evaluation import evaluate
+    from .metrics import evaluate
 
     database, queries = dataset_descriptors(dataset, extractor, cache_dir, workers, verbose)
     learn = database if learning is None else learning

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import GroundTruthError, RankingError
+from ..errors import GroundTruthError, RankingError
 
 __all__ = [
     "average_precision", "ap_from_positions", "positive_positions", "precision_recall", "query_precision_recall",

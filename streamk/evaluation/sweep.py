@@ -14,7 +14,7 @@ xi are kept; each (method, RN, exponent) is then only matrix work on (N, D):
 RN is learned once per method on the learning vectors (the database's when no
 learning set is given: the unsupervised set-up) and the rotated vectors reused
 for every exponent, then power-law, L2, ranking by inner product and
-:func:`streamk.evaluation.evaluate` with the dataset's own protocol.
+:func:`streamk.evaluation.metrics.evaluate` with the dataset's own protocol.
 """
 
 import math
@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .encoding.aggregation import METHODS
-from .encoding.embeddings import EMBEDDINGS
-from .encoding.encoder import Encoder
-from .errors import ConfigError
-from .evaluation import evaluate
-from .config import default_cache_dir
+from ..encoding.aggregation import METHODS
+from ..encoding.embeddings import EMBEDDINGS
+from ..encoding.encoder import Encoder
+from ..errors import ConfigError
+from .metrics import evaluate
+from ..config import default_cache_dir
 from .experiment import MethodVectors, aggregate_all, dataset_descriptors
-from .pipeline import iter_extract
-from .encoding.postprocessing import DEFAULT_POWER, RotationNormalisation, postprocess
+from ..pipeline import iter_extract
+from ..encoding.postprocessing import DEFAULT_POWER, RotationNormalisation, postprocess
 
 DEFAULT_CONFIGS = ({"embedding": "temb", "k": 8}, {"embedding": "temb", "k": 16})
 DEFAULT_POWERS = tuple(round(0.1 * i, 1) for i in range(11))

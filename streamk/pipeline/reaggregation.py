@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import features as feat
-from .pipeline.extraction import iter_extract
-from .errors import ConfigError, DatasetImageError, NotFittedError
-from .encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
+from .. import features as feat
+from .extraction import iter_extract
+from ..errors import ConfigError, DatasetImageError, NotFittedError
+from ..encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
 
 MAX_IMAGES = 5000  # beyond this, re-aggregating the whole database is not interactive
 
@@ -57,7 +57,7 @@ class Reaggregator:
     """Database vectors of ``index`` under any :class:`Settings`; see the module doc."""
 
     def __init__(self, index, cache_dir=None, workers=None, max_images=MAX_IMAGES):
-        from .config import default_cache_dir
+        from ..config import default_cache_dir
 
         self.index = index
         self.encoder = index.encoder

@@ -49,10 +49,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import asmk_kernels
-from .checks import as_descriptor_set
-from .encoding.embeddings import subsample_rows, rootsift
-from .errors import ConfigError, DimensionError, NotFittedError
+from . import _asmk_kernels
+from ..checks import as_descriptor_set
+from ..encoding.embeddings import subsample_rows, rootsift
+from ..errors import ConfigError, DimensionError, NotFittedError
 
 PAPER_WORDS = 65_536
 # Oxford5k: 5,063 images of about 3,300 Hessian-affine features each, 65k words
@@ -239,11 +239,11 @@ class ASMKIndex:
         q = self._query(query)
         words = np.ascontiguousarray(query.words, dtype=np.int64)
         if self.binary:
-            asmk_kernels.asmk_binary_scores(words, q, float(self.n_bits), self.word_weight, self.offsets,
+            _asmk_kernels.asmk_binary_scores(words, q, float(self.n_bits), self.word_weight, self.offsets,
                                             self.entry_image, self.entries, self.image_norm, self.alpha,
                                             self.tau, scores)
         else:
-            asmk_kernels.asmk_scores(words, q, self.word_weight, self.offsets, self.entry_image, self.entries,
+            _asmk_kernels.asmk_scores(words, q, self.word_weight, self.offsets, self.entry_image, self.entries,
                                      self.image_norm, self.alpha, self.tau, scores)
         query_weight = self.word_weight[words].sum()
         return scores / math.sqrt(query_weight) if query_weight > 0 else scores
