@@ -463,7 +463,7 @@ def _add_index_commands(sub):
 
 
 def build_parser():
-    from .transforms import TRANSFORMS
+    from .demo.transforms import TRANSFORMS
 
     parser = argparse.ArgumentParser(prog="streamk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -110,7 +110,7 @@ def small_example_dir(tmp_path_factory):
     """A small demo example (3 photos x 3 views, 12 query views) built once per run; the
     widget and notebook tests open it (``STREAMK_EXAMPLE_DIR``)."""
     pytest.importorskip("skimage")
-    from streamk.examples import build_example
+    from streamk.demo.examples import build_example
 
     folder = tmp_path_factory.mktemp("example") / "demo"
     build_example("demo", folder, photos=3, max_queries=2, progress=False).close()

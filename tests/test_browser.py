@@ -60,7 +60,7 @@ def browser_available():
 def example_dir(browser_available, tmp_path_factory):
     """A small example collection, built here before the server starts; the
     kernel finds it through STREAMK_EXAMPLE_DIR."""
-    from streamk.examples import build_example
+    from streamk.demo.examples import build_example
 
     prebuilt = os.environ.get("STREAMK_BROWSER_EXAMPLE_DIR")
     if prebuilt:  # e.g. the README's screenshot, made on paris6k-subset

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamk import transforms as tf
+from streamk.demo import transforms as tf
 from streamk.cli import main
 from streamk.errors import ConfigError, DatasetImageError, ImageReadError
 
@@ -117,7 +117,7 @@ def _check_table(result, lines):
 def builtin_run(tmp_path_factory):
     pytest.importorskip("pyhesaff")
     pytest.importorskip("skimage")
-    from streamk.demo import PHOTOS, run_demo
+    from streamk.demo.main_job import PHOTOS, run_demo
 
     tmp = tmp_path_factory.mktemp("demo")
     photos = [p for p in PHOTOS if p[0] in ("camera.png", "coins.png", "motorcycle_left.png",
@@ -161,7 +161,7 @@ def test_demo_index_holds_what_search_encodes(builtin_run):
 def test_demo_rerun_replaces_its_own_output_only(tmp_path):
     pytest.importorskip("pyhesaff")
     pytest.importorskip("skimage")
-    from streamk.demo import PHOTOS, run_demo
+    from streamk.demo.main_job import PHOTOS, run_demo
 
     kw = dict(n_variants=0, cache_dir=tmp_path / "cache", out=lambda *a: None, **TINY)
     run_demo(out_dir=tmp_path / "out", photos=PHOTOS[2:4], transforms=("scale", "crop"), **kw)
@@ -178,7 +178,7 @@ def test_demo_rerun_replaces_its_own_output_only(tmp_path):
 def test_demo_without_skimage_names_the_extra(monkeypatch, tmp_path):
     import sys
 
-    from streamk.demo import run_demo
+    from streamk.demo.main_job import run_demo
 
     monkeypatch.setitem(sys.modules, "skimage", None)  # import fails
     with pytest.raises(DatasetImageError, match=r"streamk\[demo\]"):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from streamk.errors import ConfigError
-from streamk.examples import build_example, open_example
+from streamk.demo.examples import build_example, open_example
 
 
 def test_example_reopens_with_its_dataset(small_example_dir):

@@ -75,7 +75,7 @@ def test_notebook_runs(path, small_example_dir, tmp_path):
 @pytest.fixture(scope="module")
 def paris_example_dir(shared_data, tmp_path_factory):
     pytest.importorskip("pyhesaff")
-    from streamk.examples import build_example
+    from streamk.demo.examples import build_example
 
     folder = tmp_path_factory.mktemp("paris") / "paris6k-subset"
     build_example("paris6k-subset", folder, k=8, progress=False).close()

@@ -5,7 +5,7 @@ import pytest
 
 from streamk.pipeline import extract_many  # noqa: E402
 from streamk.errors import ConfigError, DatasetImageError, NotFittedError
-from streamk.examples import open_example
+from streamk.demo.examples import open_example
 from streamk.config import default_cache_dir
 from streamk.quantization.ivfpq import IVFPQ
 from streamk.pipeline.reaggregation import Reaggregator, Settings

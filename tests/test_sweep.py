@@ -9,7 +9,7 @@ import pytest
 from streamk.encoding.encoder import Encoder
 from streamk.errors import ConfigError
 from streamk.evaluation.metrics import average_precision, compute_map, evaluate
-from streamk.examples import build_example
+from streamk.demo.examples import build_example
 from streamk.evaluation.experiment import dataset_descriptors, run_experiment
 from streamk.evaluation.sweep import SweepResult, run_sweep
 

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("ipywidgets")
 
 from streamk.pipeline import extract_many  # noqa: E402
-from streamk.examples import open_example  # noqa: E402
+from streamk.demo.examples import open_example  # noqa: E402
 from streamk.config import default_cache_dir  # noqa: E402
 
 

@@ -20,7 +20,7 @@ from streamk.widgets.weights import (WeightsView, colour_range, descriptor_weigh
 @pytest.fixture(scope="module")
 def example(small_example_dir):
     """The small demo example of conftest (astronaut, brick, camera; T-emb k=16), opened once."""
-    from streamk.examples import open_example
+    from streamk.demo.examples import open_example
 
     ex = open_example(directory=small_example_dir, progress=False)
     yield ex

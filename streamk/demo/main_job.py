@@ -3,11 +3,11 @@
 1. **Photos.** The real photographs that ship inside scikit-image's wheel
    (``skimage/data``: no download), or the images under ``--images DIR``.
    Built-in set: each photo is in the database with two milder variants
-   (:data:`streamk.transforms.VARIANTS`), so that a query has several
+   (:data:`streamk.demo.transforms.VARIANTS`), so that a query has several
    positives; the stereo pair ``motorcycle_left`` / ``motorcycle_right`` is one
    scene. ``--images``: every readable image is in the database as it is.
 2. **Queries.** For a deterministic sample of at most ``max_queries`` photos,
-   one view per real-world change (:data:`streamk.transforms.TRANSFORMS`:
+   one view per real-world change (:data:`streamk.demo.transforms.TRANSFORMS`:
    crop, rotation, scale, perspective, JPEG, lighting), written as JPEG files.
    Positives of a query: the database images of its scene (``--images``: its
    source image only).
@@ -41,15 +41,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import features as feat
+from .. import features as feat
 from . import transforms as tf
-from .encoding.encoder import Encoder
-from .errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
-from .evaluation.metrics import compute_map
-from .index import StreamingIndex, encoded_image_file
-from .encoding.postprocessing import postprocess
-from .pipeline import extract_many, scan
-from .index import validate_id
+from ..encoding.encoder import Encoder
+from ..errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
+from ..evaluation.metrics import compute_map
+from ..index import StreamingIndex, encoded_image_file
+from ..encoding.postprocessing import postprocess
+from ..pipeline import extract_many, scan
+from ..index import validate_id
 
 METHODS = ("sum", "democratic", "gmp")
 
@@ -220,7 +220,7 @@ def make_queries(database, out, transforms, max_queries, seed, report):
 
 
 # ---------------------------------------------------------------- features and indexes
-def _extract(database, extractor, cache_dir, workers, progress, report):
+def extract_database(database, extractor, cache_dir, workers, progress, report):
     """Features of the database images (all cores, cached); unreadable, featureless and
     duplicate files are reported and dropped. Returns (database, [Features], [sha256])."""
     feats, errors = extract_many([im.path for im in database], extractor, cache_dir, workers, progress)
@@ -249,7 +249,7 @@ def _extract(database, extractor, cache_dir, workers, progress, report):
     return kept, fs, shas
 
 
-def _encode_database(encoders, fs, progress):
+def encode_database(encoders, fs, progress):
     """{method: [(vector, alpha)]} of the database images, as each method's
     ``encoder.encode(X, return_weights=True)`` gives them; but each image is embedded once
     and its Gram matrix shared by the methods (Encoder.aggregate_methods): the embedding
@@ -266,7 +266,7 @@ def _encode_database(encoders, fs, progress):
     return out
 
 
-def _build_index(path, encoder, extractor, database, fs, shas, encoded, batch=64):
+def build_index(path, encoder, extractor, database, fs, shas, encoded, batch=64):
     """A new index at ``path`` holding the database images, their vectors and weights
     ``encoded`` [(vector, alpha)] written ``batch`` images per transaction."""
     idx = StreamingIndex.create(path, encoder, vector_dtype="float32", extractor=extractor)
@@ -407,7 +407,7 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
     the feature cache (None: the default, ``~/.cache/streamk/features``). report(path,
     reason) is called for each skipped file.
     """
-    from .config import default_cache_dir
+    from ..config import default_cache_dir
 
     t_start = time.perf_counter()
     timings = {}
@@ -437,7 +437,7 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
 
     t0 = time.perf_counter()
     cache = default_cache_dir() if cache_dir is None else cache_dir
-    database, fs, shas = _extract(database, extractor, cache, workers, progress, skip)
+    database, fs, shas = extract_database(database, extractor, cache, workers, progress, skip)
     timings["features"] = time.perf_counter() - t0
     if len(database) < 2:
         raise TooFewImagesError(f"{source}: {len(database)} usable image(s); the demo needs at least 2")
@@ -470,11 +470,11 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
 
     t0 = time.perf_counter()
     encoders = {m: base if m == "sum" else base.derive(aggregation=m) for m in METHODS}
-    vectors = _encode_database(encoders, fs, progress)
+    vectors = encode_database(encoders, fs, progress)
     indexes = {}
     try:
         for m, enc in encoders.items():
-            indexes[m] = _build_index(out_path / f"index-{m}", enc, extractor, database, fs, shas, vectors[m])
+            indexes[m] = build_index(out_path / f"index-{m}", enc, extractor, database, fs, shas, vectors[m])
         timings["indexing"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rows_of = {im.id: row for row, im in enumerate(database)}

@@ -25,7 +25,7 @@ import zlib
 
 import numpy as np
 
-from .errors import ConfigError, ImageReadError
+from ..errors import ConfigError, ImageReadError
 
 MODES = ("L", "RGB")
 
@@ -165,7 +165,7 @@ def open_rgb(path, max_side=None):
             if img.mode in MODES:
                 out = img.copy()
             elif img.mode.startswith(("I", "F")):  # 16-bit / float: the extractor's grey levels
-                from .features import load_gray
+                from ..features import load_gray
                 out = Image.fromarray(load_gray(path))
             else:  # palette, alpha, CMYK, ...
                 out = img.convert("RGB")

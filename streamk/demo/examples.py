@@ -29,13 +29,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import demo
-from . import features as feat
+from . import main_job as demo
+from .. import features as feat
 from . import transforms as tf
-from .datasets import Dataset, Query, load_paris6k_subset
-from .encoding.encoder import Encoder
-from .errors import ConfigError, DatasetImageError, TooFewImagesError
-from .index import StreamingIndex
+from ..config import cache_home
+from ..datasets import Dataset, Query, load_paris6k_subset
+from ..encoding.encoder import Encoder
+from ..errors import ConfigError, DatasetImageError, TooFewImagesError
+from ..index import StreamingIndex
 
 FORMAT = "streamk-example"
 FORMAT_VERSION = 1
@@ -58,8 +59,7 @@ def default_directory(name):
     env = os.environ.get("STREAMK_EXAMPLE_DIR")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "streamk" / "examples" / name
+    return Path(cache_home()) / "examples" / name
 
 
 def open_example(name="demo", directory=None, progress=True, **build_options):
@@ -96,7 +96,7 @@ def build_example(name="demo", directory=None, k=16, aggregation="gmp", photos=N
     max_side, max_features: the demo's extractor (paris6k-subset uses the default
     extractor, as ``streamk eval``). cache_dir: the feature cache (None: the default).
     """
-    from .config import default_cache_dir
+    from ..config import default_cache_dir
 
     if name not in EXAMPLES:
         raise ConfigError(f"unknown example {name!r}; choose one of {EXAMPLES}")
@@ -113,13 +113,13 @@ def build_example(name="demo", directory=None, k=16, aggregation="gmp", photos=N
         _prepare(directory)
         records = [demo.DbImage(i, str(dataset.image_path(n)), i, True) for n, i in enumerate(dataset.image_ids)]
         options = {}
-    kept, fs, shas = demo._extract(records, extractor, cache, workers, progress, _refuse)
+    kept, fs, shas = demo.extract_database(records, extractor, cache, workers, progress, _refuse)
     if len(kept) < 2:
         raise TooFewImagesError(f"example {name!r}: {len(kept)} usable image(s); at least 2 are needed")
     encoder = Encoder(embedding="temb", k=int(k), aggregation=aggregation).fit(
         [f.descriptors for f in fs], verbose=progress)
-    encoded = demo._encode_database({aggregation: encoder}, fs, progress)[aggregation]
-    demo._build_index(directory / "index", encoder, extractor, kept, fs, shas, encoded).close()
+    encoded = demo.encode_database({aggregation: encoder}, fs, progress)[aggregation]
+    demo.build_index(directory / "index", encoder, extractor, kept, fs, shas, encoded).close()
     info = {"format": FORMAT, "version": FORMAT_VERSION, "name": name, "k": int(k),
             "aggregation": aggregation, "options": options, "n_images": len(kept),
             "n_queries": dataset.n_queries, "dataset": _dataset_to_json(dataset)}
