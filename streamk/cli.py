@@ -5,9 +5,7 @@ import argparse
 import json
 import sys
 
-import numpy as np
-
-from .errors import ConfigError, StreamkError
+from .errors import StreamkError
 
 
 def _demo(args):
@@ -23,106 +21,19 @@ def _csv(cast=str):
     return lambda text: [cast(x) for x in text.split(",") if x]
 
 
-def _embedding_spec(name, fv_pca=64):
-    """'temb' | 'fv' | 'fv-hard' | 'vlad' | 'bow' -> (embedding, params); the FV's
-    descriptors are PCA-reduced to ``fv_pca`` dimensions first (0: not reduced)."""
-    if name in ("fv", "fv-hard"):
-        return "fv", {"hard": name == "fv-hard", "pca_dim": fv_pca or None}
-    return name, {}
-
-
 def _eval(args):
-    from .datasets import load_dataset
-    from .config import default_cache_dir
-    from .evaluation.experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset
-    from .features import make_extractor
+    from .evaluation.report import run_eval
 
-    log = (lambda *a: None) if args.json else print
-    dataset = load_dataset(args.dataset, args.root)
-    extractor = make_extractor(args.extractor, max_side=args.max_side, max_features=args.max_features)
-    cache = None if args.no_cache else (args.cache or default_cache_dir())
-    learning = None
-    learn_name = args.learn_dataset or DEFAULT_LEARNING.get(dataset.name)
-    if args.learn_root or args.learn_dataset:
-        if not learn_name:
-            raise ConfigError("--learn-root needs --learn-dataset NAME")
-        learn_ds = load_dataset(learn_name, args.learn_root)
-        learning, _ = dataset_descriptors(learn_ds, extractor, cache, args.workers, not args.json)
-        log(f"learning set: {learn_name} ({len(learning)} images), distinct from the database")
-    elif dataset.name == "paris6k-subset":
-        log("learning set: the 250 database images themselves (unsupervised: k-means, whitening and RN "
-            "use no labels; no distinct learning set is available for this subset)")
-    else:
-        raise ConfigError(f"{dataset.name} needs a distinct learning set: pass --learn-root DIR "
-                          f"(and --learn-dataset NAME{', default ' + learn_name if learn_name else ''})")
-    if args.method == "asmk":
-        return _eval_asmk(args, dataset, learning, extractor, cache, log)
-    rn = [{"off": False, "on": True}[v] for v in args.rn]
-    aggregation_params = {name: value for name, value in (("gamma", args.gamma), ("lam", args.lam))
-                          if value is not None}
-    report = {"dataset": dataset.name, "configs": []}
-    seeds = list(range(args.seeds))
-    dims = args.dim or (None,)
-    for embedding_name in args.embedding:
-        embedding, params = _embedding_spec(embedding_name, args.fv_pca)
-        for k in args.k:
-            rows, info = evaluate_dataset(
-                dataset, embedding, k, params, args.aggregation, rn, dims, args.power,
-                learning=learning, extractor=extractor, cache_dir=cache, workers=args.workers,
-                verbose=not args.json, seeds=seeds, pq_bytes=args.pq_bytes or (), rerank=args.rerank,
-                **aggregation_params)
-            report["configs"].append({"embedding": embedding_name, "k": k, **info, "rows": [
-                {"method": label, "map_mean": float(np.mean([r.map for r in runs])),
-                 "map_std": float(np.std([r.map for r in runs])), "per_seed": [r.to_dict() for r in runs]}
-                for label, runs in rows]})
-            log(f"\n{dataset.name}: {info['n_images']} images, {info['n_queries']} queries; "
-                f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); "
-                f"fit {info['fit_s']:.1f} s; encoding {info['encode_s_per_image']:.2f} s per image "
-                f"(all methods, one Gram)" + (f"; mean of {len(seeds)} seeds" if len(seeds) > 1 else ""))
-            for note in _eval_notes(info, rn, dims, args):
-                log(f"note: {note}")
-            log(f"{'method':<64}{'mAP':>14}")
-            for label, runs in rows:
-                m = [100 * r.map for r in runs]
-                log(f"{label:<64}" + (f"{np.mean(m):8.1f} ± {np.std(m):3.1f}" if len(m) > 1 else f"{m[0]:8.1f}"))
+    report = run_eval(
+        args.dataset, args.root, method=args.method, embeddings=args.embedding, ks=args.k,
+        aggregations=args.aggregation, rn=[{"off": False, "on": True}[v] for v in args.rn], dims=args.dim,
+        power=args.power, seeds=args.seeds, pq_bytes=args.pq_bytes, rerank=args.rerank, fv_pca=args.fv_pca,
+        gamma=args.gamma, lam=args.lam, learn_dataset=args.learn_dataset, learn_root=args.learn_root,
+        extractor=args.extractor, max_side=args.max_side, max_features=args.max_features, cache=args.cache,
+        no_cache=args.no_cache, workers=args.workers, asmk_words=args.asmk_words, asmk_ma=args.asmk_ma,
+        log=(lambda *a: None) if args.json else print, progress=not args.json)
     if args.json:
         print(json.dumps(report, indent=1))
-    return 0
-
-
-def _eval_notes(info, rn, dims, args):
-    """What makes a row differ from the paper's protocol, said next to the table."""
-    n, dim = info["rn_learning_images"], info["dim"]
-    if True in rn and dim is not None and n <= dim:
-        yield (f"RN is learned on {n} images for D = {dim}: only {n - 1} principal components exist, the "
-               f"components past them are an arbitrary basis of the rest, so D' >= {n - 1} keeps all of the "
-               "PCA and rows -> D' are not the paper's (RN learned on a distinct, larger collection)")
-    if args.pq_bytes and info["learning"].startswith("database"):
-        yield ("PQ codebooks are learned on the database vectors plus 3 vectors of random halves of each "
-               "image's descriptors (no distinct learning images): an optimistic estimate of the PQ loss")
-
-
-def _eval_asmk(args, dataset, learning, extractor, cache, log):
-    """``streamk eval --method asmk``: ASMK / ASMK* on the same descriptors."""
-    from .evaluation.experiment import evaluate_dataset_asmk
-
-    rows, info = evaluate_dataset_asmk(dataset, n_words=args.asmk_words, multiple_assignment=args.asmk_ma,
-                                       learning=learning, extractor=extractor, cache_dir=cache,
-                                       workers=args.workers, verbose=not args.json)
-    if args.json:
-        print(json.dumps({"dataset": dataset.name, "method": "asmk", **info,
-                          "rows": [{"method": label, **res.to_dict(), **costs} for label, res, costs in rows]},
-                         indent=1))
-        return 0
-    log(f"\n{dataset.name}: {info['n_images']} images, {info['n_queries']} queries; "
-        f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); codebook "
-        f"{info['n_words']} words (fit {info['fit_s']:.1f} s); alpha {info['alpha']:g}, tau {info['tau']:g}; "
-        f"aggregation {1000 * info['aggregate_s_per_image']:.0f} ms per database image")
-    log(f"{'method':<32}{'mAP':>7}{'bytes/image':>13}{'entries/image':>15}{'query: aggregate ms':>21}"
-        f"{'search ms':>11}")
-    for label, res, c in rows:
-        log(f"{label:<32}{100 * res.map:7.1f}{c['bytes_per_image']:13,.0f}{c['entries_per_image']:15.0f}"
-            f"{c['query_aggregate_ms']:21.1f}{c['query_search_ms']:11.2f}")
     return 0
 
 
@@ -162,78 +73,16 @@ def _positive_float(text):
 
 
 def _index_create(args):
-    import os
-    import shutil
-    from pathlib import Path
+    from .config import feature_cache_dir
+    from .pipeline.index_setup import create_index
 
-    from .encoding.encoder import Encoder
-    from .errors import EmptyDescriptorSetError, IndexExistsError
-    from .features import make_extractor
-    from .index import StreamingIndex
-    from .pipeline import collect_images
-
-    path = Path(args.dir)
-    # every check before anything is written
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")
-    if args.vector_dtype not in ("float16", "float32"):
-        raise ConfigError(f"--vector-dtype must be float16 or float32, got {args.vector_dtype!r}")
-    options = {k: v for k, v in (("max_side", args.max_side), ("max_features", args.max_features))
-               if v is not None}
-    extractor = make_extractor(args.extractor, **options)
-    if args.encoder is not None:
-        encoder = Encoder.load(args.encoder)
-    else:
-        from .parallel import make_executor
-        from .pipeline import train_encoder
-
-        _one_executor(args)
-
-        paths, bad = collect_images(args.train)
-        for p, reason in bad:
-            print(f"streamk: skipped {p}: {reason}", file=sys.stderr)
-        if not paths:
-            raise EmptyDescriptorSetError("--train: no image files found")
-        embedding, params = _embedding_spec(args.embedding, args.fv_pca)
-        config = {"embedding": embedding, "k": args.k, "embedding_params": params,
-                  "aggregation": args.aggregation}
-        with make_executor(args.workers, args.dask) as executor:
-            encoder, info = train_encoder(
-                paths, config, extractor, executor, max_images=args.train_images,
-                descriptors_per_image=args.train_descriptors, seed=args.seed, cache_dir=_cache_dir(args),
-                report=lambda p, reason: print(f"streamk: skipped {p}: {reason}", file=sys.stderr),
-                progress=sys.stderr.isatty())
-        print(f"trained {args.embedding} k={args.k} ({args.aggregation}) on {info.descriptors} descriptors "
-              f"of {info.images} images (a sample of {len(paths)}; {executor.name})")
-        if args.save_encoder:
-            encoder.save(args.save_encoder)
-    existed = path.exists()
-    try:
-        if args.shards is not None:
-            from .index import ShardedIndex
-            from .parallel import make_executor
-
-            with (make_executor(dask=args.dask) if args.dask else _NoExecutor()) as executor:
-                ShardedIndex.create(path, encoder, args.shards, vector_dtype=args.vector_dtype,
-                                    extractor=extractor, dask=getattr(executor, "client", None),
-                                    store_extras=not args.no_extras).close()
-            print(f"created index {path} in {args.shards} shards: {encoder.config.embedding} "
-                  f"k={encoder.config.k} ({encoder.config.aggregation}), dim {encoder.dim}, "
-                  f"{args.vector_dtype} vectors, extractor {extractor.name}")
-            return 0
-        idx = StreamingIndex.create(path, encoder, vector_dtype=args.vector_dtype, extractor=extractor,
-                                    store_extras=not args.no_extras)
-    except BaseException:
-        if not existed and path.is_dir():  # ours: leave nothing behind
-            shutil.rmtree(path, ignore_errors=True)
-        elif existed:
-            for child in path.iterdir():
-                shutil.rmtree(child) if child.is_dir() else os.unlink(child)
-        raise
-    with idx:
-        print(f"created index {path}: {encoder.config.embedding} k={encoder.config.k} "
-              f"({encoder.config.aggregation}), dim {encoder.dim}, {args.vector_dtype} vectors, "
-              f"extractor {extractor.name}")
+    create_index(args.dir, encoder=args.encoder, train=args.train, vector_dtype=args.vector_dtype,
+                 extractor=args.extractor, max_side=args.max_side, max_features=args.max_features,
+                 embedding=args.embedding, fv_pca=args.fv_pca, k=args.k, aggregation=args.aggregation,
+                 workers=args.workers, dask=args.dask, train_images=args.train_images,
+                 train_descriptors=args.train_descriptors, seed=args.seed,
+                 cache_dir=feature_cache_dir(args.cache, args.no_cache), save_encoder=args.save_encoder,
+                 shards=args.shards, store_extras=not args.no_extras)
     return 0
 
 
@@ -279,72 +128,24 @@ def _index_upgrade(args):
     return 0
 
 
-def _cache_dir(args):
-    """--cache DIR; by default the shared feature cache when it exists; --no-cache: none."""
-    import os
-
-    from .config import default_cache_dir
-
-    if args.no_cache:
-        return None
-    if args.cache is not None:
-        return args.cache
-    return default_cache_dir() if os.path.isdir(default_cache_dir()) else None
-
-
-def _one_executor(args):
-    if args.dask is not None and args.workers is not None:
-        raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
-
-
-class _NoExecutor:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        pass
-
-
-def _open(args, readonly, executor=None):
+def _open(args, readonly):
     """The index at args.dir: a StreamingIndex, or a ShardedIndex (its shards' owners on
-    the Dask cluster of ``executor``, or of --dask, when given)."""
-    from .index import ShardedIndex, is_sharded, open_index
+    the Dask cluster of --dask, when given)."""
+    from .index import open_index
 
-    if executor is not None:  # ingestion: the cluster runs the tasks, and owns the shards if any
-        if is_sharded(args.dir):
-            return ShardedIndex.open(args.dir, readonly=readonly, dask=executor.client)
-        return open_index(args.dir, readonly=readonly)
     return open_index(args.dir, readonly=readonly, dask=getattr(args, "dask", None))
 
 
 def _ingest(args):
-    from .parallel import make_executor
-    from .pipeline import Ingester
+    from .config import feature_cache_dir
+    from .pipeline import run_ingest
 
-    _one_executor(args)
-
-    # one Dask client for the tasks and, for a sharded index, the shards' owners
-    with (make_executor(dask=args.dask) if args.dask else _NoExecutor()) as executor, \
-            _open(args, readonly=False, executor=executor if args.dask else None) as idx, Ingester(
-            idx, workers=args.workers, batch_size=args.batch_size, cache_dir=_cache_dir(args),
-            executor=executor if args.dask else None,
-            progress=None if not args.no_progress else False) as ing:
-        try:
-            if args.watch:
-                def on_poll(n, stats):
-                    if n == 1:
-                        print(f"watching {len(args.images)} path(s) every {args.interval:g} s "
-                              f"(Ctrl-C to stop)", flush=True)
-                    print(f"poll {n}: {stats.summary()}", flush=True)
-                stats = ing.watch(args.images, interval=args.interval, max_polls=args.max_polls,
-                                  on_poll=on_poll)
-            else:
-                stats = ing.ingest(args.images)
-        except KeyboardInterrupt:
-            ing._flush()
-            stats = ing.stats
-        print(stats.summary(), flush=True)
-        return 1 if stats.n_failed else 0
+    stats = run_ingest(args.dir, args.images, watch=args.watch, interval=args.interval, max_polls=args.max_polls,
+                       workers=args.workers, dask=args.dask, batch_size=args.batch_size,
+                       cache_dir=feature_cache_dir(args.cache, args.no_cache),
+                       progress=None if not args.no_progress else False, log=lambda line: print(line, flush=True))
+    print(stats.summary(), flush=True)
+    return 1 if stats.n_failed else 0
 
 
 def _search(args):

@@ -21,6 +21,16 @@ def default_cache_dir():
     return os.path.join(cache_home(), "features")
 
 
+def feature_cache_dir(cache=None, no_cache=False):
+    """The feature cache a command uses: ``cache`` when given, none with ``no_cache``,
+    else the shared cache when it exists (a command never creates it unasked)."""
+    if no_cache:
+        return None
+    if cache is not None:
+        return cache
+    return default_cache_dir() if os.path.isdir(default_cache_dir()) else None
+
+
 def shared_data_dir():
     """$STREAMK_SHARED_DATA, else ``../shared/data`` beside the repository (a source
     checkout); None if absent."""
@@ -29,4 +39,4 @@ def shared_data_dir():
     return path if path.is_dir() else None
 
 
-__all__ = ["cache_home", "default_cache_dir", "shared_data_dir"]
+__all__ = ["cache_home", "default_cache_dir", "feature_cache_dir", "shared_data_dir"]

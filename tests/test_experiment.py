@@ -145,23 +145,23 @@ def test_eval_seeds_and_short_codes_on_part_of_paris_subset(shared_data, tmp_pat
 
     # the CLI on the whole subset would take minutes: its report on a 70-image slice
     # (PQ's 256 centroids need > 256 learning vectors: 70 images and 3 halves of each)
-    from streamk.evaluation import experiment
+    from streamk.evaluation import report as eval_report
 
     slice70 = ds.restrict([i for i in ds.image_ids if "defense" in i or "eiffel" in i][:70])
 
-    real = experiment.evaluate_dataset
+    real = eval_report.evaluate_dataset
     calls = []
 
     def on_slice(dataset, *a, **kw):
         calls.append(kw)
         return real(slice70, *a, **kw)
-    experiment.evaluate_dataset = on_slice
+    eval_report.evaluate_dataset = on_slice
     try:
         code = main(["eval", "--dataset", "paris6k-subset", "--embedding", "vlad", "--k", "4",
                      "--aggregation", "gmp", "--rn", "on", "--dim", "32", "--seeds", "2", "--pq-bytes", "8",
                      "--rerank", "5", "--cache", str(cache), "--workers", "1", "--json"])
     finally:
-        experiment.evaluate_dataset = real
+        eval_report.evaluate_dataset = real
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     labels = [r["method"] for r in report["configs"][0]["rows"]]

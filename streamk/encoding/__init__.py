@@ -9,7 +9,7 @@ from .aggregation import (DEFAULT_GAMMA, DEFAULT_LAMBDA, DEFAULT_N_ITER, METHODS
                           aggregate_many, check_params, contributions, democratic_weights, gmp_primal, gmp_weights,
                           gram)
 from .embeddings import (EMBEDDINGS, BagOfWords, BlockEmbedding, Embedding, FisherVector, TriangulationEmbedding,
-                         VLAD, make_embedding, rootsift, subsample_rows)
+                         VLAD, embedding_spec, make_embedding, rootsift, subsample_rows)
 from .encoder import Encoder, EncoderConfig
 from .postprocessing import DEFAULT_POWER, RotationNormalisation, l2_normalize, postprocess, power_law
 
@@ -17,7 +17,8 @@ __all__ = [
     "DEFAULT_GAMMA", "DEFAULT_LAMBDA", "DEFAULT_N_ITER", "DEFAULT_POWER", "EMBEDDINGS", "METHODS",
     "BagOfWords", "BlockEmbedding", "ConvergenceWarning", "Embedding", "Encoder", "EncoderConfig", "FisherVector",
     "RotationNormalisation", "TriangulationEmbedding", "VLAD",
-    "aggregate", "aggregate_many", "check_params", "contributions", "democratic_weights", "gmp_primal",
+    "aggregate", "aggregate_many", "check_params", "contributions", "democratic_weights", "embedding_spec",
+    "gmp_primal",
     "gmp_weights", "gram", "l2_normalize", "make_embedding", "postprocess", "power_law", "rootsift",
     "subsample_rows",
 ]

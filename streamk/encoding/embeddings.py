@@ -435,6 +435,14 @@ class FisherVector(Embedding):
 EMBEDDINGS = {cls.name: cls for cls in (TriangulationEmbedding, FisherVector, VLAD, BagOfWords)}
 
 
+def embedding_spec(name, fv_pca=64):
+    """'temb' | 'fv' | 'fv-hard' | 'vlad' | 'bow' -> (embedding, params); the FV's
+    descriptors are PCA-reduced to ``fv_pca`` dimensions first (0: not reduced)."""
+    if name in ("fv", "fv-hard"):
+        return "fv", {"hard": name == "fv-hard", "pca_dim": fv_pca or None}
+    return name, {}
+
+
 def make_embedding(name, k, **params):
     """Embedding by name: 'temb', 'fv', 'vlad' or 'bow'."""
     try:

@@ -362,11 +362,45 @@ def _stored_file_sha(raw_record):
     return ""
 
 
+def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=None, dask=None, batch_size=64,
+               cache_dir=None, progress=None, log=print):
+    """``streamk ingest`` as a library call: one pass over ``images`` (files and folders)
+    into the index at ``path`` (or, ``watch``, a pass every ``interval`` seconds), on the
+    local pool or a Dask cluster (``dask``: an address or "local:N"; for a sharded index
+    the same cluster owns the shards). Returns the IngestStats."""
+    from ..index import ShardedIndex, is_sharded, open_index
+
+    if dask is not None and workers is not None:
+        raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
+    executor = make_executor(dask=dask) if dask is not None else None
+    try:
+        if executor is not None and is_sharded(path):  # one Dask client for the tasks and the shards' owners
+            index = ShardedIndex.open(path, dask=executor.client)
+        else:
+            index = open_index(path)
+        with index, Ingester(index, workers=workers, batch_size=batch_size, cache_dir=cache_dir, executor=executor,
+                             progress=progress) as ing:
+            try:
+                if watch:
+                    def on_poll(n, stats):
+                        if n == 1:
+                            log(f"watching {len(images)} path(s) every {interval:g} s (Ctrl-C to stop)")
+                        log(f"poll {n}: {stats.summary()}")
+                    return ing.watch(images, interval=interval, max_polls=max_polls, on_poll=on_poll)
+                return ing.ingest(images)
+            except KeyboardInterrupt:
+                ing._flush()
+                return ing.stats
+    finally:
+        if executor is not None:
+            executor.close()
+
+
 def collect_images(roots):
     """([image paths], [(path, reason)]) under ``roots`` (for training an encoder)."""
     found, bad = scan(roots)
     return [p for p, _ in found], bad
 
 
-__all__ = ["IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "id_for",
+__all__ = ["IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "run_ingest", "id_for",
            "image_content_key", "is_image_name", "iter_scan", "scan"]

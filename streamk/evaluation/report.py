@@ -1,0 +1,101 @@
+"""``streamk eval`` as a library call: a benchmark's tables laid out like the paper's,
+printed as they are computed, and returned as one JSON-able report."""
+
+import numpy as np
+
+from ..config import default_cache_dir
+from ..datasets import load_dataset
+from ..encoding import embedding_spec
+from ..errors import ConfigError
+from ..features import make_extractor
+from .experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset, evaluate_dataset_asmk
+
+
+def learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, progress, log):
+    """The descriptor sets of a distinct learning collection, or None where the dataset
+    (paris6k-subset) is learned on its own images; a ConfigError where one is needed."""
+    learn_name = learn_dataset or DEFAULT_LEARNING.get(dataset.name)
+    if learn_root or learn_dataset:
+        if not learn_name:
+            raise ConfigError("--learn-root needs --learn-dataset NAME")
+        learning, _ = dataset_descriptors(load_dataset(learn_name, learn_root), extractor, cache, workers, progress)
+        log(f"learning set: {learn_name} ({len(learning)} images), distinct from the database")
+        return learning
+    if dataset.name == "paris6k-subset":
+        log("learning set: the 250 database images themselves (unsupervised: k-means, whitening and RN "
+            "use no labels; no distinct learning set is available for this subset)")
+        return None
+    raise ConfigError(f"{dataset.name} needs a distinct learning set: pass --learn-root DIR "
+                      f"(and --learn-dataset NAME{', default ' + learn_name if learn_name else ''})")
+
+
+def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,), aggregations=("sum", "democratic", "gmp"),
+             rn=(False, True), dims=None, power=0.5, seeds=1, pq_bytes=(), rerank=50, fv_pca=64, gamma=None,
+             lam=None, learn_dataset=None, learn_root=None, extractor=None, max_side=None, max_features=None,
+             cache=None, no_cache=False, workers=None, asmk_words=None, asmk_ma=5, log=print, progress=True):
+    """What ``streamk eval`` prints (through ``log``), as a report dict."""
+    dataset = load_dataset(dataset, root)
+    extractor = make_extractor(extractor, max_side=max_side, max_features=max_features)
+    cache = None if no_cache else (cache or default_cache_dir())
+    learning = learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, progress, log)
+    if method == "asmk":
+        return asmk_report(dataset, learning, extractor, cache, workers, asmk_words, asmk_ma, log, progress)
+    aggregation_params = {name: value for name, value in (("gamma", gamma), ("lam", lam)) if value is not None}
+    report = {"dataset": dataset.name, "configs": []}
+    seeds = list(range(seeds))
+    dims = dims or (None,)
+    for embedding_name in embeddings:
+        embedding, params = embedding_spec(embedding_name, fv_pca)
+        for k in ks:
+            rows, info = evaluate_dataset(
+                dataset, embedding, k, params, aggregations, rn, dims, power, learning=learning, extractor=extractor,
+                cache_dir=cache, workers=workers, verbose=progress, seeds=seeds, pq_bytes=pq_bytes or (),
+                rerank=rerank, **aggregation_params)
+            report["configs"].append({"embedding": embedding_name, "k": k, **info, "rows": [
+                {"method": label, "map_mean": float(np.mean([r.map for r in runs])),
+                 "map_std": float(np.std([r.map for r in runs])), "per_seed": [r.to_dict() for r in runs]}
+                for label, runs in rows]})
+            log(f"\n{dataset.name}: {info['n_images']} images, {info['n_queries']} queries; "
+                f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); "
+                f"fit {info['fit_s']:.1f} s; encoding {info['encode_s_per_image']:.2f} s per image "
+                f"(all methods, one Gram)" + (f"; mean of {len(seeds)} seeds" if len(seeds) > 1 else ""))
+            for note in eval_notes(info, rn, pq_bytes):
+                log(f"note: {note}")
+            log(f"{'method':<64}{'mAP':>14}")
+            for label, runs in rows:
+                m = [100 * r.map for r in runs]
+                log(f"{label:<64}" + (f"{np.mean(m):8.1f} ± {np.std(m):3.1f}" if len(m) > 1 else f"{m[0]:8.1f}"))
+    return report
+
+
+def eval_notes(info, rn, pq_bytes):
+    """What makes a row differ from the paper's protocol, said next to the table."""
+    n, dim = info["rn_learning_images"], info["dim"]
+    if True in rn and dim is not None and n <= dim:
+        yield (f"RN is learned on {n} images for D = {dim}: only {n - 1} principal components exist, the "
+               f"components past them are an arbitrary basis of the rest, so D' >= {n - 1} keeps all of the "
+               "PCA and rows -> D' are not the paper's (RN learned on a distinct, larger collection)")
+    if pq_bytes and info["learning"].startswith("database"):
+        yield ("PQ codebooks are learned on the database vectors plus 3 vectors of random halves of each "
+               "image's descriptors (no distinct learning images): an optimistic estimate of the PQ loss")
+
+
+def asmk_report(dataset, learning, extractor, cache, workers, n_words, multiple_assignment, log, progress):
+    """``streamk eval --method asmk``: ASMK / ASMK* on the same descriptors."""
+    rows, info = evaluate_dataset_asmk(dataset, n_words=n_words, multiple_assignment=multiple_assignment,
+                                       learning=learning, extractor=extractor, cache_dir=cache, workers=workers,
+                                       verbose=progress)
+    log(f"\n{dataset.name}: {info['n_images']} images, {info['n_queries']} queries; "
+        f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); codebook "
+        f"{info['n_words']} words (fit {info['fit_s']:.1f} s); alpha {info['alpha']:g}, tau {info['tau']:g}; "
+        f"aggregation {1000 * info['aggregate_s_per_image']:.0f} ms per database image")
+    log(f"{'method':<32}{'mAP':>7}{'bytes/image':>13}{'entries/image':>15}{'query: aggregate ms':>21}"
+        f"{'search ms':>11}")
+    for label, res, c in rows:
+        log(f"{label:<32}{100 * res.map:7.1f}{c['bytes_per_image']:13,.0f}{c['entries_per_image']:15.0f}"
+            f"{c['query_aggregate_ms']:21.1f}{c['query_search_ms']:11.2f}")
+    return {"dataset": dataset.name, "method": "asmk", **info,
+            "rows": [{"method": label, **res.to_dict(), **costs} for label, res, costs in rows]}
+
+
+__all__ = ["asmk_report", "eval_notes", "learning_set", "run_eval"]

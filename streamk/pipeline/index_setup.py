@@ -1,0 +1,90 @@
+"""``streamk index create`` as a library call: an encoder loaded or trained on a sample
+of images (on the local pool or a Dask cluster), then an empty index, or S shards."""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from ..encoding import Encoder, embedding_spec
+from ..errors import ConfigError, EmptyDescriptorSetError, IndexExistsError
+from ..features import make_extractor
+from ..index import VECTOR_DTYPES, ShardedIndex, StreamingIndex
+from ..parallel import make_executor
+from .encoder_training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES, train_encoder
+from .ingest import collect_images
+
+
+def _stderr_report(path, reason):
+    print(f"streamk: skipped {path}: {reason}", file=sys.stderr)
+
+
+def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extractor=None, max_side=None,
+                 max_features=None, embedding="temb", fv_pca=64, k=64, aggregation="gmp", workers=None, dask=None,
+                 train_images=DEFAULT_MAX_IMAGES, train_descriptors=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0,
+                 cache_dir=None, save_encoder=None, shards=None, store_extras=True, log=print,
+                 report=_stderr_report, progress=None):
+    """Create an index at ``path`` (new or empty) with the saved encoder at ``encoder``, or
+    one trained on the images under ``train`` (files and folders). Every check runs before
+    anything is written; on failure nothing is left behind. Returns the path."""
+    path = Path(path)
+    if (encoder is None) == (train is None):
+        raise ConfigError("give a saved encoder or images to train one on (one of them)")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")
+    if vector_dtype not in VECTOR_DTYPES:
+        raise ConfigError(f"vector dtype must be one of {VECTOR_DTYPES}, got {vector_dtype!r}")
+    if dask is not None and workers is not None:
+        raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
+    options = {k: v for k, v in (("max_side", max_side), ("max_features", max_features)) if v is not None}
+    extractor = make_extractor(extractor, **options)
+    if encoder is not None:
+        encoder = Encoder.load(encoder)
+    else:
+        paths, bad = collect_images(train)
+        for p, reason in bad:
+            report(p, reason)
+        if not paths:
+            raise EmptyDescriptorSetError("no image files found to train the encoder on")
+        name, params = embedding_spec(embedding, fv_pca)
+        config = {"embedding": name, "k": k, "embedding_params": params, "aggregation": aggregation}
+        with make_executor(workers, dask) as executor:
+            encoder, info = train_encoder(
+                paths, config, extractor, executor, max_images=train_images, descriptors_per_image=train_descriptors,
+                seed=seed, cache_dir=cache_dir, report=report,
+                progress=sys.stderr.isatty() if progress is None else progress)
+        log(f"trained {embedding} k={k} ({aggregation}) on {info.descriptors} descriptors of {info.images} images "
+            f"(a sample of {len(paths)}; {executor.name})")
+        if save_encoder:
+            encoder.save(save_encoder)
+    existed = path.exists()
+    try:
+        if shards is not None:
+            with make_executor(dask=dask) if dask else _Nothing() as executor:
+                ShardedIndex.create(path, encoder, shards, vector_dtype=vector_dtype, extractor=extractor,
+                                    dask=getattr(executor, "client", None), store_extras=store_extras).close()
+        else:
+            StreamingIndex.create(path, encoder, vector_dtype=vector_dtype, extractor=extractor,
+                                  store_extras=store_extras).close()
+    except BaseException:
+        if not existed and path.is_dir():  # ours: leave nothing behind
+            shutil.rmtree(path, ignore_errors=True)
+        elif existed:
+            for child in path.iterdir():
+                shutil.rmtree(child) if child.is_dir() else os.unlink(child)
+        raise
+    where = f" in {shards} shards" if shards is not None else ""
+    log(f"created index {path}{where}: {encoder.config.embedding} k={encoder.config.k} "
+        f"({encoder.config.aggregation}), dim {encoder.dim}, {vector_dtype} vectors, extractor {extractor.name}")
+    return path
+
+
+class _Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+__all__ = ["create_index"]
