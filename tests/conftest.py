@@ -105,6 +105,19 @@ def wait_until():
     return wait
 
 
+@pytest.fixture(scope="module")
+def client():
+    """A Dask LocalCluster of 2 single-threaded worker processes, and its client."""
+    distributed = pytest.importorskip("distributed")
+
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                       silence_logs=50)
+    c = distributed.Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
 @pytest.fixture(scope="session")
 def small_example_dir(tmp_path_factory):
     """A small demo example (3 photos x 3 views, 12 query views) built once per run; the

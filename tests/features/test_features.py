@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("PIL")
 from PIL import Image  # noqa: E402
 
+from helpers.images import blobs  # noqa: E402
 from streamk import features as F  # noqa: E402
 from streamk.pipeline import extract_many, iter_extract  # noqa: E402
 from streamk.errors import (ConfigError, DescriptorFileError, DimensionError,  # noqa: E402
@@ -26,17 +27,7 @@ EXTRACTORS = [pytest.param("hesaff", marks=needs_hesaff), pytest.param("sift", m
 
 def textured(w=320, h=240, seed=0, n_blobs=60):
     """Grey image with dark and bright Gaussian blobs of several sizes and a checkerboard patch."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
-    img = np.full((h, w), 128.0)
-    for _ in range(n_blobs):
-        cx, cy = rng.uniform(15, w - 15), rng.uniform(15, h - 15)
-        s = rng.uniform(2, 8)
-        a = rng.choice([-1, 1]) * rng.uniform(60, 110)
-        img += a * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * s * s))
-    patch = (xx < 100) & (yy < 100)
-    img[patch] += (((xx // 12 + yy // 12) % 2) * 60 - 30)[patch]
-    return np.clip(img, 0, 255).astype(np.uint8)
+    return blobs(w, h, seed, n_blobs)
 
 
 def jpeg_bytes(arr, quality=92, **kw):

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import textwrap
 
 import lmdb
@@ -22,22 +21,14 @@ from streamk.errors import (ConfigError, DimensionError, DuplicateError, EmptyDe
 from streamk.index import StreamingIndex
 from streamk.index.store import FORMAT_VERSION, row_key
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def sift_sets(seed, count, n=50):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 256, (n, 128)).astype(np.float32) for _ in range(count)]
+from helpers.images import blobs  # noqa: E402
+from helpers.index import sift_sets, unit, vlad_encoder  # noqa: E402
+from helpers.processes import run_python, start_python, stop  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def encoder():
-    return Encoder(embedding="vlad", k=4, aggregation="gmp").fit(sift_sets(0, 12))
-
-
-def unit(rng, n, d):
-    V = rng.standard_normal((n, d))
-    return V / np.linalg.norm(V, axis=1, keepdims=True)
+    return vlad_encoder(12, 50)
 
 
 @pytest.fixture
@@ -400,9 +391,7 @@ def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encod
     idx = StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32")
     idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)])
     (tmp_path / "trainer.py").write_text(TRAINER)
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "trainer.py"), str(tmp_path / "ix"), str(tmp_path)],
-                            env=env, stdin=subprocess.PIPE)
+    proc = start_python(tmp_path / "trainer.py", tmp_path / "ix", tmp_path, stdin=subprocess.PIPE, text=False)
     try:
         wait_until(lambda: (tmp_path / "snapshot").exists() or proc.poll() is not None, 120,
                    "the trainer's snapshot")  # it is now training
@@ -414,8 +403,7 @@ def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encod
         proc.communicate(b"go\n", timeout=120)  # let the trainer swap
         assert proc.returncode == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop(proc)
     idx.refresh()
     assert_codes_match(idx, idx.codec())  # the swapped-in codec covers the 30 late images too
     assert idx.search(W[9], k=1, mode="pq")[0][0] == "w9"
@@ -425,14 +413,7 @@ def test_pq_training_in_another_process_does_not_block_ingestion(tmp_path, encod
 
 # ------------------------------------------------------------------ images
 def textured(w=200, h=160, seed=0, n_blobs=40):
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
-    img = np.full((h, w), 128.0)
-    for _ in range(n_blobs):
-        cx, cy = rng.uniform(10, w - 10), rng.uniform(10, h - 10)
-        s = rng.uniform(2, 6)
-        img += rng.choice([-1, 1]) * rng.uniform(60, 110) * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * s * s))
-    return np.clip(img, 0, 255).astype(np.uint8)
+    return blobs(w, h, seed, n_blobs, margin=10, max_sigma=6, checkerboard=False)
 
 
 def test_images(tmp_path, encoder):
@@ -495,9 +476,7 @@ def test_reader_sees_another_process_writes(tmp_path, encoder):
     assert reader.search(W[5], k=1)[0][0] != "w5"
     np.save(tmp_path / "w.npy", W)
     (tmp_path / "writer.py").write_text(WRITER)
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, str(tmp_path / "writer.py"), str(tmp_path / "ix"), str(tmp_path / "w.npy")],
-                   check=True, env=env, timeout=120)
+    run_python(tmp_path / "writer.py", tmp_path / "ix", tmp_path / "w.npy", check=True, timeout=120)
     # same reader object, not reopened; the writer also grew the map past the reader's size
     assert reader.search(W[5], k=1)[0] == ("w5", pytest.approx(1.0, abs=1e-6))
     assert reader.search(W[699], k=1)[0][0] == "w699"

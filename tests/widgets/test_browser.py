@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from browser_support import (
+from helpers.browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     JupyterLab,
@@ -31,7 +31,7 @@ from browser_support import (
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "search.ipynb"
 
 # seconds; generous: a loaded two-core machine, and a fresh clone compiles the

@@ -6,7 +6,6 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -19,10 +18,10 @@ from streamk.pipeline.ingest import id_for, image_content_key, scan
 
 pytest.importorskip("cv2")
 PIL = pytest.importorskip("PIL")
-from image_support import textured  # noqa: E402
+from helpers.images import textured  # noqa: E402
+from helpers.processes import start_python, stop  # noqa: E402
 from PIL import Image  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def make_bad(folder):
@@ -214,10 +213,9 @@ def test_watch_picks_up_new_files_and_ctrl_c_ends_cleanly(work, tmp_path):
     create(ix, work)
     folder = tmp_path / "watched"
     textured(str(folder / "first.png"), 11)
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "streamk.cli", "ingest", str(ix), str(folder), "--watch",
-                             "--interval", "0.2", "--max-polls", "300", "--workers", "1", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_python("-m", "streamk.cli", "ingest", ix, folder, "--watch",
+                        "--interval", "0.2", "--max-polls", "300", "--workers", "1", "--no-progress",
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     seen = []
@@ -229,9 +227,7 @@ def test_watch_picks_up_new_files_and_ctrl_c_ends_cleanly(work, tmp_path):
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        stop(proc)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     assert out.strip().splitlines()[-1].startswith("added 2, skipped 0 existing, failed 0")

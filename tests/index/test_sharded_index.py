@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from index_support import DIM, make_encoder, vectors  # noqa: F401
+from helpers.index import DIM, make_encoder, vectors  # noqa: F401
 from streamk import Encoder
 from streamk.errors import ConfigError, DuplicateError, IndexExistsError, UnknownIdError
 from streamk.index import StreamingIndex, encoded_vector
@@ -103,17 +103,6 @@ def test_cli_sharded_index(tmp_path, encoder, capsys):
 
 
 # ------------------------------------------------------------------ on a Dask cluster
-@pytest.fixture(scope="module")
-def client():
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
-    c = distributed.Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
-
-
 def test_shards_owned_by_dask_actors(tmp_path, encoder, client):
     V = vectors(4, 500)
     items = [{"id": f"v{i}", "vector": v} for i, v in enumerate(V)]
@@ -154,11 +143,7 @@ def test_shards_owned_by_dask_actors(tmp_path, encoder, client):
 
 def test_cli_ingest_and_search_a_sharded_index_on_dask(tmp_path, client, capsys):
     pytest.importorskip("cv2")
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from image_support import textured
+    from helpers.images import textured
 
     from streamk.cli import main
     from streamk.features import make_extractor

@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,13 +17,12 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import settings, strategies as st  # noqa: E402
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule  # noqa: E402
 
-from index_support import DIM, make_encoder, vectors  # noqa: E402,F401
+from helpers.index import DIM, make_encoder, vectors  # noqa: E402,F401
+from helpers.processes import kill_and_collect, run_python, start_python  # noqa: E402
 from streamk import Encoder  # noqa: E402
 from streamk.index import StreamingIndex  # noqa: E402
 from streamk.index.reader import SearchView  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
 QUERIES = vectors(12345, 5)
 
 
@@ -147,9 +145,8 @@ class IndexChanges(RuleBasedStateMachine):
     @rule()
     def check_other_process(self):
         if self.other is None:
-            self.other = subprocess.Popen([sys.executable, "-c", OTHER_READER, self.path,
-                                           os.path.dirname(os.path.abspath(__file__))],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+            self.other = start_python("-c", OTHER_READER, self.path, os.path.dirname(os.path.abspath(__file__)),
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.other.stdin.write("check\n")
         self.other.stdin.flush()
         line = self.other.stdout.readline().rstrip("\n")
@@ -228,23 +225,15 @@ def test_sigkill_of_a_writer_mid_batch_loses_nothing_committed(tmp_path):
     rng = random.Random(5)
     committed = set(f"v{i}" for i in range(300))
     for _ in range(4):
-        proc = subprocess.Popen([sys.executable, str(script), str(path), str(n), here], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=ENV)
+        proc = start_python(script, path, n, here, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             first = proc.stdout.readline()
             assert first, proc.stderr.read()
             # a random moment among the batches (each is ~1 ms: the kill lands mid-batch often)
             for _ in range(rng.randint(0, 12)):
                 proc.stdout.readline()
-            proc.send_signal(signal.SIGKILL)
-            out, _ = proc.communicate(timeout=30)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        lines = (first + out).splitlines()
-        if out and not out.endswith("\n"):
-            lines = lines[:-1]
+            lines = kill_and_collect(proc, first)
         committed.update(i for ln in lines if ln != "done" for i in ln.split())
         with StreamingIndex.open(path, readonly=True) as idx:
             stored = set(idx.ids())
@@ -265,8 +254,7 @@ def test_sigkill_of_a_writer_mid_batch_loses_nothing_committed(tmp_path):
             _, pq_found = idx.search(got, k=1, mode="pq", nprobe=4, rerank=0)
             assert (pq_found[:, 0] == np.array(ids, dtype=object)).mean() > 0.9
             assert state(idx) == fresh_state(idx)
-    done = subprocess.run([sys.executable, str(script), str(path), str(n), here], capture_output=True, text=True,
-                          env=ENV, timeout=300)
+    done = run_python(script, path, n, here, timeout=300)
     assert done.returncode == 0, done.stderr
     with StreamingIndex.open(path) as idx:
         assert len(idx) == n
@@ -327,8 +315,7 @@ def test_reader_memory_is_bounded_by_the_codes(tmp_path):
                     idx.write_encoded([EncodedImage(f"i{lo + j}".encode(), v, hashlib.sha256(b"%d" % (lo + j)).digest(),
                                                     {"kind": "vector"}, None) for j, v in enumerate(V)])
                 assert len(idx) == n
-    out = subprocess.run([sys.executable, "-c", READER_MEMORY, str(tmp_path / "empty"), str(tmp_path / "big"),
-                          str(dim)], capture_output=True, text=True, env=ENV, timeout=300)
+    out = run_python("-c", READER_MEMORY, tmp_path / "empty", tmp_path / "big", dim, timeout=300)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     codes = n * (M + 9)  # codes, rows and removal marks

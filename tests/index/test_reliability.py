@@ -5,35 +5,25 @@ Default run: 5 kills (a few seconds). ``--run-slow``: a 50-kill soak.
 """
 
 import json
-import os
 import random
 import selectors
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
 import numpy as np
 import pytest
 
-from streamk import Encoder
+from helpers.index import vlad_encoder
+from helpers.processes import kill_and_collect, run_python, start_python, stop
 from streamk.index import StreamingIndex
 from streamk.index.store import SUBDBS, row_key, seq_from_key
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
-
-
-def sift_sets(seed, count, n=40):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 256, (n, 128)).astype(np.float32) for _ in range(count)]
 
 
 @pytest.fixture(scope="module")
 def encoder():
-    return Encoder(embedding="vlad", k=4, aggregation="gmp").fit(sift_sets(0, 8))
+    return vlad_encoder(8, 40)
 
 
 def vector_of(i, dim):
@@ -109,22 +99,15 @@ def crash_loop(tmp_path, encoder, kills, n, seed):
     printed = set()
     killed = 0
     for _ in range(kills):
-        proc = subprocess.Popen([sys.executable, str(script), str(path), str(n)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=ENV)
+        proc = start_python(script, path, n, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = ""
         try:
-            first = _read_first_line(proc, timeout=60)
+            first = _read_first_line(proc, timeout=60) or ""
             assert first, proc.stderr.read() if proc.poll() is not None else "no output in 60 s"
             time.sleep(rng.uniform(0.0, 0.25))  # a random moment while adding
-            proc.send_signal(signal.SIGKILL)
-            out, _ = proc.communicate(timeout=30)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+            lines = kill_and_collect(proc, first)  # a partial last line was not a completed print
         killed += proc.returncode == -signal.SIGKILL
-        lines = (first + out).splitlines()
-        if out and not out.endswith("\n"):
-            lines = lines[:-1]  # a partial last line: not a completed print
         printed.update(ln for ln in lines if ln.startswith("v"))
         stored = check_consistent(path, encoder.dim)
         missing = printed - set(stored)
@@ -136,8 +119,7 @@ def crash_loop(tmp_path, encoder, kills, n, seed):
             assert np.allclose(v, vector_of(int(i[1:]), encoder.dim), atol=1e-6), i
     assert killed >= 1
     # re-running completes the set, with no duplicates
-    done = subprocess.run([sys.executable, str(script), str(path), str(n)], capture_output=True, text=True,
-                          env=ENV, timeout=300)
+    done = run_python(script, path, n, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "done"
     stored = check_consistent(path, encoder.dim)
@@ -192,8 +174,7 @@ def test_search_in_another_process_while_ingesting(tmp_path, encoder):
         idx.add("seed", vector=np.ones(encoder.dim))  # so searches have something from the start
     script = tmp_path / "searcher.py"
     script.write_text(SEARCHER)
-    proc = subprocess.Popen([sys.executable, str(script), str(path), str(n), "60"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)
+    proc = start_python(script, path, n, "60", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert (_read_first_line(proc, timeout=60) or "").strip() == "ready"
         with StreamingIndex.open(path) as idx:
@@ -207,9 +188,7 @@ def test_search_in_another_process_while_ingesting(tmp_path, encoder):
                     assert all(r.status == "added" for r in res)
         out, err = proc.communicate(timeout=90)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        stop(proc)
     assert proc.returncode == 0, (out[-2000:], err[-2000:])
     assert "Traceback" not in err and "Error" not in err
     seen = {ln.split()[1] for ln in out.splitlines() if ln.startswith("seen ")}
@@ -236,9 +215,8 @@ def test_cli_search_while_cli_ingest_runs(tmp_path, encoder, wait_until):
                  "--vector-dtype", "float32"]) == 0
     with StreamingIndex.open(path, readonly=True) as reader:
         query = reader.query_vector(str(folder / "p5.png"))
-        proc = subprocess.Popen([sys.executable, "-m", "streamk.cli", "ingest", str(path), str(folder),
-                                 "--workers", "1", "--batch-size", "1", "--no-progress"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+        proc = start_python("-m", "streamk.cli", "ingest", path, folder, "--workers", "1", "--batch-size", "1",
+                            "--no-progress", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             def p5_on_top():
                 hits = reader.search(query, k=3)  # searching all along, while the writer adds
@@ -248,9 +226,7 @@ def test_cli_search_while_cli_ingest_runs(tmp_path, encoder, wait_until):
             found = bool(hits) and hits[0][0] == "p5.png"
             out, err = proc.communicate(timeout=60)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+            stop(proc)
         assert found
         assert proc.returncode == 0, err
         assert "added 8, skipped 0 existing, failed 0" in out

@@ -9,7 +9,6 @@ import hashlib
 import os
 import signal
 import subprocess
-import sys
 import uuid
 
 import numpy as np
@@ -21,20 +20,18 @@ from streamk.index import StreamingIndex
 from streamk.pipeline.ingest import Ingester
 from streamk.pipeline.encoder_training import sample_images, train_encoder
 from streamk.pipeline.tasks import sample_rows
-from streamk.parallel import InlineExecutor, LocalPoolExecutor, TaskContext
+from streamk.parallel import InlineExecutor
 
 pytest.importorskip("cv2")
 psutil = pytest.importorskip("psutil")
 distributed = pytest.importorskip("distributed")
 pytest.importorskip("PIL")
-from image_support import textured  # noqa: E402
+from helpers.images import textured  # noqa: E402
+from helpers.processes import start_python, subprocess_env  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from streamk import features as F  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-SPEC = TaskContext(dict, {})  # a context of nothing: an empty dict in each worker
 
 
 @pytest.fixture(scope="module")
@@ -55,18 +52,6 @@ def work(tmp_path_factory):
 def new_index(path, work):
     return StreamingIndex.create(path, Encoder.load(work / "enc.npz"), vector_dtype="float32",
                                  extractor=F.make_extractor("sift"))
-
-
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                           silence_logs=50)
-    c = Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
 
 
 def stored(path):
@@ -101,30 +86,6 @@ def test_dask_ingestion_gives_the_local_pools_vectors(work, tmp_path, client):
     with StreamingIndex.open(tmp_path / "dask", readonly=True) as idx:
         np.testing.assert_allclose(dask[3]["img5.png"], idx.query_vector(str(work / "imgs" / "img5.png")),
                                    atol=1e-6)
-
-
-def _square(ctx, x):
-    return x * x
-
-
-@pytest.mark.parametrize("kind", ["pool", "dask"])
-def test_executors_read_the_input_lazily_with_a_bound_in_flight(kind, client):
-    from streamk.parallel.dask_executor import DaskExecutor
-
-    executor = LocalPoolExecutor(2) if kind == "pool" else DaskExecutor(client)
-    pulled = []
-
-    def items():
-        for i in range(12):
-            pulled.append(i)
-            yield i
-
-    got = []
-    for item, result in executor.map_unordered(_square, items(), SPEC, max_inflight=3):
-        assert len(pulled) - len(got) <= 3  # back-pressure: never more than 3 sent and not back
-        got.append((item, result))
-    assert sorted(got) == [(i, i * i) for i in range(12)]
-    executor.close()
 
 
 # --------------------------------------------------------------------------- a killed Dask worker
@@ -220,9 +181,9 @@ def test_workers_die_with_a_sigkilled_streamk_ingest(moment, executor, work, man
     ix = tmp_path / "ix"
     new_index(ix, work).close()
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen([sys.executable, "-m", "streamk.cli", "ingest", str(ix), str(many), executor,
-                             "--batch-size", "1", "--no-progress", "--no-cache"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(ENV, STREAMK_TEST_MARK=mark))
+    proc = start_python("-m", "streamk.cli", "ingest", ix, many, executor, "--batch-size", "1", "--no-progress",
+                        "--no-cache", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                        env=subprocess_env(STREAMK_TEST_MARK=mark))
     try:
         parent = psutil.Process(proc.pid)
         if moment == "workers starting":  # the first child seen: it is still importing
@@ -359,19 +320,3 @@ def test_cli_create_and_ingest_on_a_scheduler_address(work, tmp_path, client, ca
     assert "added 8, skipped 0 existing, failed 2" in cap.out
     assert "broken.jpg" in cap.err and "flat.png" in cap.err
     assert len(client.nthreads()) == 2  # a given cluster is left running
-
-
-@pytest.mark.parametrize("text,expected", [("local:3", ("local", 3)), ("tcp://h:8786", ("remote", "tcp://h:8786"))])
-def test_dask_addresses(text, expected):
-    from streamk.parallel import parse_dask_address
-
-    assert parse_dask_address(text) == expected
-
-
-@pytest.mark.parametrize("text", ["local:0", "local:x", ""])
-def test_bad_dask_addresses(text):
-    from streamk.errors import ConfigError
-    from streamk.parallel import parse_dask_address
-
-    with pytest.raises(ConfigError):
-        parse_dask_address(text)
