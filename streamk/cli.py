@@ -82,8 +82,21 @@ def _index_create(args):
                  workers=args.workers, dask=args.dask, train_images=args.train_images,
                  train_descriptors=args.train_descriptors, seed=args.seed,
                  cache_dir=feature_cache_dir(args.cache, args.no_cache), save_encoder=args.save_encoder,
-                 shards=args.shards, store_extras=not args.no_extras)
+                 shards=args.shards, store_extras=not args.no_extras, local_features=not args.no_local_features,
+                 vocabulary=args.vocabulary)
     return 0
+
+
+def _add_local_features(args):
+    from .config import feature_cache_dir
+    from .index import StreamingIndex
+    from .pipeline import add_local_features
+
+    with StreamingIndex.open(args.dir) as idx:
+        _, failed = add_local_features(idx, vocabulary=args.vocabulary, train_images=args.train_images,
+                                       train_descriptors=args.train_descriptors, seed=args.seed, workers=args.workers,
+                                       dask=args.dask, cache_dir=feature_cache_dir(args.cache, args.no_cache))
+    return 1 if failed else 0
 
 
 def _index_train(args):
@@ -151,13 +164,17 @@ def _ingest(args):
 def _search(args):
     box = None if args.box is None else tuple(args.box)
     with _open(args, readonly=True) as idx:
-        hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe)
+        hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe,
+                          verify=args.verify, expand=args.expand, expansion=args.expansion, pairs=args.pairs)
     if args.json:
-        print(json.dumps([{"rank": r, "score": s, "id": i} for r, (i, s) in enumerate(hits, 1)], indent=1))
+        print(json.dumps([{"rank": r, **h.to_dict(pairs=args.pairs)} for r, h in enumerate(hits, 1)], indent=1))
     else:
-        print(f"{'rank':>4}  {'score':>8}  id")
-        for r, (i, s) in enumerate(hits, 1):
-            print(f"{r:>4}  {s:8.4f}  {i}")
+        print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}  id")
+        for r, h in enumerate(hits, 1):
+            inliers = "" if h.inliers is None else f"{h.inliers}{'*' if h.verified else ''}"
+            print(f"{r:>4}  {h.score:8.4f}  {inliers:>7}  {h.id}")
+        if any(h.inliers is not None for h in hits):
+            print("(* verified: its local features agree with the query's under one affine map)")
     return 0
 
 
@@ -175,9 +192,14 @@ def _add_index_commands(sub):
     ix_sub = ix.add_subparsers(dest="index_command", required=True)
     cr = ix_sub.add_parser("create", help="create an empty index with a saved or newly trained encoder")
     cr.add_argument("dir", help="index directory (new or empty)")
-    src = cr.add_mutually_exclusive_group(required=True)
-    src.add_argument("--encoder", help="a saved encoder (.npz, Encoder.save)")
-    src.add_argument("--train", nargs="+", metavar="IMAGES", help="fit a new encoder on these image files/folders")
+    cr.add_argument("--encoder", help="a saved encoder (.npz, Encoder.save)")
+    cr.add_argument("--train", nargs="+", metavar="IMAGES",
+                    help="fit a new encoder (and the visual words) on these image files/folders; with --encoder: "
+                         "the visual words only")
+    cr.add_argument("--no-local-features", action="store_true",
+                    help="no local geometry (no spatial verification): about 20 KB less per image")
+    cr.add_argument("--vocabulary", default=None, metavar="FILE",
+                    help="a saved vocabulary of visual words (Vocabulary.save) for the local geometry")
     cr.add_argument("--vector-dtype", default="float16", choices=["float16", "float32"])
     cr.add_argument("--no-extras", action="store_true",
                     help="do not keep keypoints and weights for display (~50 KB per photo): for millions")
@@ -226,6 +248,19 @@ def _add_index_commands(sub):
                        help="stored vectors drawn to train on (default: max(65536, 32 nlist))")
         p.add_argument("--seed", type=int, default=0)
         p.set_defaults(func=_index_train)
+    lf = ix_sub.add_parser("add-local-features", help="give an index its local geometry (spatial verification): "
+                                                       "learn the visual words on its images, add every record")
+    lf.add_argument("dir", help="index directory")
+    lf.add_argument("--vocabulary", default=None, metavar="FILE", help="a saved vocabulary instead of learning one")
+    lf.add_argument("--train-images", type=_positive_int, default=DEFAULT_MAX_IMAGES,
+                    help=f"learn the words on at most this many of the index's images (default {DEFAULT_MAX_IMAGES})")
+    lf.add_argument("--train-descriptors", type=_positive_int, default=DEFAULT_DESCRIPTORS_PER_IMAGE,
+                    help=f"descriptors per learning image (default {DEFAULT_DESCRIPTORS_PER_IMAGE})")
+    lf.add_argument("--seed", type=int, default=0)
+    lf.add_argument("--workers", type=_positive_int, default=None, help="extraction processes (default: all cores)")
+    lf.add_argument("--dask", default=None, metavar="ADDRESS", help="extract on a Dask cluster")
+    _add_cache_options(lf)
+    lf.set_defaults(func=_add_local_features)
     up = ix_sub.add_parser("upgrade", help="convert an index of format 1 (streamk <= 0.1) to format 2, in place")
     up.add_argument("dir", help="index directory")
     up.set_defaults(func=_index_upgrade)
@@ -257,6 +292,14 @@ def _add_index_commands(sub):
     se.add_argument("--rerank", type=_non_negative_int, default=None,
                     help="with --mode pq: candidates re-scored with the stored vectors (0: none; "
                          "default max(4k, 100))")
+    se.add_argument("--verify", type=_non_negative_int, default=None, metavar="R",
+                    help="spatially verify the first R results (default 100 when the index has local geometry; "
+                         "0: off)")
+    se.add_argument("--expand", type=_non_negative_int, default=None, metavar="N",
+                    help="query expansion with at most N verified results (default 50; 0: off)")
+    se.add_argument("--expansion", choices=["aqe", "alpha"], default="aqe",
+                    help="average query expansion (default) or alpha-QE")
+    se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
     se.add_argument("--json", action="store_true", help="print JSON instead of a table")
     se.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="a sharded index: search its shards through their owners on this Dask cluster")

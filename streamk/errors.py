@@ -148,6 +148,16 @@ class TrainingInProgressError(StreamkError, RuntimeError):
     """Another process is (re)training the index's codec right now."""
 
 
+
+# --------------------------------------------------------------- second stage (streamk.verification)
+class GeometryRecordError(StreamkError, ValueError):
+    """A local-geometry record (one image's visual words, signatures and keypoint frames) is
+    truncated, damaged (checksum), of an unknown format version or internally inconsistent."""
+
+
+class VocabularyFileError(StreamkError, ValueError):
+    """Saved visual-word vocabulary bytes are missing, corrupt or of an unknown format."""
+
 def describe(exc):
     """One line saying what went wrong: ``"ErrorType: reason"`` (an ImageReadError's
     reason without its path, which the caller reports beside it)."""

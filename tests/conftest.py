@@ -105,6 +105,29 @@ def wait_until():
     return wait
 
 
+@pytest.fixture(scope="session")
+def small_vocabulary(paris6k_subset_photos):
+    """A small vocabulary (16 x 16 words) learned on the features of 6 Paris photos: enough
+    to match a photo with its own changed views; seconds to learn."""
+    from streamk.features import HessianAffineSift, extract
+    from streamk.verification import Vocabulary
+
+    ex = HessianAffineSift()
+    learn = [extract(p, ex).descriptors for p in paris6k_subset_photos[3:250:45]]
+    return Vocabulary(n_coarse=16, n_fine=16, min_per_word=16, max_iter=10, seed=0).fit(learn)
+
+
+@pytest.fixture(scope="session")
+def random_vocabulary():
+    """A vocabulary learned on random non-negative 'SIFT' (for format and kernel tests)."""
+    import numpy as np
+
+    from streamk.verification import Vocabulary
+
+    X = np.random.default_rng(0).integers(0, 120, size=(3000, 128)).astype(np.uint8)
+    return Vocabulary(n_coarse=8, n_fine=8, min_per_word=8, max_iter=5, seed=0).fit(X)
+
+
 @pytest.fixture(scope="module")
 def client():
     """A Dask LocalCluster of 2 single-threaded worker processes, and its client."""

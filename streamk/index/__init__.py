@@ -5,6 +5,7 @@ environment (or S shards), written while it is searched, retrained without downt
     idx.search("query.jpg", k=10); open_index(path) opens a sharded one too.
 """
 
+from .second_stage import Hit
 from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, encoded_vector,
                     image_content_key, normalise_box, npz_bytes, unit_vector)
 from .queries import MODES, QueryEncoder, check_k
@@ -13,7 +14,7 @@ from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, v
 from .streaming_index import StreamingIndex
 from .upgrade import upgrade
 
-__all__ = ["BLOCK_ROWS", "DEFAULT_MAP_SIZE", "MODES", "VECTOR_DTYPES", "AddResult", "EncodedImage",
+__all__ = ["BLOCK_ROWS", "DEFAULT_MAP_SIZE", "MODES", "VECTOR_DTYPES", "AddResult", "EncodedImage", "Hit",
            "QueryEncoder", "ShardedIndex", "Store", "StreamingIndex", "check_k", "checked_vector",
            "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "normalise_box",
            "npz_bytes", "open_index", "shard_of", "unit_vector", "upgrade", "validate_id"]

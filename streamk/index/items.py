@@ -35,6 +35,7 @@ class EncodedImage(NamedTuple):
     content: bytes  # 32-byte content key
     record: dict  # JSON metadata of the image
     extras: bytes | None  # .npz bytes (keypoints, weights) or None
+    geometry: bytes | None = None  # local-geometry record (streamk.verification), or None
 
 
 def npz_bytes(**arrays):
@@ -77,14 +78,14 @@ def image_content_key(sha256_hex, box=None):
     return hashlib.sha256(b"image\0" + bytes.fromhex(sha256_hex) + json.dumps(box).encode()).digest()
 
 
-def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None):
+def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None, geometry=None):
     """The record ``add(image_path=...)`` writes for an image file whose bytes have this
     sha256, encoded to ``vector`` (ingestion workers build the same record)."""
     record = {"kind": "image_path", "source": os.path.abspath(os.fspath(path)), "box": box,
               "n_descriptors": int(len(keypoints)), "sha256": sha256_hex, "image_size": list(image_size)}
     extras = npz_bytes(keypoints=keypoints, weights=np.asarray(weights, np.float32))
     return EncodedImage(id_key(image_id), unit_vector(vector), image_content_key(sha256_hex, box), record,
-                        extras)
+                        extras, geometry)
 
 
 def normalise_box(box):

@@ -28,6 +28,7 @@ once on a sample gathered from every shard (``train``), then installed in each.
 
 import hashlib
 import json
+import os
 import socket
 import threading
 from pathlib import Path
@@ -40,7 +41,10 @@ from ..errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormat
 from ..features import default_extractor, extractor_from_params
 from ..quantization import IVFPQ, default_train_size
 from .items import AddResult, encoded_vector
+from ..verification import Vocabulary, expand_query
+from .items import unit_vector
 from .queries import MODES, QueryEncoder, check_k
+from .second_stage import DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record
 from .store import id_key
 from .streaming_index import StreamingIndex
 
@@ -158,6 +162,13 @@ class ShardActor:
         with self._lock:
             return self.index.search(Q, k=k, mode=mode, nprobe=nprobe, rerank=rerank)
 
+    def verified_candidates(self, q, qrec, k, verify, box, pairs, mode, nprobe, rerank):
+        with self._lock:
+            out = self.index.verified_candidates(q, qrec, k, verify, box, pairs, mode, nprobe, rerank)
+        # plain data across processes: hits as (id, score, explanation) triples
+        return {"verified": [(h.id, h.score, dict(h.__dict__)) for h in out["verified"]],
+                "rest": [(h.id, h.score, dict(h.__dict__)) for h in out["rest"]], "vectors": out["vectors"]}
+
     def sample_vectors(self, n, seed):
         with self._lock:
             return self.index.sample_vectors(n, seed)
@@ -260,7 +271,7 @@ class ShardedIndex:
     # ------------------------------------------------------------ create / open
     @classmethod
     def create(cls, path, encoder, shards, vector_dtype="float16", extractor=None, dask=None, hosts=None,
-               store_extras=True):
+               store_extras=True, vocabulary=None):
         """A new sharded index at ``path`` (new or empty). With ``dask`` (an address,
         "local:N" or a Client), the shards are created by the cluster's workers, spread
         over its hosts (round robin; ``hosts`` to choose), each on the worker's disk
@@ -281,12 +292,15 @@ class ShardedIndex:
             for s, d in enumerate(dirs):
                 if client is None:
                     StreamingIndex.create(path / d, encoder, vector_dtype=vector_dtype, extractor=extractor,
-                                          store_extras=store_extras).close()
+                                          store_extras=store_extras, vocabulary=vocabulary).close()
                 else:
                     worker = _worker_on(client, shard_hosts[s])
                     client.submit(_create_shard, str(path / d), encoder.to_bytes(), vector_dtype, params,
-                                  store_extras, workers=[worker], allow_other_workers=False, pure=False).result()
+                                  store_extras, None if vocabulary is None else vocabulary.to_bytes(),
+                                  workers=[worker], allow_other_workers=False, pure=False).result()
             encoder.save(path / "encoder.npz")
+            if vocabulary is not None:  # the queries' visual words (each shard stores them too)
+                vocabulary.save(path / "vocabulary.npz")
             manifest = {"format": FORMAT, "version": FORMAT_VERSION, "route": ROUTE, "shards": shards,
                         "dirs": dirs, "hosts": shard_hosts, "dim": encoder.dim,
                         "fingerprint": encoder.fingerprint, "extractor": params}
@@ -341,6 +355,14 @@ class ShardedIndex:
     @property
     def encoder(self):
         return self._encoder
+
+    @property
+    def vocabulary(self):
+        """The visual words of the shards' local geometry (``vocabulary.npz``), or None."""
+        if not hasattr(self, "_vocabulary"):
+            f = self.path / "vocabulary.npz"
+            self._vocabulary = Vocabulary.load(f) if f.is_file() else None
+        return self._vocabulary
 
     def extractor(self):
         if self._extractor is None:
@@ -516,23 +538,70 @@ class ShardedIndex:
         return codec
 
     # ------------------------------------------------------------ search
-    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None):
+    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
+               expansion="aqe", pairs=False, features=None):
         """As :meth:`StreamingIndex.search`: one query (image path, descriptor set, vector)
-        -> [(id, score)]; a batch (nq, D) -> (scores, ids) arrays. Scattered to every
-        shard, merged by score."""
+        -> [Hit]; a batch (nq, D) -> (scores, ids) arrays. Scattered to every shard, merged
+        by score. The second stage runs where each shard lives: every shard verifies its
+        own first-stage top ``verify`` and sends back its verified images' vectors; the
+        expanded query is searched on every shard again."""
         k = check_k(k)
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        check_second_stage(verify, expand, expansion)
         batch = self.queries.is_batch(query)
-        Q = self.queries.vectors(query) if batch else self.queries.vector(query, box)[None, :]
+        if batch and (box is not None or features is not None):
+            raise ConfigError("box and features apply to one query image, not a batch of vectors")
+        qfeatures = features
+        if batch:
+            Q = self.queries.vectors(query)
+        elif isinstance(query, (str, os.PathLike)):
+            qfeatures = self.queries.features(query, box)
+            Q = unit_vector(self.encoder.encode(qfeatures.descriptors))[None, :]
+        else:
+            Q = self.queries.vector(query, None if features is not None else box)[None, :]
+        vocabulary = None if batch or qfeatures is None else self.vocabulary
+        R = (DEFAULT_VERIFY if verify is None else int(verify)) if vocabulary is not None else 0
+        if R and len(qfeatures):
+            return self._search_second_stage(Q[0], query_record(vocabulary, qfeatures), k, R,
+                                             DEFAULT_EXPAND if expand is None else int(expand), expansion, box,
+                                             pairs, mode, nprobe, rerank)
+        scores, ids = self._first_stage(Q, k, mode, nprobe, rerank)
+        if batch:
+            return scores, ids
+        return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
+
+    def _first_stage(self, Q, k, mode, nprobe, rerank):
         parts = self._scatter("search", {s: (Q, k, mode, nprobe, rerank) for s in range(self.shards)})
         scores = np.concatenate([parts[s][0] for s in range(self.shards)], axis=1)
         ids = np.concatenate([parts[s][1] for s in range(self.shards)], axis=1)
         order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties: by shard, then the shard's order
-        scores, ids = np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
-        if batch:
-            return scores, ids
-        return [(i, float(s)) for i, s in zip(ids[0], scores[0]) if i is not None]
+        return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
+
+    def _search_second_stage(self, q, qrec, k, R, n_expand, expansion, box, pairs, mode, nprobe, rerank):
+        parts = self._scatter("verified_candidates", {s: (q, qrec, k, R, box, pairs, mode, nprobe, rerank)
+                                                      for s in range(self.shards)})
+        verified = [(h, s, v) for s in range(self.shards) for h, v in zip(parts[s]["verified"], parts[s]["vectors"])]
+        verified.sort(key=lambda t: (-t[0][2]["inliers"], -t[0][1], t[1]))  # by inliers, then score, then shard
+        head = [Hit(i, sc, **ex) for (i, sc, ex), _, _ in verified]
+        if n_expand and verified:
+            V = np.stack([v for _, _, v in verified[:n_expand]])
+            q2 = expand_query(q, V, method=expansion).astype(np.float32)[None, :]
+            scores, ids = self._first_stage(q2, k + len(head), mode, nprobe, rerank)
+            tail = [Hit(i, sc, stage="expanded") for i, sc in zip(ids[0], scores[0]) if i is not None]
+        else:
+            rest = sorted(((i, sc, ex) for s in range(self.shards) for i, sc, ex in parts[s]["rest"]),
+                          key=lambda t: -t[1])
+            tail = [Hit(i, sc, **ex) for i, sc, ex in rest]
+        seen = {h.id for h in head}
+        out = head[:k]
+        for h in tail:
+            if len(out) >= k:
+                break
+            if h.id not in seen:
+                seen.add(h.id)
+                out.append(h)
+        return out
 
     def query_vector(self, query, box=None):
         """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
@@ -586,9 +655,11 @@ def _worker_on(client, host):
     return workers[0]
 
 
-def _create_shard(path, encoder_bytes, vector_dtype, extractor_params, store_extras):
+def _create_shard(path, encoder_bytes, vector_dtype, extractor_params, store_extras, vocabulary_bytes=None):
+    vocabulary = None if vocabulary_bytes is None else Vocabulary.from_bytes(vocabulary_bytes)
     StreamingIndex.create(path, Encoder.from_bytes(encoder_bytes), vector_dtype=vector_dtype,
-                          extractor=extractor_from_params(extractor_params), store_extras=store_extras).close()
+                          extractor=extractor_from_params(extractor_params), store_extras=store_extras,
+                          vocabulary=vocabulary).close()
     return socket.gethostname()
 
 

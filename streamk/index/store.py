@@ -32,6 +32,9 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
 ``log``         8-byte seq -> op + row: b"+" (added), b"-" (removed), b"*" (new codes: reload).
 ``claims``      (a shard of a sharded index) content key -> id, for the content keys routed to
                 this shard, whichever shard holds the image: de-duplication across shards.
+``geometry``    row -> the image's local-geometry record (visual words, signatures, keypoint
+                frames: :mod:`streamk.verification.records`), for spatial verification;
+                written with the image, in the same transaction.
 
 Every change increments ``meta/seq`` and appends to ``log`` in the same
 transaction, so a reader that knows the seq it last saw applies only what
@@ -63,6 +66,9 @@ FORMAT = "streamk-index"
 FORMAT_VERSION = 2
 SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "code_blocks", "dead",
           "log", "claims")
+# Sub-databases added after format 2 was released: an index written before them lacks them;
+# a writer creates them at open, a read-only reader sees them as empty.
+OPTIONAL_SUBDBS = ("geometry",)
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 MAX_ID_CHARS = 200
@@ -166,14 +172,19 @@ class Store:
         self.readonly = readonly
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
         if create:
-            self.dbs = {name: env.open_db(name.encode(), create=True) for name in SUBDBS}
+            self.dbs = {name: env.open_db(name.encode(), create=True) for name in SUBDBS + OPTIONAL_SUBDBS}
         else:  # never create anything in an existing database (it may not be ours)
             self.dbs = {name: env.open_db(name.encode(), create=False) for name in SUBDBS}
+            for name in OPTIONAL_SUBDBS:
+                try:
+                    self.dbs[name] = env.open_db(name.encode(), create=not readonly)
+                except lmdb.NotFoundError:  # read-only, written by an older streamk: nothing stored
+                    self.dbs[name] = None
 
     # ------------------------------------------------------------ open / create
     @staticmethod
     def _env(path, readonly, map_size):
-        return lmdb.open(str(path), map_size=map_size, subdir=True, max_dbs=len(SUBDBS) + 2,
+        return lmdb.open(str(path), map_size=map_size, subdir=True, max_dbs=len(SUBDBS) + len(OPTIONAL_SUBDBS) + 4,
                          readonly=readonly, create=False, lock=True, readahead=False,
                          max_readers=126)
 
@@ -362,6 +373,8 @@ class Store:
         out = {}
         with self.read() as txn:
             for name, db in self.dbs.items():
+                if db is None:
+                    continue
                 with txn.cursor(db=db) as cur:
                     out[name] = {bytes(k): bytes(v) for k, v in cur}
         return out

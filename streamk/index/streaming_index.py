@@ -26,22 +26,32 @@ image or descriptor query, an add), and the codes when the first search runs.
 
 import io
 import json
+import os
 import time
 
 import numpy as np
 
 from ..encoding import Encoder
 from ..errors import (ConfigError, EncoderFileError, EncoderMismatchError, IndexFormatError, NotFittedError,
-                      StreamkError, UnknownIdError)
+                      StreamkError, UnknownIdError, VocabularyFileError)
+from ..verification import Vocabulary
 from .items import unit_vector
 from .queries import MODES, QueryEncoder, StoredExtractor, check_k
 from .reader import SearchView
 from .retraining import Trainer
+from .second_stage import (DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record, second_stage,
+                           verify_top)
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key
 from .vector_store import rows_per_block
 from .writer import IndexWriter
 
 __all__ = ["StreamingIndex"]
+
+
+def _vocabulary_meta(vocabulary):
+    if not isinstance(vocabulary, Vocabulary) or not vocabulary.fitted:
+        raise ConfigError("vocabulary must be a fitted streamk.verification.Vocabulary")
+    return {"vocabulary": vocabulary.to_bytes(), "local_features": b"1"}
 
 
 class StreamingIndex:
@@ -62,14 +72,16 @@ class StreamingIndex:
             store.close()
             raise IndexFormatError(f"{store.path}: unreadable index metadata ({exc})") from exc
         self._encoder = None
+        self._vocabulary = None
         self._extractors = StoredExtractor(lambda: StoredExtractor.from_meta(store.get_meta(b"extractor")))
-        self.writer = IndexWriter(store, self.vector_dtype, self.dim, lambda: self.encoder, self._extractors)
+        self.writer = IndexWriter(store, self.vector_dtype, self.dim, lambda: self.encoder, self._extractors,
+                                  lambda: self.vocabulary)
         self.view = SearchView(store, self.dim, self.vector_dtype)
         self.queries = QueryEncoder(lambda: self.encoder, self._extractors.get, self.dim)
 
     @classmethod
     def create(cls, path, encoder, vector_dtype="float16", extractor=None, map_size=DEFAULT_MAP_SIZE,
-               block_rows=BLOCK_ROWS, store_extras=True):
+               block_rows=BLOCK_ROWS, store_extras=True, vocabulary=None):
         """A new, empty index at ``path`` (a new or empty directory).
 
         encoder: a fitted :class:`~streamk.encoding.encoder.Encoder`, stored in the index.
@@ -82,6 +94,10 @@ class StreamingIndex:
         store_extras: keep each image's keypoints and weights for display (the
         weights view, the notebooks): ~50 KB per photo of 2,000 features, 25x its
         vector; False for collections of millions.
+        vocabulary: a fitted :class:`~streamk.verification.Vocabulary`: each image added
+        from a file then keeps its local geometry (at most 24 KB: 1,500 features of 16
+        bytes), and searches by image are spatially verified and expanded (the second
+        stage); None: first stage only (:meth:`add_local_features` later).
         """
         if not isinstance(encoder, Encoder):
             raise ConfigError(f"encoder must be a streamk Encoder, got {type(encoder).__name__}")
@@ -103,6 +119,8 @@ class StreamingIndex:
                 "block_rows": str(int(block_rows)).encode(),
                 "vector_block_rows": str(rows_per_block(encoder.dim, vector_dtype)).encode(), "store_extras": b"1" if store_extras else b"0",
                 "created": repr(time.time()).encode()}
+        if vocabulary is not None:
+            meta.update(_vocabulary_meta(vocabulary))
         idx = cls(Store.create(path, meta, map_size=map_size))
         idx._encoder = encoder
         if extractor is not None:
@@ -133,6 +151,54 @@ class StreamingIndex:
             except (TypeError, EncoderFileError) as exc:
                 raise IndexFormatError(f"{self.path}: the stored encoder is unreadable ({exc})") from exc
         return self._encoder
+
+    @property
+    def vocabulary(self):
+        """The :class:`~streamk.verification.Vocabulary` of the local geometry, or None (the
+        index has no second stage)."""
+        if self._vocabulary is None and self._store.get_int(b"local_features"):
+            blob = self._store.get_meta(b"vocabulary")
+            try:
+                self._vocabulary = Vocabulary.from_bytes(bytes(blob))
+            except (TypeError, VocabularyFileError) as exc:
+                raise IndexFormatError(f"{self.path}: the stored vocabulary is unreadable ({exc})") from exc
+        return self._vocabulary
+
+    @property
+    def has_local_features(self):
+        """Whether images added from files keep their local geometry (the second stage)."""
+        return bool(self._store.get_int(b"local_features"))
+
+    def add_local_features(self, vocabulary):
+        """Turn the second stage on: store ``vocabulary``; images added from now on keep
+        their local geometry (``streamk index add-local-features`` adds the existing ones'
+        records, :func:`streamk.pipeline.add_local_features`). Returns the vocabulary in use
+        (the stored one if the index already has one)."""
+        if not isinstance(vocabulary, Vocabulary) or not vocabulary.fitted:
+            raise ConfigError("add_local_features takes a fitted streamk.verification.Vocabulary")
+        meta = _vocabulary_meta(vocabulary)
+
+        def run(txn):
+            if self._store.get_int(b"local_features", txn):
+                return False
+            for name, value in meta.items():
+                txn.put(name.encode(), value, db=self._store.dbs["meta"])
+            return True
+        if not self._store.write(run):
+            return self.vocabulary
+        self._vocabulary = vocabulary
+        return vocabulary
+
+    def geometry(self, image_id):
+        """The stored local-geometry record of an image (bytes), or None when it has none."""
+        from .second_stage import records_of
+
+        with self._store.read() as txn:
+            raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
+            if raw is None:
+                raise UnknownIdError(f"no image {image_id!r} in the index")
+            rec = records_of(self._store, txn, [json.loads(raw)["row"]])[0]
+            return None if rec is None else bytes(rec)
 
     @property
     def path(self):
@@ -306,38 +372,91 @@ class StreamingIndex:
         """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
         return self.queries.vectors(Q)
 
-    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None):
-        """The k best images by decreasing inner product with the query.
+    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
+               expansion="aqe", pairs=False, features=None):
+        """The k best images by decreasing inner product with the query, then (second
+        stage) spatially verified and expanded.
 
-        One query (an image path, a descriptor set (n, d) or a vector (D,)): a list
-        [(id, score)], best first. A batch of vectors (nq, D) (a (1, D) array too):
-        ``(scores, ids)``, arrays of shape (nq, k) -- float32 and object (str) --
-        best first, as faiss returns them; slots past the number of images hold
-        -inf and None.
+        One query (an image path, a descriptor set (n, d) or a vector (D,)): a list of
+        :class:`~streamk.index.Hit`, best first: each is the pair ``(id, score)`` (it
+        unpacks as one) with ``inliers``, ``verified``, ``region``, ``affine`` and, with
+        ``pairs=True``, the inlier ``pairs``. A batch of vectors (nq, D) (a (1, D) array
+        too): ``(scores, ids)``, arrays of shape (nq, k) -- float32 and object (str) --
+        best first, as faiss returns them; slots past the number of images hold -inf
+        and None (first stage only).
 
         mode "exact": every stored vector. mode "pq": the codes (flat PQ, or the
         ``nprobe`` nearest IVF lists), then the best ``rerank`` (default max(4k, 100);
         0: none) re-scored with the stored vectors. Default: "pq" once a codec is
         trained, else "exact". Ties go to the image added first.
+
+        Second stage (an index with local features, a query image or its ``features``):
+        ``verify`` = R first-stage results verified by RANSAC on their local geometry
+        (default 100; 0: off), verified ones first by inliers; ``expand`` = N verified
+        results averaged into the query (``expansion`` "aqe", or "alpha" for alpha-QE),
+        searched once more (default 50; 0: off). ``box`` maps the query's box into each
+        verified result (``region``). ``features``: the query image's Features (already
+        cropped to ``box``) when the query is given as its vector.
         """
         k = check_k(k)
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         if rerank is not None and (isinstance(rerank, bool) or int(rerank) < 0):
             raise ConfigError(f"rerank must be an integer >= 0, got {rerank!r}")
+        check_second_stage(verify, expand, expansion)
         batch = self.queries.is_batch(query)
-        if batch and box is not None:
-            raise ConfigError("box applies to image-path queries only")
-        Q = self.query_vectors(query) if batch else self.query_vector(query, box=box)[None, :]
+        if batch and (box is not None or features is not None):
+            raise ConfigError("box and features apply to one query image, not a batch of vectors")
+        qfeatures = features
+        if batch:
+            Q = self.query_vectors(query)
+        elif isinstance(query, (str, os.PathLike)):
+            qfeatures = self.queries.features(query, box)
+            Q = unit_vector(self.encoder.encode(qfeatures.descriptors))[None, :]
+        else:
+            Q = self.queries.vector(query, box=None if features is not None else box)[None, :]
+        vocabulary = None if batch or qfeatures is None else self.vocabulary
+        R = (DEFAULT_VERIFY if verify is None else int(verify)) if vocabulary is not None else 0
+        qrec = query_record(vocabulary, qfeatures) if R and len(qfeatures) else None
         with self._store.read(buffers=True) as txn:
             self.view.refresh(txn)
             if mode is None:
                 mode = "pq" if self.view.lists is not None else "exact"
-            scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank)
+            scores, rows = self.view.search(txn, Q, max(k, R) if qrec is not None else k, mode=mode,
+                                            nprobe=nprobe, rerank=rerank)
+            explanations = {}
+            if qrec is not None:
+                n_expand = DEFAULT_EXPAND if expand is None else int(expand)
+                r, s, explanations = second_stage(self.view, txn, Q[0], rows[0], scores[0], qrec, k, R, n_expand,
+                                                  expansion, box, pairs, mode, nprobe, rerank)
+                rows, scores = r[None, :], s[None, :]
             ids = self.view.ids_of(txn, rows)
         if batch:
             return scores, ids
-        return [(i, float(s)) for i, s in zip(ids[0], scores[0]) if i is not None]
+        return [Hit(i, s, **explanations.get(int(r), {})) for i, s, r in zip(ids[0], scores[0], rows[0])
+                if i is not None]
+
+    def verified_candidates(self, q, qrec, k, verify, box=None, pairs=False, mode=None, nprobe=None, rerank=None):
+        """One query's first stage (top max(k, verify) of the unit vector ``q``) and the
+        verification of its first ``verify`` results against the query's geometry record
+        ``qrec``: what a shard of a sharded index answers, where its records live.
+
+        Returns {"verified": [Hit] by inliers, "rest": [Hit] the other first-stage
+        results in order, "vectors": (V, D) float32 of the verified ones}."""
+        q = self.queries.vectors(np.asarray(q, np.float32).reshape(1, -1))
+        with self._store.read(buffers=True) as txn:
+            self.view.refresh(txn)
+            if mode is None:
+                mode = "pq" if self.view.lists is not None else "exact"
+            scores, rows = self.view.search(txn, q, max(k, verify), mode=mode, nprobe=nprobe, rerank=rerank)
+            head_rows, head_scores, rest_rows, rest_scores, expl = verify_top(self.view, txn, rows[0], scores[0],
+                                                                              qrec, verify, box, pairs)
+            rest_rows, rest_scores = rest_rows[:k], rest_scores[:k]
+            V = self.view.vectors_of(txn, head_rows) if len(head_rows) else np.zeros((0, self.dim), np.float32)
+            ids = self.view.ids_of(txn, np.concatenate([head_rows, rest_rows]))
+        hits = [Hit(i, s, **expl.get(int(r), {})) for i, s, r in
+                zip(ids, np.concatenate([head_scores, rest_scores]), np.concatenate([head_rows, rest_rows]))]
+        return {"verified": hits[:len(head_rows)], "rest": hits[len(head_rows):], "vectors": V}
 
     # ------------------------------------------------------------ facts
     def stats(self):

@@ -34,6 +34,7 @@ from ..checks import as_descriptor_set
 from ..errors import ConfigError, DuplicateError, EmptyDescriptorSetError, IdExistsError, StreamkError, UnknownIdError
 from ..features import image_features
 from ..quantization import IVFPQ
+from ..verification import stored_record
 from .blocks import mark_removed, pack_codes, seal_block
 from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, normalise_box, npz_bytes,
                     one_source, unit_vector)
@@ -49,11 +50,12 @@ class IndexWriter:
     thread-safe (one per thread or process).
     """
 
-    def __init__(self, store, vector_dtype, dim, encoder, extractors):
+    def __init__(self, store, vector_dtype, dim, encoder, extractors, vocabulary=lambda: None):
         self.store = store
         self.vector_dtype = np.dtype(vector_dtype)
         self.dim = int(dim)
         self._encoder = encoder
+        self._vocabulary = vocabulary  # callable: the Vocabulary of local geometry, or None
         self.extractors = extractors
         self._codec = None
         self._codec_epoch = -1
@@ -101,8 +103,11 @@ class IndexWriter:
                 raise EmptyDescriptorSetError(f"{image_path}: no local features"
                                               + (" inside the box" if box is not None else ""))
             v, alpha = self.encoder.encode(f.descriptors, return_weights=True)
+            vocabulary = self._vocabulary()
+            geometry = None if vocabulary is None else stored_record(vocabulary, f.keypoints, f.descriptors,
+                                                                     f.image_size)
             return encoded_image_file(image_id, image_path, hashlib.sha256(data).hexdigest(), v,
-                                      f.keypoints, alpha, f.image_size, box)
+                                      f.keypoints, alpha, f.image_size, box, geometry)
         if kind == "descriptors":
             X = as_descriptor_set(descriptors, dim=self.encoder.input_dim)
             v, alpha = self.encoder.encode(X, return_weights=True)
@@ -153,6 +158,8 @@ class IndexWriter:
         txn.put(enc.content, enc.key, db=db["hashes"])
         if enc.extras is not None and self.store.get_int(b"store_extras", txn, default=1):
             txn.put(enc.key, enc.extras, db=db["extras"])
+        if enc.geometry is not None and db["geometry"] is not None and s.get_int(b"local_features", txn):
+            txn.put(rk, enc.geometry, db=db["geometry"], append=True)
         epoch, codec = self.codec(txn)
         if codec is not None:
             if code is None:  # the codec changed since the batch was encoded
@@ -171,8 +178,9 @@ class IndexWriter:
                 txn.delete(ck, db=db["hashes"])
         row = int(record["row"])
         rk = row_key(row)
-        for name, k in (("images", key), ("extras", key), ("row_ids", rk)):
-            txn.delete(k, db=db[name])
+        for name, k in (("images", key), ("extras", key), ("row_ids", rk), ("geometry", rk)):
+            if db[name] is not None:
+                txn.delete(k, db=db[name])
         self.vectors.clear(txn, row)
         mark_removed(txn, self.store, row)
         self.store.bump(txn, b"-", row)
@@ -227,6 +235,28 @@ class IndexWriter:
             for k, raw in records:
                 self._delete(txn, k, json.loads(raw))
             return len(records)
+        return self.store.write(run)
+
+    def put_geometry(self, items):
+        """Store the local-geometry records of images already in the index, in one
+        transaction: ``items`` = (id, sha256 of the content the record was made from,
+        record bytes). An image removed or replaced since (another sha256) is skipped.
+        Returns the number stored."""
+        items = list(items)
+
+        def run(txn):
+            db = self.store.dbs
+            n = 0
+            for image_id, sha, geometry in items:
+                raw = txn.get(id_key(image_id), db=db["images"])
+                if raw is None:
+                    continue
+                record = json.loads(raw)
+                if record.get("sha256") != sha:
+                    continue
+                txn.put(row_key(int(record["row"])), geometry, db=db["geometry"])
+                n += 1
+            return n
         return self.store.write(run)
 
     def add_many(self, items, batch_size=64):

@@ -39,6 +39,7 @@ from ..encoding.encoder import Encoder, EncoderConfig
 from ..errors import ConfigError, EmptyDescriptorSetError
 from ..features import default_extractor
 from ..parallel import default_workers, make_executor
+from ..verification import Vocabulary
 from .tasks import aggregate_task, results, sample_task, task_context
 
 DEFAULT_MAX_IMAGES = 1000
@@ -52,6 +53,7 @@ class TrainingInfo:
     rn_images: int = 0  # images whose aggregated vectors RN was fitted on
     failed: dict = field(default_factory=dict)  # path -> "ErrorType: reason"
     seconds: float = 0.0
+    vocabulary: object = None  # the Vocabulary of local geometry, when asked for
 
     def summary(self):
         rn = f", RN on {self.rn_images} image vectors" if self.rn_images else ""
@@ -83,9 +85,48 @@ def _run(executor, fn, items, spec, info, report, bar):
     return out
 
 
+def _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed, cache_dir, info, report, progress):
+    """(learning paths, their descriptor samples): step 2 of the module doc, on ``executor``."""
+    from tqdm.auto import tqdm
+
+    spec = task_context(None, extractor, cache_dir, executor)
+    with tqdm(total=len(sample), desc="learning sample", unit="img", disable=not progress) as bar:
+        got = _run(executor, sample_task, ((p, descriptors_per_image, seed) for p in sample), spec, info, report, bar)
+    learning = [p for p in sample if p in got]  # the sample's order: a reproducible fit
+    if not learning:
+        raise EmptyDescriptorSetError("no local features in the learning images")
+    sets = [got[p]["descriptors"] for p in learning]
+    info.images, info.descriptors = len(sets), int(sum(len(s) for s in sets))
+    return learning, sets
+
+
+def learning_descriptors(paths, extractor=None, executor=None, max_images=DEFAULT_MAX_IMAGES,
+                         descriptors_per_image=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0, cache_dir=None, report=None,
+                         progress=False):
+    """(descriptor sets, TrainingInfo): the seeded learning sample of :func:`train_encoder`
+    (steps 1 and 2 of the module doc), e.g. to learn a vocabulary alone."""
+    t0 = time.monotonic()
+    extractor = default_extractor() if extractor is None else extractor
+    sample = [os.path.abspath(p) for p in sample_images(paths, max_images, seed)]
+    if not sample:
+        raise EmptyDescriptorSetError("no learning images given")
+    info = TrainingInfo()
+    own = executor is None
+    if own:
+        executor = make_executor(max(1, min(default_workers(), len(sample))))
+    try:
+        _, sets = _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed, cache_dir, info,
+                                      report or (lambda path, reason: None), progress)
+        return sets, info
+    finally:
+        if own:
+            executor.close()
+        info.seconds = time.monotonic() - t0
+
+
 def train_encoder(paths, config=None, extractor=None, executor=None, workers=None, max_images=DEFAULT_MAX_IMAGES,
                   descriptors_per_image=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0, cache_dir=None, report=None,
-                  progress=False):
+                  progress=False, vocabulary=False):
     """(fitted :class:`Encoder`, :class:`TrainingInfo`) from a sample of the images at
     ``paths``; see the module doc.
 
@@ -93,6 +134,8 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
     (the default extractor). executor: a :mod:`streamk.parallel` executor (kept
     open); None: ``make_executor(workers)``, closed at the end. report(path,
     reason): each image that failed (default: ignored, see ``info.failed``).
+    vocabulary: also learn the visual words of local geometry (spatial verification)
+    on the same learning descriptors: ``info.vocabulary``.
     """
     from tqdm.auto import tqdm
 
@@ -110,19 +153,14 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
     own = executor is None
     if own:
         executor = make_executor(max(1, min(workers or default_workers(), len(sample))))
-    spec = task_context(None, extractor, cache_dir, executor)
     try:
-        with tqdm(total=len(sample), desc="learning sample", unit="img", disable=not progress) as bar:
-            got = _run(executor, sample_task, ((p, descriptors_per_image, seed) for p in sample), spec,
-                       info, report, bar)
-        learning = [p for p in sample if p in got]  # the sample's order: a reproducible fit
-        if not learning:
-            raise EmptyDescriptorSetError("no local features in the learning images")
-        sets = [got[p]["descriptors"] for p in learning]
-        info.images, info.descriptors = len(sets), int(sum(len(s) for s in sets))
+        learning, sets = _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed, cache_dir,
+                                             info, report, progress)
         if info.descriptors < config.k:
             raise ConfigError(f"{info.descriptors} learning descriptors in {len(sets)} images, "
                               f"fewer than k={config.k}")
+        if vocabulary:
+            info.vocabulary = Vocabulary(seed=seed).fit(sets)
         if not config.rn:
             return Encoder(config).fit(sets, verbose=progress), info
         base = Encoder(config, rn=False, dim=None).fit(sets, verbose=progress)  # the embedding only
@@ -140,5 +178,5 @@ def train_encoder(paths, config=None, extractor=None, executor=None, workers=Non
         info.seconds = time.monotonic() - t0
 
 
-__all__ = ["DEFAULT_DESCRIPTORS_PER_IMAGE", "DEFAULT_MAX_IMAGES", "TrainingInfo", "sample_images",
+__all__ = ["DEFAULT_DESCRIPTORS_PER_IMAGE", "DEFAULT_MAX_IMAGES", "TrainingInfo", "learning_descriptors", "sample_images",
            "train_encoder"]

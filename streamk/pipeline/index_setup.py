@@ -11,6 +11,7 @@ from ..errors import ConfigError, EmptyDescriptorSetError, IndexExistsError
 from ..features import make_extractor
 from ..index import VECTOR_DTYPES, ShardedIndex, StreamingIndex
 from ..parallel import make_executor
+from ..verification import Vocabulary
 from .encoder_training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES, train_encoder
 from .ingest import collect_images
 
@@ -22,14 +23,20 @@ def _stderr_report(path, reason):
 def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extractor=None, max_side=None,
                  max_features=None, embedding="temb", fv_pca=64, k=64, aggregation="gmp", workers=None, dask=None,
                  train_images=DEFAULT_MAX_IMAGES, train_descriptors=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0,
-                 cache_dir=None, save_encoder=None, shards=None, store_extras=True, log=print,
-                 report=_stderr_report, progress=None):
+                 cache_dir=None, save_encoder=None, shards=None, store_extras=True, local_features=True,
+                 vocabulary=None, log=print, report=_stderr_report, progress=None):
     """Create an index at ``path`` (new or empty) with the saved encoder at ``encoder``, or
     one trained on the images under ``train`` (files and folders). Every check runs before
-    anything is written; on failure nothing is left behind. Returns the path."""
+    anything is written; on failure nothing is left behind. Returns the path.
+
+    local_features: keep each image's local geometry for the second stage (spatial
+    verification, query expansion); its vocabulary is ``vocabulary`` (a saved one's path),
+    or learned on the training sample with the encoder (a given encoder and ``train``
+    images: the vocabulary alone is learned on them). With neither, the index is
+    created without it (``streamk index add-local-features`` adds it later)."""
     path = Path(path)
-    if (encoder is None) == (train is None):
-        raise ConfigError("give a saved encoder or images to train one on (one of them)")
+    if encoder is None and train is None:
+        raise ConfigError("give a saved encoder or images to train one on")
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")
     if vector_dtype not in VECTOR_DTYPES:
@@ -38,8 +45,13 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
     options = {k: v for k, v in (("max_side", max_side), ("max_features", max_features)) if v is not None}
     extractor = make_extractor(extractor, **options)
+    if vocabulary is not None:
+        vocabulary = Vocabulary.load(vocabulary) if local_features else None
     if encoder is not None:
         encoder = Encoder.load(encoder)
+        if local_features and vocabulary is None and train is not None:
+            vocabulary = _train_vocabulary(train, extractor, workers, dask, train_images, train_descriptors, seed,
+                                           cache_dir, report, progress, log)
     else:
         paths, bad = collect_images(train)
         for p, reason in bad:
@@ -52,7 +64,9 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
             encoder, info = train_encoder(
                 paths, config, extractor, executor, max_images=train_images, descriptors_per_image=train_descriptors,
                 seed=seed, cache_dir=cache_dir, report=report,
-                progress=sys.stderr.isatty() if progress is None else progress)
+                progress=sys.stderr.isatty() if progress is None else progress,
+                vocabulary=local_features and vocabulary is None)
+        vocabulary = vocabulary or info.vocabulary
         log(f"trained {embedding} k={k} ({aggregation}) on {info.descriptors} descriptors of {info.images} images "
             f"(a sample of {len(paths)}; {executor.name})")
         if save_encoder:
@@ -62,10 +76,11 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
         if shards is not None:
             with make_executor(dask=dask) if dask else _Nothing() as executor:
                 ShardedIndex.create(path, encoder, shards, vector_dtype=vector_dtype, extractor=extractor,
-                                    dask=getattr(executor, "client", None), store_extras=store_extras).close()
+                                    dask=getattr(executor, "client", None), store_extras=store_extras,
+                                    vocabulary=vocabulary).close()
         else:
             StreamingIndex.create(path, encoder, vector_dtype=vector_dtype, extractor=extractor,
-                                  store_extras=store_extras).close()
+                                  store_extras=store_extras, vocabulary=vocabulary).close()
     except BaseException:
         if not existed and path.is_dir():  # ours: leave nothing behind
             shutil.rmtree(path, ignore_errors=True)
@@ -74,9 +89,28 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
                 shutil.rmtree(child) if child.is_dir() else os.unlink(child)
         raise
     where = f" in {shards} shards" if shards is not None else ""
+    second = (f"local geometry for spatial verification ({vocabulary.n_words} visual words)" if vocabulary is not None
+              else "no local geometry (first stage only; streamk index add-local-features adds it)")
     log(f"created index {path}{where}: {encoder.config.embedding} k={encoder.config.k} "
-        f"({encoder.config.aggregation}), dim {encoder.dim}, {vector_dtype} vectors, extractor {extractor.name}")
+        f"({encoder.config.aggregation}), dim {encoder.dim}, {vector_dtype} vectors, extractor {extractor.name}; "
+        f"{second}")
     return path
+
+
+def _train_vocabulary(train, extractor, workers, dask, train_images, train_descriptors, seed, cache_dir, report,
+                      progress, log):
+    """The visual words of local geometry, learned on a sample of the images under ``train``."""
+    from .encoder_training import learning_descriptors
+
+    paths, bad = collect_images(train)
+    for p, reason in bad:
+        report(p, reason)
+    with make_executor(workers, dask) as executor:
+        sets, info = learning_descriptors(paths, extractor, executor, train_images, train_descriptors, seed, cache_dir,
+                                          report, sys.stderr.isatty() if progress is None else progress)
+    vocabulary = Vocabulary(seed=seed).fit(sets)
+    log(f"learned {vocabulary.n_words} visual words on {info.descriptors} descriptors of {info.images} images")
+    return vocabulary
 
 
 class _Nothing:

@@ -186,6 +186,12 @@ class Ingester:
         self.executor = executor if executor is not None else (
             make_executor(dask=dask) if dask is not None else None)  # local: made per pass
 
+    def _vocabulary(self):
+        """The index's vocabulary of local geometry (None: it keeps none); once per Ingester."""
+        if not hasattr(self, "_voc"):
+            self._voc = getattr(self.index, "vocabulary", None)
+        return self._voc
+
     def close(self):
         """Stops the executor this Ingester started (a LocalCluster, a Dask client)."""
         if self._own_executor and self.executor is not None:
@@ -261,7 +267,8 @@ class Ingester:
         if executor.name != "in-process" and self._encoder_bytes is None:
             self._encoder_bytes = self.index.encoder.to_bytes()  # once: watch mode passes reuse it
         context = task_context(self.index.encoder if executor.name == "in-process" else self._encoder_bytes,
-                               self._extractor, None if self.cache is None else self.cache.directory, executor)
+                               self._extractor, None if self.cache is None else self.cache.directory, executor,
+                               vocabulary=self._vocabulary())
         running = executor.map_unordered(ingest_task, self._tasks(roots, only_new), context, self.max_inflight)
         try:
             for _, r in results(running):
@@ -321,7 +328,7 @@ class Ingester:
             return
         try:
             enc = encoded_image_file(r["id"], path, r["sha256"], r["vector"], r["keypoints"],
-                                     r["weights"], r["image_size"])
+                                     r["weights"], r["image_size"], geometry=r.get("geometry"))
         except StreamkError as exc:
             self._fail(path, describe(exc))
             return

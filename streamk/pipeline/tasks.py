@@ -15,20 +15,25 @@ import hashlib
 
 import numpy as np
 
-from ..errors import EmptyDescriptorSetError, describe
-from ..features import FeatureCache, features_of_bytes, read_image_bytes
+from ..errors import EmptyDescriptorSetError, ImageReadError, describe
+from ..features import FeatureCache, crop_to_box, features_of_bytes, read_image_bytes
 from ..parallel import TaskContext, TaskFailure, in_worker_process
+from ..verification import stored_record
 
 
 # ---------------------------------------------------------------- the shared context
-def build_context(encoder=None, extractor=None, cache_dir=None):
+def build_context(encoder=None, extractor=None, cache_dir=None, vocabulary=None):
     """Built once per worker process: the encoder decoded (and its Numba kernels
-    loaded, in a worker, before the first image), the extractor, the cache."""
-    from ..encoding.encoder import Encoder
+    loaded, in a worker, before the first image), the extractor, the cache, and the
+    vocabulary of local geometry (None: no geometry records)."""
+    from ..encoding import Encoder
+    from ..verification import Vocabulary
 
     if isinstance(encoder, (bytes, bytearray)):
         encoder = Encoder.from_bytes(bytes(encoder))
-    ctx = {"encoder": encoder, "extractor": extractor,
+    if isinstance(vocabulary, (bytes, bytearray)):
+        vocabulary = Vocabulary.from_bytes(bytes(vocabulary))
+    ctx = {"encoder": encoder, "extractor": extractor, "vocabulary": vocabulary,
            "cache": None if cache_dir is None else FeatureCache(cache_dir)}
     if encoder is not None and in_worker_process():
         warm(encoder)
@@ -45,18 +50,22 @@ def warm(encoder):
         pass
 
 
-def task_context(encoder=None, extractor=None, cache_dir=None, executor=None):
+def task_context(encoder=None, extractor=None, cache_dir=None, executor=None, vocabulary=None):
     """The TaskContext of a run. In this process (``executor.name == "in-process"``)
-    the Encoder itself is used; elsewhere its bytes travel, once per worker."""
+    the Encoder and Vocabulary themselves are used; elsewhere their bytes travel, once
+    per worker."""
     in_process = executor is not None and executor.name == "in-process"
     key = None
-    if encoder is not None and in_process:
-        key = f"{encoder.fingerprint}:{id(encoder)}"
-    elif encoder is not None and not isinstance(encoder, (bytes, bytearray)):
-        encoder = encoder.to_bytes()
-    params = {"encoder": encoder, "extractor": extractor,
+    if in_process and (encoder is not None or vocabulary is not None):
+        key = f"{getattr(encoder, 'fingerprint', None)}:{id(encoder)}:{id(vocabulary)}"
+    else:
+        if encoder is not None and not isinstance(encoder, (bytes, bytearray)):
+            encoder = encoder.to_bytes()
+        if vocabulary is not None and not isinstance(vocabulary, (bytes, bytearray)):
+            vocabulary = vocabulary.to_bytes()
+    params = {"encoder": encoder, "extractor": extractor, "vocabulary": vocabulary,
               "cache_dir": None if cache_dir is None else str(cache_dir)}
-    if key is not None:  # the in-process Encoder stands for itself; the rest is small
+    if key is not None:  # the in-process objects stand for themselves; the rest is small
         key += ":" + hashlib.sha256(repr((extractor, params["cache_dir"])).encode()).hexdigest()
     return TaskContext(build_context, params, key)
 
@@ -112,8 +121,33 @@ def ingest_task(ctx, task):
             raise EmptyDescriptorSetError("no local features")
         v, alpha = ctx["encoder"].encode(f.descriptors, return_weights=True)
         out.update(vector=np.asarray(v, np.float32), weights=np.asarray(alpha, np.float32),
-                   keypoints=f.keypoints, n=len(f), image_size=[int(x) for x in f.image_size])
+                   keypoints=f.keypoints, n=len(f), image_size=[int(x) for x in f.image_size],
+                   geometry=geometry_of(ctx, f))
     except Exception as exc:  # reported per file
+        out["error"] = describe(exc)
+    return out
+
+
+def geometry_of(ctx, features):
+    """The stored local-geometry record (bytes) of an image's features, or None when the
+    run keeps none."""
+    if ctx.get("vocabulary") is None:
+        return None
+    return stored_record(ctx["vocabulary"], features.keypoints, features.descriptors, features.image_size)
+
+
+def geometry_task(ctx, task):
+    """The local-geometry record of one stored image file: ``task`` = (id, path, stored
+    sha256, box or None); the file must still hold the stored content."""
+    image_id, path, stored_sha, box = task
+    out = {"path": path, "id": image_id, "error": None}
+    try:
+        f, sha, _ = image_features(ctx, path)
+        if sha != stored_sha:
+            raise ImageReadError(path, "the file changed since it was indexed (its sha256 differs)")
+        out["sha256"] = sha
+        out["geometry"] = geometry_of(ctx, f if box is None else crop_to_box(f, box))
+    except Exception as exc:
         out["error"] = describe(exc)
     return out
 
@@ -157,5 +191,6 @@ def sample_rows(n, k, seed, sha256_hex):
     return np.sort(rng.choice(n, int(k), replace=False))
 
 
-__all__ = ["aggregate_task", "build_context", "extract_task", "image_features", "ingest_task", "item_path",
+__all__ = ["aggregate_task", "build_context", "extract_task", "geometry_of", "geometry_task", "image_features",
+           "ingest_task", "item_path",
            "results", "sample_rows", "sample_task", "task_context", "warm"]

@@ -18,7 +18,7 @@ import pytest
 from helpers.index import vlad_encoder
 from helpers.processes import kill_and_collect, run_python, start_python, stop
 from streamk.index import StreamingIndex
-from streamk.index.store import SUBDBS, row_key, seq_from_key
+from streamk.index.store import OPTIONAL_SUBDBS, SUBDBS, row_key, seq_from_key
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def check_consistent(path, dim):
     Returns {id: vector}."""
     with StreamingIndex.open(path) as idx:
         dump = idx.store.dump()  # reads every key and value of every sub-db
-        assert set(dump) == set(SUBDBS)
+        assert set(dump) == set(SUBDBS + OPTIONAL_SUBDBS)
         images, hashes, row_ids = dump["images"], dump["hashes"], dump["row_ids"]
         assert set(images) == set(row_ids.values())
         assert all(row_ids[row_key(json.loads(r)["row"])] == k for k, r in images.items())

@@ -8,7 +8,7 @@ import pytest
 
 from streamk.errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                             ReadOnlyIndexError, StreamkError)
-from streamk.index.store import FORMAT_VERSION, SUBDBS, Store, id_key, seq_from_key, seq_key, validate_id
+from streamk.index.store import FORMAT_VERSION, OPTIONAL_SUBDBS, SUBDBS, Store, id_key, seq_from_key, seq_key, validate_id
 
 
 def test_create_open_round_trip(tmp_path):
@@ -18,7 +18,7 @@ def test_create_open_round_trip(tmp_path):
     s = Store.open(tmp_path / "ix")
     assert s.get_meta("vector_dtype") == b"float16"
     assert json.loads(s.get_meta("format")) == {"format": "streamk-index", "version": FORMAT_VERSION}
-    assert set(s.dump()) == set(SUBDBS)
+    assert set(s.dump()) == set(SUBDBS + OPTIONAL_SUBDBS)
     assert s.seq() == 0
     s.close()
 

@@ -92,8 +92,10 @@ def test_create_errors_write_nothing(work, tmp_path, capsys):
                  "--k", "4", "--workers", "1"]) == 2
     assert "no local features" in capsys.readouterr().err
     assert not ix.exists()
-    with pytest.raises(SystemExit):  # --encoder and --train together
-        main(["index", "create", str(ix), "--encoder", "a", "--train", "b"])
+    # neither an encoder nor images: a named error; a missing encoder with images: the same
+    assert main(["index", "create", str(ix)]) == 2
+    assert "give a saved encoder or images" in capsys.readouterr().err
+    assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz"), "--train", str(work)]) == 2
     assert not ix.exists()
 
 

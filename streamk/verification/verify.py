@@ -1,0 +1,229 @@
+"""The second stage's entry point: verify the first stage's top R candidates against
+the query, and re-rank them.
+
+    query record + R candidate records (bytes from the index, or GeometryRecord)
+      -> per candidate, in one Numba call for all of them:
+         tentative correspondences (matching.py rule) -> RANSAC (ransac.py rule)
+      -> per candidate: inliers, affine map query -> candidate, the matched region
+         (the query box, or the whole query image, mapped into the candidate),
+         the inlier pairs on request
+    rerank: verified candidates (inliers >= min_inliers) first, by inliers (ties keep the
+    first stage's order), the others after them in the first stage's order.
+
+Cost: decoding the R records (numpy), then per candidate a merge of two sorted word
+lists plus RANSAC over its correspondences (bounded by max_hypotheses x T); the
+candidates with fewer than min_inliers correspondences skip RANSAC. No Python loop
+runs over features or correspondences.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from . import _ransac_kernels as _k
+from ..errors import ConfigError, EncoderMismatchError, GeometryRecordError
+from .matching import DEFAULT_HAMMING_THRESHOLD, DEFAULT_MAX_PAIRS_PER_WORD, check_match_params, match_arrays
+from .ransac import (DEFAULT_CONFIDENCE, DEFAULT_ERROR_THRESHOLD, DEFAULT_LO_ITERATIONS, DEFAULT_MAX_HYPOTHESES,
+                     DEFAULT_MAX_SCALE_CHANGE, DEFAULT_ROTATIONS, apply_affine, check_ransac_params, check_threshold,
+                     model_to_affine)
+from .records import GeometryRecord, unpack, unpack_many
+
+DEFAULT_MIN_INLIERS = 12  # chance agreement of unrelated images stays below it (NOTES.md: P = 2e-4 per pair)
+DEFAULT_R = 100
+
+__all__ = ["DEFAULT_MIN_INLIERS", "DEFAULT_R", "Reranked", "Verification", "VerificationParams", "rerank", "verify"]
+
+
+@dataclass(frozen=True)
+class VerificationParams:
+    """Every parameter of the second stage (defaults from the literature: NOTES.md)."""
+
+    hamming_threshold: int = DEFAULT_HAMMING_THRESHOLD  # bits of 64 (Jégou et al. 2008)
+    max_pairs_per_word: int = DEFAULT_MAX_PAIRS_PER_WORD  # burstiness cap per shared word
+    error_threshold: float = DEFAULT_ERROR_THRESHOLD  # fraction of each image's longer side
+    min_inliers: int = DEFAULT_MIN_INLIERS  # verified when inliers >= this
+    max_hypotheses: int = DEFAULT_MAX_HYPOTHESES
+    lo_iterations: int = DEFAULT_LO_ITERATIONS
+    rotations: tuple = DEFAULT_ROTATIONS  # extra hypothesis rotations, degrees (gravity: 0 only)
+    max_scale_change: float = DEFAULT_MAX_SCALE_CHANGE
+    confidence: float = DEFAULT_CONFIDENCE
+
+    def checked(self):
+        """(validated values ready for the kernels) or ConfigError."""
+        check_match_params(self.hamming_threshold, self.max_pairs_per_word)
+        err = check_threshold(self.error_threshold, "error_threshold")
+        if err >= 1.0:
+            raise ConfigError(f"error_threshold is a fraction of the image side (< 1), got {err}")
+        mi = self.min_inliers
+        if isinstance(mi, bool) or not isinstance(mi, (int, np.integer)) or mi < 3:
+            raise ConfigError(f"min_inliers must be an integer >= 3 (an affine map needs 3), got {mi!r}")
+        return err, check_ransac_params(self.max_hypotheses, self.lo_iterations, self.max_scale_change,
+                                        self.confidence, self.rotations)
+
+
+@dataclass(frozen=True, eq=False)
+class Verification:
+    """Why a candidate is where it is.
+
+    inliers: one-to-one inlier correspondences of the best affine map; tentative: the
+    correspondences RANSAC saw; verified: inliers >= min_inliers; affine: (2, 3) query ->
+    candidate [M | t] (NaN when no model has 3 inliers); region: (4, 2) polygon in the
+    candidate, the query box (or the whole query image) mapped by the affine map (None
+    without a model); pairs: on request, (inliers, 4) float32 rows x_q, y_q, x_c, y_c.
+    """
+
+    inliers: int
+    tentative: int
+    verified: bool
+    affine: np.ndarray
+    region: np.ndarray | None
+    pairs: np.ndarray | None = None
+
+
+class Reranked(tuple):
+    """(ranking, n_verified): the re-ranked ids, verified first."""
+
+    __slots__ = ()
+
+    def __new__(cls, ranking, n_verified):
+        return super().__new__(cls, (ranking, n_verified))
+
+    ranking = property(lambda self: self[0])
+    n_verified = property(lambda self: self[1])
+
+
+def _as_record(r, what):
+    if isinstance(r, GeometryRecord):
+        return r
+    if isinstance(r, (bytes, bytearray, memoryview)):
+        return unpack(r)
+    raise GeometryRecordError(f"{what}: expected geometry record bytes or a GeometryRecord, got {type(r).__name__}")
+
+
+def _box_polygon(query_box, image_size):
+    if query_box is None:
+        w, h = image_size
+        x1, y1, x2, y2 = -0.5, -0.5, w - 0.5, h - 0.5
+    else:
+        try:
+            x1, y1, x2, y2 = (float(v) for v in np.asarray(query_box, dtype=np.float64).reshape(-1))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"query_box must be 4 numbers (x1, y1, x2, y2), got {query_box!r}") from exc
+        if not all(math.isfinite(v) for v in (x1, y1, x2, y2)) or x2 < x1 or y2 < y1:
+            raise ConfigError(f"query_box must be finite with x1 <= x2 and y1 <= y2, got {query_box!r}")
+    return np.array([(x1, y1), (x2, y1), (x2, y2), (x1, y2)], np.float64)
+
+
+def verify(query, candidates, query_box=None, return_pairs=False, params=None, **overrides):
+    """Spatially verify each candidate against the query.
+
+    query: the query's record (GeometryRecord from make_record, or bytes); candidates:
+    a sequence of records (bytes as stored, or GeometryRecord); query_box: (x1, y1, x2,
+    y2) in query pixels for the matched region (default: the whole query image);
+    params: VerificationParams, or its fields as keyword overrides.
+    Returns one :class:`Verification` per candidate, in the given order.
+    Raises GeometryRecordError (damaged record), EncoderMismatchError (records of
+    another vocabulary), ConfigError (parameters).
+    """
+    params = params or VerificationParams()
+    if not isinstance(params, VerificationParams):
+        raise ConfigError(f"params must be a VerificationParams, got {type(params).__name__}")
+    if overrides:
+        known = {f.name for f in fields(VerificationParams)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"unknown verification parameter(s) {unknown}; known: {sorted(known)}")
+        params = replace(params, **overrides)
+    err, (max_h, lo, max_scale, conf, rc, rs) = params.checked()
+    q = _as_record(query, "query")
+    region_src = _box_polygon(query_box, q.image_size)
+    if isinstance(candidates, (bytes, bytearray, memoryview, GeometryRecord)):
+        raise ConfigError("candidates must be a sequence of records (got a single record)")
+    candidates = list(candidates)
+    C = len(candidates)
+    cand = _candidate_arrays(candidates)
+    offsets, words, sigs, xy, frames, theta, sizes, vocs = cand
+    bad = np.flatnonzero(vocs != q.vocabulary)
+    if len(bad):
+        raise EncoderMismatchError(f"candidate {bad[0]} was encoded with vocabulary {int(vocs[bad[0]]):#010x}, "
+                                   f"the query with {q.vocabulary:#010x}")
+    inliers = np.zeros(C, np.int64)
+    models = np.full((C, 6), np.nan)
+    tentative = np.zeros(C, np.int64)
+    thr_q = err * max(q.image_size)
+    thr_d = err * sizes.max(axis=1).astype(np.float64) if C else np.zeros(0)
+    if C:
+        _k.verify_batch(q.words.astype(np.int64), q.signatures, q.xy, q.frames, q.theta, q.ids, words, sigs, xy,
+                        frames, theta, offsets, thr_q * thr_q, thr_d * thr_d, int(params.hamming_threshold),
+                        int(params.max_pairs_per_word), int(params.min_inliers), rc, rs, max_h, lo, max_scale, conf,
+                        inliers, models, tentative)
+    out = []
+    for c in range(C):
+        has_model = bool(np.isfinite(models[c]).all())
+        affine = model_to_affine(models[c])
+        region = apply_affine(affine, region_src) if has_model else None
+        pairs = None
+        if return_pairs:
+            pairs = _pairs(q, cand, c, models[c], params, thr_q, thr_d[c]) if has_model \
+                else np.zeros((0, 4), np.float32)
+        out.append(Verification(int(inliers[c]), int(tentative[c]), bool(inliers[c] >= params.min_inliers), affine,
+                                region, pairs))
+    return out
+
+
+def _candidate_arrays(candidates):
+    """Concatenated arrays of the candidates (records.unpack_many's tuple)."""
+    if all(isinstance(c, (bytes, bytearray, memoryview)) for c in candidates):
+        return unpack_many(candidates)
+    recs = [_as_record(c, f"candidate {i}") for i, c in enumerate(candidates)]
+    for i, r in enumerate(recs):
+        if r.feature_ids is not None:
+            raise ConfigError(f"candidate {i} is a multiple-assignment (query) record")
+    offsets = np.zeros(len(recs) + 1, np.int64)
+    np.cumsum([len(r) for r in recs], out=offsets[1:])
+
+    def cat(name, dtype, shape):
+        parts = [np.asarray(getattr(r, name), dtype).reshape(shape) for r in recs]
+        return np.ascontiguousarray(np.concatenate(parts) if parts else np.zeros(shape[:0] + (0,) + shape[1:], dtype))
+
+    return (offsets, cat("words", np.int64, (-1,)), cat("signatures", np.uint64, (-1,)),
+            cat("xy", np.float32, (-1, 2)), cat("frames", np.float32, (-1, 3)), cat("theta", np.float32, (-1,)),
+            np.array([r.image_size for r in recs], np.int64).reshape(-1, 2),
+            np.array([r.vocabulary for r in recs], np.int64))
+
+
+def _pairs(q, cand, c, model, params, thr_q, thr_d):
+    """The inlier pairs of a model: the search's own rule, recomputed for one candidate."""
+    offsets, words, sigs, xy = cand[:4]
+    o0, o1 = offsets[c], offsets[c + 1]
+    cq, cd, ch = match_arrays(q.words.astype(np.int64), q.signatures, words[o0:o1], sigs[o0:o1],
+                              int(params.hamming_threshold), int(params.max_pairs_per_word))
+    P1 = q.xy[cq].astype(np.float64)
+    P2 = xy[o0:o1][cd].astype(np.float64)
+    pos = _k.inlier_positions(model, P1, P2, q.ids[cq], cd, thr_q * thr_q, thr_d * thr_d, max(q.n_features, 1),
+                              max(int(o1 - o0), 1))
+    return np.concatenate([P1[pos], P2[pos]], axis=1).astype(np.float32)
+
+
+def rerank(ranking, inliers, min_inliers=DEFAULT_MIN_INLIERS):
+    """Verified candidates first by inliers (ties keep the first-stage order), then the
+    others in the first-stage order. ``ranking``: the candidates' ids in first-stage
+    order; ``inliers``: their inlier counts (or their Verification objects).
+    Returns :class:`Reranked` (ranking, n_verified)."""
+    ranking = np.asarray(ranking)
+    if ranking.ndim != 1 or ranking.dtype.kind not in "iu":
+        raise ConfigError(f"ranking must be a 1-D integer array, got {ranking.shape} {ranking.dtype}")
+    counts = np.array([v.inliers if isinstance(v, Verification) else v for v in inliers], dtype=np.int64) \
+        if not isinstance(inliers, np.ndarray) else np.asarray(inliers)
+    if counts.shape != ranking.shape or counts.dtype.kind not in "iu":
+        raise ConfigError(f"inliers must be {len(ranking)} integers, got {counts.shape} {counts.dtype}")
+    if isinstance(min_inliers, bool) or not isinstance(min_inliers, (int, np.integer)) or min_inliers < 1:
+        raise ConfigError(f"min_inliers must be a positive integer, got {min_inliers!r}")
+    ok = counts >= min_inliers
+    ver = np.flatnonzero(ok)
+    ver = ver[np.argsort(-counts[ver], kind="stable")]
+    order = np.concatenate([ver, np.flatnonzero(~ok)])
+    return Reranked(ranking[order].astype(np.int64), int(len(ver)))
