@@ -31,6 +31,7 @@ def _eval(args):
         gamma=args.gamma, lam=args.lam, learn_dataset=args.learn_dataset, learn_root=args.learn_root,
         extractor=args.extractor, max_side=args.max_side, max_features=args.max_features, cache=args.cache,
         no_cache=args.no_cache, workers=args.workers, asmk_words=args.asmk_words, asmk_ma=args.asmk_ma,
+        verify=args.verify, expand=args.expand,
         log=(lambda *a: None) if args.json else print, progress=not args.json)
     if args.json:
         print(json.dumps(report, indent=1))
@@ -359,6 +360,11 @@ def build_parser():
                          "(or the full vectors)")
     ev.add_argument("--rerank", type=int, default=50,
                     help="with --pq-bytes: rows with the ADC top R re-ranked by the float vectors (0: none)")
+    ev.add_argument("--verify", type=_non_negative_int, default=100, metavar="R",
+                    help="second-stage rows (+QE, +SP, +SP+QE) beside each method: the first R results spatially "
+                         "verified (default 100; 0: none)")
+    ev.add_argument("--expand", type=_non_negative_int, default=50, metavar="N",
+                    help="with --verify: query expansion over at most N verified images (default 50)")
     ev.add_argument("--power", type=float, default=0.5)
     ev.add_argument("--gamma", type=float, default=None)
     ev.add_argument("--lam", type=float, default=None)

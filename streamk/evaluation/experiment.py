@@ -14,6 +14,7 @@ from tqdm.auto import tqdm
 from ..encoding.encoder import Encoder
 from ..errors import DatasetImageError
 from ..encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
+from .second_stage import DEFAULT_EXPAND, SecondStage
 
 
 @dataclass
@@ -147,12 +148,10 @@ DEFAULT_LEARNING = {"oxford5k": "paris6k", "oxford105k": "paris6k", "roxford5k":
                     "paris6k": "oxford5k", "paris106k": "oxford5k", "rparis6k": "oxford5k"}
 
 
-def dataset_descriptors(dataset, extractor=None, cache_dir=None, workers=None, progress=True):
-    """(database descriptor sets, query descriptor sets, keypoint counts) of a dataset.
-
-    Queries follow the dataset's protocol: box crop for Oxford/Paris.
-    A database image that cannot be read is an error (the protocol needs all).
-    """
+def dataset_features(dataset, extractor=None, cache_dir=None, workers=None, progress=True):
+    """(database Features, query Features) of a dataset, the queries as its protocol
+    says (box crop for Oxford/Paris). A database image that cannot be read is an error
+    (the protocol needs all)."""
     from ..features import crop_to_box
     from ..pipeline import extract_many
 
@@ -162,18 +161,28 @@ def dataset_descriptors(dataset, extractor=None, cache_dir=None, workers=None, p
     if errors:
         listed = "\n".join(f"  {p}: {e}" for p, e in list(errors.items())[:10])
         raise DatasetImageError(f"{len(errors)} image(s) of {dataset.name} could not be read:\n{listed}")
-    database = [feats[p].descriptors for p in paths]
-    queries = []
-    for q, p in zip(dataset.queries, qpaths):
-        f = feats[p]
-        queries.append((crop_to_box(f, q.box) if dataset.crop_query and q.box is not None else f).descriptors)
+    database = [feats[p] for p in paths]
+    queries = [crop_to_box(feats[p], q.box) if dataset.crop_query and q.box is not None else feats[p]
+               for q, p in zip(dataset.queries, qpaths)]
     return database, queries
+
+
+def dataset_descriptors(dataset, extractor=None, cache_dir=None, workers=None, progress=True):
+    """(database descriptor sets, query descriptor sets) of a dataset (see :func:`dataset_features`)."""
+    database, queries = dataset_features(dataset, extractor, cache_dir, workers, progress)
+    return [f.descriptors for f in database], [f.descriptors for f in queries]
 
 
 def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, methods=("sum", "democratic", "gmp"),
                      rn=(False, True), dims=(None,), power=0.5, learning=None, extractor=None, cache_dir=None,
-                     workers=None, verbose=True, seeds=None, pq_bytes=(), rerank=50, **aggregation_params):
+                     workers=None, verbose=True, seeds=None, pq_bytes=(), rerank=50, verify=0, expand=DEFAULT_EXPAND,
+                     **aggregation_params):
     """mAP of each configuration on a dataset; returns (rows, info).
+
+    ``verify`` = R > 0 adds the second stage beside each exact row (``+QE``, ``+SP``,
+    ``+SP+QE``: :mod:`streamk.evaluation.second_stage`), its visual words learned on
+    the learning set with every other learned part; ``info["query_ms"]`` holds each
+    such row's cost per query.
 
     ``learning``: descriptor sets of a distinct learning collection, or None to
     learn on the database itself (unsupervised; only sensible where no distinct
@@ -185,15 +194,21 @@ def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, met
     """
     from .metrics import evaluate
 
-    database, queries = dataset_descriptors(dataset, extractor, cache_dir, workers, verbose)
+    db_features, q_features = dataset_features(dataset, extractor, cache_dir, workers, verbose)
+    database, queries = [f.descriptors for f in db_features], [f.descriptors for f in q_features]
     learn_sets = database if learning is None else learning
-    per_seed, fit_s, encode_s = [], [], []
+    per_seed, fit_s, encode_s, query_ms = [], [], [], {}
     for seed in ([None] if seeds is None else list(seeds)):
         results, timings = run_experiment(learn_sets, database, queries, embedding, k, embedding_params, methods,
                                           rn, power, dims=dims, learning_is_database=learning is None,
                                           verbose=verbose, pq_bytes=pq_bytes, rerank=rerank, seed=seed,
                                           **aggregation_params)
-        per_seed.append([(r.label, evaluate(r.ranks(), dataset)) for r in results])
+        rows = [(r.label, evaluate(r.ranks(), dataset)) for r in results]
+        if verify:
+            stage = SecondStage.learn(learn_sets, db_features, q_features, dataset, verify, expand, seed or 0,
+                                      verbose)
+            rows = stage.beside(rows, results, dataset, query_ms)
+        per_seed.append(rows)
         fit_s.append(timings.fit_s)
         encode_s.append(timings.encode_s_per_image)
     if seeds is None:
@@ -207,14 +222,15 @@ def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, met
             "fit_s": float(np.mean(fit_s)), "encode_s_per_image": float(np.mean(encode_s)),
             "seeds": None if seeds is None else list(seeds),
             "learning": "database (unsupervised)" if learning is None else f"{len(learning)} images",
-            "rn_learning_images": len(learn_sets), "dim": dim}
+            "rn_learning_images": len(learn_sets), "dim": dim,
+            "query_ms": {label: float(np.mean(v)) for label, v in query_ms.items()}}
     return rows, info
 
 
 # ---------------------------------------------------------------- ASMK beside it
 
 def evaluate_dataset_asmk(dataset, n_words=None, multiple_assignment=5, learning=None, extractor=None,
-                          cache_dir=None, workers=None, verbose=True, seed=0, alpha=3.0, tau=0.0):
+                          cache_dir=None, workers=None, verbose=True, seed=0, alpha=3.0, tau=0.0, verify=0):
     """ASMK and ASMK* (streamk.evaluation.asmk) on a dataset's descriptors, with and without the
     query-side multiple assignment; returns (rows, info) as :func:`evaluate_dataset`,
     each row (label, EvaluationResult, costs) with costs = bytes per database image
@@ -223,8 +239,11 @@ def evaluate_dataset_asmk(dataset, n_words=None, multiple_assignment=5, learning
     from .asmk import ASMKCodebook, ASMKIndex
     from .metrics import evaluate
 
-    database, queries = dataset_descriptors(dataset, extractor, cache_dir, workers, verbose)
+    db_features, q_features = dataset_features(dataset, extractor, cache_dir, workers, verbose)
+    database, queries = [f.descriptors for f in db_features], [f.descriptors for f in q_features]
     learn = database if learning is None else learning
+    stage = SecondStage.learn(learn, db_features, q_features, dataset, verify, DEFAULT_EXPAND, seed, verbose) \
+        if verify else None
     t0 = time.perf_counter()
     codebook = ASMKCodebook(n_words, seed=seed).fit(learn)
     fit_s = time.perf_counter() - t0
@@ -252,6 +271,12 @@ def evaluate_dataset_asmk(dataset, n_words=None, multiple_assignment=5, learning
                      "query_aggregate_ms": 1000 * agg_s / len(queries),
                      "query_search_ms": 1000 * search_s / len(queries)}
             rows.append((label, evaluate(np.stack(ranks), dataset), costs))
+            if stage is not None:  # the same second stage on ASMK's rankings (no vector: no QE)
+                t0 = time.perf_counter()
+                verified = [stage.verified_ranking(i, r) for i, r in enumerate(ranks)]
+                sp_ms = 1000 * (time.perf_counter() - t0) / len(queries)
+                rows.append((label + " +SP", evaluate(np.stack(verified), dataset),
+                             dict(costs, query_search_ms=costs["query_search_ms"] + sp_ms)))
     info = {"dataset": dataset.name, "n_images": dataset.n_images, "n_queries": dataset.n_queries,
             "descriptors_per_image": float(np.mean([len(X) for X in database])),
             "n_words": codebook.n_words, "alpha": alpha, "tau": tau, "fit_s": fit_s,

@@ -9,6 +9,7 @@ from ..encoding import embedding_spec
 from ..errors import ConfigError
 from ..features import make_extractor
 from .experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset, evaluate_dataset_asmk
+from .second_stage import DEFAULT_EXPAND, DEFAULT_VERIFY
 
 
 def learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, progress, log):
@@ -32,14 +33,15 @@ def learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, 
 def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,), aggregations=("sum", "democratic", "gmp"),
              rn=(False, True), dims=None, power=0.5, seeds=1, pq_bytes=(), rerank=50, fv_pca=64, gamma=None,
              lam=None, learn_dataset=None, learn_root=None, extractor=None, max_side=None, max_features=None,
-             cache=None, no_cache=False, workers=None, asmk_words=None, asmk_ma=5, log=print, progress=True):
+             cache=None, no_cache=False, workers=None, asmk_words=None, asmk_ma=5, verify=DEFAULT_VERIFY,
+             expand=DEFAULT_EXPAND, log=print, progress=True):
     """What ``streamk eval`` prints (through ``log``), as a report dict."""
     dataset = load_dataset(dataset, root)
     extractor = make_extractor(extractor, max_side=max_side, max_features=max_features)
     cache = None if no_cache else (cache or default_cache_dir())
     learning = learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, progress, log)
     if method == "asmk":
-        return asmk_report(dataset, learning, extractor, cache, workers, asmk_words, asmk_ma, log, progress)
+        return asmk_report(dataset, learning, extractor, cache, workers, asmk_words, asmk_ma, log, progress, verify)
     aggregation_params = {name: value for name, value in (("gamma", gamma), ("lam", lam)) if value is not None}
     report = {"dataset": dataset.name, "configs": []}
     seeds = list(range(seeds))
@@ -50,10 +52,11 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
             rows, info = evaluate_dataset(
                 dataset, embedding, k, params, aggregations, rn, dims, power, learning=learning, extractor=extractor,
                 cache_dir=cache, workers=workers, verbose=progress, seeds=seeds, pq_bytes=pq_bytes or (),
-                rerank=rerank, **aggregation_params)
+                rerank=rerank, verify=verify, expand=expand, **aggregation_params)
             report["configs"].append({"embedding": embedding_name, "k": k, **info, "rows": [
                 {"method": label, "map_mean": float(np.mean([r.map for r in runs])),
-                 "map_std": float(np.std([r.map for r in runs])), "per_seed": [r.to_dict() for r in runs]}
+                 "map_std": float(np.std([r.map for r in runs])), "per_seed": [r.to_dict() for r in runs],
+                 "query_ms": info["query_ms"].get(label)}
                 for label, runs in rows]})
             log(f"\n{dataset.name}: {info['n_images']} images, {info['n_queries']} queries; "
                 f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); "
@@ -61,10 +64,12 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
                 f"(all methods, one Gram)" + (f"; mean of {len(seeds)} seeds" if len(seeds) > 1 else ""))
             for note in eval_notes(info, rn, pq_bytes):
                 log(f"note: {note}")
-            log(f"{'method':<64}{'mAP':>14}")
+            log(f"{'method':<64}{'mAP':>14}{'2nd stage ms/query':>20}")
             for label, runs in rows:
                 m = [100 * r.map for r in runs]
-                log(f"{label:<64}" + (f"{np.mean(m):8.1f} ± {np.std(m):3.1f}" if len(m) > 1 else f"{m[0]:8.1f}"))
+                cost = info["query_ms"].get(label)
+                log(f"{label:<64}" + (f"{np.mean(m):8.1f} ± {np.std(m):3.1f}" if len(m) > 1 else f"{m[0]:8.1f}      ")
+                    + (f"{cost:20.1f}" if cost is not None else ""))
     return report
 
 
@@ -80,11 +85,12 @@ def eval_notes(info, rn, pq_bytes):
                "image's descriptors (no distinct learning images): an optimistic estimate of the PQ loss")
 
 
-def asmk_report(dataset, learning, extractor, cache, workers, n_words, multiple_assignment, log, progress):
-    """``streamk eval --method asmk``: ASMK / ASMK* on the same descriptors."""
+def asmk_report(dataset, learning, extractor, cache, workers, n_words, multiple_assignment, log, progress, verify=0):
+    """``streamk eval --method asmk``: ASMK / ASMK* on the same descriptors (+SP rows with
+    the second stage)."""
     rows, info = evaluate_dataset_asmk(dataset, n_words=n_words, multiple_assignment=multiple_assignment,
                                        learning=learning, extractor=extractor, cache_dir=cache, workers=workers,
-                                       verbose=progress)
+                                       verbose=progress, verify=verify)
     log(f"\n{dataset.name}: {info['n_images']} images, {info['n_queries']} queries; "
         f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); codebook "
         f"{info['n_words']} words (fit {info['fit_s']:.1f} s); alpha {info['alpha']:g}, tau {info['tau']:g}; "

@@ -1,0 +1,186 @@
+"""The second stage inside the index: local geometry stored with each image, the first
+stage's top R verified, the query expanded with verified images only, every result
+explaining itself; against a numpy reference of the same rule, on real Paris photos."""
+
+import json
+
+import numpy as np
+import pytest
+
+from streamk.errors import GeometryRecordError
+from streamk.index import ShardedIndex, StreamingIndex
+from streamk.verification import expand_query, make_query_record, unpack, verify
+
+Image = pytest.importorskip("PIL.Image")
+
+N_PHOTOS = 24
+
+
+@pytest.fixture(scope="module")
+def collection(paris6k_subset_photos, small_vocabulary, tmp_path_factory):
+    """24 Paris photos (every landmark) and a half-size view of one of them, an encoder
+    learned on them, the extractor, and the vocabulary."""
+    from streamk.config import default_cache_dir
+    from streamk.encoding import Encoder
+    from streamk.features import HessianAffineSift, extract
+
+    photos = paris6k_subset_photos[::10][:N_PHOTOS]
+    ex = HessianAffineSift()
+    feats = [extract(p, ex, cache=default_cache_dir()) for p in photos]
+    encoder = Encoder(embedding="temb", k=8, aggregation="gmp").fit([f.descriptors for f in feats])
+    tmp = tmp_path_factory.mktemp("second-stage")
+    src = photos[5]
+    img = Image.open(src).convert("L")
+    W, H = img.size
+    view = tmp / "view.png"
+    img.resize((W // 2, H // 2), Image.Resampling.LANCZOS).save(view)  # p' = (p + .5) / 2 - .5
+    return {"photos": photos, "encoder": encoder, "extractor": ex, "vocabulary": small_vocabulary,
+            "source": src, "view": view, "size": (W, H), "tmp": tmp}
+
+
+def build(path, c, vocabulary=True):
+    idx = StreamingIndex.create(path, c["encoder"], vector_dtype="float32", extractor=c["extractor"],
+                                vocabulary=c["vocabulary"] if vocabulary else None)
+    for p in c["photos"]:
+        idx.add(p.stem, image_path=str(p))
+    return idx
+
+
+@pytest.fixture(scope="module")
+def index(collection):
+    idx = build(collection["tmp"] / "ix", collection)
+    yield idx
+    idx.close()
+
+
+def test_each_image_keeps_a_bounded_record_and_the_view_is_verified_with_its_box_mapped(index, collection):
+    sizes = [len(index.geometry(p.stem)) for p in collection["photos"]]
+    assert max(sizes) <= 24 * 1024 and min(sizes) > 1000
+    W, H = collection["size"]
+    box = (0.25 * W / 2, 0.25 * H / 2, 0.75 * W / 2, 0.75 * H / 2)  # in the view's pixels
+    hits = index.search(str(collection["view"]), k=5, box=box, pairs=True)
+    top = hits[0]
+    assert top.id == collection["source"].stem and top.verified and top.inliers >= 20
+    expected = (np.array([(box[0], box[1]), (box[2], box[1]), (box[2], box[3]), (box[0], box[3])]) + 0.5) * 2 - 0.5
+    assert np.abs(top.region - expected).max() < 4.0  # the view's box, mapped into the full photo
+    assert top.pairs.shape == (top.inliers, 4)
+    i, s = top  # still an (id, score) pair
+    assert (i, s) == (top.id, top.score)
+
+
+def test_verify_zero_is_the_first_stage(index, collection):
+    q = index.query_vector(str(collection["view"]))
+    first = index.search(q, k=8)
+    off = index.search(str(collection["view"]), k=8, verify=0)
+    assert [h.id for h in off] == [h.id for h in first]
+    np.testing.assert_allclose([h.score for h in off], [h.score for h in first], atol=1e-6)
+    assert all(h.inliers is None for h in off)
+
+
+@pytest.mark.parametrize("expand", [0, 2])
+def test_the_second_stage_equals_a_numpy_reference(index, collection, expand):
+    """First stage by exact inner products, verification of the top R by streamk.verification
+    on the stored records, verified by inliers first, AQE over them, exact search again."""
+    from streamk.features import image_features
+
+    R, k = 12, 10
+    _, f = image_features(str(collection["view"]), collection["extractor"])
+    q = index.query_vector(str(collection["view"]))
+    ids = index.ids()
+    V = np.stack([index.vector(i) for i in ids])
+    order = np.argsort(-(V @ q), kind="stable")
+    cand = order[:R]
+    qrec = make_query_record(collection["vocabulary"], f.keypoints, f.descriptors, f.image_size)
+    checks = verify(qrec, [index.geometry(ids[j]) for j in cand])
+    inl = np.array([c.inliers for c in checks])
+    ver = cand[np.flatnonzero(inl >= 12)[np.argsort(-inl[inl >= 12], kind="stable")]]
+    if expand and len(ver):
+        q2 = expand_query(q, V[ver[:expand]])
+        tail = np.argsort(-(V @ q2), kind="stable")
+    else:
+        tail = order
+    expected = list(ver) + [j for j in tail if j not in set(ver)]
+    got = index.search(str(collection["view"]), k=k, verify=R, expand=expand)
+    assert len(ver) >= 1
+    assert [h.id for h in got] == [ids[j] for j in expected[:k]]
+    assert [h.verified for h in got[:len(ver)]] == [True] * len(ver)
+
+
+def test_geometry_survives_retraining_and_goes_with_its_image(index, collection, tmp_path):
+    idx = build(tmp_path / "ix", collection)
+    rng = np.random.default_rng(0)
+    idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(rng.standard_normal((260, idx.dim)))])
+    before = {p.stem: idx.geometry(p.stem) for p in collection["photos"]}
+    idx.train(nlist=1, M=4)
+    assert {p.stem: idx.geometry(p.stem) for p in collection["photos"]} == before
+    assert idx.geometry("v3") is None  # a vector has no local geometry
+    hits = idx.search(str(collection["view"]), k=3, mode="pq")
+    assert hits[0].id == collection["source"].stem and hits[0].verified
+    gone = collection["photos"][0].stem
+    idx.remove(gone)
+    dump = idx.store.dump()["geometry"]
+    assert len(dump) == N_PHOTOS - 1 and all(unpack(v) for v in dump.values())
+    idx.close()
+
+
+def test_a_damaged_record_is_an_error_not_a_wrong_answer(collection, tmp_path):
+    idx = build(tmp_path / "ix", collection)
+    row = idx.info(collection["source"].stem)["row"]
+    raw = bytearray(idx.geometry(collection["source"].stem))
+    raw[len(raw) // 2] ^= 0x5A
+
+    def damage(txn):
+        txn.put(row.to_bytes(8, "big"), bytes(raw), db=idx.store.dbs["geometry"])
+    idx.store.write(damage)
+    with pytest.raises(GeometryRecordError):
+        idx.search(str(collection["view"]), k=3)
+    assert idx.search(str(collection["view"]), k=3, verify=0)[0].id == collection["source"].stem
+    idx.close()
+
+
+def test_add_local_features_to_an_index_built_without(collection, tmp_path):
+    from streamk.pipeline import add_local_features
+
+    idx = build(tmp_path / "ix", collection, vocabulary=False)
+    assert idx.vocabulary is None and idx.geometry(collection["source"].stem) is None
+    assert all(h.inliers is None for h in idx.search(str(collection["view"]), k=3))
+    added, failed = add_local_features(idx, vocabulary=collection["vocabulary"], workers=1, progress=False,
+                                       log=lambda *a: None)
+    assert (added, failed) == (N_PHOTOS, {})
+    assert add_local_features(idx, workers=1, progress=False, log=lambda *a: None) == (0, {})  # resumable
+    hits = idx.search(str(collection["view"]), k=3)
+    assert hits[0].id == collection["source"].stem and hits[0].verified
+    idx.close()
+
+
+def test_a_sharded_index_verifies_where_each_shard_lives(index, collection, tmp_path):
+    from streamk.pipeline import Ingester
+
+    sharded = ShardedIndex.create(tmp_path / "sh", collection["encoder"], 2, vector_dtype="float32",
+                                  extractor=collection["extractor"], vocabulary=collection["vocabulary"])
+    with Ingester(sharded, workers=1, progress=False) as ing:
+        assert ing.ingest([str(p) for p in collection["photos"]]).added == N_PHOTOS
+    def strip(image_id):  # ingestion names an image by its file name, the index above by its stem
+        return image_id.rsplit(".", 1)[0]
+    for expand in (0, 50):
+        one = index.search(str(collection["view"]), k=6, expand=expand, mode="exact")
+        many = sharded.search(str(collection["view"]), k=6, expand=expand, mode="exact")
+        n = sum(h.verified for h in one)
+        assert n >= 1
+        assert [(strip(h.id), h.inliers, h.verified) for h in many[:n]] == [(h.id, h.inliers, True) for h in one[:n]]
+        assert [strip(h.id) for h in many] == [h.id for h in one]
+    sharded.close()
+
+
+def test_cli_search_prints_inliers_and_json_carries_the_explanation(index, collection):
+    from helpers.processes import run_python
+
+    args = ("-m", "streamk.cli", "search", index.path, collection["view"], "-k", "3")
+    proc = run_python(*args, "--json", "--pairs", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out[0]["id"] == collection["source"].stem and out[0]["verified"] and out[0]["inliers"] >= 20
+    assert len(out[0]["pairs"]) == out[0]["inliers"] and len(out[0]["region"]) == 4
+    proc = run_python(*args, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "inliers" in proc.stdout and f"{out[0]['inliers']}*" in proc.stdout
