@@ -37,6 +37,7 @@ from ..datasets import Dataset, Query, load_paris6k_subset
 from ..encoding.encoder import Encoder
 from ..errors import ConfigError, DatasetImageError, TooFewImagesError
 from ..index import StreamingIndex
+from ..verification import Vocabulary
 
 FORMAT = "streamk-example"
 FORMAT_VERSION = 1
@@ -119,7 +120,9 @@ def build_example(name="demo", directory=None, k=16, aggregation="gmp", photos=N
     encoder = Encoder(embedding="temb", k=int(k), aggregation=aggregation).fit(
         [f.descriptors for f in fs], verbose=progress)
     encoded = demo.encode_database({aggregation: encoder}, fs, progress)[aggregation]
-    demo.build_index(directory / "index", encoder, extractor, kept, fs, shas, encoded).close()
+    # the second stage (spatial verification) learns its visual words on the same images
+    vocabulary = Vocabulary(seed=0).fit([f.descriptors for f in fs])
+    demo.build_index(directory / "index", encoder, extractor, kept, fs, shas, encoded, vocabulary=vocabulary).close()
     info = {"format": FORMAT, "version": FORMAT_VERSION, "name": name, "k": int(k),
             "aggregation": aggregation, "options": options, "n_images": len(kept),
             "n_queries": dataset.n_queries, "dataset": _dataset_to_json(dataset)}

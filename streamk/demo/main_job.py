@@ -50,6 +50,7 @@ from ..index import StreamingIndex, encoded_image_file
 from ..encoding.postprocessing import postprocess
 from ..pipeline import extract_many, scan
 from ..index import validate_id
+from ..verification import stored_record
 
 METHODS = ("sum", "democratic", "gmp")
 
@@ -266,11 +267,14 @@ def encode_database(encoders, fs, progress):
     return out
 
 
-def build_index(path, encoder, extractor, database, fs, shas, encoded, batch=64):
+def build_index(path, encoder, extractor, database, fs, shas, encoded, batch=64, vocabulary=None):
     """A new index at ``path`` holding the database images, their vectors and weights
-    ``encoded`` [(vector, alpha)] written ``batch`` images per transaction."""
-    idx = StreamingIndex.create(path, encoder, vector_dtype="float32", extractor=extractor)
-    items = [encoded_image_file(im.id, im.path, sha, v, f.keypoints, alpha, f.image_size)
+    ``encoded`` [(vector, alpha)] written ``batch`` images per transaction; with a
+    ``vocabulary``, each image's local geometry too (the second stage)."""
+    idx = StreamingIndex.create(path, encoder, vector_dtype="float32", extractor=extractor, vocabulary=vocabulary)
+    items = [encoded_image_file(im.id, im.path, sha, v, f.keypoints, alpha, f.image_size,
+                                geometry=None if vocabulary is None else
+                                stored_record(vocabulary, f.keypoints, f.descriptors, f.image_size))
              for im, f, sha, (v, alpha) in zip(database, fs, shas, encoded)]
     for s in range(0, len(items), batch):
         for outcome in idx.write_encoded(items[s:s + batch]):

@@ -10,7 +10,11 @@ power-law exponent re-encodes the query from its cached features and re-ranks at
 once (other aggregation settings than the index's own re-aggregate the database
 once, with a progress bar: :mod:`streamk.pipeline.reaggregation`). Results show rank,
 score and id, bordered green / grey / red for positive / junk / negative when the
-query's ground truth is known. A weights view explains a chosen result.
+query's ground truth is known. With an index that keeps local geometry, *verify*
+(on by default) runs the second stage: the top 100 spatially verified, verified
+results first with their inlier count and the query (or its box) drawn where it
+matched in the result, then query expansion; *show matches* draws the inlier pairs
+between the query and a chosen result. A weights view explains a chosen result.
 """
 
 import html
@@ -93,6 +97,17 @@ class SearchApp(W.VBox):
                                               if has_pq else "the index has no PQ codes (index.train_pq() or train())"])
         self.mode.add_class("streamk-mode")
         self.reset_button = W.Button(description="index settings", tooltip="the settings the index was built with")
+        has_geometry = bool(getattr(index, "has_local_features", False))
+        self.verify = W.Checkbox(value=has_geometry, description="verify (spatial) + expand", indent=False,
+                                 disabled=not has_geometry, layout=W.Layout(width="210px"),
+                                 tooltip="second stage: RANSAC on the local geometry of the top 100, then query "
+                                         "expansion" if has_geometry else "the index keeps no local geometry "
+                                         "(streamk index add-local-features)")
+        self.verify.add_class("streamk-verify")
+        self.matches_toggle = W.ToggleButton(value=False, description="show matches", icon="link",
+                                             disabled=not has_geometry)
+        self.matches_view = W.HTML()
+        self.matches_view.add_class("streamk-matches")
         # -- output
         self.progress = Progress()
         self.errors = ErrorBox()
@@ -114,8 +129,10 @@ class SearchApp(W.VBox):
         self.path_button.on_click(lambda _: self._run(self.search_path, self.path_text.value))
         self.path_text.observe(self._on_path, names="value")  # Enter (or leaving the field) searches
         self.upload.observe(self._on_upload, names="value")
-        for w in (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode):
+        for w in (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode,
+                  self.verify):
             w.observe(self._on_control, names="value")
+        self.matches_toggle.observe(lambda ch: self._run(self.show_matches, self.explain.value), names="value")
         self.reset_button.on_click(lambda _: self._run(self.reset_settings))
         self.explain_toggle.observe(self._on_explain_toggle, names="value")
         self.explain.observe(self._on_explain, names="value")
@@ -125,9 +142,10 @@ class SearchApp(W.VBox):
             W.HBox([self.use_box, *self.box_fields]),
             W.HBox([self.method, self.reset_button]),
             W.HBox([self.gamma, self.lam, self.power]),
-            W.HBox([self.k, self.mode, self.explain_toggle]),
+            W.HBox([self.k, self.mode, self.verify, self.explain_toggle, self.matches_toggle]),
             self.progress, self.errors, self.status,
             W.HBox([self.query_view, self.results]),
+            self.matches_view,
             self.weights_box,
         ])
         self.add_class("streamk-search-app")
@@ -179,6 +197,8 @@ class SearchApp(W.VBox):
     def _on_explain(self, change):
         if not self._suspended and self.explain_toggle.value:
             self._run(self.explain_result, change["new"])
+        if not self._suspended and self.matches_toggle.value:
+            self._run(self.show_matches, change["new"])
 
     def _on_explain_toggle(self, change):
         self.weights_box.layout.display = None if change["new"] else "none"
@@ -311,7 +331,10 @@ class SearchApp(W.VBox):
             finally:
                 self.progress.hide()
             t_db = time.perf_counter() - t0 - t_enc
-        hits = self.reaggregator.search(q, s, k=self.k.value, mode=self.mode.value)
+        if self.verify.value and self.reaggregator.is_index_settings(s):
+            hits = self.index.search(q, k=self.k.value, mode=self.mode.value, features=f, box=self.box(), pairs=True)
+        else:  # the second stage compares the index's own vectors: under other settings, the first stage
+            hits = self.reaggregator.search(q, s, k=self.k.value, mode=self.mode.value)
         self.timings = {"encode_s": t_enc, "database_s": t_db,
                         "search_s": time.perf_counter() - t0 - t_enc - t_db}
         self.hits = hits
@@ -344,16 +367,25 @@ class SearchApp(W.VBox):
         cards = []
         for rank, hit in enumerate(self.hits, 1):
             rel = self.relevance(hit.id)
+            size = None
             try:
-                src = self._thumb(self.index.info(hit.id).get("source") or "")
+                info = self.index.info(hit.id)
+                src, size = self._thumb(info.get("source") or ""), info.get("image_size")
             except Exception:  # removed meanwhile by another process: still listed, without a picture
                 src = placeholder_svg("removed")
+            inliers = getattr(hit, "inliers", None)
+            verified = bool(getattr(hit, "verified", False))
             cards.append(
                 f'<figure class="streamk-hit" data-id="{html.escape(hit.id)}" data-rank="{rank}" '
-                f'data-relevance="{rel or ""}" style="margin:4px;text-align:center;width:{self.thumbnails.side + 8}px">'
-                f'<img src="{src}" style="border:4px solid {BORDER[rel]};max-width:{self.thumbnails.side}px"/>'
-                f'<figcaption style="font-size:11px;word-break:break-all">#{rank} · {hit.score:.3f}<br>'
-                f'{html.escape(hit.id)}</figcaption></figure>')
+                f'data-relevance="{rel or ""}" data-inliers="{"" if inliers is None else inliers}" '
+                f'data-verified="{int(verified)}" '
+                f'style="margin:4px;text-align:center;width:{self.thumbnails.side + 8}px">'
+                f'<div style="position:relative;display:inline-block">'
+                f'<img src="{src}" style="border:4px solid {BORDER[rel]};max-width:{self.thumbnails.side}px;'
+                f'display:block"/>{self._region_svg(hit, size)}</div>'
+                f'<figcaption style="font-size:11px;word-break:break-all">#{rank} · {hit.score:.3f}'
+                + ("" if inliers is None else f' · <b>{inliers}</b> inliers{" ✓" if verified else ""}')
+                + f'<br>{html.escape(hit.id)}</figcaption></figure>')
         if not cards:
             cards.append("<i>the index is empty</i>")
         self.results.value = (
@@ -380,6 +412,56 @@ class SearchApp(W.VBox):
             self._suspended = False
         if self.explain_toggle.value:
             self.explain_result(keep)
+        if self.matches_toggle.value:
+            self.show_matches(keep)
+
+    def _region_svg(self, hit, image_size):
+        """An SVG over a result's thumbnail: the query (or its box) where it matched."""
+        region = getattr(hit, "region", None)
+        if region is None or not getattr(hit, "verified", False) or not image_size:
+            return ""
+        w, h = (float(v) for v in image_size)
+        scale = min(1.0, self.thumbnails.side / max(w, h))
+        pts = " ".join(f"{(x + 0.5) * scale:.1f},{(y + 0.5) * scale:.1f}" for x, y in region)
+        return (f'<svg class="streamk-region" width="{w * scale:.0f}" height="{h * scale:.0f}" '
+                f'style="position:absolute;left:4px;top:4px;overflow:visible;pointer-events:none">'
+                f'<polygon points="{pts}" fill="none" stroke="#ffd400" stroke-width="2"/></svg>')
+
+    def show_matches(self, image_id):
+        """Draw the query and ``image_id`` side by side, the inlier pairs between them and
+        the matched region (a verified result); hide the view when toggled off."""
+        from .common import figure_png, new_figure, open_image
+
+        if not self.matches_toggle.value or self.query is None or image_id is None:
+            self.matches_view.value = ""
+            return None
+        hit = next((h for h in self.hits if h.id == image_id), None)
+        pairs = getattr(hit, "pairs", None)
+        src = self.index.info(image_id).get("source")
+        if hit is None or pairs is None or not src:
+            self.matches_view.value = (f"<i>{html.escape(str(image_id))}: no inlier pairs (not verified, or "
+                                       "the second stage is off)</i>")
+            return None
+        q_img, r_img = open_image(self.query.path), open_image(src)
+        gap = 20
+        fig, ax = new_figure(figsize=(10, 4.5))
+        ax.imshow(q_img, extent=(-0.5, q_img.width - 0.5, q_img.height - 0.5, -0.5))
+        ax.imshow(r_img, extent=(q_img.width + gap - 0.5, q_img.width + gap + r_img.width - 0.5,
+                                 r_img.height - 0.5, -0.5))
+        for xq, yq, xr, yr in pairs:
+            ax.plot([xq, xr + q_img.width + gap], [yq, yr], color="#00e060", linewidth=0.6, alpha=0.7)
+        if hit.region is not None:
+            poly = [(x + q_img.width + gap, y) for x, y in hit.region]
+            ax.plot([p[0] for p in poly + poly[:1]], [p[1] for p in poly + poly[:1]], color="#ffd400", linewidth=2)
+        box = self.box() or (0, 0, q_img.width - 1, q_img.height - 1)
+        ax.plot([box[0], box[2], box[2], box[0], box[0]], [box[1], box[1], box[3], box[3], box[1]], color="#36c")
+        ax.set_xlim(-0.5, q_img.width + gap + r_img.width)
+        ax.set_ylim(max(q_img.height, r_img.height), -0.5)
+        ax.set_axis_off()
+        ax.set_title(f"{len(pairs)} inlier matches: query (left) and {image_id} (right)", fontsize=10)
+        self.matches_view.value = (f'<img class="streamk-matches-figure" data-id="{html.escape(image_id)}" '
+                                   f'data-pairs="{len(pairs)}" src="{data_uri(figure_png(fig), "image/png")}"/>')
+        return len(pairs)
 
     # ---------------------------------------------------------------- weights
     def explain_result(self, image_id):

@@ -3,6 +3,7 @@ stage's top R verified, the query expanded with verified images only, every resu
 explaining itself; against a numpy reference of the same rule, on real Paris photos."""
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -184,3 +185,61 @@ def test_cli_search_prints_inliers_and_json_carries_the_explanation(index, colle
     proc = run_python(*args, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "inliers" in proc.stdout and f"{out[0]['inliers']}*" in proc.stdout
+
+
+GEOMETRY_WRITER = """
+import sys
+import numpy as np
+from streamk.index import StreamingIndex, encoded_vector
+from streamk.verification import Vocabulary, stored_record
+
+path, n = sys.argv[1], int(sys.argv[2])
+idx = StreamingIndex.open(path)
+voc = idx.vocabulary
+
+def item(i):
+    rng = np.random.default_rng(i)  # the same record for the same id, on both sides
+    kp = np.c_[rng.uniform(0, 600, (50, 2)), np.full((50, 1), 3.0), np.zeros((50, 1)), np.full((50, 1), 3.0),
+               np.zeros((50, 1))].astype(np.float32)
+    geometry = stored_record(voc, kp, rng.integers(0, 120, (50, 128)).astype(np.uint8), (640, 480))
+    return encoded_vector(f"v{i}", rng.standard_normal(idx.dim), idx.dim)._replace(geometry=geometry)
+
+for lo in range(0, n, 7):
+    idx.write_encoded([item(i) for i in range(lo, min(n, lo + 7))])
+    print(" ".join(f"v{i}" for i in range(lo, min(n, lo + 7))), flush=True)  # committed
+"""
+
+
+def test_geometry_survives_a_sigkill_mid_batch(random_vocabulary, tmp_path):
+    """Each image's record is written in its image's transaction: a writer killed at any
+    moment leaves every committed image with its record, and no record without an image."""
+    import random
+
+    from helpers.index import make_encoder
+    from helpers.processes import kill_and_collect, start_python
+
+    path = tmp_path / "ix"
+    StreamingIndex.create(path, make_encoder(), vector_dtype="float32", vocabulary=random_vocabulary).close()
+    script = tmp_path / "writer.py"
+    script.write_text(GEOMETRY_WRITER)
+    rng = random.Random(3)
+    committed = set()
+    for _ in range(3):
+        proc = start_python(script, path, 400, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+        first = ""
+        try:
+            first = proc.stdout.readline()
+            assert first, proc.stderr.read()
+            for _ in range(rng.randint(0, 8)):
+                proc.stdout.readline()
+        finally:
+            lines = kill_and_collect(proc, first)
+        committed.update(i for ln in lines for i in ln.split())
+        with StreamingIndex.open(path, readonly=True) as idx:
+            stored = set(idx.ids())
+            assert committed <= stored
+            dump = idx.store.dump()
+            assert len(dump["geometry"]) == len(stored)  # no record without its image, no image without its record
+            for i in sorted(stored)[:50]:
+                assert unpack(idx.geometry(i)).image_size == (640, 480)

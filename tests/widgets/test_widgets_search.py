@@ -22,9 +22,13 @@ def example(small_example_dir):
 
 @pytest.fixture
 def app(example):
+    """The app on the first stage alone (the rankings below are the first stage's)."""
     from streamk.widgets import SearchApp
 
-    return SearchApp(example.index, dataset=example.dataset, k=5)
+    app = SearchApp(example.index, dataset=example.dataset, k=5)
+    assert app.verify.value  # on by default: the example index keeps local geometry
+    app.verify.value = False
+    return app
 
 
 def upload(app, name, data):
@@ -194,3 +198,25 @@ def test_reaggregation_shows_progress_then_hides_it(app, example, monkeypatch):
     assert all("aggregating the database again" in c[2] for c in calls)
     assert app.progress.layout.display == "none" and app.errors.text == ""
     assert f"in {app.timings['database_s']:.1f} s" in app.status.value
+
+
+def test_the_second_stage_shows_inliers_the_matched_region_and_the_matches(example):
+    """A view of a photo (the demo's changes) is verified: the photo first with its inlier
+    count, the query drawn where it matched, and the inlier pairs on request."""
+    from streamk.widgets import SearchApp
+
+    app = SearchApp(example.index, dataset=example.dataset, k=5)
+    assert app.errors.text == "" and app.verify.value
+    top = app.hits[0]
+    assert top.verified and top.inliers >= 12
+    card = re.search(r'data-id="%s"[^>]*data-inliers="(\d+)" data-verified="1"' % re.escape(top.id), app.results.value)
+    assert card and int(card.group(1)) == top.inliers
+    assert 'class="streamk-region"' in app.results.value and f"<b>{top.inliers}</b> inliers" in app.results.value
+    pos, _ = example.dataset.ground_truth()[0]
+    assert top.id in {example.dataset.image_ids[j] for j in pos}
+    app.matches_toggle.value = True
+    assert f'data-id="{top.id}" data-pairs="{top.inliers}"' in app.matches_view.value
+    app.matches_toggle.value = False
+    assert app.matches_view.value == ""
+    app.method.value = "sum" if example.index.encoder.config.aggregation != "sum" else "democratic"
+    assert all(getattr(h, "inliers", None) is None for h in app.hits)  # other settings: the first stage

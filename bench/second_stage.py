@@ -1,0 +1,191 @@
+"""The second stage's cost per query at R = 100, at 10k and at 1M images, beside the first
+stage's and beside OpenCV's matcher + RANSAC on the same pairs, measured in one run.
+
+    python bench/second_stage.py [--sizes 10000,1000000] [--queries 12] [--R 100]
+
+Index: N rows; row i holds the real local-geometry record of Paris photo i mod 250
+(paris6k-subset, Hessian-affine, the default vocabulary of 64 x 64 visual words learned on
+the 250 photos, cached in ~/.cache/streamk/bench/) and a 64-dimensional vector near its
+photo's (so that a query's top R are replicas of the photos that look like it). Queries:
+the 12 official box queries, their records built as a search builds them (every feature,
+multiple assignment).
+
+Per query, one thread (BLAS, OpenMP and Numba limited to 1), after the query's features
+and vector exist:
+
+- first stage: the index's own search for the top R (exact at 10k, flat PQ M=16 +
+  re-ranking at 1M);
+- second stage: the query's record, the R records read from LMDB (by row, one read each),
+  verification, re-ranking, the expanded vector and its first-stage search;
+- warm: the pages were read just before; cold: the index's file evicted from the page
+  cache (posix_fadvise DONTNEED after closing the map) before each query;
+- OpenCV: for the same R pairs, RootSIFT nearest neighbours with the ratio test (0.85,
+  FLANN kd-trees) and ``cv2.estimateAffine2D`` (RANSAC, 20 px) on the two images' full
+  feature sets (what the issue's prototype did per pair, with an affine model).
+
+Prints, never asserts; the CPU model and the load average are in the table's title.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_model, load_str, log, table  # noqa: E402
+
+import streamk  # noqa: E402,F401  (thread policies before numpy's BLAS loads)
+
+CACHE = Path(os.path.expanduser("~/.cache/streamk/bench"))
+DIM = 64
+
+
+def paris():
+    from streamk.config import default_cache_dir
+    from streamk.datasets import load_dataset
+    from streamk.evaluation.experiment import dataset_features
+
+    ds = load_dataset("paris6k-subset")
+    db, queries = dataset_features(ds, None, default_cache_dir(), 2, False)
+    return ds, db, queries
+
+
+def vocabulary(db):
+    from streamk.verification import Vocabulary
+
+    path = CACHE / "paris-vocabulary-64x64.npz"
+    if path.exists():
+        return Vocabulary.load(path)
+    log("learning the vocabulary (once; cached) ...")
+    voc = Vocabulary(seed=0).fit([f.descriptors for f in db])
+    CACHE.mkdir(parents=True, exist_ok=True)
+    voc.save(path)
+    return voc
+
+
+def build(path, n, records, centres, rng):
+    from streamk.encoding import Encoder
+    from streamk.index import EncodedImage, StreamingIndex, id_key
+
+    X = rng.integers(0, 255, (300, 128)).astype(np.float32)
+    encoder = Encoder(embedding="bow", k=DIM, aggregation="sum").fit([X])  # vectors are given, not encoded
+    idx = StreamingIndex.create(path, encoder, vector_dtype="float16", store_extras=False, map_size=1 << 30)
+    idx.store.write(lambda txn: txn.put(b"local_features", b"1", db=idx.store.dbs["meta"]))
+    t0 = time.perf_counter()
+    for lo in range(0, n, 2048):
+        items = []
+        for i in range(lo, min(n, lo + 2048)):
+            v = centres[i % len(records)] + 0.15 * rng.standard_normal(DIM)
+            v = (v / np.linalg.norm(v)).astype(np.float32)
+            items.append(EncodedImage(id_key(f"r{i}"), v, i.to_bytes(32, "big"), {"kind": "vector"}, None,
+                                      records[i % len(records)]))
+        idx.write_encoded(items)
+        if lo % (64 * 2048) == 0:
+            log(f"  {lo + len(items):,} rows ({time.perf_counter() - t0:.0f} s)")
+    if n > 100_000:
+        idx.train(nlist=1, M=16)
+    return idx
+
+
+def evict(path):
+    fd = os.open(Path(path) / "data.mdb", os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def opencv_pairs(qf, pairs_features, qbox_scale):
+    """ms per pair of OpenCV's ratio-test matching + estimateAffine2D RANSAC."""
+    import cv2
+
+    from streamk.encoding import rootsift
+
+    flann = cv2.FlannBasedMatcher({"algorithm": 1, "trees": 4}, {"checks": 64})
+    dq = rootsift(qf.descriptors)
+    t0 = time.perf_counter()
+    for f in pairs_features:
+        m = flann.knnMatch(dq, rootsift(f.descriptors), k=2)
+        good = [a for a, b in (p for p in m if len(p) == 2) if a.distance < 0.85 * b.distance]
+        if len(good) >= 3:
+            src = qf.keypoints[[g.queryIdx for g in good], :2]
+            dst = f.keypoints[[g.trainIdx for g in good], :2]
+            cv2.estimateAffine2D(src, dst, method=cv2.RANSAC, ransacReprojThreshold=20.0)
+    return 1000 * (time.perf_counter() - t0) / len(pairs_features)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="10000", help="index sizes (comma list), e.g. 10000,1000000")
+    p.add_argument("--queries", type=int, default=12)
+    p.add_argument("--R", type=int, default=100)
+    p.add_argument("--opencv-pairs", type=int, default=20, help="pairs timed with OpenCV per query")
+    args = p.parse_args()
+
+    from threadpoolctl import threadpool_limits
+
+    import numba
+
+    from streamk.index.second_stage import query_record, second_stage
+    from streamk.verification import stored_record
+
+    ds, db, queries = paris()
+    voc = vocabulary(db)
+    records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in db]
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((len(db), DIM))
+    qidx = [q.index for q in ds.queries][:args.queries]
+    rows = []
+    for n in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory(dir=os.environ.get("STREAMK_BENCH_DIR")) as tmp:
+            log(f"building {n:,} rows ...")
+            idx = build(Path(tmp) / "ix", n, records, centres, rng)
+            mode = "pq" if idx.view.lists is not None or n > 100_000 else "exact"
+            times = {"first": [], "warm": [], "cold": [], "opencv": []}
+            with threadpool_limits(1):
+                numba.set_num_threads(1)
+                for phase in ("warm-up", "cold", "warm"):
+                    for j, qi in enumerate(qidx):
+                        qf = queries[j]
+                        q = centres[qi] + 0.15 * rng.standard_normal(DIM)
+                        q = (q / np.linalg.norm(q)).astype(np.float32)[None, :]
+                        if phase == "cold":
+                            idx.close()
+                            evict(Path(tmp) / "ix")
+                            from streamk.index import StreamingIndex
+                            idx = StreamingIndex.open(Path(tmp) / "ix", readonly=True)
+                            idx.refresh()
+                        with idx.store.read(buffers=True) as txn:
+                            idx.view.refresh(txn)
+                            t0 = time.perf_counter()
+                            s, r = idx.view.search(txn, q, args.R, mode=mode)
+                            t1 = time.perf_counter()
+                            qrec = query_record(voc, qf)
+                            second_stage(idx.view, txn, q[0], r[0], s[0], qrec, 10, args.R, 50, mode=mode,
+                                         box=ds.queries[j].box)
+                            t2 = time.perf_counter()
+                        if phase != "warm-up":
+                            times[phase].append(1000 * (t2 - t1))
+                        if phase == "warm":
+                            times["first"].append(1000 * (t1 - t0))
+                            cand = [db[int(x) % len(db)] for x in r[0][:args.opencv_pairs] if x >= 0]
+                            times["opencv"].append(opencv_pairs(qf, cand, 1.0))
+            idx.close()
+        med = {k: float(np.median(v)) for k, v in times.items()}
+        rows.append([f"{n:,}", mode, f"{med['first']:.2f}", f"{med['warm']:.1f}", f"{med['cold']:.1f}",
+                     f"{float(np.percentile(times['warm'], 90)):.1f}", f"{med['opencv']:.0f}",
+                     f"{med['opencv'] * args.R:.0f}", f"{med['opencv'] * args.R / med['warm']:.0f}x"])
+    sizes = [len(r) for r in records]
+    table(["images", "first stage", "first stage ms", "2nd stage ms (warm)", "2nd stage ms (cold)",
+           "warm p90 ms", "OpenCV ms / pair", f"OpenCV ms / {args.R} pairs", "OpenCV / streamk"], rows,
+          title=f"Second stage at R = {args.R}, one thread, median of {len(qidx)} queries; records "
+                f"{np.mean(sizes):,.0f} B mean, {max(sizes):,} B max; {voc.n_words} words; CPU {cpu_model()}; "
+                f"load {load_str()}")
+
+
+if __name__ == "__main__":
+    main()
