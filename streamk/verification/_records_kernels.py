@@ -12,7 +12,9 @@ from numba import njit
 @njit(cache=True)
 def decode_many(buf, starts, ns, thetas, ws, hs, levels, log_tab, shear_tab, theta_tab, out_starts,
                 words, sigs, xy, frames, theta):
-    """Record r (bytes from starts[r], ns[r] features) into rows out_starts[r] onwards."""
+    """Record r (bytes from starts[r], ns[r] features) into rows out_starts[r] onwards.
+    Returns False when a record's words are not sorted (an inconsistent record)."""
+    ok = True
     for r in range(starts.shape[0]):
         n = ns[r]
         o = starts[r] + 32
@@ -28,6 +30,9 @@ def decode_many(buf, starts, ns, thetas, ws, hs, levels, log_tab, shear_tab, the
         for i in range(n):
             words[row + i] = np.int64(buf[o + 2 * i]) | (np.int64(buf[o + 2 * i + 1]) << 8)
         o += 2 * n
+        for i in range(1, n):
+            if words[row + i] < words[row + i - 1]:
+                ok = False
         for i in range(n):
             p0 = np.int64(buf[o + 3 * i])
             p1 = np.int64(buf[o + 3 * i + 1])
@@ -46,3 +51,4 @@ def decode_many(buf, starts, ns, thetas, ws, hs, levels, log_tab, shear_tab, the
         o += 3 * n
         for i in range(n):
             theta[row + i] = theta_tab[buf[o + i]] if thetas[r] else np.float32(0.0)
+    return ok

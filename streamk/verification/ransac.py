@@ -25,7 +25,10 @@ and T correspondences.
 - Local optimisation: whenever a hypothesis beats the best so far, fit a least-squares
   affine map (6 dof) to its inliers and recount, iterated while the count grows (at most
   ``lo_iterations`` times). Single-frame hypotheses are noisy (the ellipse shapes are
-  estimates); this step is what makes them precise.
+  estimates); this step is what makes them precise. A final polish refits on the inliers
+  within 1/2, then 1/4 of the thresholds (kept when it retains >= 95 % of the inliers):
+  the loose counting threshold admits correspondences a few pixels off, which would bias
+  the map (a 2x-downscaled view: box 1.8 px off without it, 0.4 px with it).
 - Degenerate hypotheses (a scale change beyond ``max_scale_change`` or a reflection)
   are skipped.
 """

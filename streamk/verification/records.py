@@ -319,10 +319,8 @@ def unpack_many(records):
     xy = np.empty((total, 2), np.float32)
     frames = np.empty((total, 3), np.float32)
     theta = np.empty(total, np.float32)
-    if R:
-        _rk.decode_many(buf, starts, ns, thetas, sizes[:, 0].astype(np.float64), sizes[:, 1].astype(np.float64),
-                        float(POS_LEVELS), LOG_TABLE, SHEAR_TABLE, THETA_TABLE, offsets[:-1].copy(), words, sigs,
-                        xy, frames, theta)
-    if total and np.any((np.diff(words) < 0) & (np.diff(np.repeat(np.arange(R), ns)) == 0)):
+    if R and not _rk.decode_many(buf, starts, ns, thetas, sizes[:, 0].astype(np.float64),
+                                 sizes[:, 1].astype(np.float64), float(POS_LEVELS), LOG_TABLE, SHEAR_TABLE,
+                                 THETA_TABLE, offsets[:-1].copy(), words, sigs, xy, frames, theta):
         raise GeometryRecordError("geometry record words are not sorted (inconsistent record)")
     return offsets, words, sigs, xy, frames, theta, sizes, vocs

@@ -248,17 +248,26 @@ class Vocabulary:
             return np.arange(len(R), dtype=np.int64), words.astype(np.uint16), self._signatures(R, words)
         d2 = self.coarse_sqnorms_[None, :] - 2.0 * (R @ self.coarse_.T)
         mc = min(m, len(self.coarse_))
-        part = np.argpartition(d2, mc - 1, axis=1)[:, :mc] if mc < d2.shape[1] else np.tile(np.arange(mc), (len(R), 1))
-        cells = np.ascontiguousarray(part, dtype=np.int64)
+        # the m nearest cells, the nearest first (argmin: the cell single assignment picks)
+        cells = np.empty((len(R), mc), np.int64)
+        cells[:, 0] = np.argmin(d2, axis=1)
+        if mc > 1:
+            d2[np.arange(len(R)), cells[:, 0]] = np.inf
+            cells[:, 1:] = np.argpartition(d2, mc - 2, axis=1)[:, :mc - 1]
         out = np.empty((len(R), m), np.int64)
         out_d = np.empty((len(R), m), np.float32)
-        _k.nearest_children_ma(R, cells, self.fine_, self.fine_sqnorms_, self.offsets_, out, out_d)
+        single = np.empty(len(R), np.int64)
+        _k.nearest_children_ma(R, cells, self.fine_, self.fine_sqnorms_, self.offsets_, out, out_d, single)
         # the single-assignment word (the database side's) always comes first, then the others by distance
-        single = self._fine(R, self._coarse(R))
-        both = np.concatenate([single[:, None], np.where(out == single[:, None], -1, out)], axis=1)
-        first = np.argsort(both < 0, axis=1, kind="stable")[:, :m]
+        dup = out == single[:, None]  # the single word is among the m nearest at most once
+        if (out >= 0).all():  # the usual case: drop it there (or drop the m-th word), keep the order
+            dup[~dup.any(axis=1), m - 1] = True
+            words = np.concatenate([single[:, None], out[~dup].reshape(len(R), m - 1)], axis=1)
+        else:  # cells with fewer than m words in all: skip the empty slots
+            both = np.concatenate([single[:, None], np.where(dup, -1, out)], axis=1)
+            words = np.take_along_axis(both, np.argsort(both < 0, axis=1, kind="stable")[:, :m], axis=1)
         ids = np.repeat(np.arange(len(R), dtype=np.int64), m)
-        words = np.take_along_axis(both, first, axis=1).reshape(-1)
+        words = words.reshape(-1)
         keep = words >= 0
         ids, words = ids[keep], words[keep]
         Z = R @ self.projection_.T  # once per feature, then one signature per (feature, word)

@@ -73,7 +73,10 @@ def box_corners(box):
 
 @pytest.mark.parametrize("name,tolerance,rotations", [
     ("crop", 2.0, (0.0,)), ("scale", 2.0, (0.0,)), ("rotate10", 3.0, (0.0,)),
-    ("rotate25", 3.0, tuple(range(-30, 31, 10))), ("persp", 12.0, (0.0,))])
+    ("rotate25", 3.0, tuple(range(-30, 31, 10))), ("rotate25", 3.0, (0.0,)),
+    # an affine map cannot follow a perspective: the least-squares affine map of the true
+    # homography over the box is itself 7.8 px off at the corners (measured 11.3 px)
+    ("persp", 15.0, (0.0,))])
 def test_box_maps_to_its_true_place(scene, name, tolerance, rotations):
     query, box, views, records = scene
     v = verify(query, [records[name]], query_box=box, return_pairs=True, rotations=rotations)[0]
@@ -93,3 +96,15 @@ def test_a_photo_of_another_landmark_is_not_verified_and_reranks_last(scene):
     assert not vs[0].verified and vs[0].inliers < 10
     ranking, n_verified = rerank(np.arange(3), vs)
     assert n_verified == 2 and ranking[-1] == 0
+
+
+def test_bytes_and_decoded_candidates_give_the_same_answer(scene):
+    from streamk.verification import unpack
+
+    query, box, views, records = scene
+    names = list(records)
+    a = verify(query, [records[n] for n in names], query_box=box)
+    b = verify(query, [unpack(records[n]) for n in names], query_box=box)
+    for x, y in zip(a, b):
+        assert x.inliers == y.inliers and x.tentative == y.tentative
+        assert np.array_equal(x.affine, y.affine, equal_nan=True)
