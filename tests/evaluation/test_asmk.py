@@ -241,7 +241,10 @@ def test_eval_asmk_on_paris_subset_cli(shared_data, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["n_words"] == 256 and report["n_images"] == 250 and report["n_queries"] == 12
     rows = {r["method"]: r for r in report["rows"]}
-    assert list(rows) == ["ASMK 256 words", "ASMK 256 words + MA3", "ASMK* 256 words", "ASMK* 256 words + MA3"]
+    # each ASMK row has its second stage beside it (the top 100 spatially verified)
+    assert list(rows) == ["ASMK 256 words", "ASMK 256 words +SP", "ASMK 256 words + MA3", "ASMK 256 words + MA3 +SP",
+                          "ASMK* 256 words", "ASMK* 256 words +SP", "ASMK* 256 words + MA3",
+                          "ASMK* 256 words + MA3 +SP"]
     for r in rows.values():
         # 11 queries with 32-48 positives among 250 images, one with 3: a random ranking scores about 0.16
         assert 0.5 <= r["map"] <= 1.0 and r["n_skipped"] == 0

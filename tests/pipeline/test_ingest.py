@@ -139,8 +139,9 @@ def test_ingest_resume_and_search(work, tmp_path, capsys):
     # search: table and JSON
     assert main(["search", str(ix), str(imgs / "img3.png"), "-k", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["rank", "score", "id"]
-    assert lines[1].split()[0] == "1" and lines[1].split()[2] == "img3.png"
+    # the index keeps local geometry: the top results are verified and their inliers shown
+    assert lines[0].split() == ["rank", "score", "inliers", "id"]
+    assert lines[1].split()[0] == "1" and lines[1].split()[-1] == "img3.png"
     assert abs(float(lines[1].split()[1]) - 1.0) < 1e-3
     assert len(lines) == 4
     assert main(["search", str(ix), str(imgs / "sub" / "img5.png"), "-k", "10", "--json",
