@@ -158,6 +158,41 @@ class GeometryRecordError(StreamkError, ValueError):
 class VocabularyFileError(StreamkError, ValueError):
     """Saved visual-word vocabulary bytes are missing, corrupt or of an unknown format."""
 
+# --------------------------------------------------------------- index storage: damage, disk full
+class IndexCorruptError(StreamkError, ValueError):
+    """An index whose files are damaged: a truncated ``data.mdb`` (a partial copy), a page or
+    block whose checksum does not match, a damaged B-tree. The message names the index and
+    what is damaged (``path`` and ``rows`` are kept as attributes); restore a copy or run
+    ``streamk index verify --repair``."""
+
+    exit_code = 5
+
+    def __init__(self, message, path=None, rows=None):
+        self.path = None if path is None else str(path)
+        self.rows = rows
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.path, self.rows))
+
+
+class DiskFullError(StreamkError, OSError):
+    """A write that found no room: no space left on the disk (ENOSPC), the file size limit,
+    or the index's map size at its limit. Nothing of that write was stored; free space (or
+    raise the limit) and run it again. ``path`` and ``needed`` (bytes, an estimate) are kept."""
+
+    exit_code = 6
+
+    def __init__(self, message, path=None, needed=None):
+        super().__init__(message)
+        self.errno = 28  # ENOSPC (str() stays the message: no strerror / filename set)
+        self.path = None if path is None else str(path)
+        self.needed = needed
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.path, self.needed))
+
+
 def describe(exc):
     """One line saying what went wrong: ``"ErrorType: reason"`` (an ImageReadError's
     reason without its path, which the caller reports beside it)."""

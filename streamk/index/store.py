@@ -59,7 +59,9 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from ..errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
+from .integrity import check_lmdb_file
+
+from ..errors import (IndexCorruptError, IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                      ReadOnlyIndexError)
 
 FORMAT = "streamk-index"
@@ -221,6 +223,7 @@ class Store:
         path = Path(path)
         if not path.is_dir() or not _is_index_dir(path):
             raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
+        check_lmdb_file(path)  # before mapping it: a truncated file would be a SIGBUS
         try:
             env = cls._env(path, readonly, 0)  # 0: the size recorded in the file
         except lmdb.Error as exc:

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from ..encoding import Encoder
 from ..errors import IndexFormatError, NotAnIndexError
 from .blocks import pack_codes, seal_block
+from .integrity import check_lmdb_file
 from ..quantization import IVFPQ
 from ..quantization import ProductQuantizer
 from .store import BLOCK_ROWS, FORMAT, FORMAT_VERSION, SUBDBS, epoch_key, row_key, seq_key
@@ -35,6 +36,7 @@ def upgrade(path, progress=None):
     path = Path(path)
     if not (path / "data.mdb").is_file():
         raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
+    check_lmdb_file(path)  # before mapping it: a truncated file would be a SIGBUS
     size = (path / "data.mdb").stat().st_size
     env = lmdb.open(str(path), map_size=max(4 * size, 64 << 20), subdir=True, max_dbs=len(SUBDBS) + 2,
                     create=False, lock=True, readahead=False)
