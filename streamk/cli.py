@@ -2,8 +2,11 @@
 ``streamk index create``, ``streamk ingest``, ``streamk search``."""
 
 import argparse
+import errno
 import json
+import os
 import sys
+import traceback
 
 from .errors import StreamkError
 
@@ -391,13 +394,83 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
+EXIT_INTERNAL = 1  # a bug: one line, the traceback with --debug
+EXIT_USAGE = 2  # argparse's own errors, and StreamkError without an exit_code of its own
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of our output went away (`| head`)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_DISK_FULL = 6  # as DiskFullError
+
+
+def _one_line(text):
+    """``text`` on one line: its lines joined by "; " (a report of a file name escapes the
+    name's own newlines already)."""
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def _silence_stdout():
+    """After a broken pipe: point stdout at /dev/null so that the interpreter's final flush
+    cannot fail again (what the Python docs advise for SIGPIPE)."""
     try:
-        return args.func(args)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (captured in tests)
+        pass
+
+
+def _add_debug_option(parser, top):
+    """``--debug`` on ``parser`` and on every subcommand below it (so that it may come
+    anywhere on the line); the subcommands' copies leave the value alone unless given."""
+    parser.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="print the traceback of an error (for a bug report)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _add_debug_option(sub, top=False)
+
+
+def main(argv=None):
+    """Run one command; return its exit status (see :func:`run_command`). argparse's own
+    errors exit 2 (it raises SystemExit); ``--debug`` (anywhere on the line) adds the
+    traceback of an error."""
+    parser = build_parser()
+    _add_debug_option(parser, top=True)
+    args = parser.parse_args(argv)
+    return run_command(lambda: args.func(args), debug=args.debug)
+
+
+def run_command(command, debug=False):
+    """``command()``'s exit status, every error ending as one line on stderr and a
+    documented status: a StreamkError's ``exit_code`` (2 usage, 3 input file, 4 index
+    state, 5 damaged index, 6 disk full, 7 cluster), 1 for anything else (a bug; an
+    OSError of the environment says so instead), 130 on Ctrl-C, 141 quietly when stdout's
+    reader has gone. ``debug``: print the traceback too."""
+    try:
+        status = command()
+        sys.stdout.flush()  # a broken pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("streamk: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except StreamkError as exc:
-        print(f"streamk: error: {exc}", file=sys.stderr)
-        return 2
+        if debug:
+            traceback.print_exc()
+        print(f"streamk: error: {_one_line(exc) or type(exc).__name__}", file=sys.stderr)
+        return getattr(exc, "exit_code", EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 -- not a named error: a bug (or the environment, for an OSError)
+        if debug:
+            traceback.print_exc()
+        what = _one_line(f"{type(exc).__name__}: {exc}")
+        if isinstance(exc, OSError) and exc.errno is not None:
+            print(f"streamk: error: {what} (run again with --debug for the traceback)", file=sys.stderr)
+            return EXIT_DISK_FULL if exc.errno == errno.ENOSPC else EXIT_INTERNAL
+        print(f"streamk: internal error: {what} (this is a bug in streamk: run again with --debug and report "
+              f"the traceback)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -2,67 +2,103 @@
 
 Each subclasses both ``StreamkError`` (catch-all for streamk) and the builtin
 that best describes it, so ``except ValueError`` keeps working too.
+
+Each class also carries ``exit_code``, the status the command line exits with when
+the error reaches it (the README's "Limits and errors" lists them): 2 usage or a bad
+argument, 3 a bad input file, 4 the index's state, 5 a damaged index, 6 a full disk,
+7 a cluster or network failure. (1 is an internal error, a bug; 130 / 143 an
+interrupt / termination; 141 a closed output pipe.)
 """
 
 
 class StreamkError(Exception):
     """Base class of all streamk errors."""
 
+    exit_code = 2
+
 
 class EmptyDescriptorSetError(StreamkError, ValueError):
     """A descriptor set has no descriptors (e.g. an image with no features)."""
+
+    exit_code = 3
 
 
 class NonFiniteError(StreamkError, ValueError):
     """An input array holds NaN or infinite values."""
 
+    exit_code = 3
+
 
 class DimensionError(StreamkError, ValueError):
     """An input array has the wrong shape or dimensionality."""
+
+    exit_code = 2
 
 
 class NotFittedError(StreamkError, RuntimeError):
     """A learned component was used before ``fit``."""
 
+    exit_code = 2
+
 
 class ConfigError(StreamkError, ValueError):
     """An invalid parameter or configuration value."""
+
+    exit_code = 2
 
 
 class EncoderFileError(StreamkError, ValueError):
     """A saved encoder file is missing, corrupt or of an unknown format."""
 
+    exit_code = 3
+
 
 class EncoderMismatchError(StreamkError, ValueError):
     """Data encoded with one encoder is used with another."""
+
+    exit_code = 4
 
 
 class UnknownDatasetError(StreamkError, ValueError):
     """A dataset name that streamk does not know."""
 
+    exit_code = 2
+
 
 class GroundTruthError(StreamkError, ValueError):
     """A ground-truth file is missing, malformed or inconsistent with the image list."""
+
+    exit_code = 3
 
 
 class UnsafePickleError(StreamkError, ValueError):
     """A pickle asks for a global outside the small allowed set (refused, not executed)."""
 
+    exit_code = 3
+
 
 class DownloadError(StreamkError, OSError):
     """A dataset file could not be fetched."""
+
+    exit_code = 7
 
 
 class ChecksumError(DownloadError):
     """A downloaded file has the wrong size or SHA-256; it was deleted, nothing extracted."""
 
+    exit_code = 7
+
 
 class UnsafeArchiveError(StreamkError, ValueError):
     """An archive member would be written outside the destination (absolute path, '..', link)."""
 
+    exit_code = 3
+
 
 class RankingError(StreamkError, ValueError):
     """A ranking is malformed: wrong number of queries, index out of range, repeated image."""
+
+    exit_code = 2
 
 
 class ImageReadError(StreamkError, ValueError):
@@ -70,6 +106,8 @@ class ImageReadError(StreamkError, ValueError):
 
     ``path`` and ``reason`` are kept as attributes.
     """
+
+    exit_code = 3
 
     def __init__(self, path, reason):
         self.path = str(path)
@@ -84,36 +122,52 @@ class DescriptorFileError(StreamkError, ValueError):
     """A descriptor file (.siftgeo, .fvecs, .bvecs, .ivecs, .npy) is malformed or unreadable,
     or an array cannot be stored in the requested format."""
 
+    exit_code = 3
+
 
 class ExtractorUnavailableError(StreamkError, ImportError):
     """A feature extractor's library (pyhesaff, OpenCV, Pillow) is not installed or is broken."""
 
+    exit_code = 2
+
 
 class DatasetImageError(StreamkError, ValueError):
     """Images of an evaluation dataset are missing or unreadable."""
+
+    exit_code = 3
 
 
 # --------------------------------------------------------------- streaming index (store.py, index.py)
 class NotAnIndexError(StreamkError, ValueError):
     """A path that is not a streamk index (no such directory, no LMDB data, or no streamk metadata)."""
 
+    exit_code = 4
+
 
 class IndexFormatError(StreamkError, ValueError):
     """A streamk index written in a format version this streamk does not read."""
 
+    exit_code = 4
+
 
 class IndexExistsError(StreamkError, FileExistsError):
     """Creating an index where a non-empty directory (or a file) already is."""
+
+    exit_code = 4
 
 
 class InvalidIdError(StreamkError, ValueError):
     """An image id that is not a str of 1..200 characters without '/', '\\\\' or control
     characters (or is '.' / '..', or over LMDB's 511-byte key limit in UTF-8)."""
 
+    exit_code = 2
+
 
 class DuplicateError(StreamkError, ValueError):
     """The same content (image bytes, descriptor set or vector) is already indexed under
     another id; nothing was written. ``id`` and ``existing_id`` are kept as attributes."""
+
+    exit_code = 4
 
     def __init__(self, id, existing_id):
         self.id = id
@@ -127,25 +181,37 @@ class DuplicateError(StreamkError, ValueError):
 class IdExistsError(StreamkError, ValueError):
     """An id already in the index holds other content (use ``update`` to replace it)."""
 
+    exit_code = 4
+
 
 class UnknownIdError(StreamkError, LookupError):
     """An id that is not in the index (remove, update, lookup)."""
+
+    exit_code = 4
 
 
 class ReadOnlyIndexError(StreamkError, PermissionError):
     """A write to an index opened with readonly=True."""
 
+    exit_code = 4
+
 
 class TooFewImagesError(StreamkError, ValueError):
     """Training (e.g. product quantisation, 256 centroids) needs more indexed images."""
+
+    exit_code = 4
 
 
 class ZeroVectorError(StreamkError, ValueError):
     """A vector of zero norm cannot be L2-normalised and indexed."""
 
+    exit_code = 3
+
 
 class TrainingInProgressError(StreamkError, RuntimeError):
     """Another process is (re)training the index's codec right now."""
+
+    exit_code = 4
 
 
 
@@ -154,9 +220,14 @@ class GeometryRecordError(StreamkError, ValueError):
     """A local-geometry record (one image's visual words, signatures and keypoint frames) is
     truncated, damaged (checksum), of an unknown format version or internally inconsistent."""
 
+    exit_code = 5
+
 
 class VocabularyFileError(StreamkError, ValueError):
     """Saved visual-word vocabulary bytes are missing, corrupt or of an unknown format."""
+
+    exit_code = 3
+
 
 # --------------------------------------------------------------- index storage: damage, disk full
 class IndexCorruptError(StreamkError, ValueError):

@@ -232,7 +232,7 @@ def test_cli_demo_folder_without_usable_images(tmp_path, capsys):
     (tmp_path / "photos" / "broken.png").write_bytes(b"\x89PNG not really")
     argv = ["demo", "--images", str(tmp_path / "photos"), "--out", str(tmp_path / "out"), "--workers", "1",
             "--cache", str(tmp_path / "cache"), "--no-progress"]
-    assert main(argv) == 2
+    assert main(argv) == 4  # TooFewImagesError
     err = capsys.readouterr().err
     assert "broken.png" in err and "usable image" in err
 

@@ -548,7 +548,7 @@ def test_format1_index_is_upgraded_in_place(tmp_path, encoder, M):
         assert idx.info("new")["row"] == 300
         with pytest.raises(Exception):
             idx.add("dup", vector=V[3])  # content keys kept: still de-duplicated
-    assert main(["index", "upgrade", str(path)]) == 2  # already format 2
+    assert main(["index", "upgrade", str(path)]) == 4  # already format 2 (IndexFormatError)
 
 
 def test_index_without_display_extras(tmp_path, encoder):

@@ -79,23 +79,23 @@ def test_scan_ids_and_content_key(work, tmp_path):
 
 def test_create_errors_write_nothing(work, tmp_path, capsys):
     ix = tmp_path / "ix"
-    assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz")]) == 2
+    assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz")]) == 3  # EncoderFileError
     assert "streamk: error:" in capsys.readouterr().err
     assert not ix.exists()
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("x")
-    assert main(["index", "create", str(tmp_path / "full"), "--encoder", str(work / "enc.npz")]) == 2
+    assert main(["index", "create", str(tmp_path / "full"), "--encoder", str(work / "enc.npz")]) == 4
     assert sorted(os.listdir(tmp_path / "full")) == ["keep.txt"]
     # training on images without features: error, nothing created
     Image.new("L", (64, 64), 128).save(tmp_path / "grey.png")
     assert main(["index", "create", str(ix), "--train", str(tmp_path / "grey.png"), "--extractor", "sift",
-                 "--k", "4", "--workers", "1"]) == 2
+                 "--k", "4", "--workers", "1"]) == 3
     assert "no local features" in capsys.readouterr().err
     assert not ix.exists()
     # neither an encoder nor images: a named error; a missing encoder with images: the same
     assert main(["index", "create", str(ix)]) == 2
     assert "give a saved encoder or images" in capsys.readouterr().err
-    assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz"), "--train", str(work)]) == 2
+    assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz"), "--train", str(work)]) == 3
     assert not ix.exists()
 
 
@@ -150,11 +150,11 @@ def test_ingest_resume_and_search(work, tmp_path, capsys):
     assert [h["rank"] for h in hits] == list(range(1, 7))
     assert hits[0]["id"] == "sub__img5.png"
     assert all(hits[i]["score"] >= hits[i + 1]["score"] for i in range(len(hits) - 1))
-    # errors -> exit 2
+    # errors -> one line and their exit codes
     assert main(["search", str(ix), str(imgs / "img3.png"), "--mode", "pq"]) == 2
     assert "train_pq" in capsys.readouterr().err
-    assert main(["search", str(tmp_path / "nothere"), str(imgs / "img3.png")]) == 2
-    assert main(["ingest", str(tmp_path / "nothere"), str(imgs)]) == 2
+    assert main(["search", str(tmp_path / "nothere"), str(imgs / "img3.png")]) == 4  # NotAnIndexError
+    assert main(["ingest", str(tmp_path / "nothere"), str(imgs)]) == 4
 
 
 def test_ingest_same_id_other_content_and_duplicates(work, tmp_path, capsys):
@@ -253,7 +253,7 @@ def test_train_pq_then_pq_search(work, tmp_path, capsys):
     create(ix, work)
     imgs = work / "imgs"
     assert main(["ingest", str(ix), str(imgs), "--workers", "1", "--no-progress"]) == 0
-    assert main(["index", "train-pq", str(ix), "--M", "8"]) == 2  # 6 images: too few
+    assert main(["index", "train-pq", str(ix), "--M", "8"]) == 4  # 6 images: too few (TooFewImagesError)
     assert "at least 256" in capsys.readouterr().err
     with StreamingIndex.open(ix) as idx:  # fill up with other vectors
         V = np.random.default_rng(3).standard_normal((300, idx.encoder.dim))

@@ -1,0 +1,158 @@
+"""The command line's error contract: every error a user can cause is one line on stderr
+and a documented exit status (a StreamkError's ``exit_code``), a bug is one line and
+status 1, Ctrl-C 130, a closed output pipe 141 and quiet; ``--debug`` adds the
+traceback. Run in child processes, as a user runs ``streamk``."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from streamk import errors
+from streamk.cli import main
+
+pytest.importorskip("cv2")
+pytest.importorskip("PIL")
+from helpers.images import textured  # noqa: E402
+from helpers.processes import run_python, start_python, stop, subprocess_env  # noqa: E402
+
+# every status the command line may end with (README, "Limits and errors")
+EXIT_CODES = {0, 1, 2, 3, 4, 5, 6, 7, 130, 141, 143}
+
+
+def streamk(*args, **kwargs):
+    """``python -m streamk.cli ARGS`` in a child process (output captured, bounded)."""
+    return run_python("-m", "streamk.cli", *args, timeout=kwargs.pop("timeout", 120), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A small real index (OpenCV SIFT, a VLAD k=4 encoder, 6 textured images) and its
+    images and encoder file."""
+    from streamk import Encoder
+    from streamk.features import make_extractor
+    from streamk.index import StreamingIndex
+    from streamk.pipeline import extract_many
+
+    root = tmp_path_factory.mktemp("cli")
+    paths = [textured(str(root / "imgs" / f"img{i}.png"), i) for i in range(6)]
+    feats, _ = extract_many(paths, make_extractor("sift"), workers=1, progress=False)
+    enc = Encoder(embedding="vlad", k=4, aggregation="gmp").fit([f.descriptors for f in feats.values()])
+    enc.save(root / "enc.npz")
+    with StreamingIndex.create(root / "ix", enc, vector_dtype="float32", extractor=make_extractor("sift")) as idx:
+        for p in paths:
+            idx.add(p.rsplit("/", 1)[1], image_path=p)
+    return root
+
+
+def one_error_line(res):
+    """The one line a failed command printed on stderr (and no traceback)."""
+    assert "Traceback" not in res.stderr and "Traceback" not in res.stdout
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def test_exit_codes_are_documented_and_distinct_by_kind():
+    for name in dir(errors):
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, errors.StreamkError):
+            assert cls.exit_code in EXIT_CODES - {0, 1, 130, 141, 143}, name
+    assert errors.ConfigError.exit_code == 2
+    assert errors.ImageReadError.exit_code == errors.EncoderFileError.exit_code == 3
+    assert errors.NotAnIndexError.exit_code == errors.UnknownIdError.exit_code == 4
+
+
+def test_a_named_error_is_one_line_and_its_exit_code(work, tmp_path):
+    res = streamk("index", "info", str(tmp_path / "nothere"))
+    assert res.returncode == errors.NotAnIndexError.exit_code == 4
+    line = one_error_line(res)
+    assert line.startswith("streamk: error: ") and "nothere" in line
+    # a bad input file: 3
+    res = streamk("index", "create", str(tmp_path / "new"), "--encoder", str(tmp_path / "nope.npz"))
+    assert res.returncode == 3
+    assert "nope.npz" in one_error_line(res)
+    assert not (tmp_path / "new").exists()
+    # a query image that is not an image: 3, the index unchanged
+    (tmp_path / "q.jpg").write_text("not an image\n")
+    res = streamk("search", str(work / "ix"), str(tmp_path / "q.jpg"))
+    assert res.returncode == 3 and "q.jpg" in one_error_line(res)
+
+
+def test_debug_anywhere_adds_the_traceback(work, tmp_path):
+    for argv in (["--debug", "index", "info", str(tmp_path / "nothere")],
+                 ["index", "info", str(tmp_path / "nothere"), "--debug"]):
+        res = streamk(*argv)
+        assert res.returncode == 4
+        assert "Traceback" in res.stderr and "NotAnIndexError" in res.stderr
+        assert res.stderr.splitlines()[-1].startswith("streamk: error: ")
+
+
+def test_usage_errors_exit_2(work):
+    for argv in (["no-such-command"], ["search", str(work / "ix")], ["search", str(work / "ix"), "q.jpg", "-k", "x"],
+                 ["index", "info"], []):
+        res = streamk(*argv)
+        assert res.returncode == 2, argv
+        assert "Traceback" not in res.stderr and "usage:" in res.stderr
+
+
+def test_a_bug_is_one_line_status_1_and_says_so():
+    code = ("import sys\nfrom streamk.cli import run_command\n"
+            "sys.exit(run_command(lambda: {}['missing'], debug='--debug' in sys.argv))")
+    res = run_python("-c", code, timeout=60)
+    assert res.returncode == 1
+    line = one_error_line(res)
+    assert "internal error" in line and "KeyError" in line and "--debug" in line and "bug" in line
+    res = run_python("-c", code, "--debug", timeout=60)
+    assert res.returncode == 1 and "Traceback" in res.stderr
+
+
+def test_ctrl_c_exits_130_without_a_traceback():
+    code = ("import os, signal, sys, time\nfrom streamk.cli import run_command\n"
+            "def command():\n    print('ready', flush=True)\n    time.sleep(60)\n"
+            "sys.exit(run_command(command))")
+    proc = start_python("-c", code, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        stop(proc)
+    assert proc.returncode == 130
+    assert "Traceback" not in err and err.strip() == "streamk: interrupted"
+
+
+@pytest.mark.parametrize("argv", [["index", "info", "{ix}"], ["search", "{ix}", "{img}", "--json"]])
+def test_a_closed_output_pipe_ends_quietly(work, argv):
+    """``streamk index info IDX | head -1``: the reader has gone before streamk writes."""
+    argv = [a.format(ix=work / "ix", img=work / "imgs" / "img0.png") for a in argv]
+    proc = start_python("-m", "streamk.cli", *argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc.stdout.close()  # no reader left: streamk's first write meets EPIPE
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
+    finally:
+        stop(proc)
+    assert proc.returncode == 141
+    assert err == ""
+
+
+def test_head_of_a_real_pipe(work):
+    """Through a shell, as a user types it: the first line, and nothing on stderr."""
+    cmd = f"{sys.executable} -m streamk.cli index info {work / 'ix'} | head -1"
+    res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=120,
+                         env=subprocess_env())
+    assert res.returncode == 0 and len(res.stdout.splitlines()) == 1
+    assert "Traceback" not in res.stderr and "BrokenPipe" not in res.stderr
+
+
+def test_in_process_main_returns_the_exit_code(work, tmp_path, capsys):
+    assert main(["index", "info", str(work / "ix")]) == 0
+    assert "images" in capsys.readouterr().out
+    assert main(["index", "info", str(tmp_path / "nothere")]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("streamk: error: ")
+    with pytest.raises(SystemExit) as e:
+        main(["index", "info"])
+    assert e.value.code == 2
