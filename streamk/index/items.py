@@ -36,6 +36,7 @@ class EncodedImage(NamedTuple):
     record: dict  # JSON metadata of the image
     extras: bytes | None  # .npz bytes (keypoints, weights) or None
     geometry: bytes | None = None  # local-geometry record (streamk.verification), or None
+    thumbnail: bytes | None = None  # a small JPEG of the image for display (streamk.server), or None
 
 
 def npz_bytes(**arrays):

@@ -198,6 +198,10 @@ class ShardActor:
         with self._lock:
             return self.index.info(image_id)
 
+    def thumbnail(self, image_id):
+        with self._lock:
+            return self.index.thumbnail(image_id)
+
     def set_extractor(self, params_json):
         with self._lock:
             store = self.index.store
@@ -407,6 +411,10 @@ class ShardedIndex:
 
     def vector(self, image_id):
         return self._owners[shard_of(image_id, self.shards)].call("vector", image_id)
+
+    def thumbnail(self, image_id):
+        """The small JPEG stored with an image, or None (see StreamingIndex.thumbnail)."""
+        return self._owners[shard_of(image_id, self.shards)].call("thumbnail", image_id)
 
     def ids(self):
         return sorted(i for ids in self._scatter("ids", {s: () for s in range(self.shards)}).values() for i in ids)

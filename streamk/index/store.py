@@ -35,6 +35,8 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
 ``geometry``    row -> the image's local-geometry record (visual words, signatures, keypoint
                 frames: :mod:`streamk.verification.records`), for spatial verification;
                 written with the image, in the same transaction.
+``thumbnails``  id -> a small JPEG of the image (at most 256 px a side, a few KB), written with
+                the image when its writer made one (the HTTP server does, for uploads).
 
 Every change increments ``meta/seq`` and appends to ``log`` in the same
 transaction, so a reader that knows the seq it last saw applies only what
@@ -70,7 +72,7 @@ SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "
           "log", "claims")
 # Sub-databases added after format 2 was released: an index written before them lacks them;
 # a writer creates them at open, a read-only reader sees them as empty.
-OPTIONAL_SUBDBS = ("geometry",)
+OPTIONAL_SUBDBS = ("geometry", "thumbnails")
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 MAX_ID_CHARS = 200

@@ -200,6 +200,17 @@ class StreamingIndex:
             rec = records_of(self._store, txn, [json.loads(raw)["row"]])[0]
             return None if rec is None else bytes(rec)
 
+    def thumbnail(self, image_id):
+        """The small JPEG stored with an image (bytes), or None when it has none (only images
+        whose writer made one: the HTTP server's uploads)."""
+        key = id_key(image_id)
+        with self._store.read() as txn:
+            if txn.get(key, db=self._store.dbs["images"]) is None:
+                raise UnknownIdError(f"no image {image_id!r} in the index")
+            db = self._store.dbs.get("thumbnails")
+            raw = None if db is None else txn.get(key, db=db)
+            return None if raw is None else bytes(raw)
+
     @property
     def path(self):
         return self._store.path

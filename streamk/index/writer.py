@@ -160,6 +160,8 @@ class IndexWriter:
             txn.put(enc.key, enc.extras, db=db["extras"])
         if enc.geometry is not None and db["geometry"] is not None and s.get_int(b"local_features", txn):
             txn.put(rk, enc.geometry, db=db["geometry"], append=True)
+        if enc.thumbnail is not None and db["thumbnails"] is not None:
+            txn.put(enc.key, enc.thumbnail, db=db["thumbnails"])
         epoch, codec = self.codec(txn)
         if codec is not None:
             if code is None:  # the codec changed since the batch was encoded
@@ -178,7 +180,7 @@ class IndexWriter:
                 txn.delete(ck, db=db["hashes"])
         row = int(record["row"])
         rk = row_key(row)
-        for name, k in (("images", key), ("extras", key), ("row_ids", rk), ("geometry", rk)):
+        for name, k in (("images", key), ("extras", key), ("row_ids", rk), ("geometry", rk), ("thumbnails", key)):
             if db[name] is not None:
                 txn.delete(k, db=db[name])
         self.vectors.clear(txn, row)

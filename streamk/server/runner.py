@@ -1,0 +1,79 @@
+"""``streamk serve``: the token read from a file or the environment (never the command
+line), the index opened and the workers warmed, uvicorn on 127.0.0.1 unless told
+otherwise, and a graceful stop on SIGTERM / SIGINT (requests in flight finish, the
+workers stop, the index closes; then the process ends by that signal)."""
+
+import logging
+import os
+import sys
+
+from ..errors import ConfigError
+from .app import DEFAULT_MAX_UPLOAD, create_app
+from .service import Service
+
+TOKEN_ENV = "STREAMK_TOKEN"
+MIN_TOKEN_CHARS = 16
+
+
+def read_token(token_file=None, environ=None):
+    """The token: the first line of ``token_file``, else $STREAMK_TOKEN, else None."""
+    environ = os.environ if environ is None else environ
+    if token_file is not None:
+        try:
+            with open(token_file, encoding="utf-8") as fh:
+                token = fh.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--token-file {token_file}: cannot read it ({exc})") from exc
+        source = f"--token-file {token_file}"
+    else:
+        token = environ.get(TOKEN_ENV, "").strip()
+        if not token:
+            return None
+        source = f"${TOKEN_ENV}"
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"{source}: the token must have at least {MIN_TOKEN_CHARS} characters "
+                          f"(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+    return token
+
+
+def configure_logging(level="info"):
+    log = logging.getLogger("streamk.server")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(level.upper())
+    log.propagate = False
+    return log
+
+
+def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=(), dask=None,
+          max_upload=DEFAULT_MAX_UPLOAD, images=(), log_level="info"):
+    """Serve the index at ``path`` until SIGTERM / SIGINT; see the module doc.
+
+    workers: encoding processes; images: the collection folders whose files may be read
+    for thumbnails. Returns 0 after a stop without a signal (a signal ends the process
+    once the server has stopped, as uvicorn re-raises it)."""
+    import uvicorn
+
+    log = configure_logging(log_level)
+    token = read_token(token_file)
+    if host not in ("127.0.0.1", "localhost", "::1") and token is None:
+        log.warning("listening on %s without a token: anyone who can reach it can search; writes are off", host)
+    service = Service(path, workers=workers, dask=dask, writable=token is not None, collection=images).open()
+    try:
+        app = create_app(service, token=token, max_upload=max_upload, cors=cors)
+    except BaseException:
+        service.close()
+        raise
+    config = uvicorn.Config(app, host=host, port=int(port), log_config=None, access_log=False,
+                            timeout_graceful_shutdown=30, lifespan="on", server_header=False)
+    server = uvicorn.Server(config)
+    log.info("serving %s (%d images, %d encoding workers%s) on http://%s:%d/", path,
+             service.run_sync(service.stats)["images"], workers, "" if token else "; read-only: no token", host,
+             int(port))
+    server.run()
+    return 0
+
+
+__all__ = ["TOKEN_ENV", "configure_logging", "read_token", "serve"]

@@ -1,0 +1,232 @@
+"""What the server does with its index, apart from HTTP: the index kept open and warm in
+one thread of its own, the encoding workers, thumbnails, and the answers as plain data.
+
+Threads and processes. A StreamingIndex is not thread-safe and LMDB allows one
+environment per process, so every index call runs in one dedicated thread (searches
+take milliseconds; the costly step, extraction and encoding, runs in the worker
+processes of :class:`~streamk.server.pool.EncodingPool`). The event loop only awaits.
+Each search refreshes the index's view from its change log first, so images added or
+removed by another process (``streamk ingest``, a notebook) are seen at the next request.
+A write is one LMDB transaction committed before the answer is sent: a server stopped
+or killed at any moment loses nothing it reported written.
+"""
+
+import asyncio
+import json
+import logging
+import os
+import stat
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+
+import numpy as np
+
+from .. import errors
+from ..index import encoded_image_file, encoded_vector, open_index
+from .pool import EncodingPool
+from .tasks import describe_image, thumbnail_task
+
+log = logging.getLogger("streamk.server")
+
+MAX_THUMBNAIL_SOURCE = 64 << 20  # a collection file larger than this gets no thumbnail
+
+
+class WorkerError(Exception):
+    """An error a worker reported for an image: ``name`` (a streamk.errors class name)
+    and ``message``; the server answers it as it would that class."""
+
+    def __init__(self, name, message):
+        self.name = name
+        self.message = message
+        super().__init__(f"{name}: {message}")
+
+
+def raise_worker_error(out):
+    if out.get("error"):
+        name, message = out["error"]
+        raise WorkerError(name, message)
+    return out
+
+
+class Service:
+    """An index (``path``; sharded ones through ``dask``) served: see the module doc.
+
+    workers: encoding processes; writable: open the index for writing (the server is
+    read-only without a token); collection: folders whose files may be read to make the
+    thumbnail of an image indexed from them (by ``streamk ingest``); nothing else on the
+    server's disk is ever read on a client's behalf."""
+
+    def __init__(self, path, workers=2, dask=None, writable=True, collection=()):
+        self.path = str(path)
+        self.workers = int(workers)
+        self.dask = dask
+        self.writable = bool(writable)
+        self.collection = [os.path.realpath(c) for c in collection]
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamk-index")
+        self.index = None
+        self.pool = None
+        self.dim = None
+        self.has_local_features = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ life
+    def open(self):
+        """Open the index and start (and warm) the workers; blocking, before serving."""
+        self._thread.submit(self._open).result()
+        self.pool.start(warm=True)
+        return self
+
+    def _open(self):
+        self.index = open_index(self.path, readonly=not self.writable, dask=self.dask)
+        vocabulary = self.index.vocabulary
+        self.has_local_features = vocabulary is not None
+        self.dim = int(self.index.encoder.dim)
+        extractor = self.index.extractor()  # the stored one, or the default (pinned by the first write)
+        self.pool = EncodingPool(self.index.encoder.to_bytes(), extractor,
+                                 None if vocabulary is None else vocabulary.to_bytes(), self.workers)
+        self._warm()
+
+    def _warm(self):
+        """Load what searches scan and the search kernels now, not at the first request:
+        one first-stage search, and one verified search of random features."""
+        from ..features import Features
+
+        if len(self.index) == 0:
+            return
+        rng = np.random.default_rng(0)
+        q = rng.standard_normal(self.dim).astype(np.float32)
+        self.index.search(q / np.linalg.norm(q), k=1, verify=0)
+        if self.has_local_features:
+            n = 64
+            kp = np.zeros((n, 6), np.float32)
+            kp[:, :2] = rng.uniform(0, 200, (n, 2))
+            kp[:, 2] = kp[:, 4] = 3.0
+            f = Features(kp, rng.integers(0, 120, (n, 128)).astype(np.uint8), (200, 200))
+            self.index.search(q / np.linalg.norm(q), k=1, features=f, verify=2, expand=1)
+
+    def close(self):
+        """Stop the workers, then close the index (after the writes in flight committed)."""
+        if self.pool is not None:
+            self.pool.close()
+        try:
+            if self.index is not None:
+                self._thread.submit(self.index.close).result()
+        finally:
+            self._thread.shutdown(wait=True)
+
+    def run_sync(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` in the index thread, waited for (outside the event loop)."""
+        return self._thread.submit(fn, *args, **kwargs).result()
+
+    async def call(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` in the index thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._thread, partial(fn, *args, **kwargs))
+
+    # ------------------------------------------------------------ describing images (workers)
+    async def describe(self, data, box=None, purpose="query", name="upload"):
+        return raise_worker_error(await self.pool.run(describe_image, (data, box, purpose, name)))
+
+    # ------------------------------------------------------------ search
+    def _hits(self, hits, query):
+        idx = self.index
+        records = idx.records([h.id for h in hits]) if hits else []
+        out = []
+        for h, raw in zip(hits, records):
+            rec = json.loads(raw) if raw is not None else {}
+            d = h.to_dict(pairs=False)
+            d["image_size"] = rec.get("image_size")
+            d["kind"] = rec.get("kind")
+            out.append(d)
+        return {"query": query, "results": out}
+
+    def search(self, vector, k, features=None, box=None, verify=None, expand=None, mode=None, query=None):
+        """The results of one query vector (with its image's Features for the second stage)."""
+        hits = self.index.search(np.asarray(vector, np.float32), k=k, features=features,
+                                 box=box if features is not None else None, verify=verify, expand=expand, mode=mode)
+        return self._hits(hits, query or {})
+
+    def search_id(self, image_id, k, verify=None, expand=None, mode=None):
+        """The results of an indexed image's stored vector (first stage: no features are kept)."""
+        v = self.index.vector(image_id)
+        return self.search(v, k, mode=mode, query={"kind": "id", "id": image_id})
+
+    # ------------------------------------------------------------ writes
+    def encoded_upload(self, image_id, described, name):
+        """The EncodedImage of an uploaded image described by a worker."""
+        enc = encoded_image_file(image_id, name, described["sha256"], described["vector"], described["keypoints"],
+                                 described["weights"], described["image_size"], None, described["geometry"])
+        record = dict(enc.record, source=None, kind="upload", filename=name)
+        return enc._replace(record=record, thumbnail=described["thumbnail"])
+
+    def encoded_vector(self, image_id, vector):
+        return encoded_vector(image_id, vector, self.dim)
+
+    def write(self, enc, replace=False):
+        """Write one image (one transaction): "added" / "exists", or its named error."""
+        out = self.index.write_encoded([enc], replace=replace)[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def remove(self, image_id):
+        return self.index.remove([image_id])
+
+    def require(self, image_id):
+        """UnknownIdError unless the image is indexed."""
+        if self.index.records([image_id])[0] is None:
+            raise errors.UnknownIdError(f"no image {image_id!r} in the index")
+
+    # ------------------------------------------------------------ facts
+    def info(self, image_id):
+        raw = self.index.records([image_id])[0]
+        if raw is None:
+            raise errors.UnknownIdError(f"no image {image_id!r} in the index")
+        rec = json.loads(raw)
+        return {"id": image_id, "kind": rec.get("kind"), "sha256": rec.get("sha256"),
+                "n_descriptors": rec.get("n_descriptors"), "image_size": rec.get("image_size"),
+                "box": rec.get("box"), "added": rec.get("added"), "filename": rec.get("filename")}
+
+    def stored_thumbnail(self, image_id):
+        """(stored JPEG or None, path of the image in the served collection or None)."""
+        jpeg = self.index.thumbnail(image_id)
+        if jpeg is not None:
+            return jpeg, None
+        rec = json.loads(self.index.records([image_id])[0] or b"{}")
+        return None, self._collection_file(rec.get("source"))
+
+    def _collection_file(self, source):
+        """``source`` if it is a regular file inside one of the collection folders."""
+        if not source or not self.collection:
+            return None
+        real = os.path.realpath(source)
+        if not any(os.path.commonpath([real, root]) == root for root in self.collection):
+            return None
+        try:
+            st = os.stat(real)
+        except OSError:
+            return None
+        return real if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_THUMBNAIL_SOURCE else None
+
+    async def thumbnail(self, image_id):
+        """The JPEG thumbnail of an image, or None when there is none to give."""
+        jpeg, path = await self.call(self.stored_thumbnail, image_id)
+        if jpeg is not None or path is None:
+            return jpeg
+        data = await asyncio.get_running_loop().run_in_executor(None, _read, path)
+        out = await self.pool.run(thumbnail_task, (data, os.path.basename(path)))
+        return None if out.get("error") else out["thumbnail"]
+
+    def stats(self):
+        s = self.index.stats()
+        return {"images": int(s["images"]), "codec": s.get("codec"), "reader_memory": int(s.get("reader_memory", 0)),
+                "shards": int(s.get("shards", 1)), "dim": self.dim, "local_features": self.has_local_features,
+                "workers": self.workers, "writable": self.writable}
+
+
+def _read(path):
+    with open(path, "rb") as fh:
+        return fh.read(MAX_THUMBNAIL_SOURCE + 1)
+
+
+__all__ = ["Service", "WorkerError"]
