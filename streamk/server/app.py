@@ -396,7 +396,7 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
         raise RuntimeError("create_app needs an opened Service (Service.open())")
     app = FastAPI(title="streamk", version=__version__, lifespan=lifespan,
                   description="Image search over a streamk index: search by photo, id or vector; add, update, "
-                              "delete images; thumbnails; stats.", docs_url="/docs", redoc_url=None)
+                              "delete images; thumbnails; stats.", docs_url=None, redoc_url=None)
     app.state.service = service
     _install_error_handlers(app)
     dim = service.dim

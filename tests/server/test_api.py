@@ -1,0 +1,290 @@
+"""The HTTP API end to end, against a real ``streamk serve`` on 127.0.0.1: add, search by
+upload / id / vector, update, delete, thumbnails, auth, limits and errors as JSON codes;
+a server beside a ``streamk ingest`` in another process; SIGKILL mid-write; SIGTERM."""
+
+import io
+import json
+import shutil
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+from helpers.processes import run_python
+from helpers.server import Server, alive, child_pids, make_index, png_bytes
+
+httpx = pytest.importorskip("httpx")
+from PIL import Image  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def served(photos, tmp_path_factory):
+    """One server with a token and a 0.2 MB body limit over an index of p0..p3, for the
+    tests of this module that leave the index as they found it (or clean up)."""
+    tmp = tmp_path_factory.mktemp("served")
+    index = make_index(tmp / "idx", photos)
+    srv = Server(index, tmp, args=["--workers", "1", "--max-upload", "0.2",
+                                   "--images", str(photos["root"] / "imgs")]).start()
+    yield srv
+    srv.stop()
+
+
+def upload(client, path, **fields):
+    return client.post("/search", files={"image": (path.rsplit("/", 1)[-1], png_bytes(path), "image/png")},
+                       data={k: str(v) for k, v in fields.items()})
+
+
+def assert_error(resp, status, code):
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    assert set(body) == {"error"} and body["error"]["code"] == code, body
+    assert "Traceback" not in resp.text and "File \"" not in resp.text
+    return body["error"]["message"]
+
+
+def test_search_by_upload_is_verified_with_its_region(served, photos):
+    with served.client() as c:
+        r = upload(c, photos["paths"][1], k=3)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        top = body["results"][0]
+        assert top["id"] == "p1" and top["verified"] and top["inliers"] >= 12
+        # the same photo: the matched region is the whole image (the identity map), within a pixel
+        region = np.array(top["region"])
+        assert np.allclose(region, [[-0.5, -0.5], [255.5, -0.5], [255.5, 255.5], [-0.5, 255.5]], atol=1.0)
+        assert top["image_size"] == [256, 256] and body["query"]["kind"] == "image"
+        assert len(body["results"]) == 3 and [h["id"] for h in body["results"]].count("p1") == 1
+        # a box: the region is the box mapped into the result (the identity here)
+        r = upload(c, photos["paths"][1], k=1, box="32,40,200,220")
+        top = r.json()["results"][0]
+        assert top["id"] == "p1" and top["verified"]
+        assert np.allclose(np.array(top["region"]), [[32, 40], [200, 40], [200, 220], [32, 220]], atol=1.0)
+        # the first stage alone
+        r = upload(c, photos["paths"][2], k=2, verify=0)
+        assert [h["stage"] for h in r.json()["results"]] == ["first", "first"]
+        assert r.json()["results"][0]["id"] == "p2" and r.json()["results"][0]["inliers"] is None
+
+
+def test_add_search_by_id_and_vector_update_delete(served, photos):
+    from streamk.index import StreamingIndex
+
+    p5, p6 = photos["paths"][5], photos["paths"][6]
+    with served.client() as c:
+        r = c.post("/images", data={"id": "new"}, files={"image": ("p5.png", png_bytes(p5), "image/png")})
+        assert r.status_code == 201 and r.json() == {"id": "new", "status": "added"}, r.text
+        r = c.post("/images", data={"id": "new"}, files={"image": ("p5.png", png_bytes(p5), "image/png")})
+        assert r.status_code == 200 and r.json()["status"] == "exists"
+        msg = assert_error(c.post("/images", data={"id": "other"},
+                                  files={"image": ("p5.png", png_bytes(p5), "image/png")}), 409, "duplicate")
+        assert "'new'" in msg
+        info = c.get("/images/new").json()
+        assert info["kind"] == "upload" and info["image_size"] == [256, 256] and "source" not in info
+        # by id: the stored vector, itself first
+        r = c.post("/search", json={"id": "new", "k": 2})
+        assert r.status_code == 200 and r.json()["results"][0]["id"] == "new"
+        assert r.json()["results"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+        # by vector: an image's stored vector finds that image
+        with StreamingIndex.open(served.index, readonly=True) as idx:
+            v = idx.vector("p2")
+        r = c.post("/search", json={"vector": v.tolist(), "k": 1})
+        assert r.json()["results"][0]["id"] == "p2" and r.json()["query"]["kind"] == "vector"
+        # a vector image
+        w = np.asarray(v, np.float64) + 0.01
+        assert c.post("/images", json={"id": "vec", "vector": w.tolist()}).status_code == 201
+        # the thumbnail of an upload: a JPEG stored with it
+        r = c.get("/images/new/thumbnail")
+        assert r.status_code == 200 and r.headers["content-type"] == "image/jpeg"
+        assert Image.open(io.BytesIO(r.content)).size == (256, 256)
+        # update: another photo under the same id
+        r = c.put("/images/new", files={"image": ("p6.png", png_bytes(p6), "image/png")})
+        assert r.status_code == 200 and r.json()["status"] == "updated", r.text
+        assert upload(c, p6, k=1).json()["results"][0]["id"] == "new"
+        assert_error(c.put("/images/absent", json={"vector": w.tolist()}), 404, "unknown_id")
+        # delete
+        for image_id in ("new", "vec"):
+            assert c.delete(f"/images/{image_id}").json() == {"id": image_id, "status": "removed"}
+        assert_error(c.get("/images/new"), 404, "unknown_id")
+        assert_error(c.delete("/images/new"), 404, "unknown_id")
+        assert_error(c.get("/images/vec/thumbnail"), 404, "unknown_id")
+        assert c.get("/stats").json()["images"] == 4
+
+
+def test_thumbnails_of_collection_files_and_nothing_else(served, photos):
+    with served.client() as c:
+        r = c.get("/images/p0/thumbnail")  # ingested from the collection folder given with --images
+        assert r.status_code == 200 and Image.open(io.BytesIO(r.content)).format == "JPEG"
+        assert c.post("/images", json={"id": "v1", "vector": [1.0] + [0.0] * 511}).status_code == 201
+        assert_error(c.get("/images/v1/thumbnail"), 404, "no_thumbnail")
+        assert c.delete("/images/v1").status_code == 200
+        # a client never names a server path: unknown fields are refused, ids are not paths
+        assert_error(c.post("/search", json={"path": "/etc/passwd"}), 400, "bad_request")
+        assert_error(c.post("/images", json={"id": "../x", "vector": [1.0] + [0.0] * 511}), 400, "invalid_id")
+
+
+def test_auth_is_required_for_reads_and_writes(served, photos):
+    with httpx.Client(base_url=served.url, timeout=60) as anon:
+        assert anon.get("/health").json()["reads_need_token"] is True
+        assert_error(anon.get("/stats"), 401, "unauthorized")
+        assert_error(anon.post("/search", json={"id": "p1"}), 401, "unauthorized")
+        assert_error(anon.get("/images/p1/thumbnail"), 401, "unauthorized")
+        r = anon.post("/images", json={"id": "x", "vector": [1.0] + [0.0] * 511},
+                      headers={"Authorization": "Bearer wrong-token-of-enough-length"})
+        assert_error(r, 401, "unauthorized")
+        assert_error(anon.delete("/images/p1"), 401, "unauthorized")
+    with served.client() as c:
+        assert c.get("/stats").json()["images"] == 4
+
+
+def test_limits_and_bad_input_answer_json_codes(served, photos):
+    with served.client() as c:
+        big = bytes(300_000)
+        assert_error(c.post("/search", files={"image": ("big.png", big, "image/png")}), 413, "upload_too_large")
+        # a body streamed without a length is cut off at the limit too
+        def chunks():
+            for _ in range(30):
+                yield bytes(10_000)
+        r = c.post("/search", content=chunks(), headers={"content-type": "application/json"})
+        assert_error(r, 413, "upload_too_large")
+        msg = assert_error(c.post("/search", files={"image": ("x.jpg", b"not an image at all", "image/jpeg")}),
+                           422, "image_read")
+        assert "not a recognised image" in msg
+        grey = io.BytesIO()
+        Image.new("L", (96, 96), 128).save(grey, "PNG")
+        assert_error(c.post("/search", files={"image": ("grey.png", grey.getvalue(), "image/png")}), 422,
+                     "empty_descriptor_set")
+        assert_error(c.post("/search", content=b"{not json", headers={"content-type": "application/json"}), 400,
+                     "bad_request")
+        assert_error(c.post("/search", json={"id": "p1", "k": 0}), 400, "bad_request")
+        assert_error(c.post("/search", json={"id": "p1", "k": 10**9}), 400, "bad_request")
+        assert_error(c.post("/search", json={"vector": [1.0, 2.0]}), 400, "bad_request")
+        assert_error(c.post("/search", json={"vector": [0.0] * 512}), 400, "zero_vector")
+        assert_error(c.post("/search", json={"id": "absent"}), 404, "unknown_id")
+        assert_error(c.post("/search", content=b"k=1", headers={"content-type": "text/plain"}), 415,
+                     "unsupported_media_type")
+        assert_error(c.get("/no/such/route"), 404, "not_found")
+        assert_error(c.put("/stats"), 405, "method_not_allowed")
+    # every request is logged with its time
+    log = served.log()
+    assert "POST /search 413" in log and "GET /no/such/route 404" in log
+    assert " ms" in log.splitlines()[-1]
+
+
+def test_a_read_only_server_without_a_token(photos, tmp_path, make_server):
+    index = make_index(tmp_path / "idx", photos, n=2)
+    srv = make_server(index, token=False, args=["--workers", "1"])
+    with httpx.Client(base_url=srv.url, timeout=120) as c:
+        assert c.get("/health").json() == {"status": "ok", "reads_need_token": False, "writable": False}
+        assert c.get("/stats").json()["images"] == 2
+        assert c.post("/search", json={"id": "p0", "k": 1}).json()["results"][0]["id"] == "p0"
+        assert_error(c.post("/images", json={"id": "x", "vector": [1.0] + [0.0] * 511}), 403, "read_only")
+        assert_error(c.delete("/images/p0"), 403, "read_only")
+    # no CORS unless configured: a browser on another origin gets no permission
+    r = httpx.options(f"{srv.url}/search", headers={"Origin": "https://elsewhere.example",
+                                                     "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in r.headers
+
+
+def test_cors_when_configured(photos, tmp_path, make_server):
+    index = make_index(tmp_path / "idx", photos, n=1)
+    srv = make_server(index, args=["--workers", "1", "--cors", "https://app.example"])
+    r = httpx.options(f"{srv.url}/search", headers={"Origin": "https://app.example",
+                                                     "Access-Control-Request-Method": "POST"})
+    assert r.headers.get("access-control-allow-origin") == "https://app.example"
+    r = httpx.options(f"{srv.url}/search", headers={"Origin": "https://other.example",
+                                                     "Access-Control-Request-Method": "POST"})
+    assert r.headers.get("access-control-allow-origin") is None
+
+
+def test_a_server_sees_what_streamk_ingest_adds_in_another_process(photos, tmp_path, make_server):
+    index = make_index(tmp_path / "idx", photos, n=2)
+    srv = make_server(index, args=["--workers", "1"])
+    with srv.client() as c:
+        assert c.get("/stats").json()["images"] == 2
+        new = tmp_path / "more"
+        new.mkdir()
+        for i in (6, 7):
+            shutil.copy(photos["paths"][i], new / f"p{i}.png")
+        out = run_python("-m", "streamk.cli", "ingest", str(index), str(new), "--workers", "1", "--no-progress",
+                         "--no-cache", timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert c.get("/stats").json()["images"] == 4  # seen at the next request
+        top = upload(c, photos["paths"][7], k=1).json()["results"][0]
+        assert top["id"] == "p7.png" and top["verified"]
+        # and the server's own writes meanwhile land in the same index
+        assert c.post("/images", data={"id": "up3"},
+                      files={"image": ("p3.png", png_bytes(photos["paths"][3]), "image/png")}).status_code == 201
+    from streamk.index import StreamingIndex
+
+    with StreamingIndex.open(index, readonly=True) as idx:
+        assert sorted(idx.ids()) == ["p0", "p1", "p6.png", "p7.png", "up3"]
+
+
+def test_sigkill_mid_write_loses_nothing_committed(photos, tmp_path, make_server):
+    from streamk.index import StreamingIndex
+
+    index = make_index(tmp_path / "idx", photos, n=1)
+    srv = make_server(index, args=["--workers", "1"])
+    workers = child_pids(srv.proc.pid)
+    assert workers, "the server runs its encoding workers in child processes"
+    acked, stop = [], threading.Event()
+    rng = np.random.default_rng(0)
+
+    def writer(n_max=2000):
+        with srv.client() as c:
+            for i in range(n_max):
+                if stop.is_set():
+                    return
+                v = rng.standard_normal(512)
+                try:
+                    r = c.post("/images", json={"id": f"v{i}", "vector": v.tolist()})
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 201:
+                    acked.append(f"v{i}")
+
+    t = threading.Thread(target=writer)
+    t.start()
+    deadline = time.monotonic() + 60
+    while len(acked) < 20 and time.monotonic() < deadline and t.is_alive():
+        time.sleep(0.05)
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait(timeout=30)
+    stop.set()
+    t.join(timeout=60)
+    assert len(acked) >= 20
+    with StreamingIndex.open(index) as idx:
+        stored = set(idx.ids())
+        assert set(acked) <= stored  # every write the server answered is there
+        assert len(idx) == len(stored) and idx.search(idx.vector(acked[-1]), k=1)[0][0] == acked[-1]
+    # the encoding workers ended with their parent
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p) for p in workers)
+
+
+def test_sigterm_stops_gracefully(photos, tmp_path, make_server):
+    from streamk.index import StreamingIndex
+
+    index = make_index(tmp_path / "idx", photos, n=1)
+    srv = make_server(index, args=["--workers", "1"])
+    workers = child_pids(srv.proc.pid)
+    with srv.client() as c:
+        assert c.post("/images", json={"id": "last", "vector": [0.5] * 512}).status_code == 201
+    rc = srv.stop(signal.SIGTERM)
+    assert rc in (0, -signal.SIGTERM), srv.log()
+    assert "Traceback" not in srv.log()
+    assert not any(alive(p) for p in workers)
+    with StreamingIndex.open(index, readonly=True) as idx:
+        assert "last" in idx
+
+
+def test_the_schema_describes_every_endpoint(served):
+    schema = httpx.get(f"{served.url}/openapi.json").json()
+    assert set(schema["paths"]) == {"/health", "/stats", "/search", "/images", "/images/{image_id}",
+                                    "/images/{image_id}/thumbnail"}
+    body = schema["paths"]["/search"]["post"]["requestBody"]["content"]
+    assert set(body) == {"application/json", "multipart/form-data"}
+    assert json.dumps(schema).count("Traceback") == 0
