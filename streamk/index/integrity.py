@@ -43,8 +43,7 @@ _PSIZE = struct.Struct("<I")  # mm_dbs[FREE_DBI].md_pad: the page size
 CRC = struct.Struct("<I")
 CRC_BYTES = CRC.size
 # lmdb errors that mean the file's pages are not what LMDB wrote
-CORRUPTION = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PanicError, lmdb.InvalidError,
-              lmdb.BadValsizeError)
+CORRUPTION = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.BadValsizeError)
 RESTORE = "restore a copy of the index or run `streamk index verify --repair {path}`"
 
 

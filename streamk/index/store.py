@@ -61,9 +61,9 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from .integrity import check_lmdb_file
+from .integrity import CORRUPTION, check_lmdb_file, check_room, corrupt, disk_full, put_checked_meta
 
-from ..errors import (IndexCorruptError, IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
+from ..errors import (DiskFullError, IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                      ReadOnlyIndexError)
 
 FORMAT = "streamk-index"
@@ -75,6 +75,8 @@ SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "
 OPTIONAL_SUBDBS = ("geometry", "thumbnails")
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
+CREATE_ROOM = 1 << 20  # free bytes a new index needs on its disk, beyond its metadata
+CHECKED_META = (b"encoder", b"codec", b"vocabulary")  # metadata blobs stored with their CRC32C
 MAX_ID_CHARS = 200
 MAX_KEY_BYTES = 511  # LMDB's default maximum key size
 BLOCK_ROWS = 4096  # default rows per sealed block of codes and per bitmap of removed rows
@@ -170,10 +172,11 @@ class Store:
     Use :meth:`create` or :meth:`open`; ``store.dbs[name]`` are the handles.
     """
 
-    def __init__(self, path, env, readonly, create=False):
+    def __init__(self, path, env, readonly, create=False, max_map_size=None):
         self.path = Path(path)
         self.env = env
         self.readonly = readonly
+        self.max_map_size = None if max_map_size is None else int(max_map_size)
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
         if create:
             self.dbs = {name: env.open_db(name.encode(), create=True) for name in SUBDBS + OPTIONAL_SUBDBS}
@@ -198,30 +201,55 @@ class Store:
         return self.env.reader_check()
 
     @classmethod
-    def create(cls, path, meta, map_size=DEFAULT_MAP_SIZE):
-        """A new store at ``path`` (a new or empty directory) with ``meta`` (name -> bytes)."""
+    def create(cls, path, meta, map_size=DEFAULT_MAP_SIZE, max_map_size=None):
+        """A new store at ``path`` (a new or empty directory) with ``meta`` (name -> bytes).
+
+        max_map_size: the map never grows past it (a write that needs more is a
+        DiskFullError); None: no limit but the disk's. On a disk without room for
+        it nothing is left behind (DiskFullError)."""
         path = Path(path)
         if path.exists():
             if not path.is_dir():
                 raise IndexExistsError(f"{path} exists and is not a directory")
             if any(path.iterdir()):
                 raise IndexExistsError(f"{path} is not empty: refusing to create an index there")
-        path.mkdir(parents=True, exist_ok=True)
-        env = cls._env(path, False, int(map_size))
-        store = cls(path, env, False, create=True)
         record = {b"format": json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode(),
                   b"seq": seq_key(0)}
         record.update({k.encode() if isinstance(k, str) else k: v for k, v in meta.items()})
+        needed = CREATE_ROOM + 2 * sum(len(k) + len(v) for k, v in record.items())
+        existing = next(p for p in (path, *path.parents) if p.exists())
+        check_room(existing, needed)  # LMDB maps its lock file: a full disk there would be a SIGBUS
+        made = [p for p in (path, *path.parents) if not p.exists()]
+        path.mkdir(parents=True, exist_ok=True)
+        env = None
+        try:
+            env = cls._env(path, False, int(map_size))
+            store = cls(path, env, False, create=True, max_map_size=max_map_size)
 
-        def put_meta(txn):
-            for k, v in record.items():
-                txn.put(k, v, db=store.dbs["meta"])
-        store.write(put_meta)
+            def put_meta(txn):
+                for k, v in record.items():
+                    if k in CHECKED_META:
+                        put_checked_meta(txn, store.dbs["meta"], k, v)
+                    else:
+                        txn.put(k, v, db=store.dbs["meta"])
+            store.write(put_meta)
+        except BaseException as exc:
+            if env is not None:
+                env.close()
+            for name in ("data.mdb", "lock.mdb"):  # nothing half-made is left
+                (path / name).unlink(missing_ok=True)
+            for p in made:
+                p.rmdir()
+            if isinstance(exc, (lmdb.Error, OSError)) and not isinstance(exc, DiskFullError):
+                full = disk_full(existing, exc, needed)
+                if full is not None:
+                    raise full from exc
+            raise
         store.block_rows = store.get_int(b"block_rows", default=BLOCK_ROWS)
         return store
 
     @classmethod
-    def open(cls, path, readonly=False):
+    def open(cls, path, readonly=False, max_map_size=None):
         path = Path(path)
         if not path.is_dir() or not _is_index_dir(path):
             raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
@@ -232,7 +260,7 @@ class Store:
             raise NotAnIndexError(f"{path}: cannot open as an LMDB index ({exc})") from exc
         try:
             cls._check_format(path, env)  # before the sub-databases: an older format has others
-            store = cls(path, env, readonly)
+            store = cls(path, env, readonly, max_map_size=max_map_size)
             store.reader_check()
             store.block_rows = store.get_int(b"block_rows", default=BLOCK_ROWS)
         except (NotAnIndexError, IndexFormatError):
@@ -286,8 +314,12 @@ class Store:
         """Run ``fn(txn)`` in one write transaction and commit; return its result.
 
         On a full map: abort, double the map size and rerun ``fn`` from scratch
-        (so ``fn`` must not keep effects outside ``txn`` across calls). Any other
-        exception aborts the transaction and propagates: nothing is written.
+        (so ``fn`` must not keep effects outside ``txn`` across calls); past
+        ``max_map_size``: :class:`~streamk.errors.DiskFullError`. Any other
+        exception aborts the transaction and propagates: nothing is written. A
+        commit that finds no room on the disk (ENOSPC; LMDB says EIO for a short
+        write) is a DiskFullError with the space it needed; LMDB's corruption
+        errors are an :class:`~streamk.errors.IndexCorruptError`.
         """
         if self.readonly:
             raise ReadOnlyIndexError(f"{self.path} was opened read-only")
@@ -297,16 +329,49 @@ class Store:
             except lmdb.MapResizedError:
                 self.env.set_mapsize(0)
                 continue
+            except CORRUPTION as exc:
+                raise corrupt(self.path, f"LMDB: {exc}") from exc
+            pages = None
             try:
                 result = fn(txn)
+                pages = self._pages(txn)
                 txn.commit()
                 return result
             except lmdb.MapFullError:
                 self._abort(txn)
                 self.grow()
+            except CORRUPTION as exc:
+                self._abort(txn)
+                raise corrupt(self.path, f"LMDB: {exc}") from exc
+            except (lmdb.Error, OSError) as exc:
+                self._abort(txn)
+                full = disk_full(self.path, exc, self._needed(pages))
+                if full is not None:
+                    raise full from exc
+                raise
             except BaseException:
                 self._abort(txn)
                 raise
+
+    def _pages(self, txn):
+        """Pages of every sub-database as ``txn`` sees them (what a failed commit needed)."""
+        n = 0
+        for db in self.dbs.values():
+            if db is not None:
+                st = txn.stat(db)
+                n += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+        return n
+
+    def _needed(self, pages):
+        """Bytes a failed commit needed beyond what is stored now (at least one page)."""
+        psize = 4096
+        try:
+            with self.env.begin() as txn:
+                psize = txn.stat(self.dbs["meta"])["psize"]
+                grown = 0 if pages is None else pages - self._pages(txn)
+        except lmdb.Error:
+            grown = 0
+        return max(1, grown + 2) * psize
 
     @staticmethod
     def _abort(txn):
@@ -317,7 +382,15 @@ class Store:
 
     def grow(self):
         size = self.env.info()["map_size"]
-        self.env.set_mapsize(max(2 * size, 1 << 20))
+        new = max(2 * size, 1 << 20)
+        if self.max_map_size is not None and new > self.max_map_size:
+            if size >= self.max_map_size:
+                raise DiskFullError(
+                    f"{self.path}: the index's map is at its limit ({self.max_map_size:,} bytes, max_map_size) "
+                    f"and this write needs more: nothing of it was stored; raise the limit or free space in the "
+                    f"index (remove images) and run it again", path=self.path, needed=new - size)
+            new = self.max_map_size
+        self.env.set_mapsize(new)
 
     @property
     def map_size(self):

@@ -81,7 +81,7 @@ class StreamingIndex:
 
     @classmethod
     def create(cls, path, encoder, vector_dtype="float16", extractor=None, map_size=DEFAULT_MAP_SIZE,
-               block_rows=BLOCK_ROWS, store_extras=True, vocabulary=None):
+               block_rows=BLOCK_ROWS, store_extras=True, vocabulary=None, max_map_size=None):
         """A new, empty index at ``path`` (a new or empty directory).
 
         encoder: a fitted :class:`~streamk.encoding.encoder.Encoder`, stored in the index.
@@ -98,6 +98,8 @@ class StreamingIndex:
         from a file then keeps its local geometry (at most 24 KB: 1,500 features of 16
         bytes), and searches by image are spatially verified and expanded (the second
         stage); None: first stage only (:meth:`add_local_features` later).
+        max_map_size: bytes the LMDB map may grow to (a write needing more is a
+        :class:`~streamk.errors.DiskFullError`, nothing of it stored); None: the disk's room.
         """
         if not isinstance(encoder, Encoder):
             raise ConfigError(f"encoder must be a streamk Encoder, got {type(encoder).__name__}")
@@ -121,16 +123,17 @@ class StreamingIndex:
                 "created": repr(time.time()).encode()}
         if vocabulary is not None:
             meta.update(_vocabulary_meta(vocabulary))
-        idx = cls(Store.create(path, meta, map_size=map_size))
+        idx = cls(Store.create(path, meta, map_size=map_size, max_map_size=max_map_size))
         idx._encoder = encoder
         if extractor is not None:
             idx._extractors.use(extractor, params)
         return idx
 
     @classmethod
-    def open(cls, path, readonly=False):
-        """Open an existing index; raises NotAnIndexError / IndexFormatError."""
-        return cls(Store.open(path, readonly=readonly))
+    def open(cls, path, readonly=False, max_map_size=None):
+        """Open an existing index; raises NotAnIndexError / IndexFormatError /
+        IndexCorruptError (a truncated or damaged file). max_map_size: as in :meth:`create`."""
+        return cls(Store.open(path, readonly=readonly, max_map_size=max_map_size))
 
     def close(self):
         self._store.close()
