@@ -76,13 +76,56 @@ def _positive_float(text):
     return v
 
 
+_SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _byte_size(text):
+    """A size in bytes: ``52428800``, ``50M``, ``1.5G`` (K, M, G, T: powers of 1024)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _SIZE_UNITS and t[-1:] else ""
+    try:
+        v = float(t[: len(t) - len(unit)]) * _SIZE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 52428800, 50M, 1G)") from None
+    if not (v >= 1 and v < 2**62):
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return int(v)
+
+
+def _add_limit_options(parser, extraction=False):
+    """The image limits (README, "Limits and errors"): file size and pixels of every image
+    read; with ``extraction`` (index create), the extractor's long side and feature cap too."""
+    from .features import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS
+
+    parser.add_argument("--max-file-size", type=_byte_size, default=MAX_FILE_SIZE, metavar="BYTES",
+                        help=f"refuse image files larger than this (e.g. 50M; default {MAX_FILE_SIZE // 2**20}M)")
+    parser.add_argument("--max-pixels", type=_positive_int, default=MAX_PIXELS, metavar="N",
+                        help=f"refuse images of more pixels (width x height, read from the header before "
+                             f"decoding; default {MAX_PIXELS:,})")
+    if extraction:
+        parser.add_argument("--max-side", type=_max_side, default=DEFAULT_MAX_SIDE, metavar="PX",
+                            help=f"extractor: reduce images to this long side before detection (default "
+                                 f"{DEFAULT_MAX_SIDE}, the Oxford/Paris images' size; 0: full resolution); "
+                                 f"stored with the index, queries are reduced alike")
+        parser.add_argument("--max-features", type=_non_negative_int, default=DEFAULT_MAX_FEATURES, metavar="N",
+                            help=f"extractor: keep the strongest N features of an image (default "
+                                 f"{DEFAULT_MAX_FEATURES}; 0: all); stored with the index")
+
+
+def _max_side(text):
+    v = _non_negative_int(text)
+    if 0 < v < 16:
+        raise argparse.ArgumentTypeError(f"must be 0 (full resolution) or >= 16, got {v}")
+    return v
+
+
 def _index_create(args):
     from .config import feature_cache_dir
     from .pipeline.index_setup import create_index
 
     create_index(args.dir, encoder=args.encoder, train=args.train, vector_dtype=args.vector_dtype,
-                 extractor=args.extractor, max_side=args.max_side, max_features=args.max_features,
-                 embedding=args.embedding, fv_pca=args.fv_pca, k=args.k, aggregation=args.aggregation,
+                 extractor=args.extractor, max_side=args.max_side or None, max_features=args.max_features or None,
+                 max_file_size=args.max_file_size, max_pixels=args.max_pixels, embedding=args.embedding, fv_pca=args.fv_pca, k=args.k, aggregation=args.aggregation,
                  workers=args.workers, dask=args.dask, train_images=args.train_images,
                  train_descriptors=args.train_descriptors, seed=args.seed,
                  cache_dir=feature_cache_dir(args.cache, args.no_cache), save_encoder=args.save_encoder,
@@ -160,7 +203,8 @@ def _ingest(args):
     stats = run_ingest(args.dir, args.images, watch=args.watch, interval=args.interval, max_polls=args.max_polls,
                        workers=args.workers, dask=args.dask, batch_size=args.batch_size,
                        cache_dir=feature_cache_dir(args.cache, args.no_cache),
-                       progress=None if not args.no_progress else False, log=lambda line: print(line, flush=True))
+                       progress=None if not args.no_progress else False, log=lambda line: print(line, flush=True),
+                       max_file_size=args.max_file_size, max_pixels=args.max_pixels)
     print(stats.summary(), flush=True)
     return 1 if stats.n_failed else 0
 
@@ -168,6 +212,7 @@ def _ingest(args):
 def _search(args):
     box = None if args.box is None else tuple(args.box)
     with _open(args, readonly=True) as idx:
+        idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
         hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe,
                           verify=args.verify, expand=args.expand, expansion=args.expansion, pairs=args.pairs)
     if args.json:
@@ -242,8 +287,7 @@ def _add_index_commands(sub):
     cr.add_argument("--shards", type=_positive_int, default=None,
                     help="spread the index over S shards (S LMDB folders; with --dask, on the workers' disks)")
     cr.add_argument("--extractor", default=None, help="hesaff (default) or sift (OpenCV)")
-    cr.add_argument("--max-side", type=_positive_int, default=None, help="extractor: downscale to this long side")
-    cr.add_argument("--max-features", type=_positive_int, default=None, help="extractor: keep the strongest N")
+    _add_limit_options(cr, extraction=True)
     cr.add_argument("--embedding", default="temb", help="with --train: temb, fv, fv-hard, vlad, bow")
     cr.add_argument("--fv-pca", type=int, default=64, metavar="P",
                     help="with --train and fv / fv-hard: PCA of the descriptors to P dimensions first (0: none)")
@@ -315,6 +359,7 @@ def _add_index_commands(sub):
     _add_cache_options(ing)
     ing.add_argument("--batch-size", type=_positive_int, default=64, help="images per write transaction")
     ing.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_limit_options(ing)
     ing.set_defaults(func=_ingest)
 
     se = sub.add_parser("search", help="the k best images of an index for a query image")
@@ -337,6 +382,7 @@ def _add_index_commands(sub):
                     help="average query expansion (default) or alpha-QE")
     se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
     se.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_limit_options(se)
     se.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="a sharded index: search its shards through their owners on this Dask cluster")
     se.set_defaults(func=_search)

@@ -264,6 +264,22 @@ class DiskFullError(StreamkError, OSError):
         return (type(self), (self.args[0] if self.args else "", self.path, self.needed))
 
 
+# --------------------------------------------------------------- limits, interruptions, stale codec (issue 17)
+class ImageTooLargeError(ImageReadError):
+    """An image file over one of the limits of :mod:`streamk.features.images` (file size,
+    decoded pixels): refused before it is read or decoded. ``limit`` names the limit
+    (``"max_file_size"`` or ``"max_pixels"``); the message says how to raise it."""
+
+    exit_code = 3
+
+    def __init__(self, path, reason, limit=None):
+        self.limit = limit
+        super().__init__(path, reason)
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.reason, self.limit))
+
+
 def describe(exc):
     """One line saying what went wrong: ``"ErrorType: reason"`` (an ImageReadError's
     reason without its path, which the caller reports beside it)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from .descriptor_files import atomic_write
 from .extractors import default_extractor
-from .images import decode_gray, read_image_bytes
+from .images import MAX_PIXELS, check_pixels
 from .local_features import crop_to_box, features_from_npz, save_features
 
 class FeatureCache:
@@ -91,8 +91,9 @@ def features_of_bytes(data, path, extractor, cache, sha256_hex=None):
         sha256_hex = sha256_hex or hashlib.sha256(data).hexdigest()
         cached = cache.get(sha256_hex, extractor)
         if cached is not None:
-            return cached, True
-    features = extractor.extract_array(decode_gray(data, path))
+            check_pixels(cached.image_size, path, getattr(extractor, "max_pixels", MAX_PIXELS))
+            return cached, True  # the same answer as a miss: within the limits, or refused
+    features = extractor.extract_bytes(data, path)
     if cache is not None:
         try:
             cache.put(sha256_hex, extractor, features)
@@ -110,18 +111,19 @@ def extract(path, extractor=None, cache=None):
     extractor: an :class:`Extractor` (None: :func:`default_extractor`).
     cache: None, a directory, or a :class:`FeatureCache`; features are then
     computed once per (file content, extractor parameters).
-    Raises :class:`~streamk.errors.ImageReadError` for an unreadable image. An
-    image without features gives an empty set (0 x 128), not an error.
+    Raises :class:`~streamk.errors.ImageReadError` for an unreadable image
+    (:class:`~streamk.errors.ImageTooLargeError` for one over the extractor's limits).
+    An image without features gives an empty set (0 x 128), not an error.
     """
     extractor = default_extractor() if extractor is None else extractor
-    return features_of_bytes(read_image_bytes(path), path, extractor, _as_cache(cache))[0]
+    return features_of_bytes(extractor.read(path), path, extractor, _as_cache(cache))[0]
 
 
 
 def image_features(path, extractor, box=None, cache=None):
     """(the file's bytes, its Features) of one image file, read once; ``box`` =
     (x1, y1, x2, y2) keeps the features whose centre lies inside it."""
-    data = read_image_bytes(path)
+    data = extractor.read(path)
     f, _ = features_of_bytes(data, path, extractor, _as_cache(cache))
     if box is not None:
         f = crop_to_box(f, box)

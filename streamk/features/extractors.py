@@ -1,12 +1,33 @@
 """Local features: the first stage, image file -> keypoints + raw SIFT descriptors.
 
     file bytes --sha256--> cache lookup (hit: done)
-      -> Pillow decode, grayscale, EXIF orientation ignored
-      -> optional downscale so that the long side is at most ``max_side``
+      -> size limits (file bytes, header pixels: :mod:`streamk.features.images`)
+      -> Pillow decode, grayscale, EXIF orientation ignored; downscaled so that the
+         long side is at most ``max_side`` (default 1024; a JPEG already while decoding)
       -> detector: Hessian-affine + SIFT (pyhesaff, the paper's features; default)
                    or OpenCV's DoG SIFT
       -> keypoints mapped back to ORIGINAL pixel coordinates
-      -> strongest first, optional cap ``max_features`` -> :class:`Features`
+      -> strongest first, cap ``max_features`` (default 8192) -> :class:`Features`
+
+Defaults, and why (change them with the options, ``--max-side`` / ``--max-features``
+of ``streamk index create``; ``None`` turns one off):
+
+* :data:`DEFAULT_MAX_SIDE` = 1024 px: the Oxford5k / Paris6k images the paper's
+  numbers come from are 1024 px on their long side, so features (and the learned
+  vocabularies) are at the scale the method was tuned for, and a 10000 x 8000 photo
+  costs like a 1024 x 819 one instead of ~100 s and 3 GB (issue 17). Smaller images
+  are never enlarged.
+* :data:`DEFAULT_MAX_FEATURES` = 8192: Hessian-affine gives ~2,100 features on a
+  1024 px Paris6k photo (measured on 21 of the subset: at most 5,329), while a
+  1024 px image of noise gives ~28,000. The cap leaves real photos alone and bounds
+  pathological images (noise, foliage, text), whose encoding and local geometry
+  would otherwise grow with them.
+
+Indexes store their extractor's parameters (:meth:`Extractor.params`): queries are
+described like the images, and an index made before these defaults (``max_side``
+stored as null) keeps extracting at full resolution. The file-size and pixel limits
+(``max_file_size``, ``max_pixels``) change no feature, only which files are refused:
+they are not part of the parameters, and are set per run.
 
 Descriptors are raw SIFT, uint8 (n, 128), for both extractors; RootSIFT is the
 encoder's business (``EncoderConfig.rootsift``), not done here.
@@ -28,12 +49,20 @@ import warnings
 import numpy as np
 
 from ..errors import ConfigError, DimensionError, ExtractorUnavailableError
-from .images import load_gray, pil_image
+from .images import (MAX_FILE_SIZE, MAX_PIXELS, _check_limit, decode_gray_scaled, pil_image, read_image_bytes,
+                     resize_gray, scaled_size)
 from .local_features import DESCRIPTOR_DIM, KEYPOINT_COLUMNS, Features
 
 #: Version of this module's pipeline (decoding, resizing, coordinate convention); part of cache keys.
-FEATURES_VERSION = 1
+#: 2: a JPEG larger than ``max_side`` is reduced by libjpeg while decoding. With
+#: ``max_side=None`` nothing differs from 1, which :meth:`Extractor.params` then reports
+#: (features at full resolution, their caches and indexes, stay valid).
+FEATURES_VERSION = 2
 DEFAULT_EXTRACTOR = "hesaff"
+#: Default long side (pixels) images are reduced to before detection: the Oxford/Paris images' size.
+DEFAULT_MAX_SIDE = 1024
+#: Default cap on the features kept per image (strongest first).
+DEFAULT_MAX_FEATURES = 8192
 _MIN_SIDE = 16  # smallest accepted max_side
 
 
@@ -51,15 +80,35 @@ class Extractor:
     max_side: downscale the image (never upscale) so that its long side is at
         most this many pixels before detection; keypoints are still reported in
         original pixel coordinates. None: detect at full resolution.
+        Default :data:`DEFAULT_MAX_SIDE`.
     max_features: keep at most this many features, strongest first (see the
         module doc for what "strongest" means per extractor). None: all.
+        Default :data:`DEFAULT_MAX_FEATURES`.
+    max_file_size, max_pixels: the limits of :mod:`streamk.features.images` for
+        the files this extractor reads (not parameters: see :meth:`set_limits`).
     """
 
     name = "base"
+    features_version = FEATURES_VERSION  # 1: an index's extractor of version 1 decodes JPEGs whole
 
-    def __init__(self, max_side=None, max_features=None):
+    def __init__(self, max_side=DEFAULT_MAX_SIDE, max_features=DEFAULT_MAX_FEATURES, *,
+                 max_file_size=MAX_FILE_SIZE, max_pixels=MAX_PIXELS):
         self.max_side = check_positive_int(max_side, "max_side", _MIN_SIDE)
         self.max_features = check_positive_int(max_features, "max_features")
+        self.set_limits(max_file_size=max_file_size, max_pixels=max_pixels)
+
+    # -- limits (which files are refused; no influence on any feature) -------
+    def set_limits(self, max_file_size=None, max_pixels=None):
+        """Set the file-size and pixel limits (None: leave as is); returns self."""
+        if max_file_size is not None:
+            self.max_file_size = _check_limit(max_file_size, "max_file_size")
+        if max_pixels is not None:
+            self.max_pixels = _check_limit(max_pixels, "max_pixels")
+        return self
+
+    def limits(self):
+        """{"max_file_size": bytes, "max_pixels": pixels}."""
+        return {"max_file_size": self.max_file_size, "max_pixels": self.max_pixels}
 
     # -- description --------------------------------------------------------
     def options(self):
@@ -75,11 +124,12 @@ class Extractor:
         Store this next to an index so that queries are described the same way;
         :func:`extractor_from_params` rebuilds the extractor.
         """
+        version = self.features_version if self.max_side is not None else 1
         return {"extractor": self.name, "options": self.options(), "versions": self.versions(),
-                "features_version": FEATURES_VERSION}
+                "features_version": version}
 
     def __repr__(self):
-        opts = ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+        opts = ", ".join(f"{k}={v!r}" for k, v in {**self.options(), **self.limits()}.items())
         return f"{type(self).__name__}({opts})"
 
     # -- extraction ---------------------------------------------------------
@@ -95,13 +145,24 @@ class Extractor:
         if gray.dtype != np.uint8:
             raise DimensionError(f"expected a uint8 grayscale image, got dtype {gray.dtype}")
         H, W = gray.shape
-        small = gray
-        if self.max_side is not None and max(H, W) > self.max_side:
-            s = self.max_side / max(H, W)
-            w2, h2 = max(1, round(W * s)), max(1, round(H * s))
-            Image = pil_image()
-            small = np.asarray(Image.fromarray(np.ascontiguousarray(gray)).resize(
-                (w2, h2), Image.Resampling.BILINEAR), dtype=np.uint8)
+        target = scaled_size((W, H), self.max_side)
+        small = gray if target == (W, H) else resize_gray(gray, target)
+        return self._extract(small, (W, H))
+
+    def extract_bytes(self, data, path):
+        """Features of an image file's bytes (``path`` names it in errors): the pixel
+        limit checked on the header, a JPEG reduced while decoding (see the module doc)."""
+        small, size = decode_gray_scaled(data, path, self.max_side, self.max_pixels,
+                                         draft=self.features_version >= 2)
+        return self._extract(small, size)
+
+    def read(self, path):
+        """The bytes of an image file, within :attr:`max_file_size`."""
+        return read_image_bytes(path, self.max_file_size)
+
+    def _extract(self, small, size):
+        """Features of ``small``, the image of original ``size`` = (W, H) reduced (or not)."""
+        W, H = size
         kp, desc, strength = self._detect(np.ascontiguousarray(small))
         kp = np.asarray(kp, dtype=np.float64).reshape(-1, len(KEYPOINT_COLUMNS))
         desc = np.asarray(desc).reshape(-1, DESCRIPTOR_DIM)
@@ -109,8 +170,8 @@ class Extractor:
         if not (len(kp) == len(desc) == len(strength)):
             raise DimensionError(f"{self.name}: detector returned {len(kp)} keypoints, "
                                  f"{len(desc)} descriptors, {len(strength)} strengths")
-        if small is not gray:  # back to original pixel coordinates (pixel centres at integers)
-            h2, w2 = small.shape
+        h2, w2 = small.shape
+        if (w2, h2) != (W, H):  # back to original pixel coordinates (pixel centres at integers)
             sx, sy = W / w2, H / h2
             kp = kp.copy()
             kp[:, 0] = (kp[:, 0] + 0.5) * sx - 0.5
@@ -129,7 +190,7 @@ class Extractor:
 
     def extract(self, path):
         """Features of an image file (no cache; see :func:`extract` for the cached version)."""
-        return self.extract_array(load_gray(path))
+        return self.extract_bytes(self.read(path), path)
 
     def __getstate__(self):  # library handles are rebuilt lazily in another process
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_lib")}
@@ -159,8 +220,9 @@ class HessianAffineSift(Extractor):
     name = "hesaff"
     _FORBIDDEN = {"only_count"}
 
-    def __init__(self, max_side=None, max_features=None, **hesaff_params):
-        super().__init__(max_side, max_features)
+    def __init__(self, max_side=DEFAULT_MAX_SIDE, max_features=DEFAULT_MAX_FEATURES, *,
+                 max_file_size=MAX_FILE_SIZE, max_pixels=MAX_PIXELS, **hesaff_params):
+        super().__init__(max_side, max_features, max_file_size=max_file_size, max_pixels=max_pixels)
         pyhesaff = _import_pyhesaff()
         types = {name: typ for typ, name, _ in pyhesaff.HESAFF_TYPED_PARAMS}
         params = {name: typ(default) for typ, name, default in pyhesaff.HESAFF_TYPED_PARAMS
@@ -224,9 +286,10 @@ class OpenCVSift(Extractor):
 
     name = "sift"
 
-    def __init__(self, max_side=None, max_features=None, n_octave_layers=3,
-                 contrast_threshold=0.04, edge_threshold=10.0, sigma=1.6):
-        super().__init__(max_side, max_features)
+    def __init__(self, max_side=DEFAULT_MAX_SIDE, max_features=DEFAULT_MAX_FEATURES, n_octave_layers=3,
+                 contrast_threshold=0.04, edge_threshold=10.0, sigma=1.6, *, max_file_size=MAX_FILE_SIZE,
+                 max_pixels=MAX_PIXELS):
+        super().__init__(max_side, max_features, max_file_size=max_file_size, max_pixels=max_pixels)
         _import_cv2()
         self.n_octave_layers = check_positive_int(n_octave_layers, "n_octave_layers")
         for name, value in (("contrast_threshold", contrast_threshold),
@@ -303,7 +366,7 @@ def make_extractor(name=None, **options):
         except ExtractorUnavailableError as exc:
             warnings.warn(f"{exc}. Falling back to OpenCV SIFT features, which are not the "
                           "paper's Hessian-affine features.", RuntimeWarning, stacklevel=2)
-            hes_only = set(options) - {"max_side", "max_features"}
+            hes_only = set(options) - {"max_side", "max_features", "max_file_size", "max_pixels"}
             if hes_only:
                 raise ConfigError(f"options {sorted(hes_only)} are pyhesaff's and the fallback "
                                   "OpenCV extractor does not take them") from exc
@@ -332,7 +395,11 @@ def extractor_from_params(params):
         name, options = params["extractor"], dict(params["options"])
     except (KeyError, TypeError) as exc:
         raise ConfigError(f"not extractor parameters: {params!r}") from exc
+    options.setdefault("max_side", None)  # absent: stored before the defaults (full resolution)
+    options.setdefault("max_features", None)
     ex = make_extractor(name, **options)
+    if params.get("features_version", 1) < 2:  # decoded whole, as it was stored
+        ex.features_version = 1
     stored = params.get("versions") or {}
     if stored and stored != ex.versions():
         warnings.warn(f"extractor library versions differ from the stored ones: stored {stored}, "
@@ -340,6 +407,6 @@ def extractor_from_params(params):
     return ex
 
 
-__all__ = ["DEFAULT_EXTRACTOR", "EXTRACTORS", "FEATURES_VERSION", "Extractor", "HessianAffineSift",
+__all__ = ["DEFAULT_EXTRACTOR", "DEFAULT_MAX_FEATURES", "DEFAULT_MAX_SIDE", "EXTRACTORS", "FEATURES_VERSION", "Extractor", "HessianAffineSift",
            "OpenCVSift", "available_extractors", "check_positive_int", "default_extractor",
            "extractor_from_params", "make_extractor"]

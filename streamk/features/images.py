@@ -7,26 +7,71 @@ because the Oxford/Paris query boxes are given in raw pixel coordinates.
 Grey levels: 8-bit images go through Pillow's ``convert("L")`` (ITU-R 601-2
 luma for colour); 16-bit images are divided by 257; float images are taken as
 0..1 when their maximum is at most 1, else as 0..255, and clipped.
+
+Limits (every image's cost is bounded before it is paid; a file over one is refused
+with :class:`~streamk.errors.ImageTooLargeError`, which names the limit and how to
+raise it):
+
+* :data:`MAX_FILE_SIZE` (50 MiB): checked with ``os.stat`` before the file is read,
+  and the read itself stops one byte past it (a file growing meanwhile). A 4 GB
+  sparse file is refused without reading it. 50 MiB is ten times a 50-megapixel
+  camera JPEG at top quality; an image file larger than that is a RAW/TIFF export or
+  not a photograph.
+* :data:`MAX_PIXELS` (128 megapixels): width x height from the file's header,
+  checked before anything is decoded. Admits a 108-megapixel phone photo; the worst
+  full decode (non-JPEG, 4 bands) is then 512 MB. Pillow's own decompression-bomb
+  guard (``Image.MAX_IMAGE_PIXELS``) is set explicitly to at least this limit (never
+  disabled), and its warning/error become ours.
+* Downscaling while decoding: with ``max_side`` (the extractors' default is
+  :data:`~streamk.features.extractors.DEFAULT_MAX_SIDE`), a JPEG is decoded by
+  libjpeg at 1/2, 1/4 or 1/8 scale (Pillow's ``draft``), the smallest that keeps the
+  long side >= ``max_side``, so a 10000 x 8000 JPEG costs about what a 1250 x 1000
+  one does; other formats are decoded whole (within MAX_PIXELS) and reduced.
 """
 
 import io
 import os
 import stat
+import warnings
 
 import numpy as np
 
-from ..errors import ExtractorUnavailableError, ImageReadError
+from ..errors import ExtractorUnavailableError, ImageReadError, ImageTooLargeError
 
-def read_image_bytes(path):
-    """The bytes of an image file, or ImageReadError (missing, a directory, unreadable, empty)."""
+#: Largest image file read, in bytes (50 MiB). ``max_file_size=`` / ``--max-file-size`` change it.
+MAX_FILE_SIZE = 50 * 2**20
+#: Most pixels (width x height, from the header) decoded. ``max_pixels=`` / ``--max-pixels`` change it.
+MAX_PIXELS = 128_000_000
+
+
+def _check_limit(value, name):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _mib(n):
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def read_image_bytes(path, max_file_size=MAX_FILE_SIZE):
+    """The bytes of an image file, or ImageReadError (missing, a directory, unreadable, empty),
+    or ImageTooLargeError (over ``max_file_size`` bytes: checked before reading)."""
+    max_file_size = _check_limit(max_file_size, "max_file_size")
     try:
         st = os.stat(path)
         if stat.S_ISDIR(st.st_mode):
             raise ImageReadError(path, "is a directory")
         if not stat.S_ISREG(st.st_mode):
             raise ImageReadError(path, "not a regular file")
+        if st.st_size > max_file_size:
+            raise _file_too_large(path, st.st_size, max_file_size)
         with open(path, "rb") as fh:
-            data = fh.read()
+            data = fh.read(max_file_size + 1)  # bounded even if the file grew since the stat
+            if len(data) > max_file_size:
+                raise _file_too_large(path, os.fstat(fh.fileno()).st_size, max_file_size)
     except ImageReadError:
         raise
     except FileNotFoundError as exc:
@@ -42,14 +87,37 @@ def read_image_bytes(path):
     return data
 
 
+def _file_too_large(path, size, limit):
+    return ImageTooLargeError(
+        path, f"file of {_mib(size)} is over the limit of {_mib(limit)} (max_file_size; "
+              f"raise it with --max-file-size BYTES or max_file_size=)", limit="max_file_size")
+
+
+def _pixels_too_large(path, size, limit):
+    w, h = size
+    return ImageTooLargeError(
+        path, f"{w} x {h} = {w * h:,} pixels is over the limit of {limit:,} pixels "
+              f"(max_pixels; raise it with --max-pixels N or max_pixels=)", limit="max_pixels")
+
+
 def pil_image():
-    """Pillow's Image module, or ExtractorUnavailableError."""
+    """Pillow's Image module, or ExtractorUnavailableError. Its decompression-bomb guard
+    is set to at least :data:`MAX_PIXELS` (never left disabled)."""
     try:
         from PIL import Image
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ExtractorUnavailableError(
             "reading images needs Pillow: pip install 'streamk[features]'") from exc
+    _guard(Image, MAX_PIXELS)
     return Image
+
+
+def _guard(Image, max_pixels):
+    """Pillow warns past ``Image.MAX_IMAGE_PIXELS`` and refuses past twice that, in
+    ``Image.open``: keep it set, and at least ``max_pixels`` (ours is checked exactly
+    right after the header is read; Pillow's is the backstop)."""
+    if Image.MAX_IMAGE_PIXELS is None or Image.MAX_IMAGE_PIXELS < max_pixels:
+        Image.MAX_IMAGE_PIXELS = int(max_pixels)
 
 
 def _to_gray(img):
@@ -76,19 +144,48 @@ def _to_gray(img):
     return np.clip(np.rint(a), 0, 255).astype(np.uint8)
 
 
-def decode_gray(data, path):
-    """uint8 (height, width) grayscale array from the bytes of an image file."""
+def _open(data, path, max_pixels):
+    """The PIL image of a file's bytes, header read, nothing decoded; its size checked."""
     Image = pil_image()
     from PIL import UnidentifiedImageError
 
+    max_pixels = _check_limit(max_pixels, "max_pixels")
+    _guard(Image, max_pixels)
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()  # decode now: truncated or corrupt data fails here
-            gray = _to_gray(img)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+    except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+        raise ImageTooLargeError(path, f"over the limit of {max_pixels:,} pixels ({exc}; "
+                                       f"max_pixels: raise it with --max-pixels N or max_pixels=)",
+                                 limit="max_pixels") from exc
     except UnidentifiedImageError as exc:
         raise ImageReadError(path, "not a recognised image format") from exc
-    except Image.DecompressionBombError as exc:  # Pillow's limit: over ~179 megapixels
-        raise ImageReadError(path, f"image too large ({exc})") from exc
+    except Exception as exc:
+        raise ImageReadError(path, f"corrupt image ({str(exc) or type(exc).__name__})") from exc
+    try:
+        check_pixels(img.size, path, max_pixels)
+    except ImageTooLargeError:
+        img.close()
+        raise
+    return img
+
+
+def check_pixels(size, path, max_pixels=MAX_PIXELS):
+    """ImageTooLargeError when an image of ``size`` = (width, height) is over ``max_pixels``."""
+    w, h = size
+    if w * h > max_pixels:
+        raise _pixels_too_large(path, (w, h), max_pixels)
+
+
+def _decode(img, path):
+    Image = pil_image()
+    try:
+        with img:
+            img.load()  # decode now: truncated or corrupt data fails here
+            gray = _to_gray(img)
+    except Image.DecompressionBombError as exc:  # pragma: no cover - _open checked the size
+        raise ImageTooLargeError(path, f"image too large ({exc})", limit="max_pixels") from exc
     except Exception as exc:  # Pillow's decoders raise OSError, ValueError, SyntaxError, ...
         reason = str(exc) or type(exc).__name__
         reason = f"truncated image ({reason})" if "truncated" in reason else f"corrupt image ({reason})"
@@ -98,13 +195,59 @@ def decode_gray(data, path):
     return np.ascontiguousarray(gray)
 
 
-def load_gray(path):
+def decode_gray(data, path, max_pixels=MAX_PIXELS):
+    """uint8 (height, width) grayscale array from the bytes of an image file, at full
+    resolution; ImageTooLargeError past ``max_pixels`` (checked on the header)."""
+    return _decode(_open(data, path, max_pixels), path)
+
+
+def scaled_size(size, max_side):
+    """(width, height) of an image of ``size`` reduced so that its long side is at most
+    ``max_side`` (never enlarged; None: unchanged)."""
+    W, H = size
+    if max_side is None or max(W, H) <= max_side:
+        return W, H
+    s = max_side / max(W, H)
+    return max(1, round(W * s)), max(1, round(H * s))
+
+
+def resize_gray(gray, size):
+    """A uint8 grayscale array resized to ``size`` = (width, height) (Pillow, bilinear
+    with its antialiasing support when reducing)."""
+    Image = pil_image()
+    return np.asarray(Image.fromarray(np.ascontiguousarray(gray)).resize(size, Image.Resampling.BILINEAR),
+                      dtype=np.uint8)
+
+
+def decode_gray_scaled(data, path, max_side=None, max_pixels=MAX_PIXELS, draft=True):
+    """(uint8 grayscale array, (width, height) of the original image): the image of a
+    file's bytes reduced so that its long side is at most ``max_side`` (None: full
+    size), at the size :func:`scaled_size` gives. A JPEG is decoded at a reduced scale
+    by libjpeg when ``draft`` (see the module doc); ``max_pixels`` is checked on the
+    header before anything is decoded."""
+    img = _open(data, path, max_pixels)
+    size = img.size
+    target = scaled_size(size, max_side)
+    if draft and target != size and getattr(img, "format", None) == "JPEG":
+        try:
+            img.draft("L", target)  # libjpeg's DCT scaling: 1/2, 1/4 or 1/8, never below target
+        except Exception:  # pragma: no cover - a decoder that refuses: decode whole
+            pass
+    gray = _decode(img, path)
+    if (gray.shape[1], gray.shape[0]) != target:
+        gray = resize_gray(gray, target)
+    return np.ascontiguousarray(gray), size
+
+
+def load_gray(path, max_file_size=MAX_FILE_SIZE, max_pixels=MAX_PIXELS):
     """Read an image file as a uint8 (height, width) grayscale array (no EXIF rotation).
 
     Raises :class:`~streamk.errors.ImageReadError` (with ``path`` and ``reason``)
-    for a missing, empty, truncated, corrupt or non-image file and for a directory.
+    for a missing, empty, truncated, corrupt or non-image file and for a directory,
+    and :class:`~streamk.errors.ImageTooLargeError` for a file over a limit.
     """
-    return decode_gray(read_image_bytes(path), path)
+    return decode_gray(read_image_bytes(path, max_file_size), path, max_pixels)
 
 
-__all__ = ["decode_gray", "load_gray", "pil_image", "read_image_bytes"]
+__all__ = ["MAX_FILE_SIZE", "MAX_PIXELS", "check_pixels", "decode_gray", "decode_gray_scaled", "load_gray", "pil_image",
+           "read_image_bytes", "resize_gray", "scaled_size"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..encoding import Encoder, embedding_spec
 from ..errors import ConfigError, EmptyDescriptorSetError, IndexExistsError
-from ..features import make_extractor
+from ..features import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS, make_extractor
 from ..index import VECTOR_DTYPES, ShardedIndex, StreamingIndex
 from ..parallel import make_executor
 from ..verification import Vocabulary
@@ -20,8 +20,9 @@ def _stderr_report(path, reason):
     print(f"streamk: skipped {path}: {reason}", file=sys.stderr)
 
 
-def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extractor=None, max_side=None,
-                 max_features=None, embedding="temb", fv_pca=64, k=64, aggregation="gmp", workers=None, dask=None,
+def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extractor=None,
+                 max_side=DEFAULT_MAX_SIDE, max_features=DEFAULT_MAX_FEATURES, max_file_size=MAX_FILE_SIZE,
+                 max_pixels=MAX_PIXELS, embedding="temb", fv_pca=64, k=64, aggregation="gmp", workers=None, dask=None,
                  train_images=DEFAULT_MAX_IMAGES, train_descriptors=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0,
                  cache_dir=None, save_encoder=None, shards=None, store_extras=True, local_features=True,
                  vocabulary=None, log=print, report=_stderr_report, progress=None):
@@ -33,7 +34,11 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
     verification, query expansion); its vocabulary is ``vocabulary`` (a saved one's path),
     or learned on the training sample with the encoder (a given encoder and ``train``
     images: the vocabulary alone is learned on them). With neither, the index is
-    created without it (``streamk index add-local-features`` adds it later)."""
+    created without it (``streamk index add-local-features`` adds it later).
+
+    max_side, max_features: the extractor's (stored with the index, so that its queries
+    are described alike; None: full resolution, every feature). max_file_size,
+    max_pixels: the limits of the files read to train (not stored)."""
     path = Path(path)
     if encoder is None and train is None:
         raise ConfigError("give a saved encoder or images to train one on")
@@ -43,8 +48,8 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
         raise ConfigError(f"vector dtype must be one of {VECTOR_DTYPES}, got {vector_dtype!r}")
     if dask is not None and workers is not None:
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
-    options = {k: v for k, v in (("max_side", max_side), ("max_features", max_features)) if v is not None}
-    extractor = make_extractor(extractor, **options)
+    extractor = make_extractor(extractor, max_side=max_side, max_features=max_features,
+                               max_file_size=max_file_size, max_pixels=max_pixels)
     if vocabulary is not None:
         vocabulary = Vocabulary.load(vocabulary) if local_features else None
     if encoder is not None:

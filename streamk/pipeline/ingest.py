@@ -154,12 +154,15 @@ class Ingester:
     (None: no cache). batch_size: images per write transaction. max_inflight:
     files sent to the workers and not yet back (None: twice the workers).
     report: callable(path, reason) for each bad file (default: print to stderr).
+    max_file_size, max_pixels: the image limits of the files read (None: the defaults of
+    :mod:`streamk.features.images`); a file over one is reported as ImageTooLargeError.
     progress: tqdm bar on stderr (None: only when stderr is a terminal).
     Close it (or use ``with``) to stop a Dask cluster it started.
     """
 
     def __init__(self, index, workers=None, batch_size=64, commit_interval=2.0, report=None,
-                 progress=None, dask=None, executor=None, cache_dir=None, max_inflight=None):
+                 progress=None, dask=None, executor=None, cache_dir=None, max_inflight=None, max_file_size=None,
+                 max_pixels=None):
         if int(batch_size) < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         if workers is not None and int(workers) < 1:
@@ -182,6 +185,7 @@ class Ingester:
         self._bar = None
         self._encoder_bytes = None
         self._extractor = index.extractor()  # pins the default extractor's params at the first write
+        self._extractor.set_limits(max_file_size=max_file_size, max_pixels=max_pixels)
         self._own_executor = executor is None
         self.executor = executor if executor is not None else (
             make_executor(dask=dask) if dask is not None else None)  # local: made per pass
@@ -370,11 +374,13 @@ def _stored_file_sha(raw_record):
 
 
 def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=None, dask=None, batch_size=64,
-               cache_dir=None, progress=None, log=print):
+               cache_dir=None, progress=None, log=print, max_file_size=None, max_pixels=None):
     """``streamk ingest`` as a library call: one pass over ``images`` (files and folders)
     into the index at ``path`` (or, ``watch``, a pass every ``interval`` seconds), on the
     local pool or a Dask cluster (``dask``: an address or "local:N"; for a sharded index
-    the same cluster owns the shards). Returns the IngestStats."""
+    the same cluster owns the shards). ``max_file_size``, ``max_pixels``: the image limits
+    (None: :data:`~streamk.features.MAX_FILE_SIZE`, :data:`~streamk.features.MAX_PIXELS`);
+    a file over one is reported (ImageTooLargeError) and skipped. Returns the IngestStats."""
     from ..index import ShardedIndex, is_sharded, open_index
 
     if dask is not None and workers is not None:
@@ -386,7 +392,7 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
         else:
             index = open_index(path)
         with index, Ingester(index, workers=workers, batch_size=batch_size, cache_dir=cache_dir, executor=executor,
-                             progress=progress) as ing:
+                             progress=progress, max_file_size=max_file_size, max_pixels=max_pixels) as ing:
             try:
                 if watch:
                     def on_poll(n, stats):

@@ -16,7 +16,7 @@ import hashlib
 import numpy as np
 
 from ..errors import EmptyDescriptorSetError, ImageReadError, describe
-from ..features import FeatureCache, crop_to_box, features_of_bytes, read_image_bytes
+from ..features import FeatureCache, crop_to_box, features_of_bytes
 from ..parallel import TaskContext, TaskFailure, in_worker_process
 from ..verification import stored_record
 
@@ -88,7 +88,7 @@ def item_path(item):
 def image_features(ctx, path, sha256_hex=None, data=None):
     """(Features, sha256 hex of the file, cache hit?) of one image file: read once,
     hashed, features from the cache or extracted."""
-    data = read_image_bytes(path) if data is None else data
+    data = ctx["extractor"].read(path) if data is None else data
     sha = sha256_hex or hashlib.sha256(data).hexdigest()
     f, hit = features_of_bytes(data, path, ctx["extractor"], ctx["cache"], sha)
     return f, sha, hit
@@ -98,7 +98,8 @@ def extract_task(ctx, item):
     """Features of one image ``(path as given, absolute path)``."""
     path, read_path = item
     try:  # hashed only when a cache is used
-        features, hit = features_of_bytes(read_image_bytes(read_path), read_path, ctx["extractor"], ctx["cache"])
+        features, hit = features_of_bytes(ctx["extractor"].read(read_path), read_path, ctx["extractor"],
+                                          ctx["cache"])
         return {"path": path, "error": None, "features": features, "cached": hit}
     except Exception as exc:  # reported per file, never raised mid-run
         return {"path": path, "error": describe(exc)}
@@ -112,7 +113,7 @@ def ingest_task(ctx, task):
     path, image_id, stored_sha, read_path = task
     out = {"path": path, "id": image_id, "error": None, "stored_sha256": stored_sha}
     try:
-        data = read_image_bytes(read_path)
+        data = ctx["extractor"].read(read_path)  # within the extractor's max_file_size
         sha = out["sha256"] = hashlib.sha256(data).hexdigest()
         if stored_sha is not None:
             return out

@@ -26,7 +26,7 @@ import ipywidgets as W
 
 from .. import features as feat
 from ..pipeline import extract_many
-from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError
+from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError, ImageTooLargeError
 from ..pipeline.reaggregation import Reaggregator, Settings
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
 from .weights import WeightsView
@@ -277,7 +277,10 @@ class SearchApp(W.VBox):
 
         if not data:
             raise ImageReadError(name, "empty file")
-        f = self.extractor.extract_array(feat.decode_gray(bytes(data), name))  # a bad file stops here
+        if len(data) > self.extractor.max_file_size:
+            raise ImageTooLargeError(name, f"an upload of {len(data):,} bytes is over the limit of "
+                                           f"{self.extractor.max_file_size:,} (max_file_size)", limit="max_file_size")
+        f = self.extractor.extract_bytes(bytes(data), name)  # a bad file (or one over a limit) stops here
         if self._upload_dir is None:
             self._upload_dir = tempfile.mkdtemp(prefix="streamk-upload-")
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(str(name)))[-80:]

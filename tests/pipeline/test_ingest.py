@@ -197,6 +197,61 @@ def test_ingest_bad_files(work, tmp_path, capsys):
         assert idx.ids() == ["ok.png"]
 
 
+def test_ingest_skips_images_over_the_limits(work, tmp_path, capsys):
+    """Failure 8: a 4 GB sparse .jpg is refused unread, an image over --max-pixels undecoded;
+    each is one report line naming the limit, the rest is ingested."""
+    ix = tmp_path / "ix"
+    create(ix, work)
+    folder = tmp_path / "in"
+    textured(str(folder / "ok.png"), 7)
+    textured(str(folder / "wide.png"), 8, size=160)  # 25,600 pixels
+    with open(folder / "huge.jpg", "wb") as fh:
+        fh.truncate(4 * 2**30)
+    assert main(["ingest", str(ix), str(folder), "--workers", "1", "--no-progress", "--max-pixels", "20000"]) == 1
+    cap = capsys.readouterr()
+    assert "added 1, skipped 0 existing, failed 2" in cap.out
+    lines = cap.err.splitlines()
+    huge = [ln for ln in lines if "huge.jpg" in ln]
+    wide = [ln for ln in lines if "wide.png" in ln]
+    assert len(huge) == 1 and "ImageTooLargeError" in huge[0] and "--max-file-size" in huge[0], cap.err
+    assert len(wide) == 1 and "ImageTooLargeError" in wide[0] and "160 x 160" in wide[0], cap.err
+    assert "MemoryError" not in cap.err and "Traceback" not in cap.err
+    # raised: the file goes in
+    assert main(["ingest", str(ix), str(folder / "wide.png"), "--workers", "1", "--no-progress",
+                 "--max-pixels", "25600", "--max-file-size", "1M"]) == 0
+    with StreamingIndex.open(ix) as idx:
+        assert sorted(idx.ids()) == ["ok.png", "wide.png"]
+    with pytest.raises(SystemExit) as e:  # a usage error
+        main(["ingest", str(ix), str(folder), "--max-file-size", "lots"])
+    assert e.value.code == 2 and "--max-file-size" in capsys.readouterr().err
+
+
+def test_index_stores_the_extraction_settings_and_boxes_stay_in_original_pixels(work, tmp_path, capsys):
+    """A new index records max_side / max_features (default 1024 / 8192; 0: off) so that
+    queries are extracted like its images; features of a reduced image are in original
+    pixels, so a query box in original pixels selects them."""
+    create(tmp_path / "default", work)
+    create(tmp_path / "off", work, "--max-side", "0", "--max-features", "0")
+    create(tmp_path / "small", work, "--max-side", "64")
+    for name, side, cap in (("default", 1024, 8192), ("off", None, None), ("small", 64, 8192)):
+        with StreamingIndex.open(tmp_path / name) as idx:
+            stored = json.loads(idx.store.get_meta(b"extractor"))
+            assert stored["options"]["max_side"] == side and stored["options"]["max_features"] == cap
+            assert idx.extractor().max_side == side
+    ix = tmp_path / "small"
+    assert main(["ingest", str(ix), str(work / "imgs"), "--workers", "1", "--no-progress"]) == 0
+    capsys.readouterr()
+    with StreamingIndex.open(ix) as idx:
+        f = idx.queries.features(str(work / "imgs" / "img3.png"))
+        assert f.image_size == (128, 128) and f.positions.max() > 64  # 128 px image, detected at 64
+    # the right half of the 128 px query, in original pixels: features there, img3 first
+    assert main(["search", str(ix), str(work / "imgs" / "img3.png"), "-k", "1", "--json",
+                 "--box", "64", "0", "127", "127"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["id"] == "img3.png"
+    with pytest.raises(SystemExit):
+        main(["index", "create", str(tmp_path / "bad"), "--encoder", str(work / "enc.npz"), "--max-side", "8"])
+
+
 def _read_line_until(proc, sel, predicate, deadline, seen):
     """Read proc's stdout lines until predicate(line) or the deadline; returns the line."""
     while time.monotonic() < deadline:
