@@ -3,9 +3,11 @@ and a documented exit status (a StreamkError's ``exit_code``), a bug is one line
 status 1, Ctrl-C 130, a closed output pipe 141 and quiet; ``--debug`` adds the
 traceback. Run in child processes, as a user runs ``streamk``."""
 
+import json
 import signal
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -156,3 +158,33 @@ def test_in_process_main_returns_the_exit_code(work, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["index", "info"])
     assert e.value.code == 2
+
+
+LIMITED_CLI = textwrap.dedent("""
+    import resource, sys
+    import streamk.cli, streamk.index, streamk.pipeline  # what the command loads, before the limit
+    vm = int(next(l for l in open("/proc/self/status") if l.startswith("VmSize")).split()[1]) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (3 << 30), resource.getrlimit(resource.RLIMIT_AS)[1]))
+    sys.exit(streamk.cli.main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.parametrize("k", ["1000000000", "10001"])
+def test_huge_k_is_refused_under_a_memory_limit(work, k):
+    """``streamk search IDX q.jpg -k 1000000000`` once died allocating 7.45 GiB."""
+    res = run_python("-c", LIMITED_CLI, "search", work / "ix", work / "imgs" / "img2.png", "-k", k, timeout=120)
+    assert res.returncode == 2
+    line = one_error_line(res)
+    assert "limit of 10,000" in line and "MemoryError" not in res.stderr
+
+
+def test_k_above_the_images_is_capped_under_a_memory_limit(work):
+    res = run_python("-c", LIMITED_CLI, "search", work / "ix", work / "imgs" / "img2.png", "-k", "10000", "--json",
+                     timeout=120)
+    assert res.returncode == 0, res.stderr
+    hits = json.loads(res.stdout)
+    assert len(hits) == 6 and hits[0]["id"] == "img2.png"
+    for opt in ("--rerank", "--verify", "--expand"):
+        res = run_python("-c", LIMITED_CLI, "search", work / "ix", work / "imgs" / "img2.png", opt, "1000000000",
+                         timeout=120)
+        assert res.returncode == 2 and "limit of" in one_error_line(res), opt

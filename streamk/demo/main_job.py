@@ -46,7 +46,7 @@ from . import transforms as tf
 from ..encoding.encoder import Encoder
 from ..errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
 from ..evaluation.metrics import compute_map
-from ..index import StreamingIndex, encoded_image_file
+from ..index import MAX_K, StreamingIndex, encoded_image_file
 from ..encoding.postprocessing import postprocess
 from ..pipeline import extract_many, scan
 from ..index import validate_id
@@ -298,7 +298,7 @@ def _search_all(indexes, queries, n_db, rows_of, progress, report):
             for m, idx in indexes.items():
                 t0 = time.perf_counter()
                 try:
-                    hits = idx.search(q.path, k=n_db)
+                    hits = idx.search(q.path, k=min(n_db, MAX_K))  # the full ranking, up to MAX_K
                 except StreamkError as exc:
                     hits = []
                     if qi not in failed:

@@ -18,10 +18,44 @@ from .items import checked_vector, normalise_box, unit_vector
 MODES = ("exact", "pq")
 
 
-def check_k(k):
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ConfigError(f"k must be an integer >= 1, got {k!r}")
-    return int(k)
+# The most a request may ask for: every search allocates in proportion to these numbers
+# (k results, R re-ranked candidates whose vectors are read, R verified records, one
+# batch's queries), so each is checked before anything is allocated. Above the number of
+# images in the index, k and the candidate counts are simply capped; above these
+# maxima, the request is refused (ConfigError) whatever the index holds.
+MAX_K = 10_000  # results per query (a ranked list longer than this is read by nobody)
+MAX_RERANK = 10_000  # PQ candidates re-scored with their stored vectors, per query (>= MAX_K)
+MAX_VERIFY = 1_000  # first-stage results spatially verified (Philbin et al. verify 100 to 1,000)
+MAX_EXPAND = MAX_VERIFY  # verified results averaged into an expanded query
+MAX_BATCH = 1_000  # query vectors in one batch (nq x k results: at most 10^7)
+
+
+def _check_count(name, value, minimum, maximum, hint=""):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value > maximum:
+        raise ConfigError(f"{name} = {int(value):,} is over streamk's limit of {maximum:,}{hint}")
+    return int(value)
+
+
+def check_k(k, maximum=MAX_K):
+    """``k`` as an int in 1..MAX_K, or ConfigError (before any allocation sized by it).
+    A k above the number of images is capped by the search, not refused."""
+    return _check_count("k", k, 1, maximum, " results per query (a search caps k at the number of images)")
+
+
+def check_request(k, rerank=None, verify=None, expand=None):
+    """The numbers of one search request checked against their maxima (ConfigError):
+    k (1..MAX_K), rerank (None or 0..MAX_RERANK), verify (None or 0..MAX_VERIFY),
+    expand (None or 0..MAX_EXPAND). Returns k as an int."""
+    k = check_k(k)
+    if rerank is not None:
+        _check_count("rerank", rerank, 0, MAX_RERANK, " candidates per query")
+    if verify is not None:
+        _check_count("verify", verify, 0, MAX_VERIFY, " verified results per query")
+    if expand is not None:
+        _check_count("expand", expand, 0, MAX_EXPAND, " results in an expanded query")
+    return k
 
 
 class StoredExtractor:
@@ -90,7 +124,11 @@ class QueryEncoder:
 
     def vectors(self, Q):
         """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
-        Q = np.asarray(Q, dtype=np.float64)
+        Q = np.asarray(Q)
+        if Q.ndim == 2 and Q.shape[0] > MAX_BATCH:
+            raise ConfigError(f"a batch of {Q.shape[0]:,} queries is over streamk's limit of {MAX_BATCH:,} per "
+                              f"search: search it in parts")
+        Q = Q.astype(np.float64)
         if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] == 0:
             raise DimensionError(f"queries: expected a non-empty (nq, {self.dim}) array, got shape {Q.shape}")
         if not np.isfinite(Q).all():
@@ -107,4 +145,5 @@ class QueryEncoder:
                 and query.dtype != object)
 
 
-__all__ = ["MODES", "QueryEncoder", "StoredExtractor", "check_k"]
+__all__ = ["MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_RERANK", "MAX_VERIFY", "MODES", "QueryEncoder", "StoredExtractor",
+           "check_k", "check_request"]

@@ -21,8 +21,11 @@ import numpy as np
 from ..errors import ConfigError, NotFittedError
 from ..quantization import IVFPQ, NO_LIST, InvertedLists, merge_topk
 from .blocks import split_block, unpack_codes
+from .queries import MAX_RERANK
 from .store import epoch_key, epoch_key_split, removed_rows, rows_of_epoch_keys
 from .vector_store import VectorStore
+
+RERANK_BYTES = 256 << 20  # stored vectors read at once by a batch's re-ranking (float32)
 
 
 class SearchView:
@@ -157,14 +160,21 @@ class SearchView:
         query (unit vectors Q (nq, D) float32), best first, ties by row; missing
         slots (-inf, -1). mode "exact": every stored vector. mode "pq": the codes
         of the probed lists, then the ``rerank`` best re-scored with their vectors
-        (default max(4k, 100); 0: no re-ranking)."""
+        (default max(4k, 100), at most MAX_RERANK; 0: no re-ranking).
+
+        Bounded: k and R are capped at the number of images in the index before anything
+        is allocated (the caller checked them against MAX_K / MAX_RERANK), so the arrays
+        have min(k, images) columns."""
+        n = max(1, txn.stat(self.store.dbs["images"])["entries"])
+        k = min(int(k), n)
         if mode == "exact":
             return self.exact_search(txn, Q, k)
         if mode != "pq":
             raise ConfigError(f"mode must be 'exact' or 'pq', got {mode!r}")
         if self.codec is None or self.lists is None:
             raise NotFittedError("PQ search needs a trained codec first (train_pq() or train())")
-        R = max(4 * k, 100) if rerank is None else int(rerank)
+        R = min(max(4 * k, 100), MAX_RERANK) if rerank is None else int(rerank)
+        R = min(R, n)
         if R and R < k:
             raise ConfigError(f"rerank ({R}) must be 0 or >= k ({k})")
         scores, rows = self.codec.search(self.lists, Q, max(k, R), nprobe, self.dead)
@@ -177,7 +187,16 @@ class SearchView:
         return self.vectors.get(txn, rows)
 
     def rerank(self, txn, Q, cand, k):
-        """The k best of each query's candidate rows (nq, R) by the stored vectors."""
+        """The k best of each query's candidate rows (nq, R) by the stored vectors, read
+        for a few queries at a time (at most max(R, 256 MiB of vectors) in memory)."""
+        nq, R = cand.shape
+        step = max(1, max(R, RERANK_BYTES // (4 * self.dim)) // max(R, 1))  # queries per read
+        parts = [self._rerank(txn, Q[a:a + step], cand[a:a + step], k) for a in range(0, nq, step)]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    def _rerank(self, txn, Q, cand, k):
         nq = cand.shape[0]
         uniq, inv = np.unique(cand[cand >= 0], return_inverse=True)
         V = self.vectors_of(txn, uniq) if len(uniq) else np.zeros((0, self.dim), np.float32)

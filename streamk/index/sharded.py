@@ -43,7 +43,7 @@ from ..quantization import IVFPQ, default_train_size
 from .items import AddResult, encoded_vector
 from ..verification import Vocabulary, expand_query
 from .items import unit_vector
-from .queries import MODES, QueryEncoder, check_k
+from .queries import MODES, QueryEncoder, check_request
 from .second_stage import DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record
 from .store import id_key
 from .streaming_index import StreamingIndex
@@ -160,7 +160,7 @@ class ShardActor:
 
     def search(self, Q, k, mode, nprobe, rerank):
         with self._lock:
-            return self.index.search(Q, k=k, mode=mode, nprobe=nprobe, rerank=rerank)
+            return self.index.first_stage(Q, k, mode=mode, nprobe=nprobe, rerank=rerank)
 
     def verified_candidates(self, q, qrec, k, verify, box, pairs, mode, nprobe, rerank):
         with self._lock:
@@ -553,10 +553,10 @@ class ShardedIndex:
         by score. The second stage runs where each shard lives: every shard verifies its
         own first-stage top ``verify`` and sends back its verified images' vectors; the
         expanded query is searched on every shard again."""
-        k = check_k(k)
+        check_second_stage(verify, expand, expansion)
+        k = check_request(k, rerank, verify, expand)  # before anything is allocated (limits in queries.py)
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
-        check_second_stage(verify, expand, expansion)
         batch = self.queries.is_batch(query)
         if batch and (box is not None or features is not None):
             raise ConfigError("box and features apply to one query image, not a batch of vectors")

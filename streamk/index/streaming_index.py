@@ -36,7 +36,7 @@ from ..errors import (ConfigError, EncoderFileError, EncoderMismatchError, Index
                       StreamkError, UnknownIdError, VocabularyFileError)
 from ..verification import Vocabulary
 from .items import unit_vector
-from .queries import MODES, QueryEncoder, StoredExtractor, check_k
+from .queries import MODES, QueryEncoder, StoredExtractor, check_request
 from .reader import SearchView
 from .retraining import Trainer
 from .second_stage import (DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record, second_stage,
@@ -399,6 +399,12 @@ class StreamingIndex:
         best first, as faiss returns them; slots past the number of images hold -inf
         and None (first stage only).
 
+        Bounded cost: k, rerank, verify, expand and a batch's size are checked against
+        streamk's maxima (MAX_K = 10,000 results, MAX_RERANK = 10,000 candidates,
+        MAX_VERIFY = MAX_EXPAND = 1,000, MAX_BATCH = 1,000 queries; ConfigError above)
+        before anything is allocated; k and the candidate counts are then capped at the
+        number of images in the index (a batch's arrays have min(k, images) columns).
+
         mode "exact": every stored vector. mode "pq": the codes (flat PQ, or the
         ``nprobe`` nearest IVF lists), then the best ``rerank`` (default max(4k, 100);
         0: none) re-scored with the stored vectors. Default: "pq" once a codec is
@@ -412,12 +418,10 @@ class StreamingIndex:
         verified result (``region``). ``features``: the query image's Features (already
         cropped to ``box``) when the query is given as its vector.
         """
-        k = check_k(k)
+        check_second_stage(verify, expand, expansion)
+        k = check_request(k, rerank, verify, expand)  # before anything is allocated (limits in queries.py)
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
-        if rerank is not None and (isinstance(rerank, bool) or int(rerank) < 0):
-            raise ConfigError(f"rerank must be an integer >= 0, got {rerank!r}")
-        check_second_stage(verify, expand, expansion)
         batch = self.queries.is_batch(query)
         if batch and (box is not None or features is not None):
             raise ConfigError("box and features apply to one query image, not a batch of vectors")
@@ -449,6 +453,17 @@ class StreamingIndex:
             return scores, ids
         return [Hit(i, s, **explanations.get(int(r), {})) for i, s, r in zip(ids[0], scores[0], rows[0])
                 if i is not None]
+
+    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None):
+        """(scores, ids) (nq, <= k) of the unit query rows Q (checked by the caller): the
+        first stage alone, what a shard of a sharded index answers (k already checked
+        against MAX_K by the caller, capped here at the number of images)."""
+        with self._store.read(buffers=True) as txn:
+            self.view.refresh(txn)
+            if mode is None:
+                mode = "pq" if self.view.lists is not None else "exact"
+            scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank)
+            return scores, self.view.ids_of(txn, rows)
 
     def verified_candidates(self, q, qrec, k, verify, box=None, pairs=False, mode=None, nprobe=None, rerank=None):
         """One query's first stage (top max(k, verify) of the unit vector ``q``) and the

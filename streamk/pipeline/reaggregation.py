@@ -27,6 +27,7 @@ from .. import features as feat
 from .extraction import iter_extract
 from ..errors import ConfigError, DatasetImageError, NotFittedError
 from ..encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
+from ..index import check_request
 
 MAX_IMAGES = 5000  # beyond this, re-aggregating the whole database is not interactive
 
@@ -166,7 +167,9 @@ class Reaggregator:
         return self.index.unit_vector(v), alpha
 
     def search(self, q, s, k=10, mode="exact", rerank=None, progress=None):
-        """[Hit] of the k best database images for query vector ``q`` under ``s``."""
+        """[Hit] of the k best database images for query vector ``q`` under ``s`` (k and
+        rerank checked against the index's maxima, capped at the images)."""
+        k = check_request(k, rerank)
         if self.is_index_settings(s):
             return [Hit(i, sc) for i, sc in self.index.search(q, k=k, mode=mode, rerank=rerank)]
         ids, V = self.database(s, progress)
