@@ -279,6 +279,21 @@ class ImageTooLargeError(ImageReadError):
     def __reduce__(self):
         return (type(self), (self.path, self.reason, self.limit))
 
+# --------------------------------------------------------------- metadata, filters (streamk.index.metadata)
+class MetadataError(StreamkError, ValueError):
+    """An image's metadata is not a JSON object of at most 64 KB (string keys; strings,
+    numbers, booleans, null, lists and objects as values; no NaN), a value of an indexed
+    field cannot be indexed, or a metadata file (JSON lines) is malformed."""
+
+    exit_code = 3
+
+
+class FilterError(ConfigError):
+    """A search filter (``where=``) that does not follow the filter grammar, or names a
+    field that is not indexed."""
+
+    exit_code = 2
+
 
 def describe(exc):
     """One line saying what went wrong: ``"ErrorType: reason"`` (an ImageReadError's

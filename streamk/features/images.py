@@ -249,5 +249,49 @@ def load_gray(path, max_file_size=MAX_FILE_SIZE, max_pixels=MAX_PIXELS):
     return decode_gray(read_image_bytes(path, max_file_size), path, max_pixels)
 
 
-__all__ = ["MAX_FILE_SIZE", "MAX_PIXELS", "check_pixels", "decode_gray", "decode_gray_scaled", "load_gray", "pil_image",
+EXIF_DATE_TAGS = (0x9003, 0x9004, 0x0132)  # DateTimeOriginal, DateTimeDigitized (Exif IFD), DateTime
+
+
+def exif_date(data):
+    """The EXIF date of an image's bytes as ``"YYYY-MM-DD HH:MM:SS"`` (sorts as time), or
+    None (no EXIF, no date, not parseable). Reads the header only: Pillow's ``open`` is
+    lazy and ``getexif`` decodes no pixels."""
+    try:
+        Image = pil_image()
+        with Image.open(io.BytesIO(data)) as img:
+            exif = img.getexif()
+            values = {0x0132: exif.get(0x0132)}
+            values.update(exif.get_ifd(0x8769))
+    except Exception:  # no EXIF to speak of: a date is optional
+        return None
+    for tag in EXIF_DATE_TAGS:
+        raw = values.get(tag)
+        if isinstance(raw, bytes):
+            raw = raw.decode("ascii", "replace")
+        if isinstance(raw, str) and len(raw) >= 19 and raw[4] == ":" and raw[7] == ":":
+            text = raw[:19]
+            date = text[:10].replace(":", "-") + text[10:]
+            if date[:4].isdigit() and date[:4] != "0000":
+                return date
+    return None
+
+
+def file_metadata(path, data):
+    """What ingestion stores about an image file: ``path`` (absolute), ``folder``, ``name``,
+    ``size`` (bytes read), ``mtime`` (unix time, when the file can be stat'ed) and ``date``
+    (the EXIF date, where the bytes carry one)."""
+    path = os.path.abspath(os.fspath(path))
+    out = {"path": path, "folder": os.path.dirname(path), "name": os.path.basename(path), "size": len(data)}
+    try:
+        out["mtime"] = os.stat(path).st_mtime
+    except OSError:
+        pass
+    date = exif_date(data)
+    if date is not None:
+        out["date"] = date
+    return out
+
+
+
+__all__ = ["MAX_FILE_SIZE", "MAX_PIXELS", "check_pixels", "decode_gray", "decode_gray_scaled", "exif_date", "file_metadata", "load_gray", "pil_image",
            "read_image_bytes", "resize_gray", "scaled_size"]

@@ -37,6 +37,7 @@ class EncodedImage(NamedTuple):
     extras: bytes | None  # .npz bytes (keypoints, weights) or None
     geometry: bytes | None = None  # local-geometry record (streamk.verification), or None
     thumbnail: bytes | None = None  # a small JPEG of the image for display (streamk.server), or None
+    metadata: dict | None = None  # the image's metadata (streamk.index.metadata), or None
 
 
 def npz_bytes(**arrays):
@@ -79,14 +80,16 @@ def image_content_key(sha256_hex, box=None):
     return hashlib.sha256(b"image\0" + bytes.fromhex(sha256_hex) + json.dumps(box).encode()).digest()
 
 
-def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None, geometry=None):
+def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None, geometry=None,
+                       metadata=None):
     """The record ``add(image_path=...)`` writes for an image file whose bytes have this
-    sha256, encoded to ``vector`` (ingestion workers build the same record)."""
+    sha256, encoded to ``vector`` (ingestion workers build the same record); ``metadata``:
+    its metadata (a dict: :func:`streamk.features.file_metadata` and the user's fields)."""
     record = {"kind": "image_path", "source": os.path.abspath(os.fspath(path)), "box": box,
               "n_descriptors": int(len(keypoints)), "sha256": sha256_hex, "image_size": list(image_size)}
     extras = npz_bytes(keypoints=keypoints, weights=np.asarray(weights, np.float32))
     return EncodedImage(id_key(image_id), unit_vector(vector), image_content_key(sha256_hex, box), record,
-                        extras, geometry)
+                        extras, geometry, metadata=metadata)
 
 
 def normalise_box(box):
@@ -109,13 +112,14 @@ def one_source(image_path, descriptors, vector):
     return given[0]
 
 
-def encoded_vector(image_id, vector, dim):
+def encoded_vector(image_id, vector, dim, metadata=None):
     """The EncodedImage of an image given as a vector (``add(vector=...)``)."""
     v = checked_vector(vector, dim)
     sha = hashlib.sha256(v.tobytes()).hexdigest()
     content = hashlib.sha256(b"vector\0" + bytes.fromhex(sha)).digest()
     return EncodedImage(id_key(image_id), v, content,
-                        {"kind": "vector", "source": None, "box": None, "n_descriptors": None, "sha256": sha}, None)
+                        {"kind": "vector", "source": None, "box": None, "n_descriptors": None, "sha256": sha}, None,
+                        metadata=metadata)
 
 
 __all__ = ["AddResult", "EncodedImage", "checked_vector", "encoded_image_file", "encoded_vector",

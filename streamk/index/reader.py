@@ -26,6 +26,8 @@ from .store import epoch_key, epoch_key_split, removed_rows, rows_of_epoch_keys
 from .vector_store import VectorStore
 
 RERANK_BYTES = 256 << 20  # stored vectors read at once by a batch's re-ranking (float32)
+EXACT_BY_ROW_FRACTION = 16  # a filtered exact search reads its rows one by one when they are <= 1/16 of all
+EXACT_CHUNK_ROWS = 4096  # rows scored per GEMM by a filtered exact search
 
 
 class SearchView:
@@ -155,7 +157,7 @@ class SearchView:
         return lists[keep], codes[keep], rows[keep]
 
     # ------------------------------------------------------------ search
-    def search(self, txn, Q, k, mode="pq", nprobe=None, rerank=None):
+    def search(self, txn, Q, k, mode="pq", nprobe=None, rerank=None, allow=None):
         """(scores (nq, k) float32, rows (nq, k) int64) of the k best images of each
         query (unit vectors Q (nq, D) float32), best first, ties by row; missing
         slots (-inf, -1). mode "exact": every stored vector. mode "pq": the codes
@@ -164,11 +166,21 @@ class SearchView:
 
         Bounded: k and R are capped at the number of images in the index before anything
         is allocated (the caller checked them against MAX_K / MAX_RERANK), so the arrays
-        have min(k, images) columns."""
+        have min(k, images) columns.
+
+        allow: a :class:`~streamk.index.metadata.RowFilter` (a search filter's rows and
+        bitmap): only its rows are scanned. The exact scan reads only their vectors; the
+        PQ / IVF scans test each entry's bit before scoring it (an IVF scan visits more
+        lists until it has seen enough allowed rows). When no more rows are allowed than
+        the PQ search would re-rank, they are all scored with their vectors (the same
+        result as scanning their codes and re-ranking them all, at a cost of what the
+        filter selects)."""
         n = max(1, txn.stat(self.store.dbs["images"])["entries"])
         k = min(int(k), n)
+        if allow is not None and allow.count == 0:
+            return np.full((Q.shape[0], k), -np.inf, np.float32), np.full((Q.shape[0], k), -1, np.int64)
         if mode == "exact":
-            return self.exact_search(txn, Q, k)
+            return self.exact_search(txn, Q, k, allow)
         if mode != "pq":
             raise ConfigError(f"mode must be 'exact' or 'pq', got {mode!r}")
         if self.codec is None or self.lists is None:
@@ -177,7 +189,14 @@ class SearchView:
         R = min(R, n)
         if R and R < k:
             raise ConfigError(f"rerank ({R}) must be 0 or >= k ({k})")
-        scores, rows = self.codec.search(self.lists, Q, max(k, R), nprobe, self.dead)
+        if allow is not None and R and allow.count <= R:
+            return self.exact_search(txn, Q, k, allow)
+        bits = None
+        if allow is not None:
+            bits = allow.bits
+            if bits.shape[0] * 64 < self.dead.shape[0]:  # rows the view knows past the filter's: none allowed
+                bits = np.concatenate([bits, np.zeros((self.dead.shape[0] + 63) // 64 - bits.shape[0], np.uint64)])
+        scores, rows = self.codec.search(self.lists, Q, max(k, R), nprobe, self.dead, allow=bits)
         if not R:
             return scores[:, :k], rows[:, :k]
         return self.rerank(txn, Q, rows, k)
@@ -208,17 +227,33 @@ class SearchView:
             scores[a, ok] = V[pos[a, ok]] @ Q[a]
         return merge_topk(scores, np.where(np.isfinite(scores), cand, -1), k)
 
-    def exact_search(self, txn, Q, k):
-        """Every stored vector, read block by block from the map (never all in memory)."""
+    def exact_search(self, txn, Q, k, allow=None):
+        """Every stored vector, read block by block from the map (never all in memory).
+        allow: a RowFilter: only its rows' vectors are read (by row when it selects few,
+        else the blocks, keeping the rows whose bit is set)."""
         nq = Q.shape[0]
         best_s = np.full((nq, k), -np.inf, np.float32)
         best_r = np.full((nq, k), -1, np.int64)
         dead, next_row = self.dead, self.store.get_int(b"next_row", txn)
+        if allow is not None and allow.count * EXACT_BY_ROW_FRACTION <= next_row:
+            rows = allow.rows
+            for lo in range(0, rows.shape[0], EXACT_CHUNK_ROWS):
+                part = rows[lo:lo + EXACT_CHUNK_ROWS]
+                S = Q @ self.vectors_of(txn, part).T
+                best_s, best_r = merge_topk(np.concatenate([best_s, S], axis=1),
+                                            np.concatenate([best_r, np.broadcast_to(part, S.shape)], axis=1), k)
+            return best_s, best_r
+        bits = None if allow is None else allow.bits
 
         def live(rows):  # rows below next_row not marked removed (the view is up to date with txn)
             ok = rows < next_row
             inside = rows < dead.shape[0]
             ok[inside] &= dead[rows[inside]] == 0
+            if bits is not None:
+                inside = rows < bits.shape[0] * 64
+                ok &= inside
+                r = rows[inside]
+                ok[inside] &= (bits[r >> 6] >> (r & 63).astype(np.uint64)) & np.uint64(1) != 0
             return ok
         for rows, V in self.vectors.scan(txn, live=live):
             S = Q @ V.T

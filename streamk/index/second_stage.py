@@ -127,18 +127,20 @@ def merge_after(head_rows, head_scores, tail_rows, tail_scores, k):
 
 
 def second_stage(view, txn, q, rows, scores, qrec, k, verify_r, expand, expansion="aqe", box=None,
-                 return_pairs=False, mode="exact", nprobe=None, rerank=None, min_inliers=DEFAULT_MIN_INLIERS):
+                 return_pairs=False, mode="exact", nprobe=None, rerank=None, min_inliers=DEFAULT_MIN_INLIERS,
+                 allow=None):
     """(rows, scores, explanations) of the final k results of one query; see the module doc.
 
     q: (D,) unit query vector; rows, scores: its first-stage top (at least min(R, N)),
-    best first; qrec: the query's geometry record."""
+    best first; qrec: the query's geometry record; allow: the search filter's RowFilter
+    (the expanded search keeps to it)."""
     head_rows, head_scores, rest_rows, rest_scores, explanations = verify_top(
         view, txn, rows, scores, qrec, verify_r, box, return_pairs, min_inliers)
     n_expand = min(int(expand), len(head_rows))
     if n_expand:
         V = view.vectors_of(txn, head_rows[:n_expand])
         q2 = expand_query(q, V, method=expansion).astype(np.float32)[None, :]
-        s2, r2 = view.search(txn, q2, k + len(head_rows), mode=mode, nprobe=nprobe, rerank=rerank)
+        s2, r2 = view.search(txn, q2, k + len(head_rows), mode=mode, nprobe=nprobe, rerank=rerank, allow=allow)
         out_rows, out_scores = merge_after(head_rows, head_scores, r2[0], s2[0], k)
         for r in out_rows[len(head_rows):]:
             explanations.setdefault(r, {})["stage"] = "expanded"

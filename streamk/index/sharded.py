@@ -45,7 +45,8 @@ from ..verification import Vocabulary, expand_query
 from .items import unit_vector
 from .queries import MODES, QueryEncoder, check_request
 from .second_stage import DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record
-from .store import id_key
+from .metadata import check_field, parse_filter
+from .store import id_key, validate_id
 from .streaming_index import StreamingIndex
 
 MANIFEST = "shards.json"
@@ -158,13 +159,13 @@ class ShardActor:
         with self._lock:
             return self.index.records(image_ids)
 
-    def search(self, Q, k, mode, nprobe, rerank):
+    def search(self, Q, k, mode, nprobe, rerank, where=None):
         with self._lock:
-            return self.index.first_stage(Q, k, mode=mode, nprobe=nprobe, rerank=rerank)
+            return self.index.first_stage(Q, k, mode=mode, nprobe=nprobe, rerank=rerank, where=where)
 
-    def verified_candidates(self, q, qrec, k, verify, box, pairs, mode, nprobe, rerank):
+    def verified_candidates(self, q, qrec, k, verify, box, pairs, mode, nprobe, rerank, where=None):
         with self._lock:
-            out = self.index.verified_candidates(q, qrec, k, verify, box, pairs, mode, nprobe, rerank)
+            out = self.index.verified_candidates(q, qrec, k, verify, box, pairs, mode, nprobe, rerank, where)
         # plain data across processes: hits as (id, score, explanation) triples
         return {"verified": [(h.id, h.score, dict(h.__dict__)) for h in out["verified"]],
                 "rest": [(h.id, h.score, dict(h.__dict__)) for h in out["rest"]], "vectors": out["vectors"]}
@@ -201,6 +202,22 @@ class ShardActor:
     def thumbnail(self, image_id):
         with self._lock:
             return self.index.thumbnail(image_id)
+
+    def metadata(self, image_id):
+        with self._lock:
+            return self.index.metadata(image_id)
+
+    def set_metadata(self, image_id, metadata, merge):
+        with self._lock:
+            return self.index.set_metadata(image_id, metadata, merge)
+
+    def index_field(self, name):
+        with self._lock:
+            return self.index.index_field(name)
+
+    def indexed_fields(self):
+        with self._lock:
+            return self.index.indexed_fields
 
     def set_extractor(self, params_json):
         with self._lock:
@@ -275,11 +292,15 @@ class ShardedIndex:
     # ------------------------------------------------------------ create / open
     @classmethod
     def create(cls, path, encoder, shards, vector_dtype="float16", extractor=None, dask=None, hosts=None,
-               store_extras=True, vocabulary=None):
+               store_extras=True, vocabulary=None, indexed_fields=()):
         """A new sharded index at ``path`` (new or empty). With ``dask`` (an address,
         "local:N" or a Client), the shards are created by the cluster's workers, spread
         over its hosts (round robin; ``hosts`` to choose), each on the worker's disk
-        at the same path (``path`` must be a local folder of every such host)."""
+        at the same path (``path`` must be a local folder of every such host).
+        indexed_fields: metadata fields search filters may use (every shard indexes them)."""
+        if isinstance(indexed_fields, str):
+            indexed_fields = [indexed_fields]
+        indexed_fields = [check_field(f) for f in indexed_fields]
         shards = int(shards)
         if shards < 1:
             raise ConfigError(f"shards must be >= 1, got {shards}")
@@ -312,7 +333,10 @@ class ShardedIndex:
         finally:
             if own and client is not None:
                 client.close()
-        return cls.open(path, dask=dask)
+        idx = cls.open(path, dask=dask)
+        for name in indexed_fields:
+            idx.index_field(name)
+        return idx
 
     @classmethod
     def open(cls, path, readonly=False, dask=None):
@@ -483,15 +507,15 @@ class ShardedIndex:
             self._claims("release", release)
         return out
 
-    def add(self, image_id, vector):
+    def add(self, image_id, vector, metadata=None):
         """Add an image vector (images and descriptor sets: encode them, or ingest)."""
-        out = self.write_encoded([encoded_vector(image_id, vector, self.dim)])[0]
+        out = self.write_encoded([encoded_vector(image_id, vector, self.dim, metadata)])[0]
         if isinstance(out, Exception):
             raise out
         return image_id
 
     def add_many(self, items, batch_size=1024):
-        """Add {"id", "vector"} items, batch_size per round of shard transactions."""
+        """Add {"id", "vector"} items (and "metadata"), batch_size per round of shard transactions."""
         results, batch = [], []
 
         def flush():
@@ -500,7 +524,7 @@ class ShardedIndex:
                 results.append(AddResult(i, "error", o) if isinstance(o, Exception) else AddResult(i, o))
             batch.clear()
         for item in items:
-            batch.append((item["id"], encoded_vector(item["id"], item["vector"], self.dim)))
+            batch.append((item["id"], encoded_vector(item["id"], item["vector"], self.dim, item.get("metadata"))))
             if len(batch) >= batch_size:
                 flush()
         flush()
@@ -525,6 +549,38 @@ class ShardedIndex:
             self._claims("release", freed)
         return n
 
+    # ------------------------------------------------------------ metadata
+    def _owner_of(self, image_id):
+        return self._owners[shard_of(validate_id(image_id), self.shards)]
+
+    def metadata(self, image_id):
+        """As :meth:`StreamingIndex.metadata`, from the image's shard."""
+        return self._owner_of(image_id).call("metadata", image_id)
+
+    def metadata_many(self, image_ids):
+        """The metadata of each id (None for an absent id)."""
+        out = []
+        for i in image_ids:
+            try:
+                out.append(self.metadata(i))
+            except UnknownIdError:
+                out.append(None)
+        return out
+
+    def set_metadata(self, image_id, metadata, merge=False):
+        """As :meth:`StreamingIndex.set_metadata`, on the image's shard."""
+        return self._owner_of(image_id).call("set_metadata", image_id, metadata, merge)
+
+    def index_field(self, name):
+        """As :meth:`StreamingIndex.index_field`, on every shard."""
+        check_field(name)
+        done = self._scatter("index_field", {s: (name,) for s in range(self.shards)})
+        return any(done.values())
+
+    @property
+    def indexed_fields(self):
+        return self._owners[0].call("indexed_fields")
+
     # ------------------------------------------------------------ codec
     def train(self, nlist=1, M=16, seed=0, train_size=None, nprobe=None, codec=None):
         """One codec for every shard: fitted here on a sample gathered from the shards
@@ -547,14 +603,16 @@ class ShardedIndex:
 
     # ------------------------------------------------------------ search
     def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None):
+               expansion="aqe", pairs=False, features=None, where=None):
         """As :meth:`StreamingIndex.search`: one query (image path, descriptor set, vector)
         -> [Hit]; a batch (nq, D) -> (scores, ids) arrays. Scattered to every shard, merged
         by score. The second stage runs where each shard lives: every shard verifies its
         own first-stage top ``verify`` and sends back its verified images' vectors; the
-        expanded query is searched on every shard again."""
+        expanded query is searched on every shard again. ``where``: a metadata filter,
+        applied inside each shard's scan."""
         check_second_stage(verify, expand, expansion)
         k = check_request(k, rerank, verify, expand)  # before anything is allocated (limits in queries.py)
+        parse_filter(where)  # a FilterError here, before any shard is asked
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         batch = self.queries.is_batch(query)
@@ -573,21 +631,21 @@ class ShardedIndex:
         if R and len(qfeatures):
             return self._search_second_stage(Q[0], query_record(vocabulary, qfeatures), k, R,
                                              DEFAULT_EXPAND if expand is None else int(expand), expansion, box,
-                                             pairs, mode, nprobe, rerank)
-        scores, ids = self._first_stage(Q, k, mode, nprobe, rerank)
+                                             pairs, mode, nprobe, rerank, where)
+        scores, ids = self._first_stage(Q, k, mode, nprobe, rerank, where)
         if batch:
             return scores, ids
         return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
 
-    def _first_stage(self, Q, k, mode, nprobe, rerank):
-        parts = self._scatter("search", {s: (Q, k, mode, nprobe, rerank) for s in range(self.shards)})
+    def _first_stage(self, Q, k, mode, nprobe, rerank, where=None):
+        parts = self._scatter("search", {s: (Q, k, mode, nprobe, rerank, where) for s in range(self.shards)})
         scores = np.concatenate([parts[s][0] for s in range(self.shards)], axis=1)
         ids = np.concatenate([parts[s][1] for s in range(self.shards)], axis=1)
         order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties: by shard, then the shard's order
         return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
-    def _search_second_stage(self, q, qrec, k, R, n_expand, expansion, box, pairs, mode, nprobe, rerank):
-        parts = self._scatter("verified_candidates", {s: (q, qrec, k, R, box, pairs, mode, nprobe, rerank)
+    def _search_second_stage(self, q, qrec, k, R, n_expand, expansion, box, pairs, mode, nprobe, rerank, where=None):
+        parts = self._scatter("verified_candidates", {s: (q, qrec, k, R, box, pairs, mode, nprobe, rerank, where)
                                                       for s in range(self.shards)})
         verified = [(h, s, v) for s in range(self.shards) for h, v in zip(parts[s]["verified"], parts[s]["vectors"])]
         verified.sort(key=lambda t: (-t[0][2]["inliers"], -t[0][1], t[1]))  # by inliers, then score, then shard
@@ -595,7 +653,7 @@ class ShardedIndex:
         if n_expand and verified:
             V = np.stack([v for _, _, v in verified[:n_expand]])
             q2 = expand_query(q, V, method=expansion).astype(np.float32)[None, :]
-            scores, ids = self._first_stage(q2, k + len(head), mode, nprobe, rerank)
+            scores, ids = self._first_stage(q2, k + len(head), mode, nprobe, rerank, where)
             tail = [Hit(i, sc, stage="expanded") for i, sc in zip(ids[0], scores[0]) if i is not None]
         else:
             rest = sorted(((i, sc, ex) for s in range(self.shards) for i, sc, ex in parts[s]["rest"]),

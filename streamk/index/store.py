@@ -37,6 +37,10 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
                 written with the image, in the same transaction.
 ``thumbnails``  id -> a small JPEG of the image (at most 256 px a side, a few KB), written with
                 the image when its writer made one (the HTTP server does, for uploads).
+``metadata``    row -> the image's metadata, a JSON object of at most 64 KB (written and removed
+                with the image; :mod:`streamk.index.metadata`).
+``postings``    (dupsort, dupfixed) indexed field + encoded value -> the rows holding it (8-byte
+                big-endian, sorted): what a search filter reads, in proportion to what it selects.
 
 Every change increments ``meta/seq`` and appends to ``log`` in the same
 transaction, so a reader that knows the seq it last saw applies only what
@@ -72,7 +76,8 @@ SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "
           "log", "claims")
 # Sub-databases added after format 2 was released: an index written before them lacks them;
 # a writer creates them at open, a read-only reader sees them as empty.
-OPTIONAL_SUBDBS = ("geometry", "thumbnails")
+OPTIONAL_SUBDBS = ("geometry", "thumbnails", "metadata", "postings")
+SUBDB_FLAGS = {"postings": {"dupsort": True, "dupfixed": True}}  # (streamk.index.metadata)
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 CREATE_ROOM = 1 << 20  # free bytes a new index needs on its disk, beyond its metadata
@@ -179,12 +184,13 @@ class Store:
         self.max_map_size = None if max_map_size is None else int(max_map_size)
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
         if create:
-            self.dbs = {name: env.open_db(name.encode(), create=True) for name in SUBDBS + OPTIONAL_SUBDBS}
+            self.dbs = {name: env.open_db(name.encode(), create=True, **SUBDB_FLAGS.get(name, {}))
+                        for name in SUBDBS + OPTIONAL_SUBDBS}
         else:  # never create anything in an existing database (it may not be ours)
             self.dbs = {name: env.open_db(name.encode(), create=False) for name in SUBDBS}
             for name in OPTIONAL_SUBDBS:
                 try:
-                    self.dbs[name] = env.open_db(name.encode(), create=not readonly)
+                    self.dbs[name] = env.open_db(name.encode(), create=not readonly, **SUBDB_FLAGS.get(name, {}))
                 except lmdb.NotFoundError:  # read-only, written by an older streamk: nothing stored
                     self.dbs[name] = None
 

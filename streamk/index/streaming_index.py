@@ -36,6 +36,8 @@ from ..errors import (ConfigError, EncoderFileError, EncoderMismatchError, Index
                       StreamkError, UnknownIdError, VocabularyFileError)
 from ..verification import Vocabulary
 from .items import unit_vector
+from .metadata import (add_indexed_field, allowed_rows, check_field, indexed_fields,
+                       metadata_of_rows, parse_filter)
 from .queries import MODES, QueryEncoder, StoredExtractor, check_request
 from .reader import SearchView
 from .retraining import Trainer
@@ -81,7 +83,7 @@ class StreamingIndex:
 
     @classmethod
     def create(cls, path, encoder, vector_dtype="float16", extractor=None, map_size=DEFAULT_MAP_SIZE,
-               block_rows=BLOCK_ROWS, store_extras=True, vocabulary=None, max_map_size=None):
+               block_rows=BLOCK_ROWS, store_extras=True, vocabulary=None, max_map_size=None, indexed_fields=()):
         """A new, empty index at ``path`` (a new or empty directory).
 
         encoder: a fitted :class:`~streamk.encoding.encoder.Encoder`, stored in the index.
@@ -100,7 +102,12 @@ class StreamingIndex:
         stage); None: first stage only (:meth:`add_local_features` later).
         max_map_size: bytes the LMDB map may grow to (a write needing more is a
         :class:`~streamk.errors.DiskFullError`, nothing of it stored); None: the disk's room.
+        indexed_fields: metadata fields that search filters may use (:meth:`index_field`
+        adds one later).
         """
+        if isinstance(indexed_fields, str):
+            indexed_fields = [indexed_fields]
+        indexed_fields = list(dict.fromkeys(check_field(f) for f in indexed_fields))
         if not isinstance(encoder, Encoder):
             raise ConfigError(f"encoder must be a streamk Encoder, got {type(encoder).__name__}")
         if not encoder.fitted:
@@ -123,6 +130,8 @@ class StreamingIndex:
                 "created": repr(time.time()).encode()}
         if vocabulary is not None:
             meta.update(_vocabulary_meta(vocabulary))
+        if indexed_fields:
+            meta["indexed_fields"] = json.dumps(indexed_fields).encode()
         idx = cls(Store.create(path, meta, map_size=map_size, max_map_size=max_map_size))
         idx._encoder = encoder
         if extractor is not None:
@@ -292,8 +301,12 @@ class StreamingIndex:
     unit_vector = staticmethod(unit_vector)
 
     # ------------------------------------------------------------ writing
-    def add(self, image_id, image_path=None, descriptors=None, vector=None, box=None):
+    def add(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
         """Add one image from exactly one source; returns its id once durable and searchable.
+
+        metadata: a JSON object (dict) stored with the image (:meth:`metadata`); an image
+        file also gets its path, folder, name, size, mtime and EXIF date (the given
+        fields win). Fields made searchable with :meth:`index_field` can filter searches.
 
         image_path: an image file (features extracted with the index's extractor;
         ``box`` = (x1, y1, x2, y2) keeps the features inside it).
@@ -302,9 +315,9 @@ class StreamingIndex:
         Same content under the same id: nothing written, returns the id.
         Raises DuplicateError (content under another id), IdExistsError (id holds other
         content), InvalidIdError, DimensionError, NonFiniteError, EmptyDescriptorSetError,
-        ImageReadError, ZeroVectorError, ConfigError; the store is then unchanged.
+        ImageReadError, ZeroVectorError, ConfigError, MetadataError; the store is then unchanged.
         """
-        enc = self.writer.encode_item(image_id, image_path, descriptors, vector, box)
+        enc = self.writer.encode_item(image_id, image_path, descriptors, vector, box, metadata)
         out = self.writer.write_encoded([enc])[0]
         if isinstance(out, Exception):
             raise out
@@ -320,9 +333,10 @@ class StreamingIndex:
         "added", "exists" or the named error that kept it out."""
         return self.writer.write_encoded(encoded, replace)
 
-    def update(self, image_id, image_path=None, descriptors=None, vector=None, box=None):
-        """Replace the content of an existing image (UnknownIdError if absent)."""
-        enc = self.writer.encode_item(image_id, image_path, descriptors, vector, box)
+    def update(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+        """Replace the content of an existing image (UnknownIdError if absent); its metadata
+        is kept, updated with ``metadata`` (and an image file's own fields)."""
+        enc = self.writer.encode_item(image_id, image_path, descriptors, vector, box, metadata)
         self.writer.update(enc)
         return image_id
 
@@ -332,6 +346,57 @@ class StreamingIndex:
         if isinstance(image_ids, (str, bytes)) or not hasattr(image_ids, "__iter__"):
             image_ids = [image_ids]
         return self.writer.remove(image_ids)
+
+    # ------------------------------------------------------------ metadata
+    def metadata(self, image_id):
+        """The metadata (a dict) of an image; {} when it has none."""
+        with self._store.read() as txn:
+            raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
+            if raw is None:
+                raise UnknownIdError(f"no image {image_id!r} in the index")
+            return metadata_of_rows(txn, self._store, [json.loads(raw)["row"]])[0]
+
+    def metadata_many(self, image_ids):
+        """The metadata of each id (None for an absent id), in one read transaction (e.g.
+        for the k results of a search)."""
+        with self._store.read() as txn:
+            db = self._store.dbs["images"]
+            raws = [txn.get(id_key(i), db=db) for i in image_ids]
+            rows = [json.loads(r)["row"] for r in raws if r is not None]
+            metas = iter(metadata_of_rows(txn, self._store, rows))
+            return [None if r is None else next(metas) for r in raws]
+
+    def set_metadata(self, image_id, metadata, merge=False):
+        """Replace an image's metadata with ``metadata`` (a dict of at most 64 KB as JSON),
+        or with ``merge=True`` update it (the given fields replace theirs, the others stay);
+        indexed fields follow. Returns the metadata now stored. MetadataError / UnknownIdError
+        leave the index as it was."""
+        return self.writer.set_metadata(image_id, metadata, merge)
+
+    @property
+    def indexed_fields(self):
+        """The metadata fields search filters may use (:meth:`index_field`)."""
+        with self._store.read() as txn:
+            return indexed_fields(self._store, txn)
+
+    def index_field(self, name):
+        """Make metadata field ``name`` usable in search filters: posting lists (value ->
+        rows) are kept for it from now on, and built for the stored images now (one pass
+        over their metadata, in one transaction). Returns False if it already was."""
+        return self._store.write(lambda txn: add_indexed_field(txn, self._store, name))
+
+    def allowed(self, where):
+        """The RowFilter (rows and bitmap) a filter selects now: for checks and tests."""
+        clauses = parse_filter(where)
+        with self._store.read(buffers=True) as txn:
+            self.view.refresh(txn)
+            return self._row_filter(txn, clauses)
+
+    def _row_filter(self, txn, clauses):
+        if clauses is None:
+            return None
+        n_rows = max(self._store.get_int(b"next_row", txn), self.view.dead.shape[0])
+        return allowed_rows(txn, self._store, clauses, n_rows)
 
     # ------------------------------------------------------------ codec
     def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None, progress=None):
@@ -387,7 +452,7 @@ class StreamingIndex:
         return self.queries.vectors(Q)
 
     def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None):
+               expansion="aqe", pairs=False, features=None, where=None):
         """The k best images by decreasing inner product with the query, then (second
         stage) spatially verified and expanded.
 
@@ -417,9 +482,15 @@ class StreamingIndex:
         searched once more (default 50; 0: off). ``box`` maps the query's box into each
         verified result (``region``). ``features``: the query image's Features (already
         cropped to ``box``) when the query is given as its vector.
+
+        where: a metadata filter (:mod:`streamk.index.metadata`), e.g. ``{"folder": "x"}``,
+        ``{"year": {"gte": 2020}}``, ``{"tag": {"in": ["a", "b"]}}``, on indexed fields
+        (:meth:`index_field`): only the images it selects are scanned (a row bitmap given
+        to the exact / PQ / IVF scans), so k results come back whenever k images match.
         """
         check_second_stage(verify, expand, expansion)
         k = check_request(k, rerank, verify, expand)  # before anything is allocated (limits in queries.py)
+        clauses = parse_filter(where)
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         batch = self.queries.is_batch(query)
@@ -438,15 +509,16 @@ class StreamingIndex:
         qrec = query_record(vocabulary, qfeatures) if R and len(qfeatures) else None
         with self._store.read(buffers=True) as txn:
             self.view.refresh(txn)
+            allow = self._row_filter(txn, clauses)
             if mode is None:
                 mode = "pq" if self.view.lists is not None else "exact"
             scores, rows = self.view.search(txn, Q, max(k, R) if qrec is not None else k, mode=mode,
-                                            nprobe=nprobe, rerank=rerank)
+                                            nprobe=nprobe, rerank=rerank, allow=allow)
             explanations = {}
             if qrec is not None:
                 n_expand = DEFAULT_EXPAND if expand is None else int(expand)
                 r, s, explanations = second_stage(self.view, txn, Q[0], rows[0], scores[0], qrec, k, R, n_expand,
-                                                  expansion, box, pairs, mode, nprobe, rerank)
+                                                  expansion, box, pairs, mode, nprobe, rerank, allow=allow)
                 rows, scores = r[None, :], s[None, :]
             ids = self.view.ids_of(txn, rows)
         if batch:
@@ -454,18 +526,22 @@ class StreamingIndex:
         return [Hit(i, s, **explanations.get(int(r), {})) for i, s, r in zip(ids[0], scores[0], rows[0])
                 if i is not None]
 
-    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None):
+    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None):
         """(scores, ids) (nq, <= k) of the unit query rows Q (checked by the caller): the
         first stage alone, what a shard of a sharded index answers (k already checked
-        against MAX_K by the caller, capped here at the number of images)."""
+        against MAX_K by the caller, capped here at the number of images); ``where``: a
+        metadata filter."""
+        clauses = parse_filter(where)
         with self._store.read(buffers=True) as txn:
             self.view.refresh(txn)
+            allow = self._row_filter(txn, clauses)
             if mode is None:
                 mode = "pq" if self.view.lists is not None else "exact"
-            scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank)
+            scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank, allow=allow)
             return scores, self.view.ids_of(txn, rows)
 
-    def verified_candidates(self, q, qrec, k, verify, box=None, pairs=False, mode=None, nprobe=None, rerank=None):
+    def verified_candidates(self, q, qrec, k, verify, box=None, pairs=False, mode=None, nprobe=None, rerank=None,
+                            where=None):
         """One query's first stage (top max(k, verify) of the unit vector ``q``) and the
         verification of its first ``verify`` results against the query's geometry record
         ``qrec``: what a shard of a sharded index answers, where its records live.
@@ -473,11 +549,14 @@ class StreamingIndex:
         Returns {"verified": [Hit] by inliers, "rest": [Hit] the other first-stage
         results in order, "vectors": (V, D) float32 of the verified ones}."""
         q = self.queries.vectors(np.asarray(q, np.float32).reshape(1, -1))
+        clauses = parse_filter(where)
         with self._store.read(buffers=True) as txn:
             self.view.refresh(txn)
+            allow = self._row_filter(txn, clauses)
             if mode is None:
                 mode = "pq" if self.view.lists is not None else "exact"
-            scores, rows = self.view.search(txn, q, max(k, verify), mode=mode, nprobe=nprobe, rerank=rerank)
+            scores, rows = self.view.search(txn, q, max(k, verify), mode=mode, nprobe=nprobe, rerank=rerank,
+                                            allow=allow)
             head_rows, head_scores, rest_rows, rest_scores, expl = verify_top(self.view, txn, rows[0], scores[0],
                                                                               qrec, verify, box, pairs)
             rest_rows, rest_scores = rest_rows[:k], rest_scores[:k]

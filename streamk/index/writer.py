@@ -32,12 +32,13 @@ import numpy as np
 
 from ..checks import as_descriptor_set
 from ..errors import ConfigError, DuplicateError, EmptyDescriptorSetError, IdExistsError, StreamkError, UnknownIdError
-from ..features import image_features
+from ..features import file_metadata, image_features
 from ..quantization import IVFPQ
 from ..verification import stored_record
 from .blocks import mark_removed, pack_codes, seal_block
 from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, normalise_box, npz_bytes,
                     one_source, unit_vector)
+from .metadata import delete_metadata, encode_metadata, metadata_of_rows, prepare_metadata, put_metadata
 from .store import epoch_key, id_key, row_key
 from .vector_store import VectorStore
 
@@ -87,9 +88,13 @@ class IndexWriter:
         return epoch, pack_codes(*codec.encode(np.stack([e.vector for e in encoded])))
 
     # ------------------------------------------------------------ encoding (no transaction)
-    def encode_item(self, image_id, image_path=None, descriptors=None, vector=None, box=None):
-        """The EncodedImage of one item from exactly one source, or a named error."""
+    def encode_item(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+        """The EncodedImage of one item from exactly one source, or a named error.
+        metadata: the image's metadata (a dict); an image file's also gets
+        :func:`~streamk.features.file_metadata` (the given fields win)."""
         key = id_key(image_id)
+        if metadata is not None:
+            encode_metadata(metadata)  # MetadataError before any work
         kind = one_source(image_path, descriptors, vector)
         box = normalise_box(box)
         if box is not None and kind != "image_path":
@@ -106,8 +111,9 @@ class IndexWriter:
             vocabulary = self._vocabulary()
             geometry = None if vocabulary is None else stored_record(vocabulary, f.keypoints, f.descriptors,
                                                                      f.image_size)
+            meta = dict(file_metadata(image_path, data), **(metadata or {}))
             return encoded_image_file(image_id, image_path, hashlib.sha256(data).hexdigest(), v,
-                                      f.keypoints, alpha, f.image_size, box, geometry)
+                                      f.keypoints, alpha, f.image_size, box, geometry, meta)
         if kind == "descriptors":
             X = as_descriptor_set(descriptors, dim=self.encoder.input_dim)
             v, alpha = self.encoder.encode(X, return_weights=True)
@@ -121,7 +127,7 @@ class IndexWriter:
             sha = hashlib.sha256(v.tobytes()).hexdigest()
             h.update(b"vector\0" + bytes.fromhex(sha))
             record.update(sha256=sha)
-        return EncodedImage(key, v, h.digest(), record, extras)
+        return EncodedImage(key, v, h.digest(), record, extras, None, metadata=metadata)
 
     # ------------------------------------------------------------ one transaction
     def _put(self, txn, enc, code, replace=False):
@@ -141,6 +147,11 @@ class IndexWriter:
             raise IdExistsError(f"id {image_id!r} already holds other content; use update() to replace it")
         if replace and old_raw is None:
             raise UnknownIdError(f"no image {image_id!r} in the index (use add())")
+        metadata = enc.metadata
+        if old_raw is not None:  # replace: the new content keeps the old metadata, updated with its own
+            old_meta = metadata_of_rows(txn, s, [json.loads(old_raw)["row"]])[0]
+            metadata = dict(old_meta, **(metadata or {}))
+        prepared = prepare_metadata(txn, s, metadata)  # checked before anything is written
         if old_raw is not None:  # replace: the old content goes, the new one gets a new row
             self._delete(txn, enc.key, json.loads(old_raw))
         if enc.record["kind"] == "image_path":
@@ -162,6 +173,7 @@ class IndexWriter:
             txn.put(rk, enc.geometry, db=db["geometry"], append=True)
         if enc.thumbnail is not None and db["thumbnails"] is not None:
             txn.put(enc.key, enc.thumbnail, db=db["thumbnails"])
+        put_metadata(txn, s, row, prepared)
         epoch, codec = self.codec(txn)
         if codec is not None:
             if code is None:  # the codec changed since the batch was encoded
@@ -184,6 +196,7 @@ class IndexWriter:
             if db[name] is not None:
                 txn.delete(k, db=db[name])
         self.vectors.clear(txn, row)
+        delete_metadata(txn, self.store, row)
         mark_removed(txn, self.store, row)
         self.store.bump(txn, b"-", row)
 
@@ -239,6 +252,25 @@ class IndexWriter:
             return len(records)
         return self.store.write(run)
 
+    def set_metadata(self, image_id, metadata, merge=False):
+        """Replace (or, ``merge``, update) the metadata of a stored image, with its
+        postings, in one transaction; returns the metadata now stored."""
+        key = id_key(image_id)
+        if not isinstance(metadata, dict):
+            encode_metadata(metadata)  # raises MetadataError
+
+        def run(txn):
+            raw = txn.get(key, db=self.store.dbs["images"])
+            if raw is None:
+                raise UnknownIdError(f"no image {image_id!r} in the index")
+            row = int(json.loads(raw)["row"])
+            new = dict(metadata_of_rows(txn, self.store, [row])[0], **metadata) if merge else dict(metadata)
+            prepared = prepare_metadata(txn, self.store, new)
+            delete_metadata(txn, self.store, row)
+            put_metadata(txn, self.store, row, prepared)
+            return new
+        return self.store.write(run)
+
     def put_geometry(self, items):
         """Store the local-geometry records of images already in the index, in one
         transaction: ``items`` = (id, sha256 of the content the record was made from,
@@ -291,7 +323,7 @@ class IndexWriter:
                 else:
                     image_id, kw = item
                     kw = dict(kw)
-                unknown = set(kw) - {"image_path", "descriptors", "vector", "box"}
+                unknown = set(kw) - {"image_path", "descriptors", "vector", "box", "metadata"}
                 if unknown:
                     raise ConfigError(f"unknown item field(s) {sorted(unknown)}")
                 enc = self.encode_item(image_id, **kw)

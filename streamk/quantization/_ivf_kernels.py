@@ -199,3 +199,110 @@ def compact_into(start, size, arena_codes, arena_rows, dead, new_start, new_code
                 new_codes[p, j] = arena_codes[i, j]
             new_rows[p] = r
             p += 1
+
+
+# ---------------------------------------------------------------- filtered scans
+# ``allow`` is a bitmap of the rows a filter allows: bit r % 64 of word r // 64 (uint64),
+# covering every row in the lists. An entry is tested against it before it is scored,
+# so a selective filter costs one bit test per entry it does not allow.
+
+@njit(inline="always")
+def _allowed(allow, dead, r):
+    return (allow[r >> 6] >> np.uint64(r & 63)) & np.uint64(1) != 0 and dead[r] == 0
+
+
+@njit(cache=True)
+def set_bits(rows, words):
+    """Set the bit of each row in ``words`` (uint64)."""
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        words[r >> 6] |= np.uint64(1) << np.uint64(r & 63)
+
+
+@njit(inline="always")
+def _scan_range_allowed(codes, rows, dead, allow, t, lo, hi, cterm, hs, hr, k):
+    for i in range(lo, hi):
+        r = rows[i]
+        if not _allowed(allow, dead, r):
+            continue
+        s = one_score(codes, t, i) + cterm
+        if s > hs[0] or (s == hs[0] and r < hr[0]):
+            replace_root(hs, hr, k, s, r)
+
+
+@njit(inline="always")
+def _scan_part_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k, n_chunks, u, out_s, out_r):
+    """``_scan_part`` testing each entry's row against ``allow`` before scoring it."""
+    n_probe = probes.shape[1]
+    a = u // n_chunks
+    c = u % n_chunks
+    total = 0
+    for p in range(n_probe):
+        if probes[a, p] >= 0:
+            total += size[probes[a, p]]
+    lo = total * c // n_chunks
+    hi = total * (c + 1) // n_chunks
+    hs = out_s[a, c]
+    hr = out_r[a, c]
+    t = tables[a]
+    off = 0
+    for p in range(n_probe):
+        if off >= hi:
+            break
+        lst = probes[a, p]
+        if lst < 0:
+            continue
+        n_l = size[lst]
+        b = max(lo, off)
+        e = min(hi, off + n_l)
+        if b < e:
+            base = start[lst] - off
+            _scan_range_allowed(codes, rows, dead, allow, t, base + b, base + e, coarse[a, p], hs, hr, k)
+        off += n_l
+
+
+@njit(parallel=True, cache=True)
+def ivf_topk_chunks_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k, n_chunks):
+    """``ivf_topk_chunks`` over the rows ``allow`` (a row bitmap) lets through."""
+    nq = probes.shape[0]
+    out_s = np.full((nq, n_chunks, k), -np.inf, dtype=np.float32)
+    out_r = np.full((nq, n_chunks, k), -1, dtype=np.int64)
+    for u in prange(nq * n_chunks):
+        _scan_part_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k, n_chunks, u,
+                           out_s, out_r)
+    return out_s, out_r
+
+
+@njit(cache=True)
+def ivf_topk_serial_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k):
+    """``ivf_topk_chunks_allowed`` with one part per query, on the calling thread."""
+    nq = probes.shape[0]
+    out_s = np.full((nq, 1, k), -np.inf, dtype=np.float32)
+    out_r = np.full((nq, 1, k), -1, dtype=np.int64)
+    for u in range(nq):
+        _scan_part_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k, 1, u, out_s, out_r)
+    return out_s, out_r
+
+
+@njit(cache=True)
+def probes_needed(rows, start, size, dead, allow, probes, min_probe, need):
+    """For each query, how many of its probes (in order) to visit: at least ``min_probe``,
+    and more until ``need`` allowed, live entries are among them (or every probe). One
+    bit test per entry of the lists it counts; no scoring. Returns (counts (nq,), entries
+    seen (nq,))."""
+    nq, n_probe = probes.shape
+    out = np.empty(nq, np.int64)
+    seen_out = np.empty(nq, np.int64)
+    for a in range(nq):
+        seen = 0
+        p = 0
+        while p < n_probe and (p < min_probe or seen < need):
+            lst = probes[a, p]
+            if lst >= 0:
+                for i in range(start[lst], start[lst] + size[lst]):
+                    if _allowed(allow, dead, rows[i]):
+                        seen += 1
+            p += 1
+        out[a] = p
+        seen_out[a] = seen
+    return out, seen_out

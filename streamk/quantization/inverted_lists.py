@@ -26,6 +26,15 @@ COMPACT_MIN = 4096
 PARALLEL_MIN = 16384  # entries per query below which one query is not split between threads
 
 
+def row_bitmap(rows, n_rows):
+    """The bitmap of ``rows`` (int64, each < n_rows) that the filtered scans take: uint64
+    words, bit r % 64 of word r // 64 set for each row r (n_rows / 8 bytes, zeroed, then
+    one step per row)."""
+    words = np.zeros((int(n_rows) + 63) // 64, np.uint64)
+    _ivf_kernels.set_bits(np.ascontiguousarray(rows, np.int64), words)
+    return words
+
+
 def _room(counts):
     return counts + counts // SPARE + MIN_SPARE
 
@@ -115,9 +124,15 @@ class InvertedLists:
         self.__dict__.update(fresh.__dict__)
 
     # ------------------------------------------------------------ search
-    def search(self, probes, coarse, tables, dead, k):
+    def search(self, probes, coarse, tables, dead, k, allow=None, min_probe=None):
         """(scores (nq, k) float32, rows (nq, k) int64) of the k best entries of the
-        probed lists, best first, ties by row; missing slots (-inf, -1)."""
+        probed lists, best first, ties by row; missing slots (-inf, -1).
+
+        allow: a row bitmap (:func:`row_bitmap`) of the rows a filter allows (None: all);
+        only those are scored. With it, each query visits its first ``min_probe`` probes
+        (default: all), then more, in order, until k allowed entries were among them."""
+        if allow is not None:
+            return self._search_allowed(probes, coarse, tables, dead, k, allow, min_probe)
         nq = probes.shape[0]
         per_query = np.where(probes >= 0, self.size[np.maximum(probes, 0)], 0).sum(axis=1)
         total = int(per_query.sum())
@@ -132,6 +147,23 @@ class InvertedLists:
             n_chunks = int(max(1, min(threads, per_query.max(initial=0) // PARALLEL_MIN)))
         s, r = _ivf_kernels.ivf_topk_chunks(self.codes, self.rows, self.start, self.size, dead,
                                            probes, coarse, tables, k, n_chunks)
+        return merge_topk(s.reshape(nq, -1), r.reshape(nq, -1), k)
+
+    def _search_allowed(self, probes, coarse, tables, dead, k, allow, min_probe):
+        nq, n_probe = probes.shape
+        if min_probe is not None and min_probe < n_probe:
+            counts, _ = _ivf_kernels.probes_needed(self.rows, self.start, self.size, dead, allow, probes,
+                                                  int(min_probe), int(k))
+            probes = np.where(np.arange(n_probe)[None, :] < counts[:, None], probes, -1)
+        per_query = np.where(probes >= 0, self.size[np.maximum(probes, 0)], 0).sum(axis=1)
+        threads = numba.get_num_threads()
+        if threads == 1 or int(per_query.sum()) < PARALLEL_MIN:
+            s, r = _ivf_kernels.ivf_topk_serial_allowed(self.codes, self.rows, self.start, self.size, dead, allow,
+                                                       probes, coarse, tables, k)
+        else:
+            n_chunks = 1 if nq >= threads else int(max(1, min(threads, per_query.max(initial=0) // PARALLEL_MIN)))
+            s, r = _ivf_kernels.ivf_topk_chunks_allowed(self.codes, self.rows, self.start, self.size, dead, allow,
+                                                       probes, coarse, tables, k, n_chunks)
         return merge_topk(s.reshape(nq, -1), r.reshape(nq, -1), k)
 
     def memory_bytes(self):

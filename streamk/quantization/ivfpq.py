@@ -202,14 +202,23 @@ class IVFPQ:
         self._check_fitted()
         return self.pq_.tables(self._as_float32(Q, "queries"))
 
-    def search(self, lists, Q, k, nprobe=None, dead=None):
+    def search(self, lists, Q, k, nprobe=None, dead=None, allow=None):
         """(scores, rows) (nq, k) of the k best entries of ``lists`` (InvertedLists
-        of this codec's codes) for queries Q, by ADC over the ``nprobe`` nearest lists."""
+        of this codec's codes) for queries Q, by ADC over the ``nprobe`` nearest lists.
+
+        allow: a row bitmap (:func:`~streamk.quantization.inverted_lists.row_bitmap`) of the
+        rows a filter allows: only those are scored, and a query visits more lists than
+        ``nprobe``, nearest first, until k allowed entries were among them (all lists, if
+        fewer than k are allowed): a filtered search returns k results whenever k match."""
         self._check_fitted()
         Q = self._as_float32(Q, "queries")
-        probes, coarse = self._probe(Q, self._n_probe(nprobe))
+        P = self._n_probe(nprobe)
         if dead is None:
             dead = np.zeros(int(lists.rows.max(initial=-1)) + 1, np.uint8)
+        if allow is not None:
+            probes, coarse = self._probe(Q, self.nlist)  # every list, nearest first
+            return lists.search(probes, coarse, self.pq_.tables_of_checked(Q), dead, k, allow=allow, min_probe=P)
+        probes, coarse = self._probe(Q, P)
         return lists.search(probes, coarse, self.pq_.tables_of_checked(Q), dead, k)
 
     def lists_of(self, V):

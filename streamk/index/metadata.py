@@ -1,0 +1,403 @@
+"""Each image's metadata (a JSON object), indexed fields, and search filters made into a
+bitmap of the rows they allow.
+
+Metadata. Any JSON object of at most :data:`MAX_METADATA_BYTES` (64 KB) once encoded:
+string keys; strings, numbers, booleans, null, lists and objects as values (no NaN or
+infinity). It lives under the image's row in the ``metadata`` sub-database, written and
+removed in the image's own transaction; an update (new content, a new row) keeps it.
+Ingestion stores ``path``, ``folder``, ``name``, ``size`` (bytes), ``mtime`` (unix time)
+and, where the file has one, ``date`` (its EXIF date, ``"YYYY-MM-DD HH:MM:SS"``).
+
+Indexed fields. A field named in :meth:`StreamingIndex.index_field` (or
+``indexed_fields=`` at create) has a posting list per value in the ``postings``
+sub-database (dupsort): key = field + NUL + encoded value, duplicates = the rows holding
+it (8-byte big-endian, sorted). Values are encoded so that byte order is value order:
+numbers (ints and floats alike, as float64: 1 == 1.0) ``b"n"`` + 8 bytes, strings
+``b"s"`` + UTF-8 (at most :data:`MAX_INDEXED_VALUE_BYTES`), booleans ``b"b"`` + 1 byte.
+A list value is indexed element by element (a filter matches when any element does);
+null, objects and lists inside lists are not indexed. Each indexed value costs one
+posting entry per image (~20 bytes).
+
+Filters (``search(..., where=FILTER)``): a dict of up to :data:`MAX_FILTER_FIELDS` fields,
+ANDed::
+
+    {"folder": "paris"}                           equality (string, number or boolean)
+    {"folder": {"in": ["paris", "oxford"]}}        one of up to MAX_IN_VALUES values
+    {"mtime": {"gte": 1.7e9, "lt": 1.8e9}}         a range: gt, gte, lt, lte (numbers, or strings)
+
+A filter uses indexed fields only: its rows are read from the posting lists, so
+building them costs what each field's condition selects (one cursor step per distinct
+value in a range, one bulk read per value), never a pass over every image's metadata.
+A filter on a field that is not indexed is a :class:`~streamk.errors.FilterError` that
+says how to index it. The rows become a bitmap (one bit per row, uint64 words) that the
+scans (exact, PQ, IVF-PQ) test before scoring an entry: a filtered search returns k
+results whenever k images match (an IVF search visits more lists until it has seen
+enough allowed rows).
+"""
+
+import json
+import math
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import FilterError, MetadataError
+from ..quantization import row_bitmap
+from .store import row_key
+
+MAX_METADATA_BYTES = 64 * 1024  # one image's metadata, JSON-encoded (UTF-8)
+MAX_FIELD_BYTES = 100  # a field name in UTF-8 (indexed fields: it is part of an LMDB key)
+MAX_INDEXED_VALUE_BYTES = 400  # a string value of an indexed field, in UTF-8 (LMDB keys: 511 bytes)
+MAX_INDEXED_FIELDS = 32
+MAX_FILTER_FIELDS = 16
+MAX_IN_VALUES = 1024
+RANGE_OPS = ("gt", "gte", "lt", "lte")
+GRAMMAR = ('a filter is a JSON object of up to 16 indexed fields, all of which must match: '
+           '{"field": value} (equality; a string, number or boolean), '
+           '{"field": {"in": [v1, v2, ...]}} (any of up to 1024 values), '
+           '{"field": {"gte": a, "lt": b}} (a range with gt, gte, lt, lte; numbers or strings)')
+
+_F64 = struct.Struct(">d")
+_U64 = struct.Struct(">Q")
+_SIGN = 1 << 63
+_TAGS = {"b": b"b", "n": b"n", "s": b"s"}
+
+
+# ---------------------------------------------------------------- metadata values
+def encode_metadata(metadata):
+    """The stored bytes of one image's metadata (a dict), or MetadataError."""
+    if not isinstance(metadata, dict):
+        raise MetadataError(f"metadata must be a JSON object (a dict), got {type(metadata).__name__}")
+    try:
+        raw = json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise MetadataError(f"metadata must hold only JSON values (strings, numbers, booleans, null, lists, "
+                            f"objects; no NaN): {exc}") from exc
+    except RecursionError as exc:
+        raise MetadataError("metadata is nested too deeply") from exc
+    if len(raw) > MAX_METADATA_BYTES:
+        raise MetadataError(f"metadata takes {len(raw):,} bytes as JSON; at most {MAX_METADATA_BYTES:,} per image")
+    for key in metadata:
+        if not isinstance(key, str):  # json.dumps turns 1 into "1": refuse rather than change it
+            raise MetadataError(f"metadata keys must be strings, got {key!r}")
+    return raw
+
+
+def decode_metadata(raw):
+    return {} if raw is None else json.loads(bytes(raw))
+
+
+def check_field(name, what="field"):
+    """A field name: a non-empty str of at most MAX_FIELD_BYTES in UTF-8, without NUL."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise FilterError(f"a {what} name must be a non-empty string without NUL characters, got {name!r}; "
+                          + GRAMMAR)
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise FilterError(f"a {what} name must be valid text: {name!r}") from None
+    if n > MAX_FIELD_BYTES:
+        raise FilterError(f"a {what} name may take at most {MAX_FIELD_BYTES} bytes in UTF-8, got {n}")
+    return name
+
+
+def _is_number(v):
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def encode_value(v):
+    """Order-preserving bytes (tag + value) of a scalar, or None when it cannot be indexed
+    (null, a list, an object, NaN, a string too long)."""
+    if isinstance(v, (bool, np.bool_)):
+        return b"b" + (b"\x01" if v else b"\x00")
+    if _is_number(v):
+        x = float(v)
+        if not math.isfinite(x):
+            return None
+        bits = _U64.unpack(_F64.pack(x + 0.0))[0]  # + 0.0: -0.0 is 0.0
+        bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits & _SIGN else bits | _SIGN
+        return b"n" + _U64.pack(bits)
+    if isinstance(v, str):
+        raw = v.encode("utf-8", "surrogatepass")
+        return b"s" + raw if len(raw) <= MAX_INDEXED_VALUE_BYTES else None
+    return None
+
+
+def indexed_values(value, field=None):
+    """The encoded values under which an image is posted for one field's value (a list is
+    posted under each of its scalar elements). A string too long to index raises
+    MetadataError when ``field`` is given (writing), else is skipped."""
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for v in items:
+        enc = encode_value(v)
+        if enc is None and field is not None and isinstance(v, str):
+            raise MetadataError(f"metadata field {field!r} is indexed, and its value {v[:40]!r}... takes more "
+                                f"than {MAX_INDEXED_VALUE_BYTES} bytes: too long to index")
+        if enc is not None and enc not in out:
+            out.append(enc)
+    return out
+
+
+def posting_prefix(field):
+    return field.encode("utf-8") + b"\0"
+
+
+# ---------------------------------------------------------------- writing (inside a write transaction)
+def indexed_fields(store, txn):
+    raw = store.get_meta(b"indexed_fields", txn)
+    return json.loads(bytes(raw)) if raw is not None else []
+
+
+def _postings(store, fields, metadata, check):
+    for field in fields:
+        if field in metadata:
+            prefix = posting_prefix(field)
+            for enc in indexed_values(metadata[field], field if check else None):
+                yield prefix + enc
+
+
+def prepare_metadata(txn, store, metadata, fields=None):
+    """(JSON bytes, posting keys) of one image's metadata, checked before anything is
+    written (MetadataError: not a JSON object, too large, an indexed value too long)."""
+    if not metadata:
+        return None
+    raw = encode_metadata(metadata)
+    fields = indexed_fields(store, txn) if fields is None else fields
+    return raw, list(_postings(store, fields, metadata, True))
+
+
+def put_metadata(txn, store, row, prepared):
+    """Store prepared metadata (:func:`prepare_metadata`; None: nothing) under ``row``."""
+    if prepared is None:
+        return
+    db = store.dbs
+    if db["metadata"] is None:  # pragma: no cover - a write opens the optional sub-databases
+        raise MetadataError(f"{store.path}: this index cannot store metadata (opened read-only?)")
+    raw, keys = prepared
+    rk = row_key(row)
+    for key in keys:
+        txn.put(key, rk, db=db["postings"], dupdata=True)
+    txn.put(rk, raw, db=db["metadata"])
+
+
+def delete_metadata(txn, store, row, fields=None):
+    """Remove the metadata of ``row`` and its postings; returns the old metadata (dict)."""
+    db = store.dbs
+    if db["metadata"] is None:
+        return {}
+    rk = row_key(row)
+    raw = txn.get(rk, db=db["metadata"])
+    if raw is None:
+        return {}
+    old = decode_metadata(raw)
+    fields = indexed_fields(store, txn) if fields is None else fields
+    for key in _postings(store, fields, old, False):
+        txn.delete(key, rk, db=db["postings"])
+    txn.delete(rk, db=db["metadata"])
+    return old
+
+
+def metadata_of_rows(txn, store, rows):
+    """The metadata (dict) of each row; {} for a row without any."""
+    db = store.dbs.get("metadata")
+    if db is None or not len(rows):
+        return [{} for _ in rows]
+    keys = [row_key(int(r)) for r in rows]
+    with txn.cursor(db=db) as cur:
+        found = {bytes(k): bytes(v) for k, v in cur.getmulti(keys)}
+    return [decode_metadata(found.get(k)) for k in keys]
+
+
+def add_indexed_field(txn, store, field):
+    """Index ``field``: record it and post every stored image's value (one pass over the
+    metadata: O(N), once, when a field is first indexed). Returns False when it already was."""
+    check_field(field)
+    fields = indexed_fields(store, txn)
+    if field in fields:
+        return False
+    if len(fields) >= MAX_INDEXED_FIELDS:
+        raise FilterError(f"at most {MAX_INDEXED_FIELDS} indexed fields; this index has {fields}")
+    db = store.dbs
+    with txn.cursor(db=db["metadata"]) as cur:
+        for rk, raw in cur:
+            meta = decode_metadata(raw)
+            if field in meta:
+                for key in _postings(store, [field], meta, True):
+                    txn.put(key, bytes(rk), db=db["postings"], dupdata=True)
+    txn.put(b"indexed_fields", json.dumps(fields + [field]).encode(), db=db["meta"])
+    return True
+
+
+# ---------------------------------------------------------------- filters
+class Clause(NamedTuple):
+    """One field's condition: ``values`` (encoded, for equality / in) or a range
+    (lo, lo_inclusive, hi, hi_inclusive: encoded bounds, None for open, and the tag)."""
+    field: str
+    values: tuple = ()
+    lo: bytes | None = None
+    lo_incl: bool = True
+    hi: bytes | None = None
+    hi_incl: bool = True
+    tag: bytes | None = None
+
+
+def _scalar(field, v, where):
+    if not (isinstance(v, (str, bool, np.bool_)) or _is_number(v)):
+        raise FilterError(f"filter on {field!r}: {v!r} ({where}) is not a string, number or boolean; " + GRAMMAR)
+    enc = encode_value(v)
+    if enc is None:
+        raise FilterError(f"filter on {field!r}: {v!r} ({where}) cannot be matched (NaN, infinite, or a string "
+                          f"over {MAX_INDEXED_VALUE_BYTES} bytes)")
+    return enc
+
+
+def parse_filter(where):
+    """The clauses of a filter (see the module doc), or FilterError saying the grammar.
+    None or {}: no filter (returns None)."""
+    try:
+        return _parse_filter(where)
+    except FilterError as exc:
+        if GRAMMAR in str(exc):
+            raise
+        raise FilterError(f"{exc}; {GRAMMAR}") from None
+
+
+def _parse_filter(where):
+    if where is None:
+        return None
+    if isinstance(where, (str, bytes)):
+        try:
+            where = json.loads(where)
+        except ValueError as exc:
+            raise FilterError(f"the filter is not valid JSON ({exc}); " + GRAMMAR) from exc
+    if not isinstance(where, dict):
+        raise FilterError(f"the filter must be a JSON object, got {type(where).__name__}; " + GRAMMAR)
+    if not where:
+        return None
+    if len(where) > MAX_FILTER_FIELDS:
+        raise FilterError(f"the filter names {len(where)} fields; at most {MAX_FILTER_FIELDS}")
+    clauses = []
+    for field, cond in where.items():
+        check_field(field)
+        if not isinstance(cond, dict):
+            clauses.append(Clause(field, (_scalar(field, cond, "equality"),)))
+            continue
+        ops = set(cond)
+        if not ops or not ops <= {"in", "eq", *RANGE_OPS} or ("in" in ops or "eq" in ops) and len(ops) > 1:
+            raise FilterError(f"filter on {field!r}: {json.dumps(cond, default=repr)} is not one of the forms; "
+                              + GRAMMAR)
+        if "eq" in ops:
+            clauses.append(Clause(field, (_scalar(field, cond["eq"], "eq"),)))
+        elif "in" in ops:
+            vals = cond["in"]
+            if not isinstance(vals, (list, tuple)) or not 1 <= len(vals) <= MAX_IN_VALUES:
+                raise FilterError(f"filter on {field!r}: 'in' takes a list of 1..{MAX_IN_VALUES} values; " + GRAMMAR)
+            clauses.append(Clause(field, tuple(dict.fromkeys(_scalar(field, v, "in") for v in vals))))
+        else:
+            if "gt" in ops and "gte" in ops or "lt" in ops and "lte" in ops:
+                raise FilterError(f"filter on {field!r}: give one lower bound (gt or gte) and one upper bound "
+                                  f"(lt or lte) at most; " + GRAMMAR)
+            bounds = {op: _scalar(field, cond[op], op) for op in ops}
+            tags = {b[:1] for b in bounds.values()}
+            if len(tags) != 1 or tags == {b"b"}:
+                raise FilterError(f"filter on {field!r}: a range's bounds must be all numbers or all strings; "
+                                  + GRAMMAR)
+            lo_op = "gte" if "gte" in ops else "gt" if "gt" in ops else None
+            hi_op = "lte" if "lte" in ops else "lt" if "lt" in ops else None
+            clauses.append(Clause(field, (), bounds.get(lo_op), lo_op != "gt", bounds.get(hi_op), hi_op != "lt",
+                                  tags.pop()))
+    return clauses
+
+
+def _rows_of_keys(cur, keys):
+    """Sorted-per-key rows of posting keys, one bulk read per key length."""
+    by_len = {}
+    for k in keys:
+        by_len.setdefault(len(k), []).append(k)
+    parts = []
+    for n, group in by_len.items():
+        packed = cur.getmulti(group, dupdata=True, dupfixed_bytes=8, keyfixed=True)
+        if len(packed):
+            parts.append(np.frombuffer(packed, dtype=[("k", f"V{n}"), ("r", ">u8")])["r"].astype(np.int64))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _clause_rows(cur, clause):
+    prefix = posting_prefix(clause.field)
+    if clause.values:
+        keys = [prefix + v for v in clause.values]
+        return _rows_of_keys(cur, keys)
+    lo = prefix + (clause.lo if clause.lo is not None else clause.tag)
+    end = prefix + (clause.hi if clause.hi is not None else bytes([clause.tag[0] + 1]))
+    keys = []
+    if cur.set_range(lo):
+        for k in cur.iternext_nodup(keys=True, values=False):
+            k = bytes(k)
+            if k > end or k == end and not (clause.hi is not None and clause.hi_incl):
+                break
+            if k == lo and clause.lo is not None and not clause.lo_incl:
+                continue
+            keys.append(k)
+    return _rows_of_keys(cur, keys)
+
+
+class RowFilter(NamedTuple):
+    """The rows a filter allows: ``rows`` (sorted int64) and ``bits`` (uint64 words, bit
+    r % 64 of word r // 64 set for an allowed row r), for rows below ``n_rows``."""
+    rows: np.ndarray
+    bits: np.ndarray
+    n_rows: int
+
+    @property
+    def count(self):
+        return int(self.rows.shape[0])
+
+
+def allowed_rows(txn, store, clauses, n_rows):
+    """The RowFilter of parsed ``clauses`` as ``txn`` sees the index (n_rows: the rows
+    the bitmap covers, at least the next row). Reads only posting lists: the cost is the
+    rows each clause selects (their intersection is what the search sees)."""
+    fields = indexed_fields(store, txn)
+    missing = [c.field for c in clauses if c.field not in fields]
+    if missing:
+        raise FilterError(f"filter on {missing[0]!r}: the field is not indexed (filters use indexed fields "
+                          f"only; index it with StreamingIndex.index_field({missing[0]!r}) or "
+                          f"`streamk index field-index IDX {missing[0]}`); indexed: {fields}")
+    db = store.dbs.get("postings")
+    rows = None
+    if db is not None:
+        with txn.cursor(db=db) as cur:
+            for clause in clauses:
+                r = np.unique(_clause_rows(cur, clause))
+                rows = r if rows is None else np.intersect1d(rows, r, assume_unique=True)
+                if not rows.shape[0]:
+                    break
+    if rows is None:
+        rows = np.zeros(0, np.int64)
+    rows = rows[rows < n_rows]
+    return RowFilter(rows, row_bitmap(rows, n_rows), int(n_rows))
+
+
+def matches(metadata, clauses):
+    """Whether one image's metadata (dict) passes parsed clauses (the slow, obvious twin
+    of :func:`allowed_rows`, for one image: checks and tests)."""
+    for c in clauses:
+        if c.field not in metadata:
+            return False
+        encs = indexed_values(metadata[c.field])
+        if c.values:
+            ok = any(e in c.values for e in encs)
+        else:
+            ok = any(e[:1] == c.tag and (c.lo is None or (e > c.lo if not c.lo_incl else e >= c.lo))
+                     and (c.hi is None or (e < c.hi if not c.hi_incl else e <= c.hi)) for e in encs)
+        if not ok:
+            return False
+    return True
+
+
+__all__ = ["GRAMMAR", "MAX_FILTER_FIELDS", "MAX_INDEXED_FIELDS", "MAX_IN_VALUES", "MAX_METADATA_BYTES",
+           "Clause", "RowFilter", "add_indexed_field", "allowed_rows", "decode_metadata", "delete_metadata",
+           "encode_metadata", "encode_value", "indexed_fields", "matches", "metadata_of_rows", "parse_filter",
+           "prepare_metadata", "put_metadata"]
