@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 
-from .errors import StreamkError
+from .errors import StreamkError, Terminated
 
 
 def _demo(args):
@@ -198,15 +198,69 @@ def _open(args, readonly):
 
 def _ingest(args):
     from .config import feature_cache_dir
+    from .errors import IngestInterruptedError
     from .pipeline import run_ingest
 
-    stats = run_ingest(args.dir, args.images, watch=args.watch, interval=args.interval, max_polls=args.max_polls,
-                       workers=args.workers, dask=args.dask, batch_size=args.batch_size,
-                       cache_dir=feature_cache_dir(args.cache, args.no_cache),
-                       progress=None if not args.no_progress else False, log=lambda line: print(line, flush=True),
-                       max_file_size=args.max_file_size, max_pixels=args.max_pixels)
+    try:
+        with _terminate_raises():  # SIGTERM, as SIGINT, ends a watch cleanly and a one-shot run with its account
+            stats = run_ingest(args.dir, args.images, watch=args.watch, interval=args.interval,
+                               max_polls=args.max_polls, workers=args.workers, dask=args.dask,
+                               batch_size=args.batch_size, cache_dir=feature_cache_dir(args.cache, args.no_cache),
+                               progress=None if not args.no_progress else False,
+                               log=lambda line: print(line, flush=True),
+                               max_file_size=args.max_file_size, max_pixels=args.max_pixels)
+    except IngestInterruptedError as exc:
+        print(f"streamk: {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
     print(stats.summary(), flush=True)
     return 1 if stats.n_failed else 0
+
+
+class _terminate_raises:
+    """While inside: SIGTERM raises :class:`~streamk.errors.Terminated` in the main thread
+    (the previous handler is put back on the way out). Elsewhere than the main thread:
+    nothing changes."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, _raise_terminated)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._old is not None:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def _raise_terminated(signum, frame):
+    from .errors import Terminated
+
+    raise Terminated()
+
+
+class _sigint_raises:
+    """While inside: SIGINT raises KeyboardInterrupt, whatever this process inherited (a
+    shell starts background jobs with SIGINT ignored, and Python then leaves it ignored)."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
 
 
 def _search(args):
@@ -514,7 +568,8 @@ def main(argv=None):
     parser = build_parser()
     _add_debug_option(parser, top=True)
     args = parser.parse_args(argv)
-    return run_command(lambda: args.func(args), debug=args.debug)
+    with _sigint_raises():
+        return run_command(lambda: args.func(args), debug=args.debug)
 
 
 def run_command(command, debug=False):
@@ -535,6 +590,11 @@ def run_command(command, debug=False):
             traceback.print_exc()
         print("streamk: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:
+        if debug:
+            traceback.print_exc()
+        print("streamk: terminated", file=sys.stderr)
+        return Terminated.exit_code
     except StreamkError as exc:
         if debug:
             traceback.print_exc()

@@ -295,6 +295,31 @@ class FilterError(ConfigError):
     exit_code = 2
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread by the handler :func:`streamk.cli` installs for
+    commands that stop cleanly on it (``streamk ingest``): like KeyboardInterrupt for
+    SIGINT, a BaseException, so that no ``except Exception`` swallows it."""
+
+    exit_code = 143  # 128 + SIGTERM
+
+
+class IngestInterruptedError(StreamkError, RuntimeError):
+    """A one-shot ingestion stopped by SIGINT or SIGTERM: what was encoded is committed
+    (``stats``), ``left`` files were not ingested (``left_exact`` False: at least that
+    many, the walk was not finished); the same command resumes. ``exit_code`` is 130
+    (SIGINT) or 143 (SIGTERM)."""
+
+    def __init__(self, message, stats=None, left=None, left_exact=True, exit_code=130):
+        super().__init__(message)
+        self.stats = stats
+        self.left = left
+        self.left_exact = left_exact
+        self.exit_code = exit_code
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", None, self.left, self.left_exact, self.exit_code))
+
+
 def describe(exc):
     """One line saying what went wrong: ``"ErrorType: reason"`` (an ImageReadError's
     reason without its path, which the caller reports beside it)."""

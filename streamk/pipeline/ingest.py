@@ -44,7 +44,16 @@ sent to the workers as they are found, a bounded number at a time):
    committed.
 
 Each bad file (unreadable, empty, truncated, corrupt, not an image, a directory,
-no local features, invalid id, ...) is reported with its reason and skipped.
+no local features, invalid id, over a size limit, ...) is reported with its reason
+and skipped.
+
+Interruptions: SIGINT (Ctrl-C) or SIGTERM (``streamk ingest`` raises
+:class:`~streamk.errors.Terminated` for it) during a one-shot :func:`run_ingest`
+commits what was already encoded and raises
+:class:`~streamk.errors.IngestInterruptedError`, which says what was added and how
+many files were not ingested (the rest of the walk is counted for at most
+:data:`COUNT_LEFT_SECONDS`); the same command resumes. In watch mode either signal
+ends the watch cleanly (a service manager stops it with SIGTERM).
 """
 
 import json
@@ -55,7 +64,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 
-from ..errors import ConfigError, DuplicateError, StreamkError, describe
+from ..errors import ConfigError, DuplicateError, IngestInterruptedError, StreamkError, Terminated, describe
 from ..features import FeatureCache
 from ..index import encoded_image_file, image_content_key
 from ..parallel import make_executor
@@ -65,6 +74,7 @@ from .tasks import ingest_task, results, task_context
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff",
                               ".webp", ".ppm", ".pgm", ".pbm", ".pnm"})
 LOOKUP_CHUNK = 64  # found files whose ids are looked up in one read transaction
+COUNT_LEFT_SECONDS = 2.0  # after an interruption, time spent counting the files the walk had not reached
 
 
 def is_image_name(name):
@@ -134,6 +144,28 @@ class IngestStats:
                 f"({self.seconds:.1f} s, {rate:.2f} images/s)")
 
 
+class _signals_deferred:
+    """SIGINT and SIGTERM held back (blocked) in the main thread while inside, delivered
+    on the way out: an interruption lands before or after a commit and its accounting,
+    never between them. Elsewhere (another thread, no pthread_sigmask): nothing."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self._blocked = False
+        if hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread():
+            self._old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            self._blocked = True
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._blocked:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
+
+
 def _stat_sig(path):
     try:
         st = os.stat(path)
@@ -180,6 +212,10 @@ class Ingester:
         self.cache = None if cache_dir is None else FeatureCache(cache_dir)
         self.stats = IngestStats()
         self._seen = {}  # path -> stat signature when last handled (for --watch)
+        self._walk = None  # this pass's walk (iter_scan), to count what is left after an interruption
+        self._pass_found = 0  # entries of this pass's walk handed on (not skipped as already seen)
+        self._pass_start = 0  # stats.processed when this pass began
+        self.stopped_by = None  # watch: "SIGINT" or "SIGTERM" when a signal ended it
         self._batch = []  # (path, EncodedImage)
         self._last_commit = time.monotonic()
         self._bar = None
@@ -241,15 +277,16 @@ class Ingester:
         self._last_commit = time.monotonic()
         if not batch:
             return
-        outcomes = self.index.write_encoded([enc for _, enc in batch])
-        for (path, enc), out in zip(batch, outcomes):
-            exc = out if isinstance(out, Exception) else None
-            if exc is None:
-                self._ok(path, out, enc.key.decode())
-            elif isinstance(exc, DuplicateError):  # same content under another id
-                self._ok(path, "exists")
-            else:
-                self._fail(path, describe(exc))
+        with _signals_deferred():  # a commit and its account are one step: the count said is the count stored
+            outcomes = self.index.write_encoded([enc for _, enc in batch])
+            for (path, enc), out in zip(batch, outcomes):
+                exc = out if isinstance(out, Exception) else None
+                if exc is None:
+                    self._ok(path, out, enc.key.decode())
+                elif isinstance(exc, DuplicateError):  # same content under another id
+                    self._ok(path, "exists")
+                else:
+                    self._fail(path, describe(exc))
 
     # ------------------------------------------------------------------ one pass
     def ingest(self, roots, only_new=False):
@@ -261,6 +298,7 @@ class Ingester:
         from tqdm.auto import tqdm
 
         t0 = time.monotonic()
+        self._pass_found, self._pass_start, self._walk = 0, self.stats.processed, None
         self._bar = tqdm(total=0, unit="img", desc="ingest", file=sys.stderr,
                          disable=True if self.progress is False else (None if self.progress is None
                                                                       else False),
@@ -290,7 +328,7 @@ class Ingester:
     def _tasks(self, roots, only_new):
         """Yield the tasks ``(path, id, stored sha256 or None, absolute path)`` of the files found, as the
         walk finds them; bad entries and invalid ids are reported on the way."""
-        entries = iter_scan(roots)
+        entries = self._walk = iter_scan(roots)
         while True:
             chunk, pulled = [], 0
             for path, image_id, reason in islice(entries, LOOKUP_CHUNK):
@@ -298,6 +336,7 @@ class Ingester:
                 if only_new and (self._seen.get(path, False) == _stat_sig(path) if reason is None
                                  else path in self._seen):
                     continue
+                self._pass_found += 1
                 if self._bar is not None:
                     self._bar.total += 1
                 if reason is not None:
@@ -341,13 +380,28 @@ class Ingester:
                 or time.monotonic() - self._last_commit >= self.commit_interval):
             self._flush()
 
+    def not_ingested(self, seconds=COUNT_LEFT_SECONDS):
+        """(files of the current pass not handled, exact?): those found and not yet
+        handled, plus the rest of the walk counted for at most ``seconds`` (not exact
+        when the walk was not finished by then)."""
+        left = max(0, self._pass_found - (self.stats.processed - self._pass_start))
+        if self._walk is None:
+            return left, True
+        deadline = time.monotonic() + seconds
+        for _ in self._walk:
+            left += 1
+            if time.monotonic() > deadline:
+                return left, False
+        return left, True
+
     # ------------------------------------------------------------------ watch
     def watch(self, roots, interval=5.0, max_polls=None, on_poll=None):
         """Ingest, then poll ``roots`` every ``interval`` seconds for new or changed files.
 
-        Stops after ``max_polls`` passes (None: until KeyboardInterrupt, which ends
-        cleanly after committing what was already encoded). on_poll(n, stats) is
-        called after each pass.
+        Stops after ``max_polls`` passes (None: until KeyboardInterrupt or
+        :class:`~streamk.errors.Terminated`, which end it cleanly after committing what
+        was already encoded; :attr:`stopped_by` then names the signal). on_poll(n,
+        stats) is called after each pass.
         """
         n = 0
         try:
@@ -359,7 +413,8 @@ class Ingester:
                 if max_polls is not None and n >= max_polls:
                     break
                 time.sleep(interval)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated) as exc:
+            self.stopped_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
             self._flush()
         return self.stats
 
@@ -380,7 +435,10 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
     local pool or a Dask cluster (``dask``: an address or "local:N"; for a sharded index
     the same cluster owns the shards). ``max_file_size``, ``max_pixels``: the image limits
     (None: :data:`~streamk.features.MAX_FILE_SIZE`, :data:`~streamk.features.MAX_PIXELS`);
-    a file over one is reported (ImageTooLargeError) and skipped. Returns the IngestStats."""
+    a file over one is reported (ImageTooLargeError) and skipped. Returns the IngestStats.
+    A one-shot run stopped by KeyboardInterrupt or :class:`~streamk.errors.Terminated`
+    commits what was encoded and raises :class:`~streamk.errors.IngestInterruptedError`
+    (what was added, how many files were not); a watch ends cleanly on either."""
     from ..index import ShardedIndex, is_sharded, open_index
 
     if dask is not None and workers is not None:
@@ -393,20 +451,33 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
             index = open_index(path)
         with index, Ingester(index, workers=workers, batch_size=batch_size, cache_dir=cache_dir, executor=executor,
                              progress=progress, max_file_size=max_file_size, max_pixels=max_pixels) as ing:
+            if watch:
+                def on_poll(n, stats):
+                    if n == 1:
+                        log(f"watching {len(images)} path(s) every {interval:g} s (Ctrl-C to stop)")
+                    log(f"poll {n}: {stats.summary()}")
+                stats = ing.watch(images, interval=interval, max_polls=max_polls, on_poll=on_poll)
+                if ing.stopped_by is not None:
+                    log(f"stopped by {ing.stopped_by}")
+                return stats
             try:
-                if watch:
-                    def on_poll(n, stats):
-                        if n == 1:
-                            log(f"watching {len(images)} path(s) every {interval:g} s (Ctrl-C to stop)")
-                        log(f"poll {n}: {stats.summary()}")
-                    return ing.watch(images, interval=interval, max_polls=max_polls, on_poll=on_poll)
                 return ing.ingest(images)
-            except KeyboardInterrupt:
-                ing._flush()
-                return ing.stats
+            except (KeyboardInterrupt, Terminated) as exc:
+                ing._flush()  # what was encoded is committed (a second signal here: nothing half-written)
+                raise _interrupted(ing, exc) from None
     finally:
         if executor is not None:
             executor.close()
+
+
+def _interrupted(ing, exc):
+    name, code = ("SIGTERM", Terminated.exit_code) if isinstance(exc, Terminated) else ("SIGINT", 130)
+    left, exact = ing.not_ingested()
+    st = ing.stats
+    return IngestInterruptedError(
+        f"interrupted by {name}: added {st.added}, skipped {st.existing} existing, failed {st.n_failed}; "
+        f"{'' if exact else 'at least '}{left} not ingested; run the same command again to resume",
+        stats=st, left=left, left_exact=exact, exit_code=code)
 
 
 def collect_images(roots):
@@ -415,5 +486,5 @@ def collect_images(roots):
     return [p for p, _ in found], bad
 
 
-__all__ = ["IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "run_ingest", "id_for",
+__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "run_ingest", "id_for",
            "image_content_key", "is_image_name", "iter_scan", "scan"]

@@ -292,17 +292,44 @@ def test_bursty_set_contributions_are_equalised():
 
 
 def test_weights_are_invariant_to_a_rotation_of_the_embeddings():
+    """alpha depends on K = Phi Phi^T only, so rotating the embeddings leaves it unchanged and
+    rotates xi. The tolerances come from the solvers, not from one machine's rounding:
+
+    * GMP's conjugate gradient stops once ||r|| <= tol ||1|| = tol sqrt(n): each alpha is
+      within tol sqrt(n) / lambda_min(K + lam I) of the exact solution, so the two within
+      twice that (whichever iteration each stops at);
+    * democratic runs a fixed number of Sinkhorn iterations, a smooth map of K: the two
+      differ by the rounding of K (D eps per entry of unit rows, whatever BLAS kernel and
+      thread count computed it), amplified at most (1 + gamma) per iteration and divided by
+      the smallest row sum it normalises by.
+
+    xi = Phi^T alpha then differs by at most ||Phi||_2 times alpha's difference, plus the
+    rounding of the two products and of the rotation (a few D eps ||Phi||_2 ||alpha||)."""
+    from streamk.encoding.aggregation import DEFAULT_N_ITER, DEFAULT_TOL
+
+    eps = np.finfo(np.float64).eps
     rng = np.random.default_rng(11)
     Phi = rng.standard_normal((25, 15))
     Phi /= np.linalg.norm(Phi, axis=1, keepdims=True)
-    Q = random_orthogonal(rng, 15)
+    n, D = Phi.shape
+    Q = random_orthogonal(rng, D)
     PhiQ = Phi @ Q
+    K = Phi @ Phi.T
+    dK = 4 * D * eps  # rounding of an entry of K (unit rows), in either order of summation
+    norm_phi = np.linalg.norm(Phi, 2)
     for method, kw in (("democratic", {"gamma": 0.5}), ("democratic", {"gamma": 0.2}), ("gmp", {"lam": 1.0}),
                        ("gmp", {"lam": 0.1})):
         xi, alpha = aggregate(Phi, method, **kw)
         xi_q, alpha_q = aggregate(PhiQ, method, **kw)
-        np.testing.assert_allclose(alpha_q, alpha, rtol=1e-6)
-        np.testing.assert_allclose(xi_q, Q.T @ xi, rtol=1e-6, atol=1e-9)
+        if method == "gmp":
+            lam_min = np.linalg.eigvalsh(K + kw["lam"] * np.eye(n))[0]
+            d_alpha = 2 * DEFAULT_TOL * np.sqrt(n) / lam_min + n * dK * np.linalg.norm(alpha) / lam_min
+        else:
+            sigma_min = (np.maximum(K, 0) @ alpha).min()
+            d_alpha = (1 + kw["gamma"]) ** DEFAULT_N_ITER * n * dK * np.linalg.norm(alpha) / sigma_min
+        assert np.linalg.norm(alpha_q - alpha) <= d_alpha, (method, kw)
+        d_xi = norm_phi * d_alpha + 4 * D * eps * norm_phi * np.linalg.norm(alpha)
+        assert np.linalg.norm(xi_q - Q.T @ xi) <= d_xi, (method, kw)
 
 
 def test_aggregate_many_shares_gram_and_matches_single():

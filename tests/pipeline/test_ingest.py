@@ -3,9 +3,11 @@
 
 import json
 import os
+import re
 import selectors
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -19,7 +21,7 @@ from streamk.pipeline.ingest import id_for, image_content_key, scan
 pytest.importorskip("cv2")
 PIL = pytest.importorskip("PIL")
 from helpers.images import textured  # noqa: E402
-from helpers.processes import start_python, stop  # noqa: E402
+from helpers.processes import run_python, start_python, stop, subprocess_env  # noqa: E402
 from PIL import Image  # noqa: E402
 
 
@@ -252,6 +254,58 @@ def test_index_stores_the_extraction_settings_and_boxes_stay_in_original_pixels(
         main(["index", "create", str(tmp_path / "bad"), "--encoder", str(work / "enc.npz"), "--max-side", "8"])
 
 
+def _committed(ix):
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        return len(idx)
+
+
+def _sigint_ignored():  # as a shell leaves a background job: SIGINT ignored, SIGTERM default
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig, status, inherited", [(signal.SIGINT, 130, "default"), (signal.SIGTERM, 143, "default"),
+                                                    (signal.SIGINT, 130, "SIGINT ignored")])
+def test_interrupted_one_shot_ingest_says_what_is_left_and_a_rerun_resumes(work, tmp_path, wait_until, sig, status,
+                                                                            inherited):
+    """Failure 5: Ctrl-C / SIGTERM in a one-shot ingest commits what was encoded, says how
+    many images were added and how many were not, exits 130 / 143; the same command then
+    completes. Also when the process inherited SIGINT ignored (failure 10): the CLI sets its
+    own handler."""
+    n = 20
+    ix = tmp_path / "ix"
+    create(ix, work)
+    folder = tmp_path / "many"
+    for i in range(n):
+        textured(str(folder / f"p{i:02d}.png"), 100 + i, size=384)
+    args = ["-m", "streamk.cli", "ingest", str(ix), str(folder), "--workers", "1", "--batch-size", "1",
+            "--no-progress", "--no-cache"]
+    if inherited == "default":
+        proc = start_python(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    else:
+        proc = subprocess.Popen([sys.executable, *args], env=subprocess_env(), preexec_fn=_sigint_ignored,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _committed(ix) >= 2, 120, "two images committed")
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        stop(proc)
+    assert proc.returncode == status, (out, err)
+    assert "Traceback" not in err
+    said = [ln for ln in err.splitlines() if "interrupted by" in ln]
+    assert len(said) == 1, err
+    m = re.fullmatch(r"streamk: interrupted by (SIG\w+): added (\d+), skipped 0 existing, failed 0; (\d+) not "
+                     r"ingested; run the same command again to resume", said[0])
+    assert m and m[1] == signal.Signals(sig).name, said[0]
+    added, left = int(m[2]), int(m[3])
+    assert _committed(ix) == added >= 2 and left >= 1 and added + left == n
+    r = run_python(*args, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"added {left}, skipped {added} existing, failed 0" in r.stdout
+    assert _committed(ix) == n
+
+
 def _read_line_until(proc, sel, predicate, deadline, seen):
     """Read proc's stdout lines until predicate(line) or the deadline; returns the line."""
     while time.monotonic() < deadline:
@@ -266,14 +320,22 @@ def _read_line_until(proc, sel, predicate, deadline, seen):
     return None
 
 
-def test_watch_picks_up_new_files_and_ctrl_c_ends_cleanly(work, tmp_path):
+@pytest.mark.parametrize("sig, inherited", [(signal.SIGINT, "default"), (signal.SIGTERM, "default"),
+                                            (signal.SIGINT, "SIGINT ignored")])
+def test_watch_picks_up_new_files_and_ctrl_c_ends_cleanly(work, tmp_path, sig, inherited):
+    """Ctrl-C, or SIGTERM as a service manager stops it, ends a watch cleanly (exit 0); Ctrl-C
+    too when the process inherited SIGINT ignored (a test runner started in the background)."""
     ix = tmp_path / "ix"
     create(ix, work)
     folder = tmp_path / "watched"
     textured(str(folder / "first.png"), 11)
-    proc = start_python("-m", "streamk.cli", "ingest", ix, folder, "--watch",
-                        "--interval", "0.2", "--max-polls", "300", "--workers", "1", "--no-progress",
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    args = ["-m", "streamk.cli", "ingest", str(ix), str(folder), "--watch", "--interval", "0.2", "--max-polls", "300",
+            "--workers", "1", "--no-progress"]
+    if inherited == "default":
+        proc = start_python(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    else:
+        proc = subprocess.Popen([sys.executable, *args], env=subprocess_env(), preexec_fn=_sigint_ignored,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     seen = []
@@ -282,12 +344,13 @@ def test_watch_picks_up_new_files_and_ctrl_c_ends_cleanly(work, tmp_path):
         assert _read_line_until(proc, sel, lambda ln: ln.startswith("watching"), deadline, seen), seen
         textured(str(folder / "later" / "second.png"), 12)
         assert _read_line_until(proc, sel, lambda ln: "added 2," in ln, deadline, seen), seen
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
         stop(proc)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+    assert out.strip().splitlines()[-2] == f"stopped by {signal.Signals(sig).name}"
     assert out.strip().splitlines()[-1].startswith("added 2, skipped 0 existing, failed 0")
     with StreamingIndex.open(ix) as idx:
         assert sorted(idx.ids()) == ["first.png", "later__second.png"]
