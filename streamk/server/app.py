@@ -343,7 +343,10 @@ HEALTH_SCHEMA = {"type": "object", "required": ["status"], "properties": {
 
 
 def _responses(ok_status, ok_schema, *errors_, content_type="application/json"):
-    out = {str(ok_status): {"description": "OK", "content": {content_type: {"schema": ok_schema}}}}
+    """OpenAPI responses: ``ok_status`` (one status, or a tuple) with ``ok_schema``, and the
+    error statuses (each with the error schema; 500 always)."""
+    ok = ok_status if isinstance(ok_status, tuple) else (ok_status,)
+    out = {str(s): {"description": "OK", "content": {content_type: {"schema": ok_schema}}} for s in ok}
     for status in errors_ + (500,):
         out[str(status)] = {"description": "error", "content": {"application/json": {"schema": ERROR_SCHEMA}}}
     return {"responses": out}
@@ -500,7 +503,7 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
         raise _bad("send the image as a photo (multipart 'image') or a 'vector'")
 
     @app.post("/images", status_code=201, openapi_extra={**_image_body(dim, True), **_responses(
-        201, WRITE_SCHEMA, 400, 401, 403, 409, 413, 415, 422)})
+        (201, 200), WRITE_SCHEMA, 400, 401, 403, 409, 413, 415, 422)})
     async def add_image(request: Request):
         """Add an image under a new id: a photo (multipart 'image') or a vector. Durable
         when the answer comes."""
