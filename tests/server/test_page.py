@@ -131,4 +131,8 @@ def test_the_page_searches_by_photo_box_and_click(example, make_server, tmp_path
             browser.close()
     save_artifact(shot)
     if os.environ.get("STREAMK_UPDATE_SCREENSHOTS", "") not in ("", "0"):
-        shutil.copyfile(shot, REPO / "docs" / "server-page.png")
+        from PIL import Image  # 256 colours: the README's copy stays small
+
+        with Image.open(shot) as im:
+            im.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(
+                REPO / "docs" / "server-page.png", optimize=True)
