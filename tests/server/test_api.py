@@ -147,6 +147,12 @@ def test_limits_and_bad_input_answer_json_codes(served, photos):
                 yield bytes(10_000)
         r = c.post("/search", content=chunks(), headers={"content-type": "application/json"})
         assert_error(r, 413, "upload_too_large")
+        # the image limits of streamk.features: 144 megapixels in a small file (checked on its header)
+        huge = io.BytesIO()
+        Image.new("1", (12000, 12000)).save(huge, "PNG")
+        assert len(huge.getvalue()) < 200_000
+        assert_error(c.post("/search", files={"image": ("huge.png", huge.getvalue(), "image/png")}), 413,
+                     "image_too_large")
         msg = assert_error(c.post("/search", files={"image": ("x.jpg", b"not an image at all", "image/jpeg")}),
                            422, "image_read")
         assert "not a recognised image" in msg
