@@ -1,5 +1,5 @@
 """Command line: ``streamk demo``, ``streamk eval``, ``streamk datasets download``,
-``streamk index create``, ``streamk ingest``, ``streamk search``."""
+``streamk index create``, ``streamk ingest``, ``streamk search``, ``streamk duplicates``."""
 
 import argparse
 import errno
@@ -66,6 +66,16 @@ _positive_int = _int_at_least(1)
 _non_negative_int = _int_at_least(0)
 
 
+def _unit_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
 def _positive_float(text):
     try:
         v = float(text)
@@ -130,7 +140,39 @@ def _index_create(args):
                  train_descriptors=args.train_descriptors, seed=args.seed,
                  cache_dir=feature_cache_dir(args.cache, args.no_cache), save_encoder=args.save_encoder,
                  shards=args.shards, store_extras=not args.no_extras, local_features=not args.no_local_features,
-                 vocabulary=args.vocabulary)
+                 vocabulary=args.vocabulary, indexed_fields=args.index_field or ())
+    return 0
+
+
+def _index_field(args):
+    with _open(args, readonly=False) as idx:
+        for name in args.names:
+            added = idx.index_field(name)
+            print(f"{name}: {'indexed' if added else 'already indexed'}")
+        print(f"indexed fields: {', '.join(idx.indexed_fields)}")
+    return 0
+
+
+def _duplicates(args):
+    with _open(args, readonly=True) as idx:
+        if args.id is not None:
+            hits = idx.duplicates(args.id, threshold=args.threshold, verify=args.verify)
+            if args.json:
+                print(json.dumps([h.to_dict(pairs=False) for h in hits], indent=1))
+            else:
+                for h in hits:
+                    inl = "" if h.inliers is None else f"  {h.inliers} inliers"
+                    print(f"{h.score:8.4f}  {h.id}{inl}")
+            return 0
+        groups = idx.duplicates(threshold=args.threshold, verify=args.verify, neighbours=args.neighbours,
+                                progress=None if not args.no_progress else False)
+    if args.json:
+        print(json.dumps(groups, indent=1))
+    else:
+        for n, g in enumerate(groups, 1):
+            print(f"group {n} ({len(g['ids'])} images): {' '.join(g['ids'])}")
+        print(f"{len(groups)} group(s) of near-duplicates, {sum(len(g['ids']) for g in groups)} images "
+              f"(threshold {args.threshold:g}{', verified' if args.verify else ''})")
     return 0
 
 
@@ -208,7 +250,9 @@ def _ingest(args):
                                batch_size=args.batch_size, cache_dir=feature_cache_dir(args.cache, args.no_cache),
                                progress=None if not args.no_progress else False,
                                log=lambda line: print(line, flush=True),
-                               max_file_size=args.max_file_size, max_pixels=args.max_pixels)
+                               max_file_size=args.max_file_size, max_pixels=args.max_pixels,
+                               metadata=args.metadata, on_duplicate=args.on_duplicate,
+                               duplicate_threshold=args.duplicate_threshold)
     except IngestInterruptedError as exc:
         print(f"streamk: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
@@ -268,7 +312,8 @@ def _search(args):
     with _open(args, readonly=True) as idx:
         idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
         hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe,
-                          verify=args.verify, expand=args.expand, expansion=args.expansion, pairs=args.pairs)
+                          verify=args.verify, expand=args.expand, expansion=args.expansion, pairs=args.pairs,
+                          where=args.where)
     if args.json:
         print(json.dumps([{"rank": r, **h.to_dict(pairs=args.pairs)} for r, h in enumerate(hits, 1)], indent=1))
     else:
@@ -321,6 +366,7 @@ def _add_cache_options(parser):
 
 
 def _add_index_commands(sub):
+    from .index import DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES
     from .pipeline import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
 
     ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
@@ -359,7 +405,15 @@ def _add_index_commands(sub):
     cr.add_argument("--seed", type=int, default=0, help="with --train: seed of the samples")
     _add_cache_options(cr)
     cr.add_argument("--save-encoder", default=None, help="with --train: also save the encoder here")
+    cr.add_argument("--index-field", action="append", default=None, metavar="NAME",
+                    help="a metadata field that search filters (--where) may use; repeatable")
     cr.set_defaults(func=_index_create)
+    fi = ix_sub.add_parser("field", help="index metadata fields so that search filters (--where) may use them")
+    fi.add_argument("dir", help="index directory")
+    fi.add_argument("names", nargs="+", metavar="NAME", help="metadata field names (e.g. folder, date)")
+    fi.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="a sharded index: its shards' owners on this Dask cluster")
+    fi.set_defaults(func=_index_field)
     tr = ix_sub.add_parser("train", help="(re)train the PQ / IVF-PQ codec and swap it in without stopping "
                                          "ingestion or searches")
     tr.add_argument("dir", help="index directory")
@@ -413,6 +467,14 @@ def _add_index_commands(sub):
     _add_cache_options(ing)
     ing.add_argument("--batch-size", type=_positive_int, default=64, help="images per write transaction")
     ing.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ing.add_argument("--metadata", default=None, metavar="FILE.jsonl",
+                     help='metadata for the images: one JSON object per line, {"id": ..., fields} or '
+                          '{"path": ..., fields} (beside the path, folder, size, mtime and EXIF date stored anyway)')
+    ing.add_argument("--on-duplicate", choices=list(DUPLICATE_POLICIES), default="keep",
+                     help="a near-duplicate of a stored image (same photo re-encoded, resized, cropped a little): "
+                          "keep it (default, not looked up), skip it, or add it and report it")
+    ing.add_argument("--duplicate-threshold", type=_unit_float, default=DEFAULT_DUPLICATE_THRESHOLD, metavar="T",
+                     help=f"vector similarity of a near-duplicate (default {DEFAULT_DUPLICATE_THRESHOLD})")
     _add_limit_options(ing)
     ing.set_defaults(func=_ingest)
 
@@ -436,10 +498,30 @@ def _add_index_commands(sub):
                     help="average query expansion (default) or alpha-QE")
     se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
     se.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    se.add_argument("--where", default=None, metavar="JSON",
+                    help='a metadata filter on indexed fields, e.g. \'{"folder": "/photos/paris"}\', '
+                         '\'{"date": {"gte": "2024-01-01"}}\', \'{"tag": {"in": ["a", "b"]}}\' (fields ANDed)')
     _add_limit_options(se)
     se.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="a sharded index: search its shards through their owners on this Dask cluster")
     se.set_defaults(func=_search)
+
+    du = sub.add_parser("duplicates", help="groups of near-duplicate images (the same photo re-encoded, resized, "
+                                           "cropped a little), from the vectors, optionally verified")
+    du.add_argument("dir", help="index directory")
+    du.add_argument("--id", default=None, help="only this image's near-duplicates")
+    du.add_argument("--threshold", type=_unit_float, default=DEFAULT_DUPLICATE_THRESHOLD, metavar="T",
+                    help=f"vector similarity (inner product) of a near-duplicate (default {DEFAULT_DUPLICATE_THRESHOLD}, "
+                         f"measured on the demo's photo changes: bench/README.md)")
+    du.add_argument("--verify", action="store_true",
+                    help="keep only the pairs the second stage confirms (local geometry, RANSAC)")
+    du.add_argument("--neighbours", type=_positive_int, default=10,
+                    help="each image's nearest images looked at (whole index; default 10)")
+    du.add_argument("--json", action="store_true", help="print JSON")
+    du.add_argument("--no-progress", action="store_true", help="no progress bar")
+    du.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="a sharded index: its shards' owners on this Dask cluster")
+    du.set_defaults(func=_duplicates)
 
 
 def build_parser():

@@ -8,14 +8,15 @@ environment (or S shards), written while it is searched, retrained without downt
 from .second_stage import Hit
 from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, encoded_vector,
                     image_content_key, normalise_box, npz_bytes, unit_vector)
-from .metadata import GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES, RowFilter, parse_filter
+from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, nearest_of_vectors
+from .metadata import GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES, RowFilter, encode_metadata, parse_filter
 from .queries import MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY, MODES, QueryEncoder, check_k, check_request
 from .sharded import ShardedIndex, is_sharded, open_index, shard_of
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, validate_id
 from .streaming_index import StreamingIndex
 from .upgrade import upgrade
 
-__all__ = ["BLOCK_ROWS", "DEFAULT_MAP_SIZE", "FILTER_GRAMMAR", "MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_METADATA_BYTES", "MAX_RERANK", "MAX_VERIFY", "MODES", "RowFilter", "VECTOR_DTYPES", "AddResult", "EncodedImage", "Hit",
+__all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUPLICATE_POLICIES", "FILTER_GRAMMAR", "MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_METADATA_BYTES", "MAX_RERANK", "MAX_VERIFY", "MODES", "RowFilter", "VECTOR_DTYPES", "AddResult", "EncodedImage", "Hit",
            "QueryEncoder", "ShardedIndex", "Store", "StreamingIndex", "check_k", "check_request", "checked_vector",
-           "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "normalise_box",
+           "encode_metadata", "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "nearest_of_vectors", "normalise_box",
            "npz_bytes", "open_index", "parse_filter", "shard_of", "unit_vector", "upgrade", "validate_id"]

@@ -364,7 +364,7 @@ def allowed_rows(txn, store, clauses, n_rows):
     if missing:
         raise FilterError(f"filter on {missing[0]!r}: the field is not indexed (filters use indexed fields "
                           f"only; index it with StreamingIndex.index_field({missing[0]!r}) or "
-                          f"`streamk index field-index IDX {missing[0]}`); indexed: {fields}")
+                          f"`streamk index field IDX {missing[0]}`); indexed: {fields}")
     db = store.dbs.get("postings")
     rows = None
     if db is not None:

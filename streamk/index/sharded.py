@@ -43,8 +43,9 @@ from ..quantization import IVFPQ, default_train_size
 from .items import AddResult, encoded_vector
 from ..verification import Vocabulary, expand_query
 from .items import unit_vector
-from .queries import MODES, QueryEncoder, check_request
+from .queries import MAX_K, MODES, QueryEncoder, check_request
 from .second_stage import DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record
+from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, MAX_DUPLICATES, check_threshold
 from .metadata import check_field, parse_filter
 from .store import id_key, validate_id
 from .streaming_index import StreamingIndex
@@ -580,6 +581,18 @@ class ShardedIndex:
     @property
     def indexed_fields(self):
         return self._owners[0].call("indexed_fields")
+
+    def duplicates(self, image_id=None, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
+                   max_results=MAX_DUPLICATES, neighbours=None, progress=None):
+        """One image's near-duplicates across the shards: [Hit] with score >= threshold
+        (its vector searched on every shard). The whole-index groups and ``verify`` run on
+        one StreamingIndex (:meth:`StreamingIndex.duplicates`)."""
+        if image_id is None or verify:
+            raise ConfigError("a sharded index answers duplicates of one image (an id), from the vectors; the "
+                              "groups of the whole index and --verify need one (unsharded) index")
+        threshold = check_threshold(threshold)
+        hits = self.search(self.vector(image_id), k=min(int(max_results) + 1, MAX_K))
+        return [h for h in hits if h.id != image_id and h.score >= threshold][:int(max_results)]
 
     # ------------------------------------------------------------ codec
     def train(self, nlist=1, M=16, seed=0, train_size=None, nprobe=None, codec=None):

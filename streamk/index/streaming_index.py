@@ -35,6 +35,8 @@ from ..encoding import Encoder
 from ..errors import (ConfigError, EncoderFileError, EncoderMismatchError, IndexFormatError, NotFittedError,
                       StreamkError, UnknownIdError, VocabularyFileError)
 from ..verification import Vocabulary
+from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, duplicate_groups,
+                         duplicates_of)
 from .items import unit_vector
 from .metadata import (add_indexed_field, allowed_rows, check_field, indexed_fields,
                        metadata_of_rows, parse_filter)
@@ -397,6 +399,20 @@ class StreamingIndex:
             return None
         n_rows = max(self._store.get_int(b"next_row", txn), self.view.dead.shape[0])
         return allowed_rows(txn, self._store, clauses, n_rows)
+
+    # ------------------------------------------------------------ near-duplicates
+    def duplicates(self, image_id=None, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
+                   max_results=MAX_DUPLICATES, neighbours=DEFAULT_NEIGHBOURS, progress=None):
+        """Near-duplicates (the same photo re-encoded, resized, cropped a little): vector
+        similarity >= ``threshold`` (default measured on the demo's photo changes:
+        :mod:`streamk.index.duplicates`), confirmed by the second stage with ``verify``.
+
+        image_id given: that image's near-duplicates, [Hit] best first (at most
+        ``max_results``). None: the groups of the whole index, [{"ids", "pairs"}] (each
+        image's top ``neighbours`` searched, in batches, with a progress bar)."""
+        if image_id is not None:
+            return duplicates_of(self, image_id, threshold, verify, max_results)
+        return duplicate_groups(self, threshold, verify, neighbours, progress=progress)
 
     # ------------------------------------------------------------ codec
     def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None, progress=None):

@@ -25,7 +25,7 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
                  max_pixels=MAX_PIXELS, embedding="temb", fv_pca=64, k=64, aggregation="gmp", workers=None, dask=None,
                  train_images=DEFAULT_MAX_IMAGES, train_descriptors=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0,
                  cache_dir=None, save_encoder=None, shards=None, store_extras=True, local_features=True,
-                 vocabulary=None, log=print, report=_stderr_report, progress=None):
+                 vocabulary=None, log=print, report=_stderr_report, progress=None, indexed_fields=()):
     """Create an index at ``path`` (new or empty) with the saved encoder at ``encoder``, or
     one trained on the images under ``train`` (files and folders). Every check runs before
     anything is written; on failure nothing is left behind. Returns the path.
@@ -82,10 +82,11 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
             with make_executor(dask=dask) if dask else _Nothing() as executor:
                 ShardedIndex.create(path, encoder, shards, vector_dtype=vector_dtype, extractor=extractor,
                                     dask=getattr(executor, "client", None), store_extras=store_extras,
-                                    vocabulary=vocabulary).close()
+                                    vocabulary=vocabulary, indexed_fields=indexed_fields).close()
         else:
             StreamingIndex.create(path, encoder, vector_dtype=vector_dtype, extractor=extractor,
-                                  store_extras=store_extras, vocabulary=vocabulary).close()
+                                  store_extras=store_extras, vocabulary=vocabulary,
+                                  indexed_fields=indexed_fields).close()
     except BaseException:
         if not existed and path.is_dir():  # ours: leave nothing behind
             shutil.rmtree(path, ignore_errors=True)

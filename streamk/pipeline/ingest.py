@@ -53,7 +53,21 @@ commits what was already encoded and raises
 :class:`~streamk.errors.IngestInterruptedError`, which says what was added and how
 many files were not ingested (the rest of the walk is counted for at most
 :data:`COUNT_LEFT_SECONDS`); the same command resumes. In watch mode either signal
-ends the watch cleanly (a service manager stops it with SIGTERM).
+
+
+Metadata. Each image added gets its file's metadata (path, folder, name, size, mtime,
+EXIF date: :func:`streamk.features.file_metadata`, computed by the worker from the bytes
+it read) and the fields a metadata file gives it (``--metadata FILE.jsonl``: one JSON
+object per line, ``{"id": ..., fields...}`` or ``{"path": ..., fields...}``; the file's
+fields win). An image already stored with the same content gets the file's fields merged
+into its metadata.
+
+Near-duplicates (``on_duplicate``). "keep" (default): nothing is looked up. "skip" / "report":
+before each batch is written, each new image's nearest stored image (and the images before
+it in the batch) is looked up (:func:`streamk.index.nearest_of_vectors`); at or above the
+threshold it is a near-duplicate: "skip" leaves it out (counted as a near-duplicate),
+"report" adds it and reports the pair. Either way ``stats.near_duplicates`` lists
+(path, id, existing id, score).
 """
 
 import json
@@ -64,9 +78,10 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 
-from ..errors import ConfigError, DuplicateError, IngestInterruptedError, StreamkError, Terminated, describe
+from ..errors import ConfigError, DuplicateError, IngestInterruptedError, MetadataError, StreamkError, Terminated, describe
 from ..features import FeatureCache
-from ..index import encoded_image_file, image_content_key
+from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
+                     encoded_image_file, image_content_key, nearest_of_vectors)
 from ..parallel import make_executor
 from ..index import validate_id
 from .tasks import ingest_task, results, task_context
@@ -133,6 +148,8 @@ class IngestStats:
     added_ids: list = field(default_factory=list)
     seconds: float = 0.0
     processed: int = 0  # files looked at (for the rate)
+    near_duplicates: list = field(default_factory=list)  # (path, id, existing id, score)
+    skipped_near_duplicates: int = 0
 
     @property
     def n_failed(self):
@@ -140,7 +157,9 @@ class IngestStats:
 
     def summary(self):
         rate = self.processed / self.seconds if self.seconds > 0 else 0.0
-        return (f"added {self.added}, skipped {self.existing} existing, failed {self.n_failed} "
+        near = (f", {self.skipped_near_duplicates} near-duplicates skipped" if self.skipped_near_duplicates
+                else f", {len(self.near_duplicates)} near-duplicates" if self.near_duplicates else "")
+        return (f"added {self.added}, skipped {self.existing} existing{near}, failed {self.n_failed} "
                 f"({self.seconds:.1f} s, {rate:.2f} images/s)")
 
 
@@ -166,6 +185,42 @@ class _signals_deferred:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
 
+MAX_METADATA_LINE = 2 * MAX_METADATA_BYTES  # bytes of one line of a metadata file
+
+
+def read_metadata_file(path):
+    """{id or absolute path: fields} of a metadata file (JSON lines: ``{"id": ...}`` or
+    ``{"path": ...}`` and the fields), or MetadataError naming the line. A path key is
+    made absolute (relative to the current folder)."""
+    out = {}
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise MetadataError(f"cannot read metadata file {path}: {exc.strerror or exc}") from exc
+    with f:
+        for n, line in enumerate(f, 1):
+            if len(line) > MAX_METADATA_LINE:
+                raise MetadataError(f"{path}:{n}: a line of {len(line):,} bytes; at most {MAX_METADATA_LINE:,}")
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError as exc:
+                raise MetadataError(f"{path}:{n}: not a JSON object ({exc})") from exc
+            if not isinstance(rec, dict) or ("id" in rec) == ("path" in rec):
+                raise MetadataError(f'{path}:{n}: each line is a JSON object with "id" or "path" (one of them) '
+                                    f'and the fields, e.g. {{"id": "a.jpg", "album": "paris"}}')
+            key = rec.pop("id") if "id" in rec else os.path.abspath(str(rec.pop("path")))
+            if not isinstance(key, str):
+                raise MetadataError(f'{path}:{n}: "id" must be a string, got {key!r}')
+            try:
+                encode_metadata(rec)
+            except MetadataError as exc:
+                raise MetadataError(f"{path}:{n}: {exc}") from None
+            out.setdefault(key, {}).update(rec)
+    return out
+
+
 def _stat_sig(path):
     try:
         st = os.stat(path)
@@ -189,18 +244,26 @@ class Ingester:
     max_file_size, max_pixels: the image limits of the files read (None: the defaults of
     :mod:`streamk.features.images`); a file over one is reported as ImageTooLargeError.
     progress: tqdm bar on stderr (None: only when stderr is a terminal).
+    metadata: {id or absolute path: fields} given to the images (:func:`read_metadata_file`).
+    on_duplicate: "keep", "skip" or "report" near-duplicates of stored images (module doc),
+    at ``duplicate_threshold``.
     Close it (or use ``with``) to stop a Dask cluster it started.
     """
 
     def __init__(self, index, workers=None, batch_size=64, commit_interval=2.0, report=None,
                  progress=None, dask=None, executor=None, cache_dir=None, max_inflight=None, max_file_size=None,
-                 max_pixels=None):
+                 max_pixels=None, metadata=None, on_duplicate="keep", duplicate_threshold=DEFAULT_DUPLICATE_THRESHOLD):
         if int(batch_size) < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         if workers is not None and int(workers) < 1:
             raise ConfigError(f"workers must be >= 1, got {workers}")
         if max_inflight is not None and int(max_inflight) < 1:
             raise ConfigError(f"max_inflight must be >= 1, got {max_inflight}")
+        if on_duplicate not in DUPLICATE_POLICIES:
+            raise ConfigError(f"on_duplicate must be one of {DUPLICATE_POLICIES}, got {on_duplicate!r}")
+        self.on_duplicate = on_duplicate
+        self.duplicate_threshold = float(duplicate_threshold)
+        self.metadata = metadata or {}
         self.index = index
         self.workers = workers
         self.batch_size = int(batch_size)
@@ -272,9 +335,41 @@ class Ingester:
                                   failed=self.stats.n_failed, refresh=False)
 
     # ------------------------------------------------------------------ writing
+    def _near_duplicates(self, batch):
+        """The batch without the near-duplicates to skip; each near-duplicate noted."""
+        import numpy as np
+
+        V = np.stack([enc.vector for _, enc in batch])
+        found = nearest_of_vectors(self.index, V, self.duplicate_threshold)
+        S = V @ V.T  # within the batch: an image and an earlier one of the same batch
+        kept = []
+        for i, ((path, enc), near) in enumerate(zip(batch, found)):
+            earlier = [j for j in kept if S[i, j] >= self.duplicate_threshold and (near is None or S[i, j] > near[1])]
+            if earlier:
+                j = max(earlier, key=lambda j: S[i, j])
+                near = (batch[j][1].key.decode(), float(S[i, j]))
+            if near is None:
+                kept.append(i)
+                continue
+            self.stats.near_duplicates.append((str(path), enc.key.decode(), near[0], round(near[1], 4)))
+            if self.on_duplicate == "skip":
+                self.stats.skipped_near_duplicates += 1
+                self.stats.processed += 1
+                self._seen[str(path)] = _stat_sig(path)
+                self._tick()
+            else:
+                kept.append(i)
+            if self._bar is not None:
+                self._bar.clear()
+            self.report(str(path), f"near-duplicate of {near[0]!r} (similarity {near[1]:.3f})"
+                        + ("; not added" if self.on_duplicate == "skip" else "; added"))
+        return [batch[i] for i in kept]
+
     def _flush(self):
         batch, self._batch = self._batch, []
         self._last_commit = time.monotonic()
+        if batch and self.on_duplicate != "keep":
+            batch = self._near_duplicates(batch)
         if not batch:
             return
         with _signals_deferred():  # a commit and its account are one step: the count said is the count stored
@@ -363,15 +458,23 @@ class Ingester:
         if r["error"] is not None:
             self._fail(path, r["error"])
             return
+        given = self.metadata.get(r["id"]) or self.metadata.get(os.path.abspath(path))
         if r.get("stored_sha256") is not None:  # the id was stored: only hashed
             if r["sha256"] == r["stored_sha256"]:
+                if given:
+                    try:
+                        self.index.set_metadata(r["id"], given, merge=True)
+                    except StreamkError as exc:
+                        self._fail(path, describe(exc))
+                        return
                 self._ok(path, "exists")
             else:
                 self._fail(path, f"IdExistsError: id {r['id']!r} already holds other content")
             return
         try:
+            meta = dict(r.get("metadata") or {}, **(given or {}))
             enc = encoded_image_file(r["id"], path, r["sha256"], r["vector"], r["keypoints"],
-                                     r["weights"], r["image_size"], geometry=r.get("geometry"))
+                                     r["weights"], r["image_size"], geometry=r.get("geometry"), metadata=meta or None)
         except StreamkError as exc:
             self._fail(path, describe(exc))
             return
@@ -429,7 +532,8 @@ def _stored_file_sha(raw_record):
 
 
 def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=None, dask=None, batch_size=64,
-               cache_dir=None, progress=None, log=print, max_file_size=None, max_pixels=None):
+               cache_dir=None, progress=None, log=print, max_file_size=None, max_pixels=None, metadata=None,
+               on_duplicate="keep", duplicate_threshold=DEFAULT_DUPLICATE_THRESHOLD):
     """``streamk ingest`` as a library call: one pass over ``images`` (files and folders)
     into the index at ``path`` (or, ``watch``, a pass every ``interval`` seconds), on the
     local pool or a Dask cluster (``dask``: an address or "local:N"; for a sharded index
@@ -438,11 +542,14 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
     a file over one is reported (ImageTooLargeError) and skipped. Returns the IngestStats.
     A one-shot run stopped by KeyboardInterrupt or :class:`~streamk.errors.Terminated`
     commits what was encoded and raises :class:`~streamk.errors.IngestInterruptedError`
-    (what was added, how many files were not); a watch ends cleanly on either."""
+    (what was added, how many files were not); a watch ends cleanly on either. ``metadata``: a metadata file
+    (JSON lines, :func:`read_metadata_file`); ``on_duplicate``: "keep", "skip" or "report"
+    near-duplicates."""
     from ..index import ShardedIndex, is_sharded, open_index
 
     if dask is not None and workers is not None:
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
+    given = read_metadata_file(metadata) if metadata is not None else None
     executor = make_executor(dask=dask) if dask is not None else None
     try:
         if executor is not None and is_sharded(path):  # one Dask client for the tasks and the shards' owners
@@ -450,7 +557,8 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
         else:
             index = open_index(path)
         with index, Ingester(index, workers=workers, batch_size=batch_size, cache_dir=cache_dir, executor=executor,
-                             progress=progress, max_file_size=max_file_size, max_pixels=max_pixels) as ing:
+                             progress=progress, max_file_size=max_file_size, max_pixels=max_pixels, metadata=given,
+                             on_duplicate=on_duplicate, duplicate_threshold=duplicate_threshold) as ing:
             if watch:
                 def on_poll(n, stats):
                     if n == 1:
@@ -486,5 +594,5 @@ def collect_images(roots):
     return [p for p, _ in found], bad
 
 
-__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "run_ingest", "id_for",
+__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "read_metadata_file", "run_ingest", "id_for",
            "image_content_key", "is_image_name", "iter_scan", "scan"]

@@ -16,7 +16,7 @@ import hashlib
 import numpy as np
 
 from ..errors import EmptyDescriptorSetError, ImageReadError, describe
-from ..features import FeatureCache, crop_to_box, features_of_bytes
+from ..features import FeatureCache, crop_to_box, features_of_bytes, file_metadata
 from ..parallel import TaskContext, TaskFailure, in_worker_process
 from ..verification import stored_record
 
@@ -123,7 +123,7 @@ def ingest_task(ctx, task):
         v, alpha = ctx["encoder"].encode(f.descriptors, return_weights=True)
         out.update(vector=np.asarray(v, np.float32), weights=np.asarray(alpha, np.float32),
                    keypoints=f.keypoints, n=len(f), image_size=[int(x) for x in f.image_size],
-                   geometry=geometry_of(ctx, f))
+                   geometry=geometry_of(ctx, f), metadata=file_metadata(read_path, data))
     except Exception as exc:  # reported per file
         out["error"] = describe(exc)
     return out
