@@ -14,13 +14,16 @@ k-means. Nearest-child assignment is not the flat nearest word (a descriptor nea
 a coarse boundary may pick a child of the other cell); for tentative matching that
 only has to be the same function on both sides, which it is.
 
-The number of children of a coarse cell adapts to the learning data: at most
-``n_fine``, and at least ``min_per_word`` learning descriptors per word on average
-(so that each word's 64 HE medians are estimated from enough samples: the median
-of n Gaussian samples has a standard deviation of about 1.25 sigma / sqrt(n), 0.22 sigma
-at n = 32). With the paper-size learning sets (Oxford5k / Paris6k: ~16M Hessian-affine
-descriptors) that gives the full 256 x 256 = 65,536 words; with the 565k descriptors of
-paris6k-subset about 17k words, near the 20k of Jégou et al.'s Hamming-embedding setup.
+The default tree is 64 x 64 = 4,096 words, and the number of children of a coarse
+cell adapts to the learning data: at most ``n_fine``, and at least ``min_per_word``
+learning descriptors per word on average (so that each word's 64 HE medians are
+estimated from enough samples: the median of n Gaussian samples has a standard
+deviation of about 1.25 sigma / sqrt(n), 0.22 sigma at n = 32). 4,096 words rather
+than the tens of thousands of a BOW system: with Hamming embedding the signature does
+the fine matching (Jégou et al. 2008 match a 200k-word BOW with 20k words + HE), the
+learning sets streamk ships are small (paris6k-subset: 565k descriptors, ~140 per word
+at 4,096), and the words only need to be the same function on both sides. Larger
+trees (up to 256 x 256) are a parameter for paper-size learning sets (~16M descriptors).
 
 HE, as in Jégou et al. 2008: P is a random orthogonal projection (64 x 128, rows of
 the Q factor of a seeded Gaussian matrix), tau_w the per-word medians of the projected
