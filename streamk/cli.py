@@ -219,7 +219,22 @@ def _index_info(args):
         for k, v in info.items():
             if k != "per_shard":
                 print(f"{k:>14}: {v:,}" if isinstance(v, int) else f"{k:>14}: {v}")
+        note = _stale_note(idx.codec_staleness(), args.dir)
+        if note:
+            print(f"note: {note}")
     return 0
+
+
+def _stale_note(staleness, where):
+    from .index import stale_codec_note
+
+    return stale_codec_note(staleness, _shell_word(where))
+
+
+def _shell_word(text):
+    import shlex
+
+    return shlex.quote(str(text))
 
 
 def _index_upgrade(args):
@@ -252,7 +267,8 @@ def _ingest(args):
                                log=lambda line: print(line, flush=True),
                                max_file_size=args.max_file_size, max_pixels=args.max_pixels,
                                metadata=args.metadata, on_duplicate=args.on_duplicate,
-                               duplicate_threshold=args.duplicate_threshold)
+                               duplicate_threshold=args.duplicate_threshold,
+                               retrain_at=args.retrain_at)
     except IngestInterruptedError as exc:
         print(f"streamk: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
@@ -311,9 +327,10 @@ def _search(args):
     box = None if args.box is None else tuple(args.box)
     with _open(args, readonly=True) as idx:
         idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
-        hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe,
-                          verify=args.verify, expand=args.expand, expansion=args.expansion, pairs=args.pairs,
-                          where=args.where)
+        with _stale_codec_noted(args.dir):
+            hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe,
+                              verify=args.verify, expand=args.expand, expansion=args.expansion, pairs=args.pairs,
+                              where=args.where)
     if args.json:
         print(json.dumps([{"rank": r, **h.to_dict(pairs=args.pairs)} for r, h in enumerate(hits, 1)], indent=1))
     else:
@@ -324,6 +341,38 @@ def _search(args):
         if any(h.inliers is not None for h in hits):
             print("(* verified: its local features agree with the query's under one affine map)")
     return 0
+
+
+class _stale_codec_noted:
+    """While inside: a StaleCodecWarning becomes one ``streamk: note:`` line on stderr
+    (naming the index as typed); other warnings are shown as usual."""
+
+    def __init__(self, where):
+        self.where = where
+
+    def __enter__(self):
+        import warnings
+
+        self._catch = warnings.catch_warnings(record=True)
+        self._caught = self._catch.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc):
+        import warnings
+
+        from .errors import StaleCodecWarning
+
+        self._catch.__exit__(*exc)
+        stale = None
+        for w in self._caught:
+            if issubclass(w.category, StaleCodecWarning):
+                stale = getattr(w.message, "staleness", None)
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        note = _stale_note(stale, self.where)
+        if note:
+            print(f"streamk: note: {note}", file=sys.stderr, flush=True)
 
 
 def _serve(args):
@@ -475,6 +524,9 @@ def _add_index_commands(sub):
                           "keep it (default, not looked up), skip it, or add it and report it")
     ing.add_argument("--duplicate-threshold", type=_unit_float, default=DEFAULT_DUPLICATE_THRESHOLD, metavar="T",
                      help=f"vector similarity of a near-duplicate (default {DEFAULT_DUPLICATE_THRESHOLD})")
+    ing.add_argument("--retrain-at", type=_positive_float, default=None, metavar="RATIO",
+                     help="after the pass (each poll with --watch), retrain the PQ codec when the images added since "
+                          "it was trained exceed RATIO times the images it was trained on (e.g. 1; default: never)")
     _add_limit_options(ing)
     ing.set_defaults(func=_ingest)
 

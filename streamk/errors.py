@@ -320,6 +320,15 @@ class IngestInterruptedError(StreamkError, RuntimeError):
         return (type(self), (self.args[0] if self.args else "", None, self.left, self.left_exact, self.exit_code))
 
 
+class StaleCodecWarning(UserWarning):
+    """A PQ / IVF-PQ search with a codec trained on far fewer images than were added since
+    (more than :data:`streamk.index.retraining.STALE_CODEC_RATIO` times as many): images it
+    never saw may be missed; ``streamk index train`` retrains it (searches go on).
+    ``staleness``: the figures (:meth:`StreamingIndex.codec_staleness`)."""
+
+    staleness = None
+
+
 def describe(exc):
     """One line saying what went wrong: ``"ErrorType: reason"`` (an ImageReadError's
     reason without its path, which the caller reports beside it)."""

@@ -17,6 +17,14 @@ until one short transaction swaps in the new ones:
 6. the previous epoch's codes are deleted in short transactions.
 
 Removals need nothing here: they are marked per row, whatever the epoch.
+
+What the codec was fitted on is recorded with it (meta ``codec_trained``: the live
+images of the snapshot, the rows then, the sample drawn, the time), so that
+:func:`codec_staleness` can tell how many images were added since: a codec fitted
+long before most images were added misses more of them (a PQ search of an image's
+own vector: 796 of 1,820 added later not found first, none after retraining), and
+past :data:`STALE_CODEC_RATIO` searches warn (``StaleCodecWarning``), ``index info``
+says so, and ``streamk ingest --retrain-at RATIO`` retrains by itself.
 """
 
 import json
@@ -34,9 +42,39 @@ from ..quantization import NO_LIST
 from .store import epoch_key, epoch_key_split, removed_rows
 from .vector_store import VectorStore
 
+#: A codec is stale once the images added since it was fitted outnumber this many times
+#: the images it was fitted on (1.0: most of the index was never seen by it).
+STALE_CODEC_RATIO = 1.0
 CHUNK_BLOCKS = 4  # blocks of rows coded per transaction
 SWAP_ROWS = 1024  # rows left to code inside the swap transaction, at most
 DELETE_BATCH = 4096  # keys deleted per transaction when dropping an epoch's codes
+
+
+def codec_staleness(store, txn=None):
+    """How far the codec in use lags the index: None before any codec; else
+    ``{"trained_on": live images it was fitted on, "added_since": rows written since
+    (images added or updated), "ratio": added_since / trained_on, "stale": ratio >
+    STALE_CODEC_RATIO}`` (the first three None for a codec trained before streamk
+    recorded them). Two small reads: O(1)."""
+    if not store.get_int(b"codec_epoch", txn):
+        return None
+    raw = store.get_meta(b"codec_trained", txn)
+    if raw is None:
+        return {"trained_on": None, "added_since": None, "ratio": None, "stale": False}
+    rec = json.loads(bytes(raw))
+    trained_on = int(rec["images"])
+    added = max(0, store.get_int(b"next_row", txn) - int(rec["next_row"]))
+    ratio = added / max(trained_on, 1)
+    return {"trained_on": trained_on, "added_since": added, "ratio": ratio, "stale": ratio > STALE_CODEC_RATIO}
+
+
+def stale_codec_note(staleness, where="INDEX"):
+    """The line a user is told about a stale codec (None when it is not stale)."""
+    if not staleness or not staleness.get("stale"):
+        return None
+    return (f"{staleness['added_since']:,} images were added since the PQ codec was trained on "
+            f"{staleness['trained_on']:,}: PQ searches may miss them; retrain it with "
+            f"`streamk index train {where}` (searches and ingestion go on)")
 
 
 def _alive(record):
@@ -123,6 +161,7 @@ class Trainer:
             raise TooFewImagesError(f"{codec.describe()} training needs at least {codec.min_train()} "
                                     f"images, the index has {len(rows)}")
         n = min(len(rows), default_train_size(nlist) if train_size is None else int(train_size))
+        self.sample_size = n
         if n < codec.min_train():
             raise ConfigError(f"train_size {n} is below the {codec.min_train()} vectors this codec needs")
         return codec.fit(self.sample(rows, n, seed))
@@ -207,6 +246,7 @@ class Trainer:
                 codec.nprobe = int(nprobe)
         epoch, previous = self._claim()
         swapped = False
+        self.sample_size = None
         try:
             next_row, rows = self._stored_rows()
             if codec is None:
@@ -230,6 +270,8 @@ class Trainer:
                     bar.update(now - lo)
                     lo = now
             blob = codec.to_bytes()
+            trained = json.dumps({"images": int(len(rows)), "next_row": int(next_row), "sample": self.sample_size,
+                                  "at": time.time()}).encode()
 
             def swap(txn):  # 5. the last rows and the switch, in one transaction
                 raw = s.get_meta(b"training", txn)
@@ -241,6 +283,7 @@ class Trainer:
                                                                   np.zeros((0, codec.M), np.uint8))
                 self._write_codes(txn, codec, epoch, lo, now, rows, lists, codes, sealed)
                 txn.put(b"codec", blob, db=s.dbs["meta"])
+                txn.put(b"codec_trained", trained, db=s.dbs["meta"])
                 s.put_int(txn, b"codec_epoch", epoch)
                 txn.delete(b"training", db=s.dbs["meta"])
                 s.bump(txn, b"*", 0)

@@ -49,6 +49,7 @@ from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, MAX_DUPLICATES, check_thres
 from .metadata import check_field, parse_filter
 from .store import id_key, validate_id
 from .streaming_index import StreamingIndex
+from .retraining import STALE_CODEC_RATIO
 
 MANIFEST = "shards.json"
 FORMAT = "streamk-shards"
@@ -191,6 +192,10 @@ class ShardActor:
     def stats(self):
         with self._lock:
             return self.index.stats()
+
+    def codec_params(self):
+        with self._lock:
+            return self.index.codec_params()
 
     def vector(self, image_id):
         with self._lock:
@@ -688,9 +693,29 @@ class ShardedIndex:
 
     def stats(self):
         per = self._scatter("stats", {s: () for s in range(self.shards)})
-        return {"images": sum(p["images"] for p in per.values()), "shards": self.shards,
-                "codec": per[0]["codec"], "reader_memory": sum(p["reader_memory"] for p in per.values()),
-                "per_shard": [per[s] for s in range(self.shards)]}
+        out = {"images": sum(p["images"] for p in per.values()), "shards": self.shards,
+               "codec": per[0]["codec"], "reader_memory": sum(p["reader_memory"] for p in per.values())}
+        for key in ("codec_trained_on", "added_since_training"):  # every shard's codec is trained at once
+            values = [per[s].get(key) for s in range(self.shards)]
+            if any(key in per[s] for s in range(self.shards)):
+                out[key] = None if any(v is None for v in values) else sum(values)
+        out["per_shard"] = [per[s] for s in range(self.shards)]
+        return out
+
+    def codec_params(self):
+        """As :meth:`StreamingIndex.codec_params` (every shard has the same codec)."""
+        return self._owners[0].call("codec_params")
+
+    def codec_staleness(self):
+        """As :meth:`StreamingIndex.codec_staleness`, over every shard (one call to each)."""
+        st = self.stats()
+        if st.get("codec") is None or "codec_trained_on" not in st:
+            return None
+        trained, added = st["codec_trained_on"], st["added_since_training"]
+        if trained is None or added is None:
+            return {"trained_on": None, "added_since": None, "ratio": None, "stale": False}
+        ratio = added / max(trained, 1)
+        return {"trained_on": trained, "added_since": added, "ratio": ratio, "stale": ratio > STALE_CODEC_RATIO}
 
 
 # ---------------------------------------------------------------- Dask helpers

@@ -28,12 +28,13 @@ import io
 import json
 import os
 import time
+import warnings
 
 import numpy as np
 
 from ..encoding import Encoder
 from ..errors import (ConfigError, EncoderFileError, EncoderMismatchError, IndexFormatError, NotFittedError,
-                      StreamkError, UnknownIdError, VocabularyFileError)
+                      StaleCodecWarning, StreamkError, UnknownIdError, VocabularyFileError)
 from ..verification import Vocabulary
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, duplicate_groups,
                          duplicates_of)
@@ -42,7 +43,7 @@ from .metadata import (add_indexed_field, allowed_rows, check_field, indexed_fie
                        metadata_of_rows, parse_filter)
 from .queries import MODES, QueryEncoder, StoredExtractor, check_request
 from .reader import SearchView
-from .retraining import Trainer
+from .retraining import Trainer, codec_staleness, stale_codec_note
 from .second_stage import (DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record, second_stage,
                            verify_top)
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key
@@ -528,6 +529,7 @@ class StreamingIndex:
             allow = self._row_filter(txn, clauses)
             if mode is None:
                 mode = "pq" if self.view.lists is not None else "exact"
+            self._warn_if_stale(txn, mode)
             scores, rows = self.view.search(txn, Q, max(k, R) if qrec is not None else k, mode=mode,
                                             nprobe=nprobe, rerank=rerank, allow=allow)
             explanations = {}
@@ -553,6 +555,7 @@ class StreamingIndex:
             allow = self._row_filter(txn, clauses)
             if mode is None:
                 mode = "pq" if self.view.lists is not None else "exact"
+            self._warn_if_stale(txn, mode)
             scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank, allow=allow)
             return scores, self.view.ids_of(txn, rows)
 
@@ -571,6 +574,7 @@ class StreamingIndex:
             allow = self._row_filter(txn, clauses)
             if mode is None:
                 mode = "pq" if self.view.lists is not None else "exact"
+            self._warn_if_stale(txn, mode)
             scores, rows = self.view.search(txn, q, max(k, verify), mode=mode, nprobe=nprobe, rerank=rerank,
                                             allow=allow)
             head_rows, head_scores, rest_rows, rest_scores, expl = verify_top(self.view, txn, rows[0], scores[0],
@@ -582,11 +586,41 @@ class StreamingIndex:
                 zip(ids, np.concatenate([head_scores, rest_scores]), np.concatenate([head_rows, rest_rows]))]
         return {"verified": hits[:len(head_rows)], "rest": hits[len(head_rows):], "vectors": V}
 
+    def codec_params(self):
+        """{"nlist", "M", "nprobe"} of the codec in use (what retraining it again takes), or None."""
+        codec = self.codec()
+        return None if codec is None else {"nlist": codec.nlist, "M": codec.M, "nprobe": codec.nprobe}
+
+    def codec_staleness(self):
+        """How far the codec lags the index (:func:`~streamk.index.retraining.codec_staleness`):
+        None before training, else the images it was trained on, the images added since,
+        their ratio and whether that is past STALE_CODEC_RATIO."""
+        with self._store.read() as txn:
+            return codec_staleness(self._store, txn)
+
+    def _warn_if_stale(self, txn, mode):
+        """A StaleCodecWarning for a PQ search whose codec is stale (O(1): two small reads)."""
+        if mode != "pq":
+            return
+        st = codec_staleness(self._store, txn)
+        note = stale_codec_note(st, str(self._store.path))
+        if note is not None:
+            w = StaleCodecWarning(note)
+            w.staleness = st
+            warnings.warn(w, stacklevel=3)
+
     # ------------------------------------------------------------ facts
     def stats(self):
-        """Counts and sizes: images, rows, codec, reader memory (bytes)."""
+        """Counts and sizes: images, rows, codec, reader memory (bytes); with a codec, the
+        images it was trained on and the images added since (``codec_trained_on``,
+        ``added_since_training``; None for a codec trained before streamk recorded them)."""
         codec = self.codec()
-        return {"images": len(self), "next_row": self._store.get_int(b"next_row"),
-                "codec": None if codec is None else codec.describe(),
-                "reader_memory": self.view.memory_bytes(), "map_size": self._store.map_size}
+        out = {"images": len(self), "next_row": self._store.get_int(b"next_row"),
+               "codec": None if codec is None else codec.describe(),
+               "reader_memory": self.view.memory_bytes(), "map_size": self._store.map_size}
+        st = self.codec_staleness()
+        if st is not None:
+            out["codec_trained_on"] = st["trained_on"]
+            out["added_since_training"] = st["added_since"]
+        return out
 

@@ -78,7 +78,8 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 
-from ..errors import ConfigError, DuplicateError, IngestInterruptedError, MetadataError, StreamkError, Terminated, describe
+from ..errors import (ConfigError, DuplicateError, IngestInterruptedError, MetadataError, StreamkError, Terminated,
+                      TooFewImagesError, TrainingInProgressError, describe)
 from ..features import FeatureCache
 from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
                      encoded_image_file, image_content_key, nearest_of_vectors)
@@ -533,7 +534,7 @@ def _stored_file_sha(raw_record):
 
 def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=None, dask=None, batch_size=64,
                cache_dir=None, progress=None, log=print, max_file_size=None, max_pixels=None, metadata=None,
-               on_duplicate="keep", duplicate_threshold=DEFAULT_DUPLICATE_THRESHOLD):
+               on_duplicate="keep", duplicate_threshold=DEFAULT_DUPLICATE_THRESHOLD, retrain_at=None):
     """``streamk ingest`` as a library call: one pass over ``images`` (files and folders)
     into the index at ``path`` (or, ``watch``, a pass every ``interval`` seconds), on the
     local pool or a Dask cluster (``dask``: an address or "local:N"; for a sharded index
@@ -544,11 +545,15 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
     commits what was encoded and raises :class:`~streamk.errors.IngestInterruptedError`
     (what was added, how many files were not); a watch ends cleanly on either. ``metadata``: a metadata file
     (JSON lines, :func:`read_metadata_file`); ``on_duplicate``: "keep", "skip" or "report"
-    near-duplicates."""
+    near-duplicates. retrain_at: a ratio; after the pass (each poll of a watch), the codec is
+    retrained (:func:`retrain_if_stale`) when the images added since it was trained exceed
+    ``retrain_at`` times the images it was trained on (None: never, the default)."""
     from ..index import ShardedIndex, is_sharded, open_index
 
     if dask is not None and workers is not None:
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
+    if retrain_at is not None and not (isinstance(retrain_at, (int, float)) and retrain_at > 0):
+        raise ConfigError(f"retrain_at must be a ratio > 0, got {retrain_at!r}")
     given = read_metadata_file(metadata) if metadata is not None else None
     executor = make_executor(dask=dask) if dask is not None else None
     try:
@@ -564,18 +569,44 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
                     if n == 1:
                         log(f"watching {len(images)} path(s) every {interval:g} s (Ctrl-C to stop)")
                     log(f"poll {n}: {stats.summary()}")
+                    retrain_if_stale(index, retrain_at, log)
                 stats = ing.watch(images, interval=interval, max_polls=max_polls, on_poll=on_poll)
                 if ing.stopped_by is not None:
                     log(f"stopped by {ing.stopped_by}")
                 return stats
             try:
-                return ing.ingest(images)
+                stats = ing.ingest(images)
             except (KeyboardInterrupt, Terminated) as exc:
                 ing._flush()  # what was encoded is committed (a second signal here: nothing half-written)
                 raise _interrupted(ing, exc) from None
+            retrain_if_stale(index, retrain_at, log)
+            return stats
     finally:
         if executor is not None:
             executor.close()
+
+
+def retrain_if_stale(index, ratio, log=print):
+    """Retrain ``index``'s codec (same nlist, M, nprobe; default sample) when the images
+    added since it was trained exceed ``ratio`` times the images it was trained on; a
+    codec trained before streamk recorded that, or none at all, is left alone. Returns
+    True when it retrained."""
+    if ratio is None:
+        return False
+    st = index.codec_staleness()
+    if st is None or st["trained_on"] is None or st["added_since"] <= ratio * st["trained_on"]:
+        return False
+    params = index.codec_params()
+    log(f"retraining the codec: {st['added_since']:,} images added since it was trained on "
+        f"{st['trained_on']:,} (more than {ratio:g} times as many; --retrain-at)")
+    t0 = time.monotonic()
+    try:
+        index.train(nlist=params["nlist"], M=params["M"], nprobe=params["nprobe"])
+    except (TooFewImagesError, TrainingInProgressError) as exc:  # removals since, or another trainer at work
+        log(f"not retrained: {describe(exc)}")
+        return False
+    log(f"retrained the codec on {len(index):,} images in {time.monotonic() - t0:.1f} s")
+    return True
 
 
 def _interrupted(ing, exc):
@@ -594,5 +625,5 @@ def collect_images(roots):
     return [p for p, _ in found], bad
 
 
-__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "read_metadata_file", "run_ingest", "id_for",
-           "image_content_key", "is_image_name", "iter_scan", "scan"]
+__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "read_metadata_file",
+           "retrain_if_stale", "run_ingest", "id_for", "image_content_key", "is_image_name", "iter_scan", "scan"]

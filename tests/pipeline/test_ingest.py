@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -390,3 +391,60 @@ def test_train_pq_then_pq_search(work, tmp_path, capsys):
     assert main(["index", "info", str(ix), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["images"] == 306 and info["codec"].startswith("IVF4 (nprobe 2), M=8")
+
+
+def test_stale_codec_is_reported_and_retrain_at_retrains(work, tmp_path, capsys):
+    """Failure 9: a codec trained on 300 images, then 400 more added: index info, a PQ search
+    (CLI note, StaleCodecWarning from Python) say so and suggest index train; ingest
+    --retrain-at RATIO retrains once the images added exceed RATIO x those trained on."""
+    from streamk.errors import StaleCodecWarning
+
+    ix = tmp_path / "ix"
+    create(ix, work)
+    rng = np.random.default_rng(4)
+    with StreamingIndex.open(ix) as idx:
+        assert idx.codec_staleness() is None and "added_since_training" not in idx.stats()
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(rng.standard_normal((300, idx.encoder.dim)))])
+        idx.train(nlist=1, M=8)
+        idx.add_many([{"id": f"w{i}", "vector": v} for i, v in enumerate(rng.standard_normal((10, idx.encoder.dim)))])
+        assert idx.codec_staleness() == {"trained_on": 300, "added_since": 10, "ratio": 10 / 300, "stale": False}
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", StaleCodecWarning)
+            idx.search(idx.vector("v1"), k=1)  # 10 added since 300: not stale, no warning
+        idx.add_many([{"id": f"x{i}", "vector": v} for i, v in
+                      enumerate(rng.standard_normal((390, idx.encoder.dim)))])
+        st = idx.codec_staleness()
+        assert (st["trained_on"], st["added_since"], st["stale"]) == (300, 400, True)
+        with pytest.warns(StaleCodecWarning, match="400 images were added since the PQ codec was trained on 300"):
+            assert idx.search(idx.vector("x5"), k=1)[0].id == "x5"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", StaleCodecWarning)
+            idx.search(idx.vector("x5"), k=1, mode="exact")  # exact mode: no codec, no warning
+    assert main(["index", "info", str(ix)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"codec_trained_on: 300\b", out) and re.search(r"added_since_training: 400\b", out)
+    assert "note: 400 images were added since the PQ codec was trained on 300" in out
+    assert f"streamk index train {ix}" in out
+    assert main(["search", str(ix), str(work / "imgs" / "img3.png"), "-k", "2", "--json"]) == 0
+    cap = capsys.readouterr()
+    json.loads(cap.out)  # the note does not spoil the JSON
+    notes = [ln for ln in cap.err.splitlines() if ln.startswith("streamk: note:")]
+    assert len(notes) == 1 and "trained on 300" in notes[0] and f"streamk index train {ix}" in notes[0]
+    # --retrain-at: 406 added since 300 -> not past 2x, past 1x
+    assert main(["ingest", str(ix), str(work / "imgs"), "--workers", "1", "--no-progress", "--retrain-at", "2"]) == 0
+    assert "retraining" not in capsys.readouterr().out
+    assert main(["ingest", str(ix), str(work / "imgs"), "--workers", "1", "--no-progress", "--retrain-at", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "retraining the codec: 406 images added since it was trained on 300" in out
+    with StreamingIndex.open(ix) as idx:
+        assert idx.codec_staleness() == {"trained_on": 706, "added_since": 0, "ratio": 0.0, "stale": False}
+        assert idx.codec_params() == {"nlist": 1, "M": 8, "nprobe": 1}
+        # a codec trained before streamk recorded it: unknown, never called stale, never retrained
+        idx.store.write(lambda txn: txn.delete(b"codec_trained", db=idx.store.dbs["meta"]))
+        idx.add_many([{"id": f"y{i}", "vector": v} for i, v in
+                      enumerate(rng.standard_normal((800, idx.encoder.dim)))])
+        assert idx.codec_staleness() == {"trained_on": None, "added_since": None, "ratio": None, "stale": False}
+    assert main(["ingest", str(ix), str(work / "imgs"), "--workers", "1", "--no-progress", "--retrain-at", "1"]) == 0
+    assert "retraining" not in capsys.readouterr().out
+    assert main(["index", "info", str(ix)]) == 0
+    assert "note:" not in capsys.readouterr().out
