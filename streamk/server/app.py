@@ -41,7 +41,7 @@ STATUS_BY_NAME = {
     "UnknownIdError": 404, "DuplicateError": 409, "IdExistsError": 409, "ImageTooLargeError": 413,
     "UploadTooLargeError": 413, "ImageReadError": 422, "EmptyDescriptorSetError": 422, "WorkerCrashedError": 422,
     "ZeroVectorError": 400, "NonFiniteError": 400, "DimensionError": 400, "InvalidIdError": 400,
-    "ConfigError": 400, "FilterError": 400, "ReadOnlyIndexError": 403, "TrainingInProgressError": 503,
+    "ConfigError": 400, "FilterError": 400, "MetadataError": 400, "ReadOnlyIndexError": 403, "TrainingInProgressError": 503,
     "IndexLockedError": 503, "DiskFullError": 507, "IndexCorruptError": 500, "NotAnIndexError": 500,
 }
 STATUS_BY_EXIT_CODE = {2: 400, 3: 422, 4: 409, 5: 500, 6: 507, 7: 502}
@@ -226,11 +226,20 @@ def _int_field(value, name, lo, hi, default=None):
     return value
 
 
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(text):
+    """JSON, strictly: NaN and Infinity refused."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def _json_text(value, name):
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
+        return _loads(value)
     except ValueError:
         raise _bad(f"{name}: not valid JSON") from None
 
@@ -261,6 +270,26 @@ def _vector(value, dim):
     if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
         raise _bad("vector must hold numbers only")
     return value
+
+
+def _object(value, name):
+    """A JSON object field (multipart: its JSON text), or None."""
+    if value is None or value == "":
+        return None
+    value = _json_text(value, name)
+    if not isinstance(value, dict):
+        raise _bad(f"{name} must be a JSON object")
+    return value
+
+
+def _bool(value, name):
+    if value is None or value == "":
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+        return value.lower() in ("true", "1")
+    raise _bad(f"{name} must be true or false")
 
 
 def _image_id(value, name="id"):
@@ -297,7 +326,7 @@ async def _body(request, max_json_fields=20):
     if ctype == "application/json":
         raw = await request.body()
         try:
-            fields = json.loads(raw)
+            fields = _loads(raw)
         except ValueError:
             raise _bad("the body is not valid JSON") from None
         if not isinstance(fields, dict):
@@ -324,7 +353,8 @@ HIT_SCHEMA = {"type": "object", "required": ["id", "score", "stage", "verified"]
     "region": {"anyOf": [{"type": "array", "items": {"type": "array", "items": NUM}}, {"type": "null"}]},
     "affine": {"anyOf": [{"type": "array", "items": {"type": "array", "items": NUM}}, {"type": "null"}]},
     "image_size": {"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}]},
-    "kind": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}
+    "kind": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "metadata": {"anyOf": [{"type": "object"}, {"type": "null"}]}}}
 SEARCH_SCHEMA = {"type": "object", "required": ["query", "results", "took_ms"], "properties": {
     "query": {"type": "object"}, "results": {"type": "array", "items": HIT_SCHEMA}, "took_ms": NUM}}
 IMAGE_SCHEMA = {"type": "object", "required": ["id"], "properties": {
@@ -332,14 +362,18 @@ IMAGE_SCHEMA = {"type": "object", "required": ["id"], "properties": {
     "sha256": {"anyOf": [{"type": "string"}, {"type": "null"}]}, "n_descriptors": NULLABLE_INT,
     "image_size": {"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}]},
     "box": {"anyOf": [{"type": "array", "items": NUM}, {"type": "null"}]},
-    "added": {"anyOf": [NUM, {"type": "null"}]}, "filename": {"anyOf": [{"type": "string"}, {"type": "null"}]}}}
+    "added": {"anyOf": [NUM, {"type": "null"}]}, "filename": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "metadata": {"type": "object"}}}
 WRITE_SCHEMA = {"type": "object", "required": ["id", "status"], "properties": {
     "id": {"type": "string"}, "status": {"type": "string"}}}
 STATS_SCHEMA = {"type": "object", "required": ["images"], "properties": {
     "images": {"type": "integer"}, "dim": {"type": "integer"}, "workers": {"type": "integer"},
     "local_features": {"type": "boolean"}, "writable": {"type": "boolean"}}}
 HEALTH_SCHEMA = {"type": "object", "required": ["status"], "properties": {
-    "status": {"type": "string"}, "reads_need_token": {"type": "boolean"}, "writable": {"type": "boolean"}}}
+    "status": {"type": "string"}, "reads_need_token": {"type": "boolean"}, "writable": {"type": "boolean"},
+    "filters": {"type": "boolean"}}}
+WHERE = {"type": "object", "description": 'a metadata filter: {"field": value | {"in": [...]} | '
+                                          '{"gte": a, "lt": b}, ...} on indexed fields'}
 
 
 def _responses(ok_status, ok_schema, *errors_, content_type="application/json"):
@@ -358,25 +392,31 @@ def _search_body(dim):
               "expand": {"type": "integer", "minimum": 0, "maximum": MAX_EXPAND},
               "mode": {"type": "string", "enum": ["exact", "pq"]}}
     json_schema = {"type": "object", "additionalProperties": False, "properties": dict(
-        common, id={"type": "string", "minLength": 1, "maxLength": 200},
+        common, where=WHERE, id={"type": "string", "minLength": 1, "maxLength": 200},
         vector={"type": "array", "items": {"type": "number"}, "minItems": dim, "maxItems": dim})}
     form = {"type": "object", "required": ["image"], "additionalProperties": False, "properties": dict(
         common, image={"type": "string", "format": "binary"},
-        box={"type": "string", "description": "x1,y1,x2,y2 in the photo's pixels"})}
+        box={"type": "string", "description": "x1,y1,x2,y2 in the photo's pixels"},
+        where={"type": "string", "description": "a metadata filter as JSON text"})}
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": json_schema},
                                                           "multipart/form-data": {"schema": form}}}}
 
 
 def _image_body(dim, with_id):
-    props = {"vector": {"type": "array", "items": {"type": "number"}, "minItems": dim, "maxItems": dim}}
+    props = {"vector": {"type": "array", "items": {"type": "number"}, "minItems": dim, "maxItems": dim},
+             "metadata": {"type": "object"}}
     form_props = {"image": {"type": "string", "format": "binary"},
-                  "vector": {"type": "string", "description": "a JSON list of numbers"}}
+                  "vector": {"type": "string", "description": "a JSON list of numbers"},
+                  "metadata": {"type": "string", "description": "a JSON object"}}
     required = []
     if with_id:
         props["id"] = form_props["id"] = {"type": "string", "minLength": 1, "maxLength": 200}
         required = ["id"]
+    else:  # an update: the metadata alone too, replacing the stored one or merged into it
+        props["merge"] = {"type": "boolean"}
+        form_props["merge"] = {"type": "string", "enum": ["true", "false"]}
     return {"requestBody": {"required": True, "content": {
-        "application/json": {"schema": {"type": "object", "required": required + ["vector"],
+        "application/json": {"schema": {"type": "object", "required": required + (["vector"] if with_id else []),
                                         "additionalProperties": False, "properties": props}},
         "multipart/form-data": {"schema": {"type": "object", "required": required, "additionalProperties": False,
                                            "properties": form_props}}}}}
@@ -427,7 +467,8 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
     @app.get("/health", openapi_extra=_responses(200, HEALTH_SCHEMA))
     async def health():
         """Liveness, and what a client needs to know first (no token needed)."""
-        return {"status": "ok", "reads_need_token": token is not None, "writable": token is not None}
+        return {"status": "ok", "reads_need_token": token is not None, "writable": token is not None,
+                "filters": True}
 
     @app.get("/stats", openapi_extra=_responses(200, STATS_SCHEMA, 401))
     async def stats(request: Request):
@@ -443,7 +484,8 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
         auth(request)
         t0 = time.perf_counter()
         kind, fields, data, name = await _body(request)
-        _only(fields, {"k", "verify", "expand", "mode", "box", "id", "vector"})
+        _only(fields, {"k", "verify", "expand", "mode", "box", "id", "vector", "where"})
+        where = _object(fields.get("where"), "where")
         k = _int_field(fields.get("k"), "k", 1, MAX_K, 10)
         verify = _int_field(fields.get("verify"), "verify", 0, MAX_VERIFY)
         expand = _int_field(fields.get("expand"), "expand", 0, MAX_EXPAND)
@@ -459,17 +501,17 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
             described = await service.describe(data, box, "query", name)
             query = {"kind": "image", "box": box, "image_size": described["image_size"], "features": described["n"]}
             out = await service.call(service.search, described["vector"], k, described["features"], box, verify,
-                                     expand, mode, query)
+                                     expand, mode, query, where)
         else:
             if ("id" in fields) == ("vector" in fields):
                 raise _bad("give one query: 'id' (an indexed image) or 'vector' (or upload a photo as multipart)")
             if box is not None:
                 raise _bad("box applies to an uploaded photo only")
             if "id" in fields:
-                out = await service.call(service.search_id, _image_id(fields["id"]), k, verify, expand, mode)
+                out = await service.call(service.search_id, _image_id(fields["id"]), k, verify, expand, mode, where)
             else:
                 out = await service.call(service.search, _vector(fields["vector"], service.dim), k, None, None,
-                                         verify, expand, mode, {"kind": "vector"})
+                                         verify, expand, mode, {"kind": "vector"}, where)
         out["took_ms"] = round(1000 * (time.perf_counter() - t0), 2)
         return out
 
@@ -492,14 +534,14 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=60"})
 
     # -------------------------------------------------------------- writes
-    async def _encoded(image_id, kind, fields, data, name):
+    async def _encoded(image_id, kind, fields, data, name, metadata):
         if data is not None and "vector" in fields:
             raise _bad("give the image as a photo ('image') or as a 'vector', not both")
         if data is not None:
             described = await service.describe(data, None, "add", name)
-            return service.encoded_upload(image_id, described, name)
+            return service.encoded_upload(image_id, described, name, metadata)
         if "vector" in fields:
-            return service.encoded_vector(image_id, _vector(fields["vector"], service.dim))
+            return service.encoded_vector(image_id, _vector(fields["vector"], service.dim), metadata)
         raise _bad("send the image as a photo (multipart 'image') or a 'vector'")
 
     @app.post("/images", status_code=201, openapi_extra={**_image_body(dim, True), **_responses(
@@ -509,21 +551,29 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
         when the answer comes."""
         auth(request, write=True)
         kind, fields, data, name = await _body(request)
-        _only(fields, {"id", "vector"})
+        _only(fields, {"id", "vector", "metadata"})
         image_id = _image_id(fields.get("id"))
-        enc = await _encoded(image_id, kind, fields, data, name)
+        enc = await _encoded(image_id, kind, fields, data, name, _object(fields.get("metadata"), "metadata"))
         status = await service.call(service.write, enc)
         return JSONResponse({"id": image_id, "status": status}, status_code=201 if status == "added" else 200)
 
     @app.put("/images/{image_id}", openapi_extra={**_image_body(dim, False), **_responses(
         200, WRITE_SCHEMA, 400, 401, 403, 404, 409, 413, 415, 422)})
     async def update_image(image_id: str, request: Request):
-        """Replace an image's content (a photo or a vector)."""
+        """Replace an image's content (a photo or a vector; its metadata is kept, updated with
+        the given fields), or its metadata alone ('metadata', replaced; merged with 'merge')."""
         auth(request, write=True)
         kind, fields, data, name = await _body(request)
-        _only(fields, {"vector"})
+        _only(fields, {"vector", "metadata", "merge"})
+        metadata = _object(fields.get("metadata"), "metadata")
+        merge = _bool(fields.get("merge"), "merge")
         await service.call(service.require, image_id)
-        enc = await _encoded(image_id, kind, fields, data, name)
+        if data is None and "vector" not in fields:
+            if metadata is None:
+                raise _bad("send a photo ('image'), a 'vector' or 'metadata'")
+            await service.call(service.set_metadata, image_id, metadata, merge)
+            return {"id": image_id, "status": "updated"}
+        enc = await _encoded(image_id, kind, fields, data, name, metadata)
         status = await service.call(service.write, enc, True)
         return {"id": image_id, "status": "updated" if status == "added" else "unchanged"}
 

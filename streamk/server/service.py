@@ -129,38 +129,51 @@ class Service:
 
     # ------------------------------------------------------------ search
     def _hits(self, hits, query):
+        """Each hit as JSON with its image's size, kind and metadata (k reads, one transaction each)."""
         idx = self.index
-        records = idx.records([h.id for h in hits]) if hits else []
+        ids = [h.id for h in hits]
+        records = idx.records(ids) if hits else []
+        metas = idx.metadata_many(ids) if hits else []
         out = []
-        for h, raw in zip(hits, records):
+        for h, raw, meta in zip(hits, records, metas):
             rec = json.loads(raw) if raw is not None else {}
             d = h.to_dict(pairs=False)
             d["image_size"] = rec.get("image_size")
             d["kind"] = rec.get("kind")
+            d["metadata"] = meta
             out.append(d)
         return {"query": query, "results": out}
 
-    def search(self, vector, k, features=None, box=None, verify=None, expand=None, mode=None, query=None):
-        """The results of one query vector (with its image's Features for the second stage)."""
+    def search(self, vector, k, features=None, box=None, verify=None, expand=None, mode=None, query=None,
+               where=None):
+        """The results of one query vector (with its image's Features for the second stage),
+        among the images that ``where`` (a metadata filter) selects."""
         hits = self.index.search(np.asarray(vector, np.float32), k=k, features=features,
-                                 box=box if features is not None else None, verify=verify, expand=expand, mode=mode)
+                                 box=box if features is not None else None, verify=verify, expand=expand, mode=mode,
+                                 where=where)
         return self._hits(hits, query or {})
 
-    def search_id(self, image_id, k, verify=None, expand=None, mode=None):
+    def search_id(self, image_id, k, verify=None, expand=None, mode=None, where=None):
         """The results of an indexed image's stored vector (first stage: no features are kept)."""
         v = self.index.vector(image_id)
-        return self.search(v, k, mode=mode, query={"kind": "id", "id": image_id})
+        return self.search(v, k, mode=mode, query={"kind": "id", "id": image_id}, where=where)
 
     # ------------------------------------------------------------ writes
-    def encoded_upload(self, image_id, described, name):
-        """The EncodedImage of an uploaded image described by a worker."""
+    def encoded_upload(self, image_id, described, name, metadata=None):
+        """The EncodedImage of an uploaded image described by a worker; its metadata: the
+        upload's name, size and EXIF date, and ``metadata`` (whose fields win)."""
+        meta = dict(described["file_metadata"], **(metadata or {}))
         enc = encoded_image_file(image_id, name, described["sha256"], described["vector"], described["keypoints"],
-                                 described["weights"], described["image_size"], None, described["geometry"])
+                                 described["weights"], described["image_size"], None, described["geometry"],
+                                 metadata=meta)
         record = dict(enc.record, source=None, kind="upload", filename=name)
         return enc._replace(record=record, thumbnail=described["thumbnail"])
 
-    def encoded_vector(self, image_id, vector):
-        return encoded_vector(image_id, vector, self.dim)
+    def encoded_vector(self, image_id, vector, metadata=None):
+        return encoded_vector(image_id, vector, self.dim, metadata=metadata)
+
+    def set_metadata(self, image_id, metadata, merge=False):
+        return self.index.set_metadata(image_id, metadata, merge=merge)
 
     def write(self, enc, replace=False):
         """Write one image (one transaction): "added" / "exists", or its named error."""
@@ -185,7 +198,8 @@ class Service:
         rec = json.loads(raw)
         return {"id": image_id, "kind": rec.get("kind"), "sha256": rec.get("sha256"),
                 "n_descriptors": rec.get("n_descriptors"), "image_size": rec.get("image_size"),
-                "box": rec.get("box"), "added": rec.get("added"), "filename": rec.get("filename")}
+                "box": rec.get("box"), "added": rec.get("added"), "filename": rec.get("filename"),
+                "metadata": self.index.metadata(image_id)}
 
     def stored_thumbnail(self, image_id):
         """(stored JPEG or None, path of the image in the served collection or None)."""
@@ -221,7 +235,12 @@ class Service:
         s = self.index.stats()
         return {"images": int(s["images"]), "codec": s.get("codec"), "reader_memory": int(s.get("reader_memory", 0)),
                 "shards": int(s.get("shards", 1)), "dim": self.dim, "local_features": self.has_local_features,
-                "workers": self.workers, "writable": self.writable}
+                "workers": self.workers, "writable": self.writable,
+                "indexed_fields": sorted(self._indexed_fields())}
+
+    def _indexed_fields(self):
+        fields = self.index.indexed_fields  # a property of StreamingIndex, a method of ShardedIndex
+        return fields() if callable(fields) else fields
 
 
 def _read(path):

@@ -13,7 +13,7 @@ import io
 import numpy as np
 
 from ..errors import EmptyDescriptorSetError, ImageReadError
-from ..features import crop_to_box, features_of_bytes, pil_image
+from ..features import crop_to_box, exif_date, features_of_bytes, pil_image
 from ..index import unit_vector
 
 THUMBNAIL_SIDE = 256  # the longer side of a stored thumbnail, in pixels
@@ -81,7 +81,12 @@ def describe_image(ctx, item):
             out["geometry"] = stored_record(vocabulary, f.keypoints, f.descriptors, f.image_size)
         else:
             out["geometry"] = None
-        out.update(keypoints=f.keypoints, weights=np.asarray(alpha, np.float32), thumbnail=thumbnail_jpeg(data, name))
+        file_meta = {"name": name, "size": len(data)}
+        date = exif_date(data)
+        if date is not None:
+            file_meta["date"] = date
+        out.update(keypoints=f.keypoints, weights=np.asarray(alpha, np.float32), thumbnail=thumbnail_jpeg(data, name),
+                   file_metadata=file_meta)
         return out
     except Exception as exc:  # reported to the client with its class name
         return _error(exc)

@@ -41,13 +41,15 @@ def make_photos(root):
 
 
 def make_index(path, photos, n=4):
-    """An index of the first ``n`` photos (ids p0..), with local geometry."""
+    """An index of the first ``n`` photos (ids p0..), with local geometry; metadata field
+    "album" ("a" for even photos, "b" for odd ones) indexed for filters."""
     from streamk.index import StreamingIndex
 
     with StreamingIndex.create(path, photos["encoder"], vector_dtype="float32", extractor=photos["extractor"],
                                vocabulary=photos["vocabulary"]) as idx:
+        idx.index_field("album")
         for i in range(n):
-            idx.add(f"p{i}", image_path=photos["paths"][i])
+            idx.add(f"p{i}", image_path=photos["paths"][i], metadata={"album": "ab"[i % 2], "n": i})
     return path
 
 

@@ -111,6 +111,49 @@ def test_add_search_by_id_and_vector_update_delete(served, photos):
         assert c.get("/stats").json()["images"] == 4
 
 
+def test_metadata_and_filters(served, photos):
+    with served.client() as c:
+        # an upload with its metadata: the given fields, and the upload's own name and size
+        r = c.post("/images", data={"id": "m4", "metadata": json.dumps({"album": "a", "year": 2020})},
+                   files={"image": ("p4.png", png_bytes(photos["paths"][4]), "image/png")})
+        assert r.status_code == 201, r.text
+        meta = c.get("/images/m4").json()["metadata"]
+        assert meta["album"] == "a" and meta["year"] == 2020 and meta["name"] == "p4.png" and meta["size"] > 0
+        assert c.post("/images", json={"id": "mv", "vector": [0.0, 1.0] + [0.0] * 510,
+                                       "metadata": {"album": "b"}}).status_code == 201
+        try:
+            # a filtered search returns only what the filter selects, k of them when k match
+            for album, expect in (("a", {"p0", "p2", "m4"}), ("b", {"p1", "p3", "mv"})):
+                r = upload(c, photos["paths"][1], k=3, where=json.dumps({"album": album}))
+                assert r.status_code == 200, r.text
+                hits = r.json()["results"]
+                assert {h["id"] for h in hits} == expect
+                assert all(h["metadata"]["album"] == album for h in hits)
+            r = c.post("/search", json={"id": "p1", "k": 10, "where": {"album": {"in": ["b"]}}})
+            assert {h["id"] for h in r.json()["results"]} == {"p1", "p3", "mv"}
+            r = c.post("/search", json={"id": "p1", "k": 10, "where": {"album": "zzz"}})
+            assert r.status_code == 200 and r.json()["results"] == []
+            assert_error(c.post("/search", json={"id": "p1", "where": {"year": 2020}}), 400, "filter")
+            assert_error(c.post("/search", json={"id": "p1", "where": {"album": {"near": 1}}}), 400, "filter")
+            assert_error(c.post("/search", json={"id": "p1", "where": [1]}), 400, "bad_request")
+            # metadata alone: replaced, or merged
+            assert c.put("/images/mv", json={"metadata": {"album": "a", "x": 1}}).json()["status"] == "updated"
+            assert c.put("/images/mv", json={"metadata": {"y": 2}, "merge": True}).status_code == 200
+            assert c.get("/images/mv").json()["metadata"] == {"album": "a", "x": 1, "y": 2}
+            r = c.post("/search", json={"id": "p1", "k": 10, "where": {"album": "a"}})
+            assert "mv" in {h["id"] for h in r.json()["results"]}
+            assert_error(c.put("/images/mv", content=b'{"metadata": {"bad": Infinity}}',
+                               headers={"content-type": "application/json"}), 400, "bad_request")
+            assert_error(c.put("/images/mv", json={"metadata": {"big": "x" * 70_000}}), 400, "metadata")
+            assert_error(c.post("/images", json={"id": "mm", "vector": [1.0] * 512, "metadata": "text"}), 400,
+                         "bad_request")
+            assert c.get("/stats").json()["indexed_fields"] == ["album"]
+            assert c.get("/health").json()["filters"] is True
+        finally:
+            for image_id in ("m4", "mv"):
+                c.delete(f"/images/{image_id}")
+
+
 def test_thumbnails_of_collection_files_and_nothing_else(served, photos):
     with served.client() as c:
         r = c.get("/images/p0/thumbnail")  # ingested from the collection folder given with --images
@@ -181,7 +224,8 @@ def test_a_read_only_server_without_a_token(photos, tmp_path, make_server):
     index = make_index(tmp_path / "idx", photos, n=2)
     srv = make_server(index, token=False, args=["--workers", "1"])
     with httpx.Client(base_url=srv.url, timeout=120) as c:
-        assert c.get("/health").json() == {"status": "ok", "reads_need_token": False, "writable": False}
+        assert c.get("/health").json() == {"status": "ok", "reads_need_token": False, "writable": False,
+                                            "filters": True}
         assert c.get("/stats").json()["images"] == 2
         assert c.post("/search", json={"id": "p0", "k": 1}).json()["results"][0]["id"] == "p0"
         assert_error(c.post("/images", json={"id": "x", "vector": [1.0] + [0.0] * 511}), 403, "read_only")

@@ -73,6 +73,8 @@ def test_the_page_searches_by_photo_box_and_click(example, make_server, tmp_path
                 page.locator("#token").dispatch_event("change")
                 page.wait_for_function("() => /images/.test(document.querySelector('#stats').textContent)")
 
+                assert page.locator("#where").is_visible()  # the metadata filter field
+
                 # a photo picked: results with thumbnails, scores, inliers and the matched region
                 page.fill("#k", "8")
                 with page.expect_response("**/search") as resp:

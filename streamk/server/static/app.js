@@ -161,7 +161,9 @@ function renderResults(body) {
     fig.className = "result" + (hit.verified ? " verified" : "");
     fig.dataset.id = hit.id;
     fig.dataset.rank = String(i + 1);
-    fig.title = `search with ${hit.id}`;
+    const meta = hit.metadata && Object.keys(hit.metadata).length
+      ? "\n" + Object.entries(hit.metadata).map(([k, v]) => `${k}: ${JSON.stringify(v)}`).join("\n") : "";
+    fig.title = `search with ${hit.id}${meta}`;
     const thumb = document.createElement("div");
     thumb.className = "thumb";
     const img = document.createElement("img");
