@@ -219,6 +219,13 @@ def test_ingest_skips_images_over_the_limits(work, tmp_path, capsys):
     assert len(huge) == 1 and "ImageTooLargeError" in huge[0] and "--max-file-size" in huge[0], cap.err
     assert len(wide) == 1 and "ImageTooLargeError" in wide[0] and "160 x 160" in wide[0], cap.err
     assert "MemoryError" not in cap.err and "Traceback" not in cap.err
+    # a query over a limit: one line, exit status 3
+    assert main(["search", str(ix), str(folder / "huge.jpg")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "over the limit of 50.0 MiB" in err and "--max-file-size" in err, err
+    assert main(["search", str(ix), str(folder / "wide.png"), "--max-pixels", "20000"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "160 x 160 = 25,600 pixels" in err and "--max-pixels" in err, err
     # raised: the file goes in
     assert main(["ingest", str(ix), str(folder / "wide.png"), "--workers", "1", "--no-progress",
                  "--max-pixels", "25600", "--max-file-size", "1M"]) == 0
