@@ -338,3 +338,36 @@ def test_the_schema_describes_every_endpoint(served):
     body = schema["paths"]["/search"]["post"]["requestBody"]["content"]
     assert set(body) == {"application/json", "multipart/form-data"}
     assert json.dumps(schema).count("Traceback") == 0
+
+
+def test_a_sharded_index_is_served_the_same_way(photos, tmp_path, make_server):
+    import hashlib
+
+    from streamk.features import extract
+    from streamk.index import ShardedIndex, encoded_image_file
+    from streamk.verification import stored_record
+
+    path = tmp_path / "sharded"
+    with ShardedIndex.create(path, photos["encoder"], shards=2, vector_dtype="float32", extractor=photos["extractor"],
+                             vocabulary=photos["vocabulary"]) as idx:
+        encoded = []
+        for i in range(4):
+            p = photos["paths"][i]
+            f = extract(p, photos["extractor"])
+            v, alpha = photos["encoder"].encode(f.descriptors, return_weights=True)
+            geometry = stored_record(photos["vocabulary"], f.keypoints, f.descriptors, f.image_size)
+            encoded.append(encoded_image_file(f"p{i}", p, hashlib.sha256(png_bytes(p)).hexdigest(), v, f.keypoints,
+                                              alpha, f.image_size, geometry=geometry))
+        assert idx.write_encoded(encoded) == ["added"] * 4
+    srv = make_server(path, args=["--workers", "1"])
+    with srv.client() as c:
+        assert c.get("/stats").json()["images"] == 4 and c.get("/stats").json()["shards"] == 2
+        top = upload(c, photos["paths"][2], k=2).json()["results"][0]
+        assert top["id"] == "p2" and top["verified"]
+        r = c.post("/images", data={"id": "up"}, files={"image": ("p6.png", png_bytes(photos["paths"][6]),
+                                                                  "image/png")})
+        assert r.status_code == 201, r.text
+        assert upload(c, photos["paths"][6], k=1).json()["results"][0]["id"] == "up"
+        assert c.get("/images/up/thumbnail").headers["content-type"] == "image/jpeg"
+        assert c.delete("/images/up").status_code == 200
+        assert c.get("/stats").json()["images"] == 4
