@@ -17,7 +17,7 @@ import time
 from contextlib import asynccontextmanager
 from importlib import resources
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -366,6 +366,9 @@ IMAGE_SCHEMA = {"type": "object", "required": ["id"], "properties": {
     "metadata": {"type": "object"}}}
 WRITE_SCHEMA = {"type": "object", "required": ["id", "status"], "properties": {
     "id": {"type": "string"}, "status": {"type": "string"}}}
+DUPLICATES_SCHEMA = {"type": "object", "required": ["id", "threshold", "verify", "duplicates"], "properties": {
+    "id": {"type": "string"}, "threshold": NUM, "verify": {"type": "boolean"},
+    "duplicates": {"type": "array", "items": HIT_SCHEMA}}}
 STATS_SCHEMA = {"type": "object", "required": ["images"], "properties": {
     "images": {"type": "integer"}, "dim": {"type": "integer"}, "workers": {"type": "integer"},
     "local_features": {"type": "boolean"}, "writable": {"type": "boolean"}}}
@@ -532,6 +535,16 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
             raise ApiError(404, "no_thumbnail", f"image {image_id!r} has no thumbnail: it was not uploaded here and "
                                                 "its file is not in the served collection (--images)")
         return Response(jpeg, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=60"})
+
+    @app.get("/images/{image_id}/duplicates", openapi_extra=_responses(200, DUPLICATES_SCHEMA, 400, 401, 404))
+    async def duplicates(image_id: str, request: Request,
+                         threshold: float = Query(0.5, gt=0, le=1, description="least vector similarity"),
+                         verify: bool = Query(False, description="keep only pairs the second stage confirms"),
+                         max_results: int = Query(20, ge=1, le=100)):
+        """An image's near-duplicates (the same photo re-encoded, resized, cropped a little),
+        best first, with their metadata."""
+        auth(request)
+        return await service.call(service.duplicates, image_id, threshold, verify, max_results)
 
     # -------------------------------------------------------------- writes
     async def _encoded(image_id, kind, fields, data, name, metadata):

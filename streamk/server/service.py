@@ -158,6 +158,11 @@ class Service:
         v = self.index.vector(image_id)
         return self.search(v, k, mode=mode, query={"kind": "id", "id": image_id}, where=where)
 
+    def duplicates(self, image_id, threshold, verify, max_results):
+        hits = self.index.duplicates(image_id, threshold=threshold, verify=verify, max_results=max_results)
+        out = self._hits(hits, {})["results"]
+        return {"id": image_id, "threshold": threshold, "verify": bool(verify), "duplicates": out}
+
     # ------------------------------------------------------------ writes
     def encoded_upload(self, image_id, described, name, metadata=None):
         """The EncodedImage of an uploaded image described by a worker; its metadata: the

@@ -154,6 +154,33 @@ def test_metadata_and_filters(served, photos):
                 c.delete(f"/images/{image_id}")
 
 
+def test_near_duplicates(served, photos):
+    with served.client() as c:
+        r = c.get("/images/p1/duplicates")
+        assert r.status_code == 200 and r.json()["duplicates"] == []  # four different textures
+        # the same photo re-encoded as a JPEG: other bytes, the same picture
+        with Image.open(photos["paths"][1]) as im:
+            jpeg = io.BytesIO()
+            im.convert("RGB").save(jpeg, "JPEG", quality=85)
+        assert c.post("/images", data={"id": "p1-copy", "metadata": json.dumps({"album": "b"})},
+                      files={"image": ("copy.jpg", jpeg.getvalue(), "image/jpeg")}).status_code == 201
+        try:
+            for verify in ("false", "true"):
+                r = c.get("/images/p1/duplicates", params={"verify": verify})
+                assert r.status_code == 200, r.text
+                dups = r.json()["duplicates"]
+                assert [d["id"] for d in dups] == ["p1-copy"] and dups[0]["score"] >= 0.5, dups
+                assert dups[0]["metadata"]["album"] == "b"
+                if verify == "true":
+                    assert dups[0]["verified"] and dups[0]["inliers"] >= 12
+            assert [d["id"] for d in c.get("/images/p1-copy/duplicates").json()["duplicates"]] == ["p1"]
+            assert_error(c.get("/images/absent/duplicates"), 404, "unknown_id")
+            assert_error(c.get("/images/p1/duplicates", params={"threshold": 2}), 400, "bad_request")
+            assert_error(c.get("/images/p1/duplicates", params={"max_results": 0}), 400, "bad_request")
+        finally:
+            c.delete("/images/p1-copy")
+
+
 def test_thumbnails_of_collection_files_and_nothing_else(served, photos):
     with served.client() as c:
         r = c.get("/images/p0/thumbnail")  # ingested from the collection folder given with --images
@@ -334,7 +361,7 @@ def test_sigterm_stops_gracefully(photos, tmp_path, make_server):
 def test_the_schema_describes_every_endpoint(served):
     schema = httpx.get(f"{served.url}/openapi.json").json()
     assert set(schema["paths"]) == {"/health", "/stats", "/search", "/images", "/images/{image_id}",
-                                    "/images/{image_id}/thumbnail"}
+                                    "/images/{image_id}/thumbnail", "/images/{image_id}/duplicates"}
     body = schema["paths"]["/search"]["post"]["requestBody"]["content"]
     assert set(body) == {"application/json", "multipart/form-data"}
     assert json.dumps(schema).count("Traceback") == 0
