@@ -158,13 +158,18 @@ def latencies(index, server, queries, payloads, repeats, k):
         for mode in ("first", "second"):  # warm both
             time_search(idx, queries[0], k, mode == "first")
             upload(c, *payloads[0], k, mode == "first")
+        turn = 0
         for _ in range(repeats):
             for q, (name, data) in zip(queries, payloads):
-                for mode in ("first", "second"):
-                    out["in-process", mode].append(time_search(idx, q, k, mode == "first"))
-                    t, status = upload(c, name, data, k, mode == "first")
-                    assert status == 200, status
-                    out["server", mode].append(t)
+                for mode in ("first", "second")[::1 - 2 * (turn % 2)]:  # each order as often
+                    for where in ("in-process", "server")[::1 - 2 * (turn // 2 % 2)]:
+                        if where == "in-process":
+                            t = time_search(idx, q, k, mode == "first")
+                        else:
+                            t, status = upload(c, name, data, k, mode == "first")
+                            assert status == 200, status
+                        out[where, mode].append(t)
+                turn += 1
     return out
 
 
