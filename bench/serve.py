@@ -50,7 +50,6 @@ def build_index(photos, path):
     """The index of ``photos`` (built once): T-emb k = 16 GMP and visual words learned on them."""
     import hashlib
 
-    import numpy as np
 
     from streamk.config import default_cache_dir
     from streamk.encoding import Encoder

@@ -3,7 +3,6 @@ generated valid and invalid requests, with the token): no server error (5xx), ev
 status and body as the schema documents them. Bounded: at most 10 cases per operation
 and phase, 75 s in all."""
 
-import sys
 
 import pytest
 from helpers.processes import run_python
