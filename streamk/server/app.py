@@ -319,6 +319,8 @@ async def _body(request, max_json_fields=20):
                     raise _bad(f"unexpected file field {key!r}; send the photo as 'image'")
                 data = await value.read()
                 name = (value.filename or "upload").replace("/", "_").replace("\\", "_")[:200] or "upload"
+            elif key == "image":
+                raise _bad("'image' must be a file part (multipart/form-data upload of the photo's bytes)")
             else:
                 fields[key] = value
         await form.close()
@@ -436,7 +438,9 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
         try:
             yield
         finally:
+            log.info("stopping: the requests in flight have finished; closing the workers and the index")
             service.close()
+            log.info("stopped")
 
     if service.dim is None:
         raise RuntimeError("create_app needs an opened Service (Service.open())")
