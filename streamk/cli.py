@@ -241,8 +241,22 @@ def _index_upgrade(args):
     from .index import upgrade
 
     n = upgrade(args.dir, progress=None if sys.stderr.isatty() else False)
-    print(f"upgraded {args.dir} to index format 2 ({n:,} images)")
+    from .index.store import FORMAT_VERSION
+
+    print(f"upgraded {args.dir} to index format {FORMAT_VERSION} ({n:,} images)")
     return 0
+
+
+def _index_verify(args):
+    from .errors import IndexCorruptError
+    from .index import verify_index
+
+    report = verify_index(args.dir, repair=args.repair, progress=None if sys.stderr.isatty() else False)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        print("\n".join(report.lines()))
+    return 0 if report.ok else IndexCorruptError.exit_code
 
 
 def _open(args, readonly):
@@ -498,9 +512,16 @@ def _add_index_commands(sub):
     lf.add_argument("--dask", default=None, metavar="ADDRESS", help="extract on a Dask cluster")
     _add_cache_options(lf)
     lf.set_defaults(func=_add_local_features)
-    up = ix_sub.add_parser("upgrade", help="convert an index of format 1 (streamk <= 0.1) to format 2, in place")
+    up = ix_sub.add_parser("upgrade", help="convert an index of format 1 or 2 to format 3 (checksums), in place")
     up.add_argument("dir", help="index directory")
     up.set_defaults(func=_index_upgrade)
+    ve = ix_sub.add_parser("verify", help="check every block, record and count of an index against its "
+                                          "checksums; exit 5 when damaged (--repair: rebuild what can be)")
+    ve.add_argument("dir", help="index directory (a sharded one: every shard)")
+    ve.add_argument("--repair", action="store_true",
+                    help="rebuild codes and lists, drop unreadable rows (listed as lost), then verify again")
+    ve.add_argument("--json", action="store_true", help="the report as JSON")
+    ve.set_defaults(func=_index_verify)
 
     ing = sub.add_parser("ingest", help="add image files/folders to an index (resumable; skips known content)")
     ing.add_argument("dir", help="index directory")

@@ -2,14 +2,16 @@
 retrainer and the upgrade: one row's code, a sealed block of rows, the bitmaps of
 removed rows.
 
-A row's code: its list number (uint32 LE) then its M code bytes. A sealed block:
-the B list numbers then the B x M code bytes, one LMDB value. A removal: a bit
-in its block's bitmap (B bits, little-endian bit order).
+A row's code: its list number (uint32 LE) then its M code bytes, then their CRC32C
+(4 bytes). A sealed block: the B list numbers then the B x M code bytes, then their
+CRC32C, one LMDB value. A removal: a bit in its block's bitmap (B bits, little-endian
+bit order). A code or block that fails its CRC is an IndexCorruptError naming its rows.
 """
 
 import numpy as np
 
 from ..quantization import NO_LIST
+from .integrity import CRC_BYTES, checksum_ok, corrupt, describe_rows, seal
 from .store import epoch_key, row_key, rows_of_epoch_keys
 
 _LIST = np.dtype("<u4")
@@ -37,8 +39,34 @@ def split_block(value, M, B):
 
 
 def pack_block(lists, codes):
-    """The stored value of a sealed block: B list numbers (uint32 LE) then B x M code bytes."""
-    return np.asarray(lists, _LIST).tobytes() + np.ascontiguousarray(codes, np.uint8).tobytes()
+    """The stored value of a sealed block: B list numbers (uint32 LE), B x M code bytes, their CRC32C."""
+    return seal(np.asarray(lists, _LIST).tobytes() + np.ascontiguousarray(codes, np.uint8).tobytes())
+
+
+def checked_block(store, value, epoch, block, M):
+    """``value`` of sealed block ``block`` when it has its size and CRC, else IndexCorruptError."""
+    B = store.block_rows
+    if len(value) != B * (4 + M) + CRC_BYTES or not checksum_ok(value):
+        rows = range(block * B, (block + 1) * B)
+        raise corrupt(store.path, f"the code block of {describe_rows(rows)} (epoch {epoch}) fails its checksum",
+                      rows=list(rows))
+    return value
+
+
+def seal_row_codes(packed):
+    """Stored values (bytes) of rows' codes (n, 4 + M) uint8: each with its CRC32C."""
+    return [seal(p.tobytes()) for p in np.asarray(packed, np.uint8)]
+
+
+def open_row_codes(store, values, rows, M):
+    """(n, 4 + M) uint8 of stored row codes, each checked against its CRC (IndexCorruptError
+    naming the rows that fail)."""
+    bad = [int(r) for r, v in zip(rows, values) if len(v) != 4 + M + CRC_BYTES or not checksum_ok(v)]
+    if bad:
+        raise corrupt(store.path, f"the PQ code of {describe_rows(bad)} fails its checksum", rows=bad)
+    if not values:
+        return np.zeros((0, 4 + M), np.uint8)
+    return np.frombuffer(b"".join(values), np.uint8).reshape(-1, 4 + M + CRC_BYTES)[:, :4 + M]
 
 
 def mark_removed(txn, store, row):
@@ -69,8 +97,9 @@ def seal_block(txn, store, epoch, block, M):
     lists = np.full(B, NO_LIST, _LIST)
     codes = np.zeros((B, M), np.uint8)
     if keys:
-        rows = rows_of_epoch_keys(keys) - lo
-        got_lists, got_codes = unpack_codes(np.frombuffer(b"".join(values), np.uint8), M)
+        rows = rows_of_epoch_keys(keys)
+        got_lists, got_codes = unpack_codes(open_row_codes(store, values, rows, M), M)
+        rows = rows - lo
         lists[rows] = got_lists
         codes[rows] = got_codes
     for k in keys:
@@ -78,4 +107,5 @@ def seal_block(txn, store, epoch, block, M):
     txn.put(epoch_key(epoch, block), pack_block(lists, codes), db=store.dbs["code_blocks"])
 
 
-__all__ = ["mark_removed", "pack_block", "pack_codes", "seal_block", "split_block", "unpack_codes"]
+__all__ = ["checked_block", "mark_removed", "open_row_codes", "pack_block", "pack_codes", "seal_block",
+           "seal_row_codes", "split_block", "unpack_codes"]

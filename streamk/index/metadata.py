@@ -179,7 +179,7 @@ def put_metadata(txn, store, row, prepared):
     rk = row_key(row)
     for key in keys:
         txn.put(key, rk, db=db["postings"], dupdata=True)
-    txn.put(rk, raw, db=db["metadata"])
+    store.put_blob(txn, "metadata", rk, raw)  # sealed with its CRC32C
 
 
 def delete_metadata(txn, store, row, fields=None):
@@ -188,7 +188,7 @@ def delete_metadata(txn, store, row, fields=None):
     if db["metadata"] is None:
         return {}
     rk = row_key(row)
-    raw = txn.get(rk, db=db["metadata"])
+    raw = store.get_blob(txn, "metadata", rk)
     if raw is None:
         return {}
     old = decode_metadata(raw)
@@ -206,7 +206,7 @@ def metadata_of_rows(txn, store, rows):
         return [{} for _ in rows]
     keys = [row_key(int(r)) for r in rows]
     with txn.cursor(db=db) as cur:
-        found = {bytes(k): bytes(v) for k, v in cur.getmulti(keys)}
+        found = {bytes(k): store.unseal_blob("metadata", k, v) for k, v in cur.getmulti(keys)}
     return [decode_metadata(found.get(k)) for k in keys]
 
 
@@ -222,7 +222,7 @@ def add_indexed_field(txn, store, field):
     db = store.dbs
     with txn.cursor(db=db["metadata"]) as cur:
         for rk, raw in cur:
-            meta = decode_metadata(raw)
+            meta = decode_metadata(store.unseal_blob("metadata", rk, raw))
             if field in meta:
                 for key in _postings(store, [field], meta, True):
                     txn.put(key, bytes(rk), db=db["postings"], dupdata=True)

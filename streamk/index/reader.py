@@ -20,9 +20,10 @@ import numpy as np
 
 from ..errors import ConfigError, NotFittedError
 from ..quantization import IVFPQ, NO_LIST, InvertedLists, merge_topk
-from .blocks import split_block, unpack_codes
+from .blocks import checked_block, open_row_codes, split_block, unpack_codes
+from .integrity import corrupt, describe_rows
 from .queries import MAX_RERANK
-from .store import epoch_key, epoch_key_split, removed_rows, rows_of_epoch_keys
+from .store import epoch_key, epoch_key_split, removed_rows, row_key, rows_of_epoch_keys
 from .vector_store import VectorStore
 
 RERANK_BYTES = 256 << 20  # stored vectors read at once by a batch's re-ranking (float32)
@@ -90,7 +91,7 @@ class SearchView:
                         e, block = epoch_key_split(k)
                         if e != epoch:
                             break
-                        lists, codes = split_block(value, M, B)
+                        lists, codes = split_block(checked_block(s, value, epoch, block, M), M, B)
                         yield lists, codes, np.arange(block * B, (block + 1) * B)
             yield tail
         self.lists = InvertedLists.build(self.codec.nlist, M, parts, self.dead, NO_LIST)
@@ -107,8 +108,9 @@ class SearchView:
                     values.append(bytes(v))
         if not keys:
             return np.zeros(0, np.uint32), np.zeros((0, M), np.uint8), np.zeros(0, np.int64)
-        lists, codes = unpack_codes(np.frombuffer(b"".join(values), np.uint8), M)
-        return lists, np.ascontiguousarray(codes), rows_of_epoch_keys(keys)
+        rows = rows_of_epoch_keys(keys)
+        lists, codes = unpack_codes(open_row_codes(self.store, values, rows, M), M)
+        return lists, np.ascontiguousarray(codes), rows
 
     def _apply(self, txn, changes):
         added = [row for _, op, row in changes if op == b"+"]
@@ -133,12 +135,12 @@ class SearchView:
         rows = np.asarray(rows, np.int64)
         with txn.cursor(db=self.store.dbs["codes"]) as cur:
             found = cur.getmulti([epoch_key(self.epoch, int(r)) for r in rows])
-        packed = np.frombuffer(b"".join(bytes(v) for _, v in found), np.uint8)
+        got_rows = rows_of_epoch_keys([bytes(k) for k, _ in found]) if found else np.zeros(0, np.int64)
+        packed = open_row_codes(self.store, [bytes(v) for _, v in found], got_rows, M)
         if len(found) == len(rows):  # the usual case: none sealed since
             lists, codes = unpack_codes(packed, M)
             keep = lists != NO_LIST
             return lists[keep], codes[keep], rows[keep]
-        got_rows = rows_of_epoch_keys([bytes(k) for k, _ in found]) if found else np.zeros(0, np.int64)
         lists = np.full(len(rows), NO_LIST, np.uint32)
         codes = np.zeros((len(rows), M), np.uint8)
         if found:
@@ -149,7 +151,7 @@ class SearchView:
             raw = txn.get(epoch_key(self.epoch, int(b)), db=self.store.dbs["code_blocks"])
             if raw is None:
                 continue
-            block_lists, block_codes = split_block(raw, M, B)
+            block_lists, block_codes = split_block(checked_block(self.store, raw, self.epoch, int(b), M), M, B)
             sel = np.flatnonzero(sealed & (rows // B == b))
             lists[sel] = block_lists[rows[sel] % B]
             codes[sel] = block_codes[rows[sel] % B]
@@ -268,8 +270,11 @@ class SearchView:
         keys = flat[have].astype(">u8").tobytes()
         with txn.cursor(db=self.store.dbs["row_ids"]) as cur:
             found = cur.getmulti([keys[i:i + 8] for i in range(0, len(keys), 8)])
-        if len(found) * 8 != len(keys):
-            raise KeyError("rows without an id: the view is behind its transaction")
+        if len(found) * 8 != len(keys):  # the view is refreshed in this transaction: damage
+            got = set(bytes(k) for k, _ in found)
+            lost = [int(r) for r in flat[have] if row_key(int(r)) not in got]
+            raise corrupt(self.store.path, f"the ids of {describe_rows(lost)} are missing from row_ids "
+                          "(a damaged B-tree page)", rows=lost)
         out = np.full(len(flat), None, dtype=object)
         out[have] = [bytes(v).decode() for _, v in found]
         return out.reshape(rows.shape)

@@ -36,7 +36,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..errors import ConfigError, DimensionError, TooFewImagesError, TrainingInProgressError
-from .blocks import pack_block, pack_codes, seal_block
+from .blocks import pack_block, pack_codes, seal_block, seal_row_codes
 from ..quantization import IVFPQ, default_train_size
 from ..quantization import NO_LIST
 from .store import epoch_key, epoch_key_split, removed_rows
@@ -200,9 +200,9 @@ class Trainer:
             block_codes[rows[sel] % B] = codes[sel]
             txn.put(epoch_key(epoch, b), pack_block(block_lists, block_codes), db=s.dbs["code_blocks"])
         rest = np.flatnonzero(~in_full)
-        packed = pack_codes(lists[rest], codes[rest])
+        packed = seal_row_codes(pack_codes(lists[rest], codes[rest]))
         for r, value in zip(rows[rest].tolist(), packed):
-            txn.put(epoch_key(epoch, r), value.tobytes(), db=s.dbs["codes"])
+            txn.put(epoch_key(epoch, r), value, db=s.dbs["codes"])
         done = max(sealed, full.stop) if len(full) else sealed
         for b in range(done, hi // B):  # blocks that rows coded one by one completed
             seal_block(txn, s, epoch, b, M)
@@ -282,7 +282,7 @@ class Trainer:
                 lists, codes = codec.encode(V) if len(rows) else (np.zeros(0, np.uint32),
                                                                   np.zeros((0, codec.M), np.uint8))
                 self._write_codes(txn, codec, epoch, lo, now, rows, lists, codes, sealed)
-                txn.put(b"codec", blob, db=s.dbs["meta"])
+                s.put_meta(txn, b"codec", blob)
                 txn.put(b"codec_trained", trained, db=s.dbs["meta"])
                 s.put_int(txn, b"codec_epoch", epoch)
                 txn.delete(b"training", db=s.dbs["meta"])

@@ -19,10 +19,12 @@ from the second search its score against the expanded query.
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, GeometryRecordError
 from ..verification import DEFAULT_MAX_FEATURES, expand_query, make_query_record, verify
 from ..verification.expansion import DEFAULT_TOP
 from ..verification.verify import DEFAULT_MIN_INLIERS, DEFAULT_R
+from ..verification.records import parse_header
+from .integrity import corrupt, describe_rows
 from .store import row_key
 
 DEFAULT_VERIFY = DEFAULT_R  # first-stage results verified (Philbin et al. 2007 verify the top 100-1000)
@@ -83,6 +85,18 @@ def records_of(store, txn, rows):
     return [found.get(row_key(int(r))) for r in rows]
 
 
+def damaged_records(store, rows, recs):
+    """The IndexCorruptError naming the rows whose stored geometry record fails its checks."""
+    bad = []
+    for r, rec in zip(rows, recs):
+        try:
+            parse_header(rec)
+        except GeometryRecordError:
+            bad.append(int(r))
+    return corrupt(store.path, f"the local-geometry record of {describe_rows(bad or rows)} fails its checks "
+                   "(checksum or layout)", rows=bad or list(rows))
+
+
 def verify_top(view, txn, rows, scores, qrec, verify_r, box=None, return_pairs=False,
                min_inliers=DEFAULT_MIN_INLIERS):
     """The first ``verify_r`` of the first stage's (rows, scores) verified against the
@@ -97,8 +111,12 @@ def verify_top(view, txn, rows, scores, qrec, verify_r, box=None, return_pairs=F
     have = [i for i, r in enumerate(recs) if r is not None]
     checks = {}
     if have:
-        for i, v in zip(have, verify(qrec, [recs[i] for i in have], query_box=box, return_pairs=return_pairs,
-                                     min_inliers=min_inliers)):
+        try:
+            checked = verify(qrec, [recs[i] for i in have], query_box=box, return_pairs=return_pairs,
+                             min_inliers=min_inliers)
+        except GeometryRecordError as exc:  # a stored record that fails its checks: damage, named
+            raise damaged_records(view.store, [int(cand[i]) for i in have], [recs[i] for i in have]) from exc
+        for i, v in zip(have, checked):
             checks[i] = v
     inliers = np.array([checks[i].inliers if i in checks else -1 for i in range(len(cand))], np.int64)
     verified = np.flatnonzero(inliers >= min_inliers)
@@ -150,4 +168,5 @@ def second_stage(view, txn, q, rows, scores, qrec, k, verify_r, expand, expansio
 
 
 __all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Hit", "check_second_stage",
+           "damaged_records",
            "merge_after", "query_record", "records_of", "second_stage", "verify_top"]

@@ -42,6 +42,17 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
 ``postings``    (dupsort, dupfixed) indexed field + encoded value -> the rows holding it (8-byte
                 big-endian, sorted): what a search filter reads, in proportion to what it selects.
 
+``thumbnails``, ``metadata`` and any sub-database of blobs listed in SEALED_SUBDBS store each value
+followed by its CRC32C (:meth:`Store.put_blob` / :meth:`Store.get_blob`).
+
+Checksums (format 3): every vector block (and each of its rows), sealed code block and
+row code carries its CRC32C, the encoder, codec and vocabulary blobs theirs under
+``meta/crc32c:<name>``; each is checked when read, and damage is an
+:class:`~streamk.errors.IndexCorruptError` naming the index and the rows
+(:mod:`streamk.index.integrity`; ``streamk index verify`` checks everything). Opening
+checks ``data.mdb`` against LMDB's header first (a truncated file is refused, never
+mapped). An index of format 1 or 2 is upgraded in place by ``streamk index upgrade``.
+
 Every change increments ``meta/seq`` and appends to ``log`` in the same
 transaction, so a reader that knows the seq it last saw applies only what
 changed. The log keeps the last LOG_KEEP entries: a reader further behind
@@ -49,7 +60,8 @@ loads everything again.
 
 Write transactions go through :meth:`Store.write`, which grows the map when it
 is full (abort, ``set_mapsize`` x2, rerun the whole function): users never see
-``lmdb.MapFullError``. Readers adopt a map grown by another process
+``lmdb.MapFullError``; past ``max_map_size``, or when the disk has no room for the
+commit, it is a :class:`~streamk.errors.DiskFullError` and nothing is written. Readers adopt a map grown by another process
 (``MapResizedError`` -> ``set_mapsize(0)``). Reader slots left by killed
 processes are reclaimed at open (``reader_check``).
 
@@ -65,13 +77,14 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from .integrity import CORRUPTION, check_lmdb_file, check_room, corrupt, disk_full, put_checked_meta
+from .integrity import (CORRUPTION, check_lmdb_file, check_room, corrupt, disk_full, get_checked_meta,
+                        put_checked_meta, seal, unseal)
 
-from ..errors import (DiskFullError, IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
+from ..errors import (DiskFullError, IndexExistsError, StreamkError, IndexFormatError, InvalidIdError, NotAnIndexError,
                      ReadOnlyIndexError)
 
 FORMAT = "streamk-index"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: CRC32C on vector and code blocks, row codes, blobs (2: none)
 SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "code_blocks", "dead",
           "log", "claims")
 # Sub-databases added after format 2 was released: an index written before them lacks them;
@@ -82,6 +95,7 @@ VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 CREATE_ROOM = 1 << 20  # free bytes a new index needs on its disk, beyond its metadata
 CHECKED_META = (b"encoder", b"codec", b"vocabulary")  # metadata blobs stored with their CRC32C
+SEALED_SUBDBS = ("thumbnails", "metadata")  # sub-databases of blobs, each value followed by its CRC32C
 MAX_ID_CHARS = 200
 MAX_KEY_BYTES = 511  # LMDB's default maximum key size
 BLOCK_ROWS = 4096  # default rows per sealed block of codes and per bitmap of removed rows
@@ -171,6 +185,26 @@ def _is_index_dir(path):
     return (path / "data.mdb").is_file()
 
 
+class _Reading:
+    """A read transaction as a context manager that names damage: LMDB's corruption errors
+    raised inside it leave as IndexCorruptError."""
+
+    __slots__ = ("txn", "path")
+
+    def __init__(self, txn, path):
+        self.txn = txn
+        self.path = path
+
+    def __enter__(self):
+        return self.txn
+
+    def __exit__(self, kind, exc, tb):
+        self.txn.abort()
+        if exc is not None and isinstance(exc, CORRUPTION):
+            raise corrupt(self.path, f"LMDB: {exc}") from exc
+        return False
+
+
 class Store:
     """The LMDB environment of one index directory and its sub-databases.
 
@@ -234,10 +268,7 @@ class Store:
 
             def put_meta(txn):
                 for k, v in record.items():
-                    if k in CHECKED_META:
-                        put_checked_meta(txn, store.dbs["meta"], k, v)
-                    else:
-                        txn.put(k, v, db=store.dbs["meta"])
+                    store.put_meta(txn, k, v)
             store.write(put_meta)
         except BaseException as exc:
             if env is not None:
@@ -272,6 +303,9 @@ class Store:
         except (NotAnIndexError, IndexFormatError):
             env.close()
             raise
+        except CORRUPTION as exc:
+            env.close()
+            raise corrupt(path, f"LMDB: {exc}") from exc
         except (lmdb.NotFoundError, lmdb.Error) as exc:
             env.close()
             raise NotAnIndexError(f"{path} is not a streamk index ({exc})") from exc
@@ -294,9 +328,10 @@ class Store:
             raise NotAnIndexError(f"{path}: unreadable index metadata ({exc})") from exc
         if not isinstance(info, dict) or info.get("format") != FORMAT:
             raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index")
-        if info.get("version") == 1:
-            raise IndexFormatError(f"{path}: index format version 1 (streamk 0.1); upgrade it in place "
-                                   f"with `streamk index upgrade {path}`")
+        if info.get("version") in (1, 2):
+            made_by = {1: "streamk 0.1", 2: "streamk 0.2 before checksums"}[info["version"]]
+            raise IndexFormatError(f"{path}: index format version {info['version']} ({made_by}); upgrade it in "
+                                   f"place with `streamk index upgrade {path}`")
         if info.get("version") != FORMAT_VERSION:
             raise IndexFormatError(f"{path}: index format version {info.get('version')!r}; this "
                                    f"streamk reads version {FORMAT_VERSION}")
@@ -306,15 +341,21 @@ class Store:
 
     # ------------------------------------------------------------ transactions
     def read(self, buffers=False):
-        """A read transaction (use as a context manager); adopts a map grown elsewhere.
+        """A read transaction (use as a context manager: ``with store.read() as txn``); adopts
+        a map grown elsewhere; LMDB's corruption errors inside it become an
+        :class:`~streamk.errors.IndexCorruptError` naming the index.
 
         buffers=True: values are zero-copy views of the map, valid until the
         transaction ends (for reading many vectors or code blocks)."""
         try:
-            return self.env.begin(buffers=buffers)
-        except lmdb.MapResizedError:
-            self.env.set_mapsize(0)
-            return self.env.begin(buffers=buffers)
+            try:
+                txn = self.env.begin(buffers=buffers)
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)
+                txn = self.env.begin(buffers=buffers)
+        except CORRUPTION as exc:
+            raise corrupt(self.path, f"LMDB: {exc}") from exc
+        return _Reading(txn, self.path)
 
     def write(self, fn):
         """Run ``fn(txn)`` in one write transaction and commit; return its result.
@@ -351,7 +392,7 @@ class Store:
                 raise corrupt(self.path, f"LMDB: {exc}") from exc
             except (lmdb.Error, OSError) as exc:
                 self._abort(txn)
-                full = disk_full(self.path, exc, self._needed(pages))
+                full = None if isinstance(exc, StreamkError) else disk_full(self.path, exc, self._needed(pages))
                 if full is not None:
                     raise full from exc
                 raise
@@ -404,11 +445,44 @@ class Store:
 
     # ------------------------------------------------------------ helpers
     def get_meta(self, key, txn=None):
+        """A metadata value (None when absent); the blobs of CHECKED_META are checked against
+        their CRC32C (IndexCorruptError)."""
         key = key.encode() if isinstance(key, str) else key
-        if txn is not None:
-            return txn.get(key, db=self.dbs["meta"])
-        with self.read() as t:
-            return t.get(key, db=self.dbs["meta"])
+        if txn is None:
+            with self.read() as t:
+                value = self.get_meta(key, t)
+                return None if value is None else bytes(value)
+        if key in CHECKED_META:
+            return get_checked_meta(txn, self.dbs["meta"], key, self.path)
+        return txn.get(key, db=self.dbs["meta"])
+
+    def put_meta(self, txn, key, value):
+        """Store a metadata value (with its CRC32C when it is one of CHECKED_META)."""
+        key = key.encode() if isinstance(key, str) else key
+        if key in CHECKED_META:
+            put_checked_meta(txn, self.dbs["meta"], key, value)
+        else:
+            txn.put(key, value, db=self.dbs["meta"])
+
+    # a sub-database of blobs (thumbnails, and any added later: list it in SEALED_SUBDBS)
+    # stores each value followed by its CRC32C, put and read through these two
+    def put_blob(self, txn, name, key, value):
+        """Store blob ``value`` under ``key`` in sub-database ``name``, sealed with its CRC32C."""
+        txn.put(key, seal(value), db=self.dbs[name])
+
+    def get_blob(self, txn, name, key):
+        """The blob under ``key`` in sub-database ``name`` (bytes; None when absent), checked
+        against its CRC32C (IndexCorruptError)."""
+        db = self.dbs.get(name)
+        raw = None if db is None else txn.get(key, db=db)
+        return None if raw is None else self.unseal_blob(name, key, raw)
+
+    def unseal_blob(self, name, key, raw):
+        """The blob (bytes) of a value read from sub-database ``name`` of SEALED_SUBDBS,
+        checked against its CRC32C (IndexCorruptError naming the entry)."""
+        what = f"the {name} entry of row {row_from_key(key)}" if len(key) == 8 and name == "metadata" \
+            else f"the {name} entry {bytes(key)[:60]!r}"
+        return bytes(unseal(raw, self.path, what))
 
     def seq(self, txn=None):
         raw = self.get_meta(b"seq", txn)

@@ -46,7 +46,8 @@ from .reader import SearchView
 from .retraining import Trainer, codec_staleness, stale_codec_note
 from .second_stage import (DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record, second_stage,
                            verify_top)
-from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key
+from .integrity import corrupt, image_record
+from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, validate_id
 from .vector_store import rows_per_block
 from .writer import IndexWriter
 
@@ -197,7 +198,7 @@ class StreamingIndex:
             if self._store.get_int(b"local_features", txn):
                 return False
             for name, value in meta.items():
-                txn.put(name.encode(), value, db=self._store.dbs["meta"])
+                self._store.put_meta(txn, name, value)
             return True
         if not self._store.write(run):
             return self.vocabulary
@@ -211,8 +212,8 @@ class StreamingIndex:
         with self._store.read() as txn:
             raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
             if raw is None:
-                raise UnknownIdError(f"no image {image_id!r} in the index")
-            rec = records_of(self._store, txn, [json.loads(raw)["row"]])[0]
+                raise self._unknown(image_id)
+            rec = records_of(self._store, txn, [image_record(raw, self.path, image_id)["row"]])[0]
             return None if rec is None else bytes(rec)
 
     def thumbnail(self, image_id):
@@ -221,10 +222,36 @@ class StreamingIndex:
         key = id_key(image_id)
         with self._store.read() as txn:
             if txn.get(key, db=self._store.dbs["images"]) is None:
-                raise UnknownIdError(f"no image {image_id!r} in the index")
-            db = self._store.dbs.get("thumbnails")
-            raw = None if db is None else txn.get(key, db=db)
-            return None if raw is None else bytes(raw)
+                raise self._unknown(image_id)
+            return self._store.get_blob(txn, "thumbnails", key)
+
+    def _unknown(self, image_id):
+        """The UnknownIdError for an id that is not found, unless the B-tree of records around
+        it is damaged (then IndexCorruptError): its neighbours in key order must be valid ids
+        in order with readable records (a few cursor steps, O(log N))."""
+        key = id_key(image_id)
+        with self._store.read() as txn, txn.cursor(db=self._store.dbs["images"]) as cur:
+            seen = []
+            if cur.set_range(key):
+                seen.append((bytes(cur.key()), bytes(cur.value())))
+                if cur.next():
+                    seen.append((bytes(cur.key()), bytes(cur.value())))
+                cur.set_range(key)
+                if cur.prev():
+                    seen.insert(0, (bytes(cur.key()), bytes(cur.value())))
+            elif cur.last():
+                seen.append((bytes(cur.key()), bytes(cur.value())))
+        try:
+            for k, v in seen:
+                validate_id(k.decode("utf-8"))
+                int(json.loads(v)["row"])
+            ok = all(a[0] < b[0] for a, b in zip(seen, seen[1:])) and key not in (k for k, _ in seen)
+        except (StreamkError, ValueError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            return corrupt(self.path, f"the records around id {image_id!r} are unreadable (a damaged B-tree "
+                           "page of 'images'): it may be stored but cannot be read")
+        return UnknownIdError(f"no image {image_id!r} in the index")
 
     @property
     def path(self):
@@ -266,8 +293,8 @@ class StreamingIndex:
         """The stored JSON record of an image (source, sha256, n_descriptors, added, row, ...)."""
         raw = self.records([image_id])[0]
         if raw is None:
-            raise UnknownIdError(f"no image {image_id!r} in the index")
-        return json.loads(raw)
+            raise self._unknown(image_id)
+        return image_record(raw, self.path, image_id)
 
     def extras(self, image_id):
         """{"keypoints": (n, 6), "weights": (n,)} stored for display (may be empty)."""
@@ -276,7 +303,7 @@ class StreamingIndex:
             raw = txn.get(key, db=self._store.dbs["extras"])
             known = txn.get(key, db=self._store.dbs["images"]) is not None
         if not known:
-            raise UnknownIdError(f"no image {image_id!r} in the index")
+            raise self._unknown(image_id)
         if raw is None:
             return {}
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
@@ -287,8 +314,8 @@ class StreamingIndex:
         with self._store.read() as txn:
             raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
             if raw is None:
-                raise UnknownIdError(f"no image {image_id!r} in the index")
-            return self.view.vectors.get(txn, [json.loads(raw)["row"]])[0]
+                raise self._unknown(image_id)
+            return self.view.vectors.get(txn, [image_record(raw, self.path, image_id)["row"]])[0]
 
     def check_encoder(self, encoder):
         """Raise EncoderMismatchError unless ``encoder`` encodes as the index's encoder."""

@@ -1,7 +1,13 @@
-"""Index format 1 (streamk 0.1: everything keyed by image id) to format 2 (rows), in place.
+"""Older index formats to the current one (3), in place.
+
+Format 2 -> 3 (checksums): every vector block is rewritten with its CRC32C and its rows'
+(:mod:`streamk.index.vector_store`), every code block and row code gains its CRC32C
+(:mod:`streamk.index.blocks`), the encoder, codec and vocabulary blobs their
+``crc32c:`` keys, the blobs of SEALED_SUBDBS their CRC32C. Format 1 -> 3 converts
+everything as below, writing the checksums as it goes.
 
 One write transaction: a crash or an error leaves the index as it was. What
-changes: each image gets a row (in id order); its vector and id move under
+changes from format 1 (streamk 0.1: everything keyed by image id): each image gets a row (in id order); its vector and id move under
 that row; the flat-PQ codes become the codes of an nlist = 1 codec (epoch 1),
 sealed in blocks; the old change log (of ids) is replaced by one reload mark;
 the metadata gains the dimension, the row counter and the codec. The image
@@ -19,18 +25,20 @@ from tqdm.auto import tqdm
 
 from ..encoding import Encoder
 from ..errors import IndexFormatError, NotAnIndexError
-from .blocks import pack_codes, seal_block
-from .integrity import check_lmdb_file
+from .blocks import pack_codes, seal_block, seal_row_codes
+from .integrity import CORRUPTION, check_lmdb_file, corrupt, disk_full, put_checked_meta, seal
 from ..quantization import IVFPQ
 from ..quantization import ProductQuantizer
-from .store import BLOCK_ROWS, FORMAT, FORMAT_VERSION, SUBDBS, epoch_key, row_key, seq_key
+from .store import (BLOCK_ROWS, CHECKED_META, FORMAT, FORMAT_VERSION, OPTIONAL_SUBDBS, SEALED_SUBDBS, SUBDBS,
+                    epoch_key, row_key, seq_key)
 from .vector_store import VectorStore
 
 V1_SUBDBS = ("meta", "images", "extras", "vectors", "codes", "hashes", "log")
 
 
 def upgrade(path, progress=None):
-    """Upgrade the format-1 index at ``path`` to format 2; returns its number of images."""
+    """Upgrade the format-1 or format-2 index at ``path`` to format 3 (checksums); returns
+    its number of images."""
     from pathlib import Path
 
     path = Path(path)
@@ -38,26 +46,50 @@ def upgrade(path, progress=None):
         raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
     check_lmdb_file(path)  # before mapping it: a truncated file would be a SIGBUS
     size = (path / "data.mdb").stat().st_size
-    env = lmdb.open(str(path), map_size=max(4 * size, 64 << 20), subdir=True, max_dbs=len(SUBDBS) + 2,
-                    create=False, lock=True, readahead=False)
+    env = lmdb.open(str(path), map_size=max(4 * size, 64 << 20), subdir=True,
+                    max_dbs=len(SUBDBS) + len(OPTIONAL_SUBDBS) + 4, create=False, lock=True, readahead=False)
     try:
         try:
             dbs = {name: env.open_db(name.encode(), create=False) for name in V1_SUBDBS}
         except lmdb.NotFoundError as exc:
-            raise NotAnIndexError(f"{path} is not a streamk index of format 1 ({exc})") from exc
+            raise NotAnIndexError(f"{path} is not a streamk index of format 1 or 2 ({exc})") from exc
         with env.begin() as txn:
             info = json.loads(txn.get(b"format", db=dbs["meta"]) or b"null")
         if not isinstance(info, dict) or info.get("format") != FORMAT:
             raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index")
-        if info.get("version") == FORMAT_VERSION:
+        version = info.get("version")
+        if version == FORMAT_VERSION:
             raise IndexFormatError(f"{path} is already of format {FORMAT_VERSION}")
-        if info.get("version") != 1:
-            raise IndexFormatError(f"{path}: index format {info.get('version')!r}; this streamk upgrades format 1")
+        if version not in (1, 2):
+            raise IndexFormatError(f"{path}: index format {version!r}; this streamk upgrades formats 1 and 2")
         for name in SUBDBS:
             dbs[name] = env.open_db(name.encode(), create=True)
-        with env.begin(write=True) as txn:
-            n = _convert(txn, dbs, progress)
-        return n
+        for name in OPTIONAL_SUBDBS:
+            try:
+                dbs[name] = env.open_db(name.encode(), create=version == 1)
+            except lmdb.NotFoundError:
+                dbs[name] = None
+        while True:
+            txn = env.begin(write=True)
+            try:
+                n = _convert(txn, dbs, progress, path) if version == 1 else _add_checksums(txn, dbs, progress, path)
+                txn.commit()
+                return n
+            except lmdb.MapFullError:
+                txn.abort()
+                env.set_mapsize(2 * env.info()["map_size"])
+            except CORRUPTION as exc:
+                txn.abort()
+                raise corrupt(path, f"LMDB: {exc}") from exc
+            except (lmdb.Error, OSError) as exc:
+                txn.abort()
+                full = disk_full(path, exc, size // 8 + (1 << 20))
+                if full is not None:
+                    raise full from exc
+                raise
+            except BaseException:
+                txn.abort()
+                raise
     finally:
         env.close()
 
@@ -65,15 +97,58 @@ def upgrade(path, progress=None):
 class _TxnStore:
     """What seal_block and VectorStore need of a Store, over raw sub-databases."""
 
-    def __init__(self, dbs):
+    def __init__(self, dbs, path, txn=None):
         self.dbs = dbs
+        self.path = path
+        self.txn = txn
         self.block_rows = BLOCK_ROWS
 
     def get_int(self, key, txn=None, default=0):
-        return default
+        raw = None if self.txn is None else self.txn.get(key, db=self.dbs["meta"])
+        return int(bytes(raw)) if raw is not None else default
 
 
-def _convert(txn, dbs, progress):
+def _rewrite(txn, db, fn, bar):
+    """Replace every value of ``db`` by ``fn(key, value)``."""
+    with txn.cursor(db=db) as cur:
+        keys = [bytes(k) for k in cur.iternext(keys=True, values=False)]
+    for key in keys:
+        txn.put(key, fn(key, bytes(txn.get(key, db=db))), db=db)
+        bar.update(1)
+
+
+def _add_checksums(txn, dbs, progress, path):
+    """Format 2 -> 3 in ``txn``; returns the number of images."""
+    meta = dbs["meta"]
+    dim = int(bytes(txn.get(b"dim", db=meta)))
+    dtype = np.dtype(bytes(txn.get(b"vector_dtype", db=meta)).decode())
+    store = _TxnStore(dbs, path, txn)
+    vectors = VectorStore(store, dim, dtype)  # vector_block_rows as stored: the blocks keep their rows
+    old_bytes = vectors.block_rows * vectors.row_bytes
+    sealed = [name for name in SEALED_SUBDBS if dbs.get(name) is not None]
+    total = sum(txn.stat(dbs[name])["entries"] for name in ("vectors", "code_blocks", "codes", *sealed))
+
+    def vector_block(key, value):
+        if len(value) != old_bytes:
+            raise corrupt(path, f"vector block {int.from_bytes(key, 'big')} has {len(value)} bytes, "
+                          f"format 2 stores {old_bytes}")
+        return vectors.pack_block(np.frombuffer(value, dtype).reshape(vectors.block_rows, dim))
+    with tqdm(total=total, desc="checksums", unit="value", disable=progress is False or None) as bar:
+        _rewrite(txn, dbs["vectors"], vector_block, bar)
+        for name in ("code_blocks", "codes", *sealed):
+            _rewrite(txn, dbs[name], lambda key, value: seal(value), bar)
+    for key in CHECKED_META:
+        value = txn.get(key, db=meta)
+        if value is not None:
+            put_checked_meta(txn, meta, key, bytes(value))
+    seq = struct.unpack(">Q", bytes(txn.get(b"seq", db=meta) or seq_key(0)))[0] + 1
+    txn.put(seq_key(seq), b"*" + row_key(0), db=dbs["log"])  # readers load everything again
+    txn.put(b"seq", seq_key(seq), db=meta)
+    txn.put(b"format", json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode(), db=meta)
+    return txn.stat(dbs["images"])["entries"]
+
+
+def _convert(txn, dbs, progress, path):
     meta = dbs["meta"]
     encoder = Encoder.from_bytes(bytes(txn.get(b"encoder", db=meta)))
     dtype = np.dtype(bytes(txn.get(b"vector_dtype", db=meta)).decode())
@@ -81,7 +156,7 @@ def _convert(txn, dbs, progress):
     codec = IVFPQ.from_pq(ProductQuantizer.from_bytes(bytes(pq_blob))) if pq_blob is not None else None
     with txn.cursor(db=dbs["images"]) as cur:
         ids = [bytes(k) for k in cur.iternext(keys=True, values=False)]
-    store = _TxnStore(dbs)
+    store = _TxnStore(dbs, path)
     vectors = VectorStore(store, encoder.dim, dtype)
     for row, key in enumerate(tqdm(ids, desc="upgrade", unit="img", disable=progress is False or None)):
         record = json.loads(txn.get(key, db=dbs["images"]))
@@ -102,8 +177,8 @@ def _convert(txn, dbs, progress):
             if code is None or len(code) != codec.M:  # never written: compute it
                 v = np.frombuffer(vector, dtype).astype(np.float32)[None, :]
                 code = codec.encode(v)[1][0].tobytes()
-            packed = pack_codes([0], np.frombuffer(code, np.uint8)[None, :])
-            txn.put(epoch_key(1, row), packed.tobytes(), db=dbs["codes"])
+            packed = seal_row_codes(pack_codes([0], np.frombuffer(code, np.uint8)[None, :]))[0]
+            txn.put(epoch_key(1, row), packed, db=dbs["codes"])
             if (row + 1) % BLOCK_ROWS == 0:
                 seal_block(txn, store, 1, row // BLOCK_ROWS, codec.M)
     with txn.cursor(db=dbs["log"]) as cur:  # a log of ids: replaced by one reload mark
@@ -122,6 +197,10 @@ def _convert(txn, dbs, progress):
         put[b"codec"] = codec.to_bytes()
     for k, v in put.items():
         txn.put(k, v, db=meta)
+    for key in CHECKED_META:
+        value = txn.get(key, db=meta)
+        if value is not None:
+            put_checked_meta(txn, meta, key, bytes(value))
     for k in (b"pq", b"pq_epoch"):
         txn.delete(k, db=meta)
     return len(ids)

@@ -35,7 +35,8 @@ from ..errors import ConfigError, DuplicateError, EmptyDescriptorSetError, IdExi
 from ..features import file_metadata, image_features
 from ..quantization import IVFPQ
 from ..verification import stored_record
-from .blocks import mark_removed, pack_codes, seal_block
+from .blocks import mark_removed, pack_codes, seal_block, seal_row_codes
+from .integrity import image_record
 from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, normalise_box, npz_bytes,
                     one_source, unit_vector)
 from .metadata import delete_metadata, encode_metadata, metadata_of_rows, prepare_metadata, put_metadata
@@ -85,7 +86,7 @@ class IndexWriter:
             epoch, codec = self.codec(txn)
         if codec is None or not encoded:
             return epoch, None
-        return epoch, pack_codes(*codec.encode(np.stack([e.vector for e in encoded])))
+        return epoch, seal_row_codes(pack_codes(*codec.encode(np.stack([e.vector for e in encoded]))))
 
     # ------------------------------------------------------------ encoding (no transaction)
     def encode_item(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
@@ -153,7 +154,7 @@ class IndexWriter:
             metadata = dict(old_meta, **(metadata or {}))
         prepared = prepare_metadata(txn, s, metadata)  # checked before anything is written
         if old_raw is not None:  # replace: the old content goes, the new one gets a new row
-            self._delete(txn, enc.key, json.loads(old_raw))
+            self._delete(txn, enc.key, image_record(old_raw, s.path, image_id))
         if enc.record["kind"] == "image_path":
             raw = s.get_meta(b"extractor", txn)
             if raw is None or json.loads(raw) is None:  # first image: pin the default extractor
@@ -172,12 +173,12 @@ class IndexWriter:
         if enc.geometry is not None and db["geometry"] is not None and s.get_int(b"local_features", txn):
             txn.put(rk, enc.geometry, db=db["geometry"], append=True)
         if enc.thumbnail is not None and db["thumbnails"] is not None:
-            txn.put(enc.key, enc.thumbnail, db=db["thumbnails"])
+            s.put_blob(txn, "thumbnails", enc.key, enc.thumbnail)
         put_metadata(txn, s, row, prepared)
         epoch, codec = self.codec(txn)
         if codec is not None:
             if code is None:  # the codec changed since the batch was encoded
-                code = pack_codes(*codec.encode(enc.vector[None, :])).tobytes()
+                code = seal_row_codes(pack_codes(*codec.encode(enc.vector[None, :])))[0]
             txn.put(epoch_key(epoch, row), code, db=db["codes"])
             if (row + 1) % s.block_rows == 0:
                 seal_block(txn, s, epoch, row // s.block_rows, codec.M)
@@ -215,7 +216,7 @@ class IndexWriter:
             out = []
             for i, enc in enumerate(encoded):
                 try:
-                    out.append(self._put(txn, enc, packed[i].tobytes() if fresh else None, replace))
+                    out.append(self._put(txn, enc, packed[i] if fresh else None, replace))
                 except StreamkError as exc:
                     out.append(exc)
             return out
@@ -230,7 +231,7 @@ class IndexWriter:
             if owner is not None and bytes(owner) == enc.key:
                 return "exists"  # same content: nothing to change
             current, _ = self.codec(txn)
-            code = packed[0].tobytes() if packed is not None and current == epoch else None
+            code = packed[0] if packed is not None and current == epoch else None
             return self._put(txn, enc, code, replace=True)
         return self.store.write(run)
 
@@ -248,7 +249,7 @@ class IndexWriter:
                 raise UnknownIdError(f"no image {shown} in the index ({len(missing)} unknown id(s); "
                                      "nothing removed)")
             for k, raw in records:
-                self._delete(txn, k, json.loads(raw))
+                self._delete(txn, k, image_record(raw, self.store.path, k.decode()))
             return len(records)
         return self.store.write(run)
 
@@ -285,7 +286,7 @@ class IndexWriter:
                 raw = txn.get(id_key(image_id), db=db["images"])
                 if raw is None:
                     continue
-                record = json.loads(raw)
+                record = image_record(raw, self.store.path, image_id)
                 if record.get("sha256") != sha:
                     continue
                 txn.put(row_key(int(record["row"])), geometry, db=db["geometry"])

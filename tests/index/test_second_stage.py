@@ -8,8 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from streamk.errors import GeometryRecordError
-from streamk.index import ShardedIndex, StreamingIndex
+from streamk.errors import IndexCorruptError
+from streamk.index import ShardedIndex, StreamingIndex, verify_index
 from streamk.verification import expand_query, make_query_record, unpack, verify
 
 Image = pytest.importorskip("PIL.Image")
@@ -133,10 +133,16 @@ def test_a_damaged_record_is_an_error_not_a_wrong_answer(collection, tmp_path):
     def damage(txn):
         txn.put(row.to_bytes(8, "big"), bytes(raw), db=idx.store.dbs["geometry"])
     idx.store.write(damage)
-    with pytest.raises(GeometryRecordError):
+    with pytest.raises(IndexCorruptError, match=f"geometry record of row {row}\\b") as info:
         idx.search(str(collection["view"]), k=3)
+    assert info.value.rows == [row] and str(idx.path) in str(info.value)
     assert idx.search(str(collection["view"]), k=3, verify=0)[0].id == collection["source"].stem
     idx.close()
+    report = verify_index(tmp_path / "ix", repair=True, progress=False)  # the record is dropped, the image kept
+    assert any(f"geometry records of row {row}" in d for d in report.damaged) and report.ok and not report.lost
+    with StreamingIndex.open(tmp_path / "ix") as idx:
+        assert idx.geometry(collection["source"].stem) is None
+        assert collection["source"].stem in [h.id for h in idx.search(str(collection["view"]), k=3)]
 
 
 def test_add_local_features_to_an_index_built_without(collection, tmp_path):

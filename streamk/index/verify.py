@@ -1,0 +1,426 @@
+"""``streamk index verify``: check every stored unit of an index against its checksum and
+every record against the rest, and optionally repair what can be rebuilt.
+
+What is checked (one read transaction, a progress bar over the entries):
+
+- the file against LMDB's header (truncation), the B-trees as they are walked;
+- the encoder, codec and vocabulary blobs (CRC32C);
+- every vector block (CRC32C of the block, then of each row of a damaged one);
+- every image record: a valid id, readable JSON, its row live, below ``next_row``, named by
+  ``row_ids``, its vector intact; every ``row_ids`` entry: an image that names that row;
+- the codes of the codec in use: every sealed block and row code (CRC32C), one code per live row;
+- the local-geometry records (their own CRC) and the blobs of SEALED_SUBDBS (CRC32C);
+- the counts: images = row ids = live rows (= coded rows, with a codec).
+
+Repair (``repair=True``, write transactions; readers reload): images whose vector or record is
+unreadable are removed and listed as lost; a damaged vector block is rewritten with its intact
+rows; missing ``row_ids`` entries are restored; damaged codes are computed again from the
+vectors with the stored codec (a damaged codec is dropped: search falls back to exact until
+``streamk index train``); damaged geometry records and blobs are dropped (listed). Damage that
+cannot be repaired in place (a truncated file, an unreadable B-tree, the encoder) is reported:
+restore a copy. After a repair the index is verified again.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lmdb
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..errors import GeometryRecordError, IndexCorruptError, StreamkError
+from ..quantization import IVFPQ, NO_LIST
+from ..verification.records import parse_header
+from .blocks import checked_block, mark_removed, pack_block, pack_codes, seal_row_codes, split_block
+from .integrity import CORRUPTION, CRC_BYTES, check_lmdb_file, checksum_ok, describe_rows
+from .store import (CHECKED_META, SEALED_SUBDBS, Store, epoch_key, epoch_key_split, removed_rows, row_from_key,
+                    row_key, validate_id)
+from .vector_store import VectorStore
+
+
+@dataclass
+class VerifyReport:
+    """What :func:`verify_index` found (and, with repair, did)."""
+
+    path: str
+    counts: dict = field(default_factory=dict)  # images, row_ids, live_rows, coded_rows, vector_blocks, ...
+    damaged: list = field(default_factory=list)  # one line per damaged unit found
+    remaining: list | None = None  # with repair: the damage a second verification still finds
+    unrepairable: list = field(default_factory=list)  # damage a repair cannot fix in place
+    lost: list = field(default_factory=list)  # ids removed by a repair (their data was unreadable)
+    repaired: list = field(default_factory=list)  # one line per repair done
+    shards: list = field(default_factory=list)  # the reports of a sharded index's shards
+
+    @property
+    def ok(self):
+        """No damage (after a repair: none left)."""
+        left = self.damaged if self.remaining is None else self.remaining
+        return not left and all(s.ok for s in self.shards)
+
+    def lines(self):
+        out = []
+        for s in self.shards:
+            out += s.lines()
+        if self.shards:
+            return out
+        if not self.damaged:
+            head = "clean"
+        elif self.remaining is None:
+            head = f"DAMAGED ({len(self.damaged)} finding(s))"
+        else:
+            head = "repaired" if self.ok else f"DAMAGED, {len(self.remaining)} finding(s) left after the repair"
+        out.append(f"{self.path}: {head}; " + ", ".join(f"{k} {v:,}" for k, v in self.counts.items()))
+        out += [f"  damaged: {d}" for d in self.damaged]
+        out += [f"  repaired: {r}" for r in self.repaired]
+        if self.lost:
+            shown = ", ".join(self.lost[:20]) + (f" ... ({len(self.lost)} in all)" if len(self.lost) > 20 else "")
+            out.append(f"  lost ({len(self.lost)} images): {shown}")
+        out += [f"  still damaged: {d}" for d in self.remaining or []]
+        out += [f"  cannot repair in place: {u} (restore a copy of the index)" for u in self.unrepairable]
+        if self.damaged and self.remaining is None and not self.unrepairable:
+            out.append(f"  run `streamk index verify --repair {self.path}` to repair it")
+        return out
+
+    def to_dict(self):
+        return {"path": self.path, "ok": self.ok, "counts": self.counts, "damaged": self.damaged,
+                "remaining": self.remaining,
+                "unrepairable": self.unrepairable, "repaired": self.repaired, "lost": self.lost,
+                "shards": [s.to_dict() for s in self.shards]}
+
+
+class _Scan:
+    """Everything one verification pass finds, by kind."""
+
+    def __init__(self):
+        self.bad_meta = []  # meta keys whose blob fails
+        self.bad_vector_rows = set()  # rows whose stored vector fails its CRC
+        self.bad_blocks = set()  # vector blocks that fail their CRC (or size)
+        self.blocks = set()  # vector blocks present
+        self.records = {}  # row -> id key of every readable record
+        self.bad_records = []  # id keys whose record is unreadable
+        self.row_ids = {}  # row -> id key
+        self.bad_code_blocks = set()
+        self.bad_code_rows = set()
+        self.coded = set()  # rows with a readable code (list != NO_LIST)
+        self.bad_geometry = []
+        self.bad_blobs = []  # (sub-db, key)
+        self.hashes = {}  # content key -> id key
+        self.unreadable = []  # sub-databases whose B-tree cannot be walked
+
+
+def _walk(store, name, scan, bar):
+    """(key, value) of a sub-database, in a read transaction of its own (LMDB's errors end
+    a transaction); an unreadable B-tree is noted, not raised."""
+    try:
+        with store.env.begin() as txn, txn.cursor(db=store.dbs[name]) as cur:
+            for k, v in cur:
+                bar.update(1)
+                yield bytes(k), v
+    except CORRUPTION as exc:
+        scan.unreadable.append(f"the B-tree of '{name}' ({exc})")
+
+
+def _scan(store, progress):
+    s = _Scan()
+    dbs = store.dbs
+    dim = store.get_int(b"dim")
+    vectors = VectorStore(store, dim, np.dtype(bytes(store.get_meta(b"vector_dtype")).decode()))
+    B = store.block_rows
+    M = None
+    with store.read() as txn:
+        for key in CHECKED_META:
+            try:
+                store.get_meta(key, txn)
+            except IndexCorruptError:
+                s.bad_meta.append(key.decode())
+        next_row = store.get_int(b"next_row", txn)
+        epoch = store.get_int(b"codec_epoch", txn)
+        if epoch and "codec" not in s.bad_meta:
+            try:
+                M = IVFPQ.from_bytes(store.get_meta(b"codec", txn)).M
+            except (StreamkError, ValueError, TypeError):
+                s.bad_meta.append("codec")
+        names = ["vectors", "images", "row_ids", "hashes", "codes", "code_blocks", "geometry", *SEALED_SUBDBS]
+        total = sum(txn.stat(dbs[n])["entries"] for n in names if dbs.get(n) is not None)
+    try:
+        with store.read() as txn:
+            dead = removed_rows(txn, store, next_row)
+    except IndexCorruptError as exc:
+        s.unreadable.append(f"the B-tree of 'dead' ({exc})")
+        dead = np.zeros(next_row, np.uint8)
+    with tqdm(total=total, desc="verify", unit="entry", disable=progress is False or None) as bar:
+        for k, v in _walk(store, "vectors", s, bar):
+            block = row_from_key(k)
+            s.blocks.add(block)
+            if not vectors.block_ok(v):
+                s.bad_blocks.add(block)
+                ok = vectors.rows_ok(v)
+                s.bad_vector_rows.update(int(block * vectors.block_rows + i) for i in np.flatnonzero(~ok))
+        for k, v in _walk(store, "images", s, bar):
+            try:
+                validate_id(k.decode("utf-8"))
+                s.records[int(json.loads(bytes(v))["row"])] = k
+            except (StreamkError, ValueError, KeyError, TypeError):
+                s.bad_records.append(k)
+        for k, v in _walk(store, "row_ids", s, bar):
+            s.row_ids[row_from_key(k)] = bytes(v)
+        for k, v in _walk(store, "hashes", s, bar):
+            s.hashes[k] = bytes(v)
+        if epoch and M is not None:
+            for k, v in _walk(store, "code_blocks", s, bar):
+                e, block = epoch_key_split(k)
+                if e != epoch:
+                    continue
+                try:
+                    lists, _ = split_block(checked_block(store, v, e, block, M), M, B)
+                    s.coded.update((block * B + np.flatnonzero(lists != NO_LIST)).tolist())
+                except IndexCorruptError:
+                    s.bad_code_blocks.add(block)
+            for k, v in _walk(store, "codes", s, bar):
+                e, row = epoch_key_split(k)
+                if e != epoch:
+                    continue
+                if len(v) != 4 + M + CRC_BYTES or not checksum_ok(v):
+                    s.bad_code_rows.add(row)
+                elif int.from_bytes(bytes(v[:4]), "little") != NO_LIST:
+                    s.coded.add(row)
+        if dbs.get("geometry") is not None:
+            for k, v in _walk(store, "geometry", s, bar):
+                try:
+                    parse_header(v)
+                except GeometryRecordError:
+                    s.bad_geometry.append(row_from_key(k))
+        for name in SEALED_SUBDBS:
+            if dbs.get(name) is not None:
+                for k, v in _walk(store, name, s, bar):
+                    if not checksum_ok(v):
+                        s.bad_blobs.append((name, k))
+    s.next_row, s.epoch, s.dead, s.vectors = next_row, epoch, dead, vectors
+    return s
+
+
+def _report(store, s, report):
+    live = np.flatnonzero(s.dead[:s.next_row] == 0) if s.next_row else np.zeros(0, np.int64)
+    live_set = set(live.tolist())
+    report.counts = {"images": len(s.records) + len(s.bad_records), "row_ids": len(s.row_ids),
+                     "live_rows": len(live_set), "vector_blocks": len(s.blocks)}
+    if s.epoch:
+        report.counts["coded_rows"] = len(s.coded & live_set)
+    d = report.damaged
+    d += [f"the stored {m} fails its checksum" for m in s.bad_meta]
+    d += [f"the B-tree is unreadable: {u}" for u in s.unreadable]
+    report.unrepairable += s.unreadable
+    if "encoder" in s.bad_meta:
+        report.unrepairable.append("the encoder")
+    if s.bad_blocks:
+        rows = sorted(s.bad_vector_rows & live_set)
+        d.append(f"{len(s.bad_blocks)} vector block(s) fail their checksum"
+                 + (f"; unreadable vectors of live {describe_rows(rows)}" if rows else "; no live row lost"))
+    d += [f"the record of id {k.decode('utf-8', 'replace')!r} is unreadable" for k in s.bad_records]
+    missing_vec = sorted(r for r in s.records if r in live_set and s.vectors.block_rows and
+                         r // s.vectors.block_rows not in s.blocks)
+    if missing_vec:
+        d.append(f"no vector block for {describe_rows(missing_vec)}")
+    walked = not any(f"'{name}'" in u for u in s.unreadable for name in ("images", "row_ids", "hashes", "dead"))
+    for row, key in sorted(s.records.items()) if walked else ():
+        if row not in live_set:
+            d.append(f"the record of {key.decode()!r} names row {row}, which is removed or past next_row")
+        elif s.row_ids.get(row) != key:
+            d.append(f"row_ids of row {row} does not name {key.decode()!r}")
+    orphans = sorted(r for r, k in s.row_ids.items() if s.records.get(r) != k and k not in s.bad_records)
+    if orphans and walked:
+        d.append(f"row_ids of {describe_rows(orphans)} name no image record")
+    ids = set(s.records.values())
+    s.orphan_hashes = [k for k, v in s.hashes.items() if v not in ids] if walked else []
+    if s.orphan_hashes:
+        d.append(f"{len(s.orphan_hashes)} content key(s) name no readable image (de-duplication would refuse them)")
+    if s.bad_code_blocks:
+        d.append(f"{len(s.bad_code_blocks)} code block(s) fail their checksum (blocks "
+                 f"{', '.join(map(str, sorted(s.bad_code_blocks)[:8]))})")
+    if s.bad_code_rows:
+        d.append(f"the PQ codes of {describe_rows(sorted(s.bad_code_rows))} fail their checksum")
+    if s.epoch and "codec" not in s.bad_meta:
+        uncoded = sorted(live_set - s.coded - _rows_of_blocks(s.bad_code_blocks, store.block_rows) - s.bad_code_rows)
+        if uncoded:
+            d.append(f"no PQ code for live {describe_rows(uncoded)}")
+    if s.bad_geometry:
+        d.append(f"the local-geometry records of {describe_rows(sorted(s.bad_geometry))} fail their checks")
+    d += [f"the {name} entry {k[:60]!r} fails its checksum" for name, k in s.bad_blobs]
+    if len(s.records) + len(s.bad_records) != len(live_set) and not s.unreadable:
+        d.append(f"counts differ: {len(s.records) + len(s.bad_records)} image records, {len(live_set)} live rows")
+    return live_set
+
+
+def _rows_of_blocks(blocks, B):
+    return set(r for b in blocks for r in range(b * B, (b + 1) * B))
+
+
+def _repair(store, s, live_set, report, progress):
+    """Repair what ``s`` found (see the module doc); fills report.repaired and report.lost."""
+    dbs = store.dbs
+    vectors = s.vectors
+    B = vectors.block_rows
+    lost_rows = sorted((s.bad_vector_rows & live_set)
+                       | {r for r in s.records if r in live_set and r // B not in s.blocks})
+    lost_keys = {s.records.get(r) or s.row_ids.get(r) for r in lost_rows} | set(s.bad_records)
+    lost_keys.discard(None)
+    bad_record_rows = sorted(r for r, k in s.row_ids.items() if k in s.bad_records)
+    drop_rows = sorted(set(lost_rows) | set(bad_record_rows))
+
+    def remove_lost(txn):
+        for key in lost_keys:
+            raw = txn.get(key, db=dbs["images"])
+            try:
+                ck = bytes.fromhex(json.loads(raw)["content_key"]) if raw is not None else None
+            except (ValueError, KeyError, TypeError):
+                ck = None
+            if ck is not None and txn.get(ck, db=dbs["hashes"]) == key:
+                txn.delete(ck, db=dbs["hashes"])
+            for name in ("images", "extras", *SEALED_SUBDBS):
+                if dbs.get(name) is not None:
+                    txn.delete(key, db=dbs[name])
+        for row in drop_rows:
+            for name in ("row_ids", "geometry"):
+                if dbs.get(name) is not None:
+                    txn.delete(row_key(row), db=dbs[name])
+            mark_removed(txn, store, row)
+            store.bump(txn, b"-", row)
+        for block in sorted(s.bad_blocks):  # rewrite with the intact rows, zeros elsewhere
+            raw = txn.get(row_key(block), db=dbs["vectors"])
+            ok = vectors.rows_ok(raw) if raw is not None else np.zeros(B, bool)
+            V = vectors.block_vectors(raw).copy() if raw is not None and len(raw) == vectors.value_bytes \
+                else np.zeros((B, vectors.dim), vectors.dtype)
+            V[~ok] = 0
+            if V.any():
+                txn.put(row_key(block), vectors.pack_block(V), db=dbs["vectors"])
+            else:
+                txn.delete(row_key(block), db=dbs["vectors"])
+        for row, key in s.records.items():  # row_ids restored for intact images
+            if row in live_set and row not in set(drop_rows) and s.row_ids.get(row) != key:
+                txn.put(row_key(row), key, db=dbs["row_ids"])
+        for row, key in s.row_ids.items():  # row_ids naming no record
+            if s.records.get(row) != key and key not in s.bad_records and key not in lost_keys:
+                txn.delete(row_key(row), db=dbs["row_ids"])
+        for ck in s.orphan_hashes:
+            txn.delete(ck, db=dbs["hashes"])
+        for row in s.bad_geometry:
+            txn.delete(row_key(row), db=dbs["geometry"])
+        for name, key in s.bad_blobs:
+            txn.delete(key, db=dbs[name])
+    if lost_keys or drop_rows or s.bad_blocks or s.bad_geometry or s.bad_blobs or s.orphan_hashes or any(
+            "row_ids" in d for d in report.damaged):
+        store.write(remove_lost)
+        report.lost = sorted(k.decode("utf-8", "replace") for k in lost_keys)
+        if s.bad_blocks:
+            report.repaired.append(f"{len(s.bad_blocks)} vector block(s) rewritten with their intact rows")
+        if drop_rows:
+            report.repaired.append(f"{len(drop_rows)} image(s) with unreadable data removed (listed as lost)")
+        if s.bad_geometry:
+            report.repaired.append(f"{len(s.bad_geometry)} damaged geometry record(s) dropped (those images are "
+                                   "no longer spatially verified; `streamk index add-local-features` adds them)")
+        if s.bad_blobs:
+            report.repaired.append(f"{len(s.bad_blobs)} damaged blob(s) dropped")
+    if "vocabulary" in s.bad_meta:
+        def drop_vocabulary(txn):
+            for key in (b"vocabulary", b"crc32c:vocabulary"):
+                txn.delete(key, db=dbs["meta"])
+            store.put_int(txn, b"local_features", 0)
+        store.write(drop_vocabulary)
+        report.repaired.append("the damaged vocabulary dropped: the second stage is off until "
+                               "`streamk index add-local-features`")
+    if s.epoch:
+        _repair_codes(store, s, live_set - set(drop_rows), report, progress)
+
+
+def _repair_codes(store, s, live_set, report, progress):
+    dbs = store.dbs
+    B = store.block_rows
+    if "codec" in s.bad_meta:
+        from .retraining import Trainer
+
+        def drop(txn):
+            for key in (b"codec", b"crc32c:codec"):
+                txn.delete(key, db=dbs["meta"])
+            store.put_int(txn, b"codec_epoch", 0)
+            store.bump(txn, b"*", 0)
+        store.write(drop)
+        Trainer(store, s.vectors.dim, s.vectors.dtype, progress=False).drop_epoch(s.epoch)
+        report.repaired.append("the damaged codec dropped: searches are exact until `streamk index train`")
+        return
+    uncoded = live_set - s.coded - _rows_of_blocks(s.bad_code_blocks, B) - s.bad_code_rows
+    if not (s.bad_code_blocks or s.bad_code_rows or uncoded):
+        return
+    with store.read() as txn:
+        codec = IVFPQ.from_bytes(store.get_meta(b"codec", txn))
+    epoch = s.epoch
+
+    def codes_of(txn, rows):
+        rows = np.asarray(sorted(rows), np.int64)
+        if not len(rows):
+            return rows, np.zeros(0, np.uint32), np.zeros((0, codec.M), np.uint8)
+        lists, codes = codec.encode(s.vectors.get(txn, rows))
+        return rows, lists, codes
+
+    def rewrite(txn):
+        for block in sorted(s.bad_code_blocks):
+            rows = [r for r in range(block * B, (block + 1) * B) if r in live_set]
+            rows, lists, codes = codes_of(txn, rows)
+            block_lists = np.full(B, NO_LIST, np.uint32)
+            block_codes = np.zeros((B, codec.M), np.uint8)
+            block_lists[rows - block * B], block_codes[rows - block * B] = lists, codes
+            txn.put(epoch_key(epoch, block), pack_block(block_lists, block_codes), db=dbs["code_blocks"])
+        redo = sorted((s.bad_code_rows | uncoded) - _rows_of_blocks(s.bad_code_blocks, B))
+        sealed = {r for r in redo if txn.get(epoch_key(epoch, r // B), db=dbs["code_blocks"]) is not None}
+        rows, lists, codes = codes_of(txn, [r for r in redo if r not in sealed])
+        for r, value in zip(rows.tolist(), seal_row_codes(pack_codes(lists, codes))):
+            txn.put(epoch_key(epoch, r), value, db=dbs["codes"])
+        for b in sorted({r // B for r in sealed}):  # a live row missing from a sealed block
+            raw = checked_block(store, txn.get(epoch_key(epoch, b), db=dbs["code_blocks"]), epoch, b, codec.M)
+            bl, bc = split_block(raw, codec.M, B)
+            bl, bc = bl.copy(), bc.copy()
+            rows, lists, codes = codes_of(txn, [r for r in sealed if r // B == b])
+            bl[rows - b * B], bc[rows - b * B] = lists, codes
+            txn.put(epoch_key(epoch, b), pack_block(bl, bc), db=dbs["code_blocks"])
+        store.bump(txn, b"*", 0)  # readers load the codes again
+    store.write(rewrite)
+    report.repaired.append(f"PQ codes computed again from the vectors: {len(s.bad_code_blocks)} block(s), "
+                           f"{len(s.bad_code_rows | uncoded)} row(s)")
+
+
+def verify_index(path, repair=False, progress=None):
+    """Check the index at ``path`` (a sharded one: each shard); with ``repair``, rebuild what
+    can be rebuilt and verify again. Returns a :class:`VerifyReport` (``report.ok``)."""
+    from .sharded import is_sharded, read_manifest
+
+    path = Path(path)
+    if is_sharded(path):
+        report = VerifyReport(str(path))
+        for d in read_manifest(path)["dirs"]:
+            report.shards.append(verify_index(path / d, repair=repair, progress=progress))
+        return report
+    report = VerifyReport(str(path))
+    try:
+        check_lmdb_file(path)
+        store = Store.open(path, readonly=not repair)
+    except IndexCorruptError as exc:
+        report.damaged.append(str(exc).split("; restore")[0])
+        report.unrepairable.append("the LMDB file itself")
+        return report
+    try:
+        s = _scan(store, progress)
+        live_set = _report(store, s, report)
+        if repair and report.damaged and not s.unreadable and "encoder" not in s.bad_meta:
+            _repair(store, s, live_set, report, progress)
+            after = VerifyReport(str(path))
+            _report(store, _scan(store, False), after)
+            report.counts, report.remaining = after.counts, after.damaged
+    except lmdb.Error as exc:  # pragma: no cover - what the walks above did not catch
+        report.damaged.append(f"LMDB: {exc}")
+        report.unrepairable.append("the LMDB file")
+    finally:
+        store.close()
+    return report
+
+
+__all__ = ["VerifyReport", "verify_index"]
