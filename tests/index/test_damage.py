@@ -432,7 +432,7 @@ def downgrade_to_format_2(path):
         vs = VectorStore(s, idx.dim, idx.vector_dtype)
 
         def strip(txn):
-            for name, cut in (("vectors", None), ("code_blocks", 4), ("codes", 4), ("thumbnails", 4)):
+            for name, cut in (("vectors", None), ("code_blocks", 4), ("codes", 4), ("thumbnails", 4), ("metadata", 4)):
                 with txn.cursor(db=s.dbs[name]) as cur:
                     items = [(bytes(k), bytes(v)) for k, v in cur]
                 for k, v in items:
@@ -493,3 +493,26 @@ def test_an_unreadable_record_says_damaged_not_unknown(tmp_path, built):
         assert "i00042" not in idx and len(idx) == N_IMAGES - 1
         assert top1(idx, V[[41, 43]], "pq") == ["i00041", "i00043"]
         assert idx.search(V[42], k=1, mode="exact")[0].id != "i00042"
+
+
+def test_damaged_metadata_is_named_and_dropped_by_a_repair(tmp_path, encoder):
+    V = vectors(8, 4)
+    with StreamingIndex.create(tmp_path / "ix", encoder) as idx:
+        for i in range(4):
+            idx.add(f"m{i}", vector=V[i], metadata={"place": f"city {i}", "year": 2000 + i})
+        row = idx.info("m2")["row"]
+
+        def flip(txn):
+            key = row.to_bytes(8, "big")
+            raw = bytearray(txn.get(key, db=idx.store.dbs["metadata"]))
+            raw[3] ^= 0x20
+            txn.put(key, bytes(raw), db=idx.store.dbs["metadata"])
+        idx.store.write(flip)
+        with pytest.raises(IndexCorruptError, match=f"metadata entry of row {row}\\b"):
+            idx.metadata("m2")
+        assert idx.metadata("m1") == {"place": "city 1", "year": 2001}
+    report = verify_index(tmp_path / "ix", repair=True, progress=False)
+    assert report.ok and report.lost == [] and any("metadata" in d for d in report.damaged), report.lines()
+    with StreamingIndex.open(tmp_path / "ix") as idx:
+        assert idx.metadata("m2") == {} and idx.metadata("m3") == {"place": "city 3", "year": 2003}
+        assert len(idx) == 4

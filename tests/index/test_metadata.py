@@ -104,7 +104,7 @@ def test_metadata_round_trip_update_and_removal(tmp_path, encoder):
     with pytest.raises(UnknownIdError):
         idx.set_metadata("a", {})
     rows_meta = idx.store.dump()["metadata"]
-    assert len(rows_meta) == 1 and json.loads(next(iter(rows_meta.values()))) == {"color": "blue"}
+    assert len(rows_meta) == 1 and json.loads(next(iter(rows_meta.values()))[:-4]) == {"color": "blue"}  # (less its CRC32C)
     postings = idx.store.dump()["postings"]
     assert list(postings) == [b"color\0sblue"]
     idx.close()
