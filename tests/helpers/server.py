@@ -151,3 +151,26 @@ def child_pids(pid):
         except OSError:
             pass
     return out
+
+
+# ---------------------------------------------------------------- tasks for the pool's tests
+def rendezvous(ctx, item):
+    """A pool task: mark this task present in ``folder``, then wait (bounded) until ``n``
+    tasks are; (pid, whether they all met)."""
+    folder, name, n, timeout = item
+    Path(folder, name).touch()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list(Path(folder).iterdir())) >= n:
+            return os.getpid(), True
+        time.sleep(0.02)
+    return os.getpid(), False
+
+
+def die(ctx, item):
+    """A pool task that kills its worker process, as a crash in a native library would."""
+    os._exit(1)
+
+
+def pid_of(ctx, item):
+    return os.getpid()
