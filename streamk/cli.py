@@ -399,7 +399,8 @@ def _serve(args):
 
 def _add_serve_command(sub):
     sv = sub.add_parser("serve", help="an HTTP API and a web page over an index (search by photo, id or vector; "
-                                      "add, update, delete images)")
+                                      "add, update, delete images)",
+                        allow_abbrev=False)  # '--token SECRET' must not pass for --token-file
     sv.add_argument("dir", help="index directory")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     sv.add_argument("--port", type=_int_at_least(0), default=8000, help="port (default 8000)")

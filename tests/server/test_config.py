@@ -1,0 +1,42 @@
+"""The server's settings without a server: where the token comes from (never the command
+line), and the stable error codes and statuses of streamk's errors."""
+
+import pytest
+
+from streamk import errors
+from streamk.cli import build_parser
+from streamk.server import error_code, read_token, status_of
+
+
+def test_the_token_comes_from_a_file_or_the_environment(tmp_path):
+    f = tmp_path / "token.txt"
+    f.write_text("a-long-enough-token-0123456789\nignored second line\n")
+    assert read_token(f, environ={}) == "a-long-enough-token-0123456789"
+    assert read_token(None, environ={"STREAMK_TOKEN": " env-token-of-some-length \n"}) == "env-token-of-some-length"
+    assert read_token(f, environ={"STREAMK_TOKEN": "env-token-of-some-length"}).startswith("a-long")  # the file wins
+    assert read_token(None, environ={}) is None  # no token: a read-only server
+    f.write_text("short\n")
+    with pytest.raises(errors.ConfigError, match="at least 16 characters"):
+        read_token(f, environ={})
+    with pytest.raises(errors.ConfigError, match="cannot read"):
+        read_token(tmp_path / "absent", environ={})
+
+
+def test_no_token_option_on_the_command_line():
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "idx", "--token", "secret-on-the-command-line"])
+    args = parser.parse_args(["serve", "idx"])
+    assert args.host == "127.0.0.1" and args.cors is None and args.token_file is None
+
+
+@pytest.mark.parametrize("name, code, status", [
+    ("ImageReadError", "image_read", 422), ("UnknownIdError", "unknown_id", 404),
+    ("DuplicateError", "duplicate", 409), ("IdExistsError", "id_exists", 409),
+    ("ImageTooLargeError", "image_too_large", 413), ("FilterError", "filter", 400),
+    ("EmptyDescriptorSetError", "empty_descriptor_set", 422), ("DiskFullError", "disk_full", 507),
+    ("IndexCorruptError", "index_corrupt", 500), ("ZeroVectorError", "zero_vector", 400),
+])
+def test_error_codes_and_statuses(name, code, status):
+    assert hasattr(errors, name)
+    assert error_code(name) == code and status_of(name) == status
