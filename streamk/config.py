@@ -3,7 +3,8 @@
 ``STREAMK_SHARED_DATA``: the shared benchmark data (default ``../shared/data``
 beside a source checkout). ``XDG_CACHE_HOME`` (default ``~/.cache``): the feature cache lives in
 ``$XDG_CACHE_HOME/streamk/features``, the notebooks' example collections in
-``$XDG_CACHE_HOME/streamk/examples``.
+``$XDG_CACHE_HOME/streamk/examples``. ``STREAMK_DASK_TIMEOUT``: seconds to wait for a
+Dask scheduler to answer (default 10).
 """
 
 import os
@@ -39,4 +40,24 @@ def shared_data_dir():
     return path if path.is_dir() else None
 
 
-__all__ = ["cache_home", "default_cache_dir", "feature_cache_dir", "shared_data_dir"]
+DEFAULT_DASK_TIMEOUT = 10.0  # seconds to connect to a Dask scheduler
+
+
+def dask_connect_timeout():
+    """Seconds to wait for a Dask scheduler: $STREAMK_DASK_TIMEOUT, default 10 (a bad
+    value is a ConfigError)."""
+    text = os.environ.get("STREAMK_DASK_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_DASK_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        from .errors import ConfigError
+
+        raise ConfigError(f"STREAMK_DASK_TIMEOUT must be a number of seconds > 0, got {text!r}")
+    return value
+
+
+__all__ = ["DEFAULT_DASK_TIMEOUT", "cache_home", "dask_connect_timeout", "default_cache_dir", "feature_cache_dir", "shared_data_dir"]

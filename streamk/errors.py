@@ -112,7 +112,7 @@ class ImageReadError(StreamkError, ValueError):
     def __init__(self, path, reason):
         self.path = str(path)
         self.reason = str(reason)
-        super().__init__(f"cannot read image {self.path}: {self.reason}")
+        super().__init__(f"cannot read image {printable(self.path)}: {self.reason}")
 
     def __reduce__(self):  # keep (path, reason) across process boundaries
         return (type(self), (self.path, self.reason))
@@ -327,6 +327,41 @@ class StaleCodecWarning(UserWarning):
     ``staleness``: the figures (:meth:`StreamingIndex.codec_staleness`)."""
 
     staleness = None
+
+
+# --------------------------------------------------------------- cluster (streamk.parallel)
+class ClusterError(StreamkError, ConnectionError):
+    """A Dask scheduler address that is malformed (unknown protocol, no port) or that
+    does not answer in time (refused, unknown host, no reply within the connect timeout,
+    ``STREAMK_DASK_TIMEOUT`` seconds, default 10). ``address`` is kept as an attribute."""
+
+    exit_code = 7
+
+    def __init__(self, message, address=None):
+        super().__init__(message)
+        self.address = address
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.address))
+
+
+def printable(text):
+    """``text`` (e.g. a file name) safe on one line of a report: control characters
+    escaped as ``repr`` escapes them (``\\n``, ``\\t``, ``\\x1b``) and the bytes of a name
+    that is not valid UTF-8 (``os.fsdecode``'s lone surrogates) as ``\\xNN``."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    out = []
+    for c in text:
+        o = ord(c)
+        if 0xDC80 <= o <= 0xDCFF:  # surrogateescape: one undecodable byte of the name
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif c.isprintable() or c == " ":
+            out.append(c)
+        else:
+            out.append(repr(c)[1:-1])
+    return "".join(out)
 
 
 def describe(exc):

@@ -188,3 +188,55 @@ def test_k_above_the_images_is_capped_under_a_memory_limit(work):
         res = run_python("-c", LIMITED_CLI, "search", work / "ix", work / "imgs" / "img2.png", opt, "1000000000",
                          timeout=120)
         assert res.returncode == 2 and "limit of" in one_error_line(res), opt
+
+
+# ---------------------------------------------------------------- smaller failures (issue 17, 7)
+def test_a_text_file_as_encoder_is_an_encoder_file_error(tmp_path):
+    from streamk import Encoder
+
+    (tmp_path / "enc.txt").write_text("this is not an encoder\n")
+    res = streamk("index", "create", str(tmp_path / "ix"), "--encoder", str(tmp_path / "enc.txt"))
+    assert res.returncode == errors.EncoderFileError.exit_code == 3
+    line = one_error_line(res)
+    assert "enc.txt" in line and "text file" in line and "pickle" not in line
+    assert not (tmp_path / "ix").exists()
+    import numpy as np
+
+    np.save(tmp_path / "one.npy", np.zeros(3))
+    for name, words in (("enc.txt", "a text file"), ("one.npy", "a single .npy array"), ("empty.npz", "an empty file")):
+        (tmp_path / "empty.npz").write_bytes(b"")
+        with pytest.raises(errors.EncoderFileError, match=words):
+            Encoder.load(tmp_path / name)
+
+
+def test_names_that_are_not_utf8_or_hold_a_newline(work, tmp_path):
+    """Such files are ingested under ids with ``%XX`` for those bytes, and a bad file whose
+    name holds a newline is reported on one line."""
+    import os
+
+    from streamk.index import StreamingIndex
+
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    raw = os.fsencode(imgs) + b"/caf\xe9.png"
+    with open(raw, "wb") as fh:
+        fh.write((work / "imgs" / "img1.png").read_bytes())
+    (imgs / "new\nline.png").write_bytes((work / "imgs" / "img2.png").read_bytes())
+    (imgs / "bad\nname.jpg").write_text("not an image\n")
+    ix = tmp_path / "ix"
+    assert streamk("index", "create", str(ix), "--encoder", str(work / "enc.npz"), "--extractor", "sift",
+                   "--no-local-features").returncode == 0
+    res = streamk("ingest", str(ix), str(imgs), "--workers", "1", "--no-progress")
+    assert res.returncode == 1, res.stderr  # the bad file
+    assert "Traceback" not in res.stderr
+    skipped = [line for line in res.stderr.splitlines() if line.startswith("streamk: skipped")]
+    assert len(skipped) == 1 and "bad\\nname.jpg" in skipped[0] and "not a recognised image" in skipped[0]
+    assert "added 2, skipped 0 existing, failed 1" in res.stdout
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        assert sorted(idx.ids()) == ["caf%E9.png", "new%0Aline.png"]
+        assert os.fsencode(idx.info("caf%E9.png")["source"]) == raw  # the file it came from
+        assert idx.info("new%0Aline.png")["source"] == str(imgs / "new\nline.png")
+    res = streamk("ingest", str(ix), str(imgs), "--workers", "1", "--no-progress")  # resumes: nothing new
+    assert "added 0, skipped 2 existing, failed 1" in res.stdout
+    res = streamk("search", str(ix), str(imgs / "new\nline.png"), "-k", "2")
+    assert res.returncode == 0 and res.stdout.splitlines()[1].split()[-1] == "new%0Aline.png"

@@ -25,6 +25,23 @@ FORMAT = "streamk-encoder"
 FORMAT_VERSION = 1
 
 
+_ZIP_MAGIC = b"PK\x03\x04"  # a .npz is a zip archive
+
+
+def _what_file(data):
+    """A few words on what bytes that are not a .npz look like (for the error message)."""
+    if not data:
+        return "an empty file"
+    if data.startswith(b"\x93NUMPY"):
+        return "a single .npy array, not a .npz archive"
+    head = data[:1024]
+    try:
+        head.decode("utf-8")
+        return "a text file"
+    except UnicodeDecodeError:
+        return "not a .npz archive"
+
+
 @dataclass
 class EncoderConfig:
     embedding: str = "temb"  # temb | fv | vlad | bow
@@ -241,14 +258,20 @@ class Encoder:
 
     @classmethod
     def from_bytes(cls, data):
+        data = bytes(data)
+        if not data.startswith(_ZIP_MAGIC):  # what np.load would take for a pickle, or a .npy
+            raise EncoderFileError(f"not a streamk encoder file ({_what_file(data)}): expected the .npz that "
+                                   f"Encoder.save or `streamk index create --save-encoder` writes")
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                 meta = json.loads(str(npz["__meta__"]))
                 arrays = {name: npz[name] for name in npz.files if name != "__meta__"}
         except EncoderFileError:
             raise
-        except Exception as exc:
-            raise EncoderFileError(f"not a streamk encoder file: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 -- whatever numpy or zipfile say of a damaged archive
+            reason = "it holds pickled objects, which streamk never loads" if "pickle" in str(exc) else \
+                f"{type(exc).__name__}: {exc}"
+            raise EncoderFileError(f"not a streamk encoder file ({reason})") from exc
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise EncoderFileError("not a streamk encoder file (format tag missing)")
         if meta.get("version") != FORMAT_VERSION:
@@ -273,7 +296,10 @@ class Encoder:
                 data = fh.read()
         except OSError as exc:
             raise EncoderFileError(f"cannot read encoder file {path}: {exc}") from exc
-        return cls.from_bytes(data)
+        try:
+            return cls.from_bytes(data)
+        except EncoderFileError as exc:
+            raise EncoderFileError(f"{path}: {exc}") from exc
 
     @property
     def fingerprint(self):

@@ -70,7 +70,9 @@ LMDB keys, never file names: nothing is written outside the index directory.
 """
 
 import json
+import os
 import struct
+import threading
 import unicodedata
 from pathlib import Path
 
@@ -205,15 +207,64 @@ class _Reading:
         return False
 
 
+class _SharedEnvs:
+    """One LMDB environment per index file per process, shared by every Store open on it
+    and closed with the last (LMDB refuses a second environment on the same file in one
+    process). Keyed by data.mdb's device and inode, so a folder deleted and made anew is
+    a new index."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._envs = {}  # (st_dev, st_ino) -> [env, readonly, users]
+
+    @staticmethod
+    def key(path):
+        st = os.stat(Path(path) / "data.mdb")
+        return st.st_dev, st.st_ino
+
+    def acquire(self, path, readonly, make):
+        """(env, key): the environment open on ``path`` in this process, or ``make()``'s."""
+        with self._lock:
+            try:
+                key = self.key(path)
+            except OSError:
+                key = None
+            entry = self._envs.get(key) if key is not None else None
+            if entry is not None:
+                if entry[1] and not readonly:
+                    raise ReadOnlyIndexError(f"{path} is open read-only elsewhere in this process: close it "
+                                             f"before opening it for writing (or open it for writing first)")
+                entry[2] += 1
+                return entry[0], key
+            env = make()
+            key = self.key(path)
+            self._envs[key] = [env, readonly, 1]
+            return env, key
+
+    def release(self, key):
+        with self._lock:
+            entry = self._envs.get(key)
+            if entry is None:
+                return
+            entry[2] -= 1
+            if entry[2] <= 0:
+                del self._envs[key]
+                entry[0].close()
+
+
+_SHARED = _SharedEnvs()
+
+
 class Store:
     """The LMDB environment of one index directory and its sub-databases.
 
     Use :meth:`create` or :meth:`open`; ``store.dbs[name]`` are the handles.
     """
 
-    def __init__(self, path, env, readonly, create=False, max_map_size=None):
+    def __init__(self, path, env, readonly, create=False, max_map_size=None, env_key=None):
         self.path = Path(path)
         self.env = env
+        self._env_key = env_key  # its entry in the environments shared in this process
         self.readonly = readonly
         self.max_map_size = None if max_map_size is None else int(max_map_size)
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
@@ -263,8 +314,8 @@ class Store:
         path.mkdir(parents=True, exist_ok=True)
         env = None
         try:
-            env = cls._env(path, False, int(map_size))
-            store = cls(path, env, False, create=True, max_map_size=max_map_size)
+            env, key = _SHARED.acquire(path, False, lambda: cls._env(path, False, int(map_size)))
+            store = cls(path, env, False, create=True, max_map_size=max_map_size, env_key=key)
 
             def put_meta(txn):
                 for k, v in record.items():
@@ -272,7 +323,7 @@ class Store:
             store.write(put_meta)
         except BaseException as exc:
             if env is not None:
-                env.close()
+                _SHARED.release(key)
             for name in ("data.mdb", "lock.mdb"):  # nothing half-made is left
                 (path / name).unlink(missing_ok=True)
             for p in made:
@@ -291,26 +342,26 @@ class Store:
         if not path.is_dir() or not _is_index_dir(path):
             raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
         check_lmdb_file(path)  # before mapping it: a truncated file would be a SIGBUS
-        try:
-            env = cls._env(path, readonly, 0)  # 0: the size recorded in the file
+        try:  # the environment this process has open on it already, if any (one per file)
+            env, key = _SHARED.acquire(path, readonly, lambda: cls._env(path, readonly, 0))  # 0: the file's size
         except lmdb.Error as exc:
             raise NotAnIndexError(f"{path}: cannot open as an LMDB index ({exc})") from exc
         try:
             cls._check_format(path, env)  # before the sub-databases: an older format has others
-            store = cls(path, env, readonly, max_map_size=max_map_size)
+            store = cls(path, env, readonly, max_map_size=max_map_size, env_key=key)
             store.reader_check()
             store.block_rows = store.get_int(b"block_rows", default=BLOCK_ROWS)
         except (NotAnIndexError, IndexFormatError):
-            env.close()
+            _SHARED.release(key)
             raise
         except CORRUPTION as exc:
-            env.close()
+            _SHARED.release(key)
             raise corrupt(path, f"LMDB: {exc}") from exc
         except (lmdb.NotFoundError, lmdb.Error) as exc:
-            env.close()
+            _SHARED.release(key)
             raise NotAnIndexError(f"{path} is not a streamk index ({exc})") from exc
         except ValueError as exc:
-            env.close()
+            _SHARED.release(key)
             raise NotAnIndexError(f"{path}: unreadable index metadata ({exc})") from exc
         return store
 
@@ -337,7 +388,10 @@ class Store:
                                    f"streamk reads version {FORMAT_VERSION}")
 
     def close(self):
-        self.env.close()
+        """Close this store (the environment with the last store of this process on it)."""
+        key, self._env_key = self._env_key, None
+        if key is not None:
+            _SHARED.release(key)
 
     # ------------------------------------------------------------ transactions
     def read(self, buffers=False):

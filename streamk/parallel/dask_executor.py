@@ -18,13 +18,18 @@ folder, or one machine); the index itself stays with the process that writes
 it and is never sent to a worker.
 """
 
+import asyncio
 import logging
+import socket
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from distributed import Client, LocalCluster, as_completed
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..config import dask_connect_timeout
+from ..errors import ClusterError
 from .executors import CRASHED, Executor, TaskFailure, parse_dask_address
 from .worker_process import prepare_worker_process, run_task
 
@@ -38,6 +43,46 @@ class StreamkWorkerSetup(WorkerPlugin):
 
     def setup(self, worker):
         prepare_worker_process()
+
+
+def connect(address, timeout=None):
+    """A Client of the scheduler at ``address`` (checked by parse_dask_address), or a
+    ClusterError naming the address and the cause within ``timeout`` seconds (default
+    :func:`streamk.config.dask_connect_timeout`, 10 s): a TCP address is dialled first, so
+    that a refused connection or an unknown host is said at once instead of retried until
+    the timeout; then Dask's handshake, bounded by the same timeout."""
+    timeout = dask_connect_timeout() if timeout is None else float(timeout)
+    scheme, sep, rest = address.partition("://")
+    if not sep or scheme == "tcp":
+        host, _, port = (rest if sep else address).rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except socket.gaierror as exc:
+            raise ClusterError(f"cannot reach the Dask scheduler at {address}: unknown host {host!r} ({exc.strerror})",
+                               address=address) from None
+        except TimeoutError:
+            raise ClusterError(f"cannot reach the Dask scheduler at {address}: no answer within {timeout:g} s "
+                               f"(STREAMK_DASK_TIMEOUT)", address=address) from None
+        except OSError as exc:
+            raise ClusterError(f"cannot reach the Dask scheduler at {address}: {exc.strerror or exc} (is the "
+                               f"scheduler running, and its port open to this machine?)", address=address) from None
+    try:
+        # Dask's own handshake, bounded here (Client's timeout does not bound a port that
+        # accepts and never speaks); in a thread of its own, as a notebook runs a loop already
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, _handshake(address, timeout)).result()
+        return Client(address, timeout=timeout)
+    except (OSError, TimeoutError, asyncio.TimeoutError, ValueError) as exc:
+        cause = f"no Dask answer within {timeout:g} s (STREAMK_DASK_TIMEOUT)" if isinstance(
+            exc, (TimeoutError, asyncio.TimeoutError)) or "Timed out" in str(exc) else f"{type(exc).__name__}: {exc}"
+        raise ClusterError(f"cannot connect to the Dask scheduler at {address}: {cause}", address=address) from None
+
+
+async def _handshake(address, timeout):
+    from distributed.comm import connect as dial
+
+    comm = await asyncio.wait_for(dial(address, timeout=timeout), timeout)
+    comm.abort()
 
 
 class DaskExecutor(Executor):
@@ -61,7 +106,7 @@ class DaskExecutor(Executor):
                                              dashboard_address=None, silence_logs=logging.ERROR)
                 self.client = Client(self._cluster)
             else:
-                self.client = Client(value)
+                self.client = connect(value)
             self.address = self.client.scheduler.address
         self.client.register_plugin(StreamkWorkerSetup(), name=PLUGIN_NAME)
         self._nthreads_at = 0.0

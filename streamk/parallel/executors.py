@@ -30,7 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from collections import deque
 from typing import NamedTuple
 
-from ..errors import ConfigError
+from ..errors import ClusterError, ConfigError
 from .worker_process import pool_worker_init, run_task
 
 CRASHED = "WorkerCrashed: the process died on this item (a crash in a native library, or killed)"
@@ -196,7 +196,26 @@ def parse_dask_address(text):
         return "local", n
     if not text:
         raise ConfigError("--dask needs a scheduler address (tcp://host:8786) or local:N")
-    return "remote", text
+    return "remote", check_scheduler_address(text)
+
+
+DASK_PROTOCOLS = ("tcp", "tls", "ws", "wss", "ucx")  # what distributed speaks to a scheduler
+
+
+def check_scheduler_address(text):
+    """``text`` if it is a scheduler address Dask can dial (``tcp://host:port``,
+    ``host:port``, tls / ws / wss / ucx), else ClusterError naming it and what is wrong."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "tcp", text
+    hint = "give the scheduler's address as tcp://host:8786, or local:N for a cluster started here"
+    if scheme not in DASK_PROTOCOLS:
+        raise ClusterError(f"--dask {text}: unknown protocol {scheme!r} (known: {', '.join(DASK_PROTOCOLS)}); {hint}",
+                           address=text)
+    host, colon, port = rest.rpartition(":")
+    if scheme != "ucx" and (not colon or not host or not port.isdigit() or not 0 < int(port) < 65536):
+        raise ClusterError(f"--dask {text}: not a host:port address; {hint}", address=text)
+    return text
 
 
 def make_executor(workers=None, dask=None):

@@ -16,6 +16,9 @@ sent to the workers as they are found, a bounded number at a time):
 2. **Ids.** A file found under a folder ROOT gets the id ``relpath(file, ROOT)``
    with the path separator replaced by ``"__"`` (``ROOT/a/b.jpg`` -> ``a__b.jpg``);
    a file given explicitly gets its base name (``x/y/c.png`` -> ``c.png``).
+   A name that is not valid UTF-8, or holds control characters (a newline), keeps
+   them as ``%XX`` of their bytes (``caf\xe9.jpg`` -> ``caf%E9.jpg``): every file
+   can be ingested, and its id is plain text in keys, reports and JSON.
    Ids are checked with the store's rules (:func:`streamk.index.store.validate_id`:
    1..200 characters, no control characters, ...); a file whose id is invalid is
    reported and skipped. Two files mapping to the same id (``a/b.jpg`` and
@@ -79,7 +82,7 @@ from itertools import islice
 
 
 from ..errors import (ConfigError, DuplicateError, IngestInterruptedError, MetadataError, StreamkError, Terminated,
-                      TooFewImagesError, TrainingInProgressError, describe)
+                      TooFewImagesError, TrainingInProgressError, describe, printable)
 from ..features import FeatureCache
 from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
                      encoded_image_file, image_content_key, nearest_of_vectors)
@@ -98,11 +101,30 @@ def is_image_name(name):
 
 
 def id_for(path, root=None):
-    """The image id of ``path`` found under folder ``root`` (None: given explicitly)."""
+    """The image id of ``path`` found under folder ``root`` (None: given explicitly);
+    undecodable bytes and control characters as ``%XX`` (see the module doc)."""
+    path = os.fsdecode(path)
     if root is None:
-        return os.path.basename(os.path.normpath(str(path)))
-    rel = os.path.relpath(str(path), str(root))
-    return rel.replace(os.sep, "__").replace("/", "__")
+        return _text_id(os.path.basename(os.path.normpath(path)))
+    rel = os.path.relpath(path, os.fsdecode(root))
+    return _text_id(rel.replace(os.sep, "__").replace("/", "__"))
+
+
+def _text_id(name):
+    """``name`` with each byte that is not valid UTF-8 (a lone surrogate from
+    os.fsdecode) and each control character written as ``%XX`` of its bytes."""
+    if name.isprintable():
+        return name
+    out = []
+    for c in name:  # per file name, not per descriptor
+        o = ord(c)
+        if 0xDC80 <= o <= 0xDCFF:
+            out.append(f"%{o - 0xDC00:02X}")
+        elif c.isprintable() or c == " ":
+            out.append(c)
+        else:
+            out.append("".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")))
+    return "".join(out)
 
 
 def iter_scan(roots):
@@ -270,7 +292,7 @@ class Ingester:
         self.batch_size = int(batch_size)
         self.commit_interval = float(commit_interval)
         self.max_inflight = None if max_inflight is None else int(max_inflight)
-        self.report = report or (lambda path, reason: print(f"streamk: skipped {path}: {reason}",
+        self.report = report or (lambda path, reason: print(f"streamk: skipped {printable(path)}: {reason}",
                                                             file=sys.stderr, flush=True))
         self.progress = progress
         self.cache = None if cache_dir is None else FeatureCache(cache_dir)
