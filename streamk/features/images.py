@@ -276,12 +276,23 @@ def exif_date(data):
     return None
 
 
+def _json_text(name):
+    """``name`` as valid text: the bytes of a file name that are not UTF-8 (os.fsdecode's
+    lone surrogates, which JSON cannot hold) written as ``\\xNN``."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def file_metadata(path, data):
     """What ingestion stores about an image file: ``path`` (absolute), ``folder``, ``name``,
     ``size`` (bytes read), ``mtime`` (unix time, when the file can be stat'ed) and ``date``
     (the EXIF date, where the bytes carry one)."""
-    path = os.path.abspath(os.fspath(path))
-    out = {"path": path, "folder": os.path.dirname(path), "name": os.path.basename(path), "size": len(data)}
+    path = os.path.abspath(os.fsdecode(path))
+    text = _json_text(path)
+    out = {"path": text, "folder": os.path.dirname(text), "name": os.path.basename(text), "size": len(data)}
     try:
         out["mtime"] = os.stat(path).st_mtime
     except OSError:
