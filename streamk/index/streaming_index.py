@@ -496,7 +496,7 @@ class StreamingIndex:
         return self.queries.vectors(Q)
 
     def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None, where=None):
+               expansion="aqe", pairs=False, features=None, where=None, record=None):
         """The k best images by decreasing inner product with the query, then (second
         stage) spatially verified and expanded.
 
@@ -525,7 +525,10 @@ class StreamingIndex:
         results averaged into the query (``expansion`` "aqe", or "alpha" for alpha-QE),
         searched once more (default 50; 0: off). ``box`` maps the query's box into each
         verified result (``region``). ``features``: the query image's Features (already
-        cropped to ``box``) when the query is given as its vector.
+        cropped to ``box``) when the query is given as its vector. ``record``: instead of
+        features, the query's local-geometry record (bytes), e.g. a stored image's
+        (:meth:`geometry`) to search with an indexed image: one word per feature, so fewer
+        tentative matches than a query image's multiple assignment gives.
 
         where: a metadata filter (:mod:`streamk.index.metadata`), e.g. ``{"folder": "x"}``,
         ``{"year": {"gte": 2020}}``, ``{"tag": {"in": ["a", "b"]}}``, on indexed fields
@@ -548,9 +551,14 @@ class StreamingIndex:
             Q = unit_vector(self.encoder.encode(qfeatures.descriptors))[None, :]
         else:
             Q = self.queries.vector(query, box=None if features is not None else box)[None, :]
-        vocabulary = None if batch or qfeatures is None else self.vocabulary
+        if record is not None and (batch or qfeatures is not None):
+            raise ConfigError("record applies to one query vector, without features")
+        vocabulary = None if batch or (qfeatures is None and record is None) else self.vocabulary
         R = (DEFAULT_VERIFY if verify is None else int(verify)) if vocabulary is not None else 0
-        qrec = query_record(vocabulary, qfeatures) if R and len(qfeatures) else None
+        if record is not None:
+            qrec = record if R else None
+        else:
+            qrec = query_record(vocabulary, qfeatures) if R and len(qfeatures) else None
         with self._store.read(buffers=True) as txn:
             self.view.refresh(txn)
             allow = self._row_filter(txn, clauses)

@@ -145,18 +145,25 @@ class Service:
         return {"query": query, "results": out}
 
     def search(self, vector, k, features=None, box=None, verify=None, expand=None, mode=None, query=None,
-               where=None):
-        """The results of one query vector (with its image's Features for the second stage),
-        among the images that ``where`` (a metadata filter) selects."""
+               where=None, record=None):
+        """The results of one query vector (with its image's Features, or a stored image's
+        geometry record, for the second stage), among the images ``where`` (a metadata
+        filter) selects."""
+        extra = {} if record is None else {"record": record}
         hits = self.index.search(np.asarray(vector, np.float32), k=k, features=features,
                                  box=box if features is not None else None, verify=verify, expand=expand, mode=mode,
-                                 where=where)
+                                 where=where, **extra)
         return self._hits(hits, query or {})
 
     def search_id(self, image_id, k, verify=None, expand=None, mode=None, where=None):
-        """The results of an indexed image's stored vector (first stage: no features are kept)."""
+        """The results of an indexed image: its stored vector, verified with its stored local
+        geometry where the index keeps it (not across the shards of a sharded index)."""
         v = self.index.vector(image_id)
-        return self.search(v, k, mode=mode, query={"kind": "id", "id": image_id}, where=where)
+        record = None
+        if self.has_local_features and hasattr(self.index, "geometry") and verify != 0:
+            record = self.index.geometry(image_id)
+        return self.search(v, k, verify=verify, expand=expand, mode=mode, query={"kind": "id", "id": image_id},
+                           where=where, record=record)
 
     def duplicates(self, image_id, threshold, verify, max_results):
         hits = self.index.duplicates(image_id, threshold=threshold, verify=verify, max_results=max_results)

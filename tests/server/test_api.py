@@ -82,7 +82,7 @@ def test_add_search_by_id_and_vector_update_delete(served, photos):
         info = c.get("/images/new").json()
         assert info["kind"] == "upload" and info["image_size"] == [256, 256] and "source" not in info
         # by id: the stored vector, itself first
-        r = c.post("/search", json={"id": "new", "k": 2})
+        r = c.post("/search", json={"id": "new", "k": 2, "verify": 0})
         assert r.status_code == 200 and r.json()["results"][0]["id"] == "new"
         assert r.json()["results"][0]["score"] == pytest.approx(1.0, abs=1e-5)
         # by vector: an image's stored vector finds that image
@@ -174,6 +174,11 @@ def test_near_duplicates(served, photos):
                 if verify == "true":
                     assert dups[0]["verified"] and dups[0]["inliers"] >= 12
             assert [d["id"] for d in c.get("/images/p1-copy/duplicates").json()["duplicates"]] == ["p1"]
+            # a search by id is verified with the image's stored local geometry
+            hits = c.post("/search", json={"id": "p1-copy", "k": 2}).json()["results"]
+            assert [h["id"] for h in hits] == ["p1-copy", "p1"] and all(h["verified"] for h in hits), hits
+            hits = c.post("/search", json={"id": "p1-copy", "k": 2, "verify": 0}).json()["results"]
+            assert [h["stage"] for h in hits] == ["first", "first"]
             assert_error(c.get("/images/absent/duplicates"), 404, "unknown_id")
             assert_error(c.get("/images/p1/duplicates", params={"threshold": 2}), 400, "bad_request")
             assert_error(c.get("/images/p1/duplicates", params={"max_results": 0}), 400, "bad_request")
