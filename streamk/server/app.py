@@ -140,7 +140,7 @@ class BodyLimit:
                 if n < 0 or n > self.limit:
                     resp = error_response(413, "upload_too_large", str(UploadTooLargeError(self.limit))) if n >= 0 \
                         else error_response(400, "bad_request", "invalid Content-Length")
-                    return await _drain_and_send(resp, scope, receive, send)
+                    return await resp(scope, receive, send)  # the body is never read
         seen = 0
 
         async def limited():
@@ -152,10 +152,6 @@ class BodyLimit:
                     raise UploadTooLargeError(self.limit)
             return message
         return await self.app(scope, limited, send)
-
-
-async def _drain_and_send(resp, scope, receive, send):
-    await resp(scope, receive, send)
 
 
 class RequestLog:
