@@ -141,6 +141,12 @@ def test_duplicates_groups_the_changed_photos(work, tmp_path, capsys):
         verified = idx.duplicates("p0.png", verify=True)
         assert sorted(h.id for h in verified) == sorted(CHANGED) and all(h.inliers >= 12 for h in verified)
         assert idx.duplicates(threshold=0.999) == []  # no two photos are that close
+    with StreamingIndex.open(ix) as idx:  # the second stage (verification, expansion) keeps to a filter
+        idx.index_field("name")
+        where = {"name": {"in": ["p0_crop.png", "p0_small.png", "p1.png", "p2.png"]}}
+        hits = idx.search(str(work / "photos" / "p0.png"), k=10, where=where)
+        assert {h.id for h in hits} == {"p0_crop.png", "p0_small.png", "p1.png", "p2.png"}
+        assert hits[0].verified and hits[1].verified and {hits[0].id, hits[1].id} == {"p0_crop.png", "p0_small.png"}
     with pytest.raises(SystemExit) as exit_:  # argparse refuses it
         main(["duplicates", str(ix), "--threshold", "1.5"])
     assert exit_.value.code == 2
