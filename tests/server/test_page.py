@@ -1,6 +1,6 @@
 """The web page at ``/`` in headless Chromium (Playwright): the token, a photo picked,
 results with their thumbnails, scores, inliers and matched regions; a box drawn on the
-photo searches inside it; a click on a result searches with it. Saves a screenshot
+photo searches inside it; a click on a result searches with it; a photo dropped. Saves a screenshot
 (``server-page.png``, copied to $STREAMK_ARTIFACTS when set; to docs/ with
 STREAMK_UPDATE_SCREENSHOTS=1, which is how the README's was made).
 
@@ -8,6 +8,7 @@ Runs on the small demo example (real photographs); STREAMK_BROWSER_EXAMPLE_DIR n
 prebuilt one instead. Skipped when /usr/bin/chromium or playwright is missing, unless
 STREAMK_REQUIRE_BROWSER=1."""
 
+import base64
 import json
 import os
 import shutil
@@ -117,6 +118,18 @@ def test_the_page_searches_by_photo_box_and_click(example, make_server, tmp_path
                                        "document.querySelector('#results').getAttribute('aria-busy') === 'false'",
                                        arg=target)
                 assert page.locator("#query-caption").inner_text().endswith(target)
+
+                # a photo dropped on the page searches with it too
+                with page.expect_response("**/search") as resp:
+                    page.evaluate("""([b64, name]) => {
+                        const bytes = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+                        const dt = new DataTransfer();
+                        dt.items.add(new File([bytes], name, {type: 'image/jpeg'}));
+                        document.querySelector('#drop').dispatchEvent(
+                            new DragEvent('drop', {dataTransfer: dt, bubbles: true, cancelable: true}));
+                    }""", [base64.b64encode(query.read_bytes()).decode(), query.name])
+                assert resp.value.status == 200 and resp.value.json()["query"]["kind"] == "image"
+                assert page.locator("#query-caption").inner_text().startswith(query.name)
                 assert "error" not in (page.locator("#status").get_attribute("class") or "")
                 assert not console, console
             except BaseException:
