@@ -723,6 +723,8 @@ def main(argv=None):
     traceback of an error."""
     parser = build_parser()
     _add_debug_option(parser, top=True)
+    if argv is not None and any("\x00" in str(a) for a in argv):  # (a real command line cannot hold one)
+        parser.error("an argument holds a NUL byte")
     args = parser.parse_args(argv)
     with _sigint_raises():
         return run_command(lambda: args.func(args), debug=args.debug)

@@ -4,6 +4,7 @@ status 1, Ctrl-C 130, a closed output pipe 141 and quiet; ``--debug`` adds the
 traceback. Run in child processes, as a user runs ``streamk``."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -240,3 +241,142 @@ def test_names_that_are_not_utf8_or_hold_a_newline(work, tmp_path):
     assert "added 0, skipped 2 existing, failed 1" in res.stdout
     res = streamk("search", str(ix), str(imgs / "new\nline.png"), "-k", "2")
     assert res.returncode == 0 and res.stdout.splitlines()[1].split()[-1] == "new%0Aline.png"
+
+
+# ---------------------------------------------------------------- fuzz: no traceback ever reaches the user
+FUZZ_EXAMPLES = 150
+FUZZ_SECONDS = 300  # the whole fuzz run, whatever the examples cost: later examples are skipped
+# commands run in process, on a copy of the fixture's index; options that start servers,
+# clusters, endless loops or long trainings are left out (they have their own tests)
+FUZZ_LEFT_OUT = {"--dask", "--watch", "--train", "--help", "--debug"}
+FUZZ_COMMANDS = [("index", "create"), ("index", "field"), ("index", "train"), ("index", "train-pq"), ("index", "info"),
+                 ("index", "upgrade"), ("index", "verify"), ("index", "add-local-features"), ("ingest",), ("search",),
+                 ("duplicates",)]
+JUNK = ["", "0", "-1", "1", "2", "3", "10001", "1000000000", "99999999999999999999", "nan", "inf", "-inf", "1e308",
+        "0.5", "-0.0", "x", "--", "-", "\x00", "a\nb", "é", "\udce9", "..", "/", "{}", "[1]", '{"a": 1}',
+        "tcp://127.0.0.1:1", "local:0", "float32", "exact", "pq", "keep"]
+
+
+def _parsers():
+    """{command tuple: its argparse parser}, from the real parser."""
+    import argparse
+
+    from streamk.cli import build_parser
+
+    out = {}
+
+    def walk(parser, path):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            out[tuple(path)] = parser
+        for action in subs:
+            for name, sp in action.choices.items():
+                walk(sp, path + [name])
+    walk(build_parser(), [])
+    return out
+
+
+@pytest.fixture(scope="module")
+def fuzz_files(work, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzzfiles")
+    (root / "notes.txt").write_text("not an image, not an encoder\n")
+    (root / "meta.jsonl").write_text('{"id": "img0.png", "tag": "x"}\n{broken\n')
+    return {"index": None, "image": str(work / "imgs" / "img1.png"), "images": str(work / "imgs"),
+            "encoder": str(work / "enc.npz"), "text": str(root / "notes.txt"), "jsonl": str(root / "meta.jsonl"),
+            "missing": str(root / "missing"), "newdir": None}
+
+
+def test_fuzz_cli_arguments_never_show_a_traceback(work, fuzz_files, tmp_path_factory):
+    """Random argument lists of the real subcommands and options with junk values, run as
+    ``streamk.cli.main``: whatever they are, the user sees no traceback and an exit status
+    of the documented set, and no 'internal error' (a bug). The examples are the same on
+    every run; FUZZ_RANDOM=1 draws new ones."""
+    import contextlib
+    import io
+    import shutil
+    import time
+
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    parsers = _parsers()
+    commands = [c for c in FUZZ_COMMANDS if c in parsers]
+    assert len(commands) == len(FUZZ_COMMANDS), "a fuzzed command is gone: update FUZZ_COMMANDS"
+    started = time.monotonic()
+    scratch = tmp_path_factory.mktemp("fuzz")
+    seen = {"runs": 0}
+
+    def files(run_dir):
+        return dict(fuzz_files, index=str(run_dir / "ix"), newdir=str(run_dir / "new"))
+
+    def positional_values(action, f):
+        good = {"dir": [f["index"]] * 4 + [f["missing"], f["newdir"], f["text"]],
+                "image": [f["image"]] * 4 + [f["text"], f["missing"], f["images"]],
+                "images": [f["images"], f["image"], f["text"], f["missing"]],
+                "names": ["tag", "date", "size", "name", "é"]}.get(action.dest, [f["index"], f["image"]])
+        return st.sampled_from(good * 12 + JUNK)
+
+    numbers = ["1", "2", "3", "8", "10", "16", "100", "0", "-1", "10001", "1000000000", "99999999999999999999", "0.5"]
+
+    def option_values(action, f):
+        paths = [f["index"], f["image"], f["encoder"], f["text"], f["jsonl"], f["missing"]]
+        good = list(action.choices) * 4 if action.choices else (numbers if action.type not in (None, str) else paths)
+        return st.sampled_from(good * 8 + JUNK)
+
+    @hypothesis.settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=os.environ.get("FUZZ_RANDOM") is None,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(data=st.data())
+    def run(data):
+        if time.monotonic() - started > FUZZ_SECONDS:
+            return  # bounded in time as in count
+        run_dir = scratch / f"run{seen['runs']}"
+        seen["runs"] += 1
+        shutil.copytree(work / "ix", run_dir / "ix")
+        f = files(run_dir)
+        command = data.draw(st.sampled_from(commands))
+        parser = parsers[command]
+        argv = list(command)
+        for action in [a for a in parser._actions if not a.option_strings]:
+            n = 1 if action.nargs in (None, 1) else data.draw(st.integers(0, 2)) + (action.nargs == "+")
+            if data.draw(st.integers(0, 9)) == 0:
+                n = 0  # a positional left out: a usage error
+            argv += [data.draw(positional_values(action, f)) for _ in range(n)]
+        options = [a for a in parser._actions if a.option_strings and not set(a.option_strings) & FUZZ_LEFT_OUT]
+        for action in data.draw(st.lists(st.sampled_from(options), max_size=4)) if options else []:
+            argv.append(data.draw(st.sampled_from(action.option_strings)))
+            if action.nargs == 0:
+                continue
+            n = action.nargs if isinstance(action.nargs, int) else 1
+            argv += [data.draw(option_values(action, f)) for _ in range(n)]
+            if action.option_strings[-1] == "--workers" and argv[-1].lstrip("-").isdigit() and 1 < int(argv[-1]) < 10 ** 6:
+                argv[-1] = "1"  # a real pool per example is slow; huge counts stay (they must be refused)
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse's usage errors and --help
+                code = exc.code
+        shown = out.getvalue() + err.getvalue()
+        assert "Traceback" not in shown, (argv, shown[-3000:])
+        assert "internal error" not in err.getvalue(), (argv, err.getvalue()[-3000:])
+        assert code in EXIT_CODES, (argv, code, shown[-3000:])
+        if code == 1:  # files that failed (ingestion, local features), never an error of the program
+            assert command in (("ingest",), ("index", "add-local-features")), (argv, shown[-3000:])
+            assert "streamk: error" not in err.getvalue(), (argv, shown[-3000:])
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    run()
+    assert seen["runs"] >= 20  # it did run (in time)
+
+
+def test_counts_of_processes_shards_and_batches_are_bounded(work, tmp_path, capsys):
+    """--workers 100000 once tried to start 100,000 processes, --shards 100000 to make as many
+    LMDB folders: each is refused by name, before anything starts or is written."""
+    ix = tmp_path / "ix"
+    for argv, limit in ((["ingest", str(work / "ix"), str(work / "imgs"), "--workers", "100000"], "local processes"),
+                        (["ingest", str(work / "ix"), str(work / "imgs"), "--batch-size", "1000000"], "4,096 images"),
+                        (["index", "create", str(ix), "--encoder", str(work / "enc.npz"), "--shards", "100000"],
+                         "1..1,024")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and limit in err, err
+    assert not ix.exists()

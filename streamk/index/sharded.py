@@ -103,6 +103,9 @@ def _release(path):
                 entry[0].close()
 
 
+MAX_SHARDS = 1024  # shards of one index, at most (each is an LMDB folder with its owner)
+
+
 class ShardActor:
     """One shard's owner: a StreamingIndex opened in this process (a Dask worker's,
     as an actor; or this one, in local mode). Its methods take and return plain
@@ -308,8 +311,9 @@ class ShardedIndex:
             indexed_fields = [indexed_fields]
         indexed_fields = [check_field(f) for f in indexed_fields]
         shards = int(shards)
-        if shards < 1:
-            raise ConfigError(f"shards must be >= 1, got {shards}")
+        if not 1 <= shards <= MAX_SHARDS:
+            raise ConfigError(f"shards must be in 1..{MAX_SHARDS:,} (streamk's limit: one LMDB folder and one owner "
+                              f"each), got {shards:,}")
         path = Path(path)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")

@@ -29,7 +29,7 @@ import lmdb
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..errors import GeometryRecordError, IndexCorruptError, StreamkError
+from ..errors import GeometryRecordError, IndexCorruptError, NotAnIndexError, StreamkError
 from ..quantization import IVFPQ, NO_LIST
 from ..verification.records import parse_header
 from .blocks import checked_block, mark_removed, pack_block, pack_codes, seal_row_codes, split_block
@@ -399,6 +399,8 @@ def verify_index(path, repair=False, progress=None):
         for d in read_manifest(path)["dirs"]:
             report.shards.append(verify_index(path / d, repair=repair, progress=progress))
         return report
+    if not (path / "data.mdb").is_file():  # before reading its header: nothing there is no damage
+        raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
     report = VerifyReport(str(path))
     try:
         check_lmdb_file(path)

@@ -229,8 +229,20 @@ def make_executor(workers=None, dask=None):
     workers = default_workers() if workers is None else int(workers)
     if workers < 1:
         raise ConfigError(f"workers must be >= 1, got {workers}")
+    if workers > max_workers():
+        raise ConfigError(f"workers = {workers:,} is over streamk's limit of {max_workers():,} local processes "
+                          f"(4 per core, at least {MAX_WORKERS}); a Dask cluster (--dask) spreads more")
     return InlineExecutor() if workers == 1 else LocalPoolExecutor(workers)
 
 
-__all__ = ["CRASHED", "Executor", "InlineExecutor", "LocalPoolExecutor", "TaskFailure", "default_workers",
+MAX_WORKERS = 64  # local worker processes allowed whatever the cores (more: 4 per core)
+
+
+def max_workers():
+    """The most local worker processes one executor starts: 4 per core, at least MAX_WORKERS."""
+    return max(MAX_WORKERS, 4 * (os.cpu_count() or 1))
+
+
+__all__ = ["CRASHED", "MAX_WORKERS", "Executor", "InlineExecutor", "LocalPoolExecutor", "TaskFailure", "default_workers",
+           "max_workers",
            "make_executor", "parse_dask_address"]

@@ -92,6 +92,7 @@ from .tasks import ingest_task, results, task_context
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff",
                               ".webp", ".ppm", ".pgm", ".pbm", ".pnm"})
+MAX_BATCH_SIZE = 4096  # images per write transaction, at most (each is held in memory until written)
 LOOKUP_CHUNK = 64  # found files whose ids are looked up in one read transaction
 COUNT_LEFT_SECONDS = 2.0  # after an interruption, time spent counting the files the walk had not reached
 
@@ -278,6 +279,9 @@ class Ingester:
                  max_pixels=None, metadata=None, on_duplicate="keep", duplicate_threshold=DEFAULT_DUPLICATE_THRESHOLD):
         if int(batch_size) < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        if int(batch_size) > MAX_BATCH_SIZE:
+            raise ConfigError(f"batch_size = {int(batch_size):,} is over streamk's limit of {MAX_BATCH_SIZE:,} images "
+                              f"per write transaction (held in memory until written)")
         if workers is not None and int(workers) < 1:
             raise ConfigError(f"workers must be >= 1, got {workers}")
         if max_inflight is not None and int(max_inflight) < 1:
@@ -647,5 +651,5 @@ def collect_images(roots):
     return [p for p, _ in found], bad
 
 
-__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "Ingester", "IngestStats", "collect_images", "read_metadata_file",
+__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "MAX_BATCH_SIZE", "Ingester", "IngestStats", "collect_images", "read_metadata_file",
            "retrain_if_stale", "run_ingest", "id_for", "image_content_key", "is_image_name", "iter_scan", "scan"]
