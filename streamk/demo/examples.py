@@ -35,8 +35,8 @@ from . import transforms as tf
 from ..config import cache_home
 from ..datasets import Dataset, Query, load_paris6k_subset
 from ..encoding.encoder import Encoder
-from ..errors import ConfigError, DatasetImageError, TooFewImagesError
-from ..index import StreamingIndex
+from ..errors import ConfigError, DatasetImageError, IndexFormatError, TooFewImagesError
+from ..index import StreamingIndex, upgrade
 from ..verification import Vocabulary
 
 FORMAT = "streamk-example"
@@ -189,5 +189,9 @@ def _load(directory):
         dataset = _dataset_from_json(info["dataset"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{directory}: not a readable streamk example ({exc}); delete the folder to rebuild") from exc
-    index = StreamingIndex.open(directory / "index")
+    try:
+        index = StreamingIndex.open(directory / "index")
+    except IndexFormatError:  # built by an earlier streamk (our own cache): upgraded in place, once
+        upgrade(directory / "index", progress=False)
+        index = StreamingIndex.open(directory / "index")
     return Example(info["name"], directory, index, dataset, {k: v for k, v in info.items() if k != "dataset"})
