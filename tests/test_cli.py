@@ -18,7 +18,7 @@ from streamk.cli import main
 pytest.importorskip("cv2")
 pytest.importorskip("PIL")
 from helpers.images import textured  # noqa: E402
-from helpers.processes import run_python, start_python, stop, subprocess_env  # noqa: E402
+from helpers.processes import REPO, run_python, start_python, stop, subprocess_env  # noqa: E402
 
 # every status the command line may end with (README, "Limits and errors")
 EXIT_CODES = {0, 1, 2, 3, 4, 5, 6, 7, 130, 141, 143}
@@ -381,3 +381,27 @@ def test_counts_of_processes_shards_and_batches_are_bounded(work, tmp_path, caps
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and limit in err, err
     assert not ix.exists()
+
+
+def test_the_readme_lists_every_exit_status_and_request_limit():
+    """README, "Limits and errors": each named error in the row of its exit status, and
+    the request maxima as the code has them."""
+    from streamk.index import MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Limits and errors", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.replace("\\|", "").strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].isdigit():
+            rows[int(cells[0])] = cells[2]
+    assert set(rows) == EXIT_CODES
+    for name in dir(errors):
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, errors.StreamkError) and cls is not errors.StreamkError:
+            code = 130 if cls is errors.IngestInterruptedError else cls.exit_code
+            assert f"`{name}`" in rows[code], (name, code)
+    for value, name in ((MAX_K, "MAX_K"), (MAX_RERANK, "MAX_RERANK"), (MAX_VERIFY, "MAX_VERIFY"),
+                        (MAX_EXPAND, "MAX_EXPAND"), (MAX_BATCH, "MAX_BATCH")):
+        row = next(line for line in section.splitlines() if f"`{name}`" in line or f".{name}`" in line)
+        assert f"{value:,}" in row, name
