@@ -394,7 +394,7 @@ def _serve(args):
 
     return serve(args.dir, host=args.host, port=args.port, workers=args.workers, token_file=args.token_file,
                  cors=args.cors or (), dask=args.dask, max_upload=int(args.max_upload * (1 << 20)),
-                 images=args.images or ())
+                 images=args.images or (), max_requests=args.max_requests)
 
 
 def _add_serve_command(sub):
@@ -419,6 +419,8 @@ def _add_serve_command(sub):
                          "from these files (repeatable; nothing outside them is read)")
     sv.add_argument("--max-upload", type=_positive_float, default=20.0, metavar="MB",
                     help="largest request body accepted, in MB (default 20)")
+    sv.add_argument("--max-requests", type=_positive_int, default=64, metavar="N",
+                    help="requests answered at once; one more gets 503 busy (default 64)")
     sv.set_defaults(func=_serve)
 
 

@@ -29,6 +29,7 @@ from .service import WorkerError
 log = logging.getLogger("streamk.server")
 
 DEFAULT_MAX_UPLOAD = 20 << 20  # bytes of one request body
+DEFAULT_MAX_REQUESTS = 64  # requests served at once (each holds at most one body in memory); more: 503 busy
 MAX_K = 1000
 MAX_VERIFY = 1000
 MAX_EXPAND = 200
@@ -152,6 +153,30 @@ class BodyLimit:
                     raise UploadTooLargeError(self.limit)
             return message
         return await self.app(scope, limited, send)
+
+
+class ConcurrencyLimit:
+    """At most ``limit`` requests at once (so at most that many bodies in memory and
+    images queued for the workers); one more is answered 503 ``busy`` with Retry-After at
+    once. /health is always answered."""
+
+    def __init__(self, app, limit):
+        self.app = app
+        self.limit = int(limit)
+        self.active = 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("path") == "/health":
+            return await self.app(scope, receive, send)
+        if self.active >= self.limit:
+            resp = error_response(503, "busy", f"the server is answering {self.limit} requests already "
+                                               f"(--max-requests); try again shortly", {"Retry-After": "1"})
+            return await resp(scope, receive, send)
+        self.active += 1
+        try:
+            return await self.app(scope, receive, send)
+        finally:
+            self.active -= 1
 
 
 class RequestLog:
@@ -382,7 +407,7 @@ def _responses(ok_status, ok_schema, *errors_, content_type="application/json"):
     error statuses (each with the error schema; 500 always)."""
     ok = ok_status if isinstance(ok_status, tuple) else (ok_status,)
     out = {str(s): {"description": "OK", "content": {content_type: {"schema": ok_schema}}} for s in ok}
-    for status in errors_ + (500,):
+    for status in errors_ + (500, 503):
         out[str(status)] = {"description": "error", "content": {"application/json": {"schema": ERROR_SCHEMA}}}
     return {"responses": out}
 
@@ -424,7 +449,7 @@ def _image_body(dim, with_id):
 
 
 # ---------------------------------------------------------------- the app
-def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
+def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_requests=DEFAULT_MAX_REQUESTS):
     """The FastAPI app serving ``service`` (opened: its index's dimension goes into the
     schema), which it closes at shutdown. token: None (a read-only server) or the token
     every write, and every read, needs."""
@@ -604,8 +629,9 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=()):
         app.add_middleware(CORSMiddleware, allow_origins=list(cors), allow_methods=["GET", "POST", "PUT", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(BodyLimit, limit=max_upload)
+    app.add_middleware(ConcurrencyLimit, limit=max_requests)
     app.add_middleware(RequestLog)
     return app
 
 
-__all__ = ["ApiError", "DEFAULT_MAX_UPLOAD", "check_token", "create_app", "error_code", "status_of"]
+__all__ = ["ApiError", "DEFAULT_MAX_REQUESTS", "DEFAULT_MAX_UPLOAD", "check_token", "create_app", "error_code", "status_of"]

@@ -8,7 +8,7 @@ import os
 import sys
 
 from ..errors import ConfigError
-from .app import DEFAULT_MAX_UPLOAD, create_app
+from .app import DEFAULT_MAX_REQUESTS, DEFAULT_MAX_UPLOAD, create_app
 from .service import Service
 
 TOKEN_ENV = "STREAMK_TOKEN"
@@ -48,7 +48,7 @@ def configure_logging(level="info"):
 
 
 def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=(), dask=None,
-          max_upload=DEFAULT_MAX_UPLOAD, images=(), log_level="info"):
+          max_upload=DEFAULT_MAX_UPLOAD, images=(), log_level="info", max_requests=DEFAULT_MAX_REQUESTS):
     """Serve the index at ``path`` until SIGTERM / SIGINT; see the module doc.
 
     workers: encoding processes; images: the collection folders whose files may be read
@@ -62,7 +62,7 @@ def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=()
         log.warning("listening on %s without a token: anyone who can reach it can search; writes are off", host)
     service = Service(path, workers=workers, dask=dask, writable=token is not None, collection=images).open()
     try:
-        app = create_app(service, token=token, max_upload=max_upload, cors=cors)
+        app = create_app(service, token=token, max_upload=max_upload, cors=cors, max_requests=max_requests)
     except BaseException:
         service.close()
         raise

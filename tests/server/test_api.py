@@ -268,6 +268,39 @@ def test_a_read_only_server_without_a_token(photos, tmp_path, make_server):
     assert "access-control-allow-origin" not in r.headers
 
 
+def test_requests_over_the_limit_are_told_the_server_is_busy(photos, tmp_path, make_server):
+    index = make_index(tmp_path / "idx", photos, n=1)
+    srv = make_server(index, args=["--workers", "1", "--max-requests", "1"])
+    release, started = threading.Event(), threading.Event()
+
+    def slow_body():  # a request that stays in flight until released (bounded)
+        yield b'{"id": "p0",'
+        started.set()
+        release.wait(60)
+        yield b' "k": 1}'
+
+    results = []
+    t = threading.Thread(target=lambda: results.append(
+        httpx.post(f"{srv.url}/search", content=slow_body(), headers={**srv.headers, "content-type":
+                                                                       "application/json"}, timeout=120)))
+    t.start()
+    try:
+        assert started.wait(60)
+        with srv.client() as c:
+            deadline = time.monotonic() + 30
+            while (r := c.get("/stats")).status_code != 503 and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the server has taken the slow request in
+            assert_error(r, 503, "busy")
+            assert r.headers["retry-after"] == "1"
+            assert c.get("/health").status_code == 200  # always answered
+    finally:
+        release.set()
+        t.join(timeout=120)
+    assert results and results[0].status_code == 200, results
+    with srv.client() as c:
+        assert c.get("/stats").status_code == 200
+
+
 def test_cors_when_configured(photos, tmp_path, make_server):
     index = make_index(tmp_path / "idx", photos, n=1)
     srv = make_server(index, args=["--workers", "1", "--cors", "https://app.example"])
