@@ -390,7 +390,10 @@ def test_sigterm_stops_gracefully(photos, tmp_path, make_server):
         assert c.post("/images", json={"id": "last", "vector": [0.5] * 512}).status_code == 201
     rc = srv.stop(signal.SIGTERM)
     assert rc in (0, -signal.SIGTERM), srv.log()
-    assert "Traceback" not in srv.log()
+    assert "Traceback" not in srv.log() and srv.log().rstrip().endswith("stopped"), srv.log()[-2000:]
+    deadline = time.monotonic() + 30  # its children (workers, multiprocessing's resource tracker) end too
+    while any(alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not any(alive(p) for p in workers)
     with StreamingIndex.open(index, readonly=True) as idx:
         assert "last" in idx
