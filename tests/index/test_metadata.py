@@ -273,6 +273,13 @@ def test_sharded_filtered_search_equals_one_index(tmp_path, encoder, filled):
                 want = [h for h in idx.search(q, k=11, mode="exact", where=where) if h.id != "i5"][:10]
                 assert [h.id for h in got] == [h.id for h in want]
         assert [h.id for h in many.search(V[5], k=3, where={"group": 999})] == ["i5"]
+        # near-duplicates of one image across the shards: as one index finds them
+        for image_id in ("i10", "i11"):
+            want = idx.duplicates(image_id, threshold=0.8)
+            got = many.duplicates(image_id, threshold=0.8)
+            assert [h.id for h in got] == [h.id for h in want] and all(h.score >= 0.8 for h in got)
+        with pytest.raises(ConfigError):
+            many.duplicates()
         with pytest.raises(FilterError):
             many.search(V[0], k=3, where={"free": 1})
     finally:
