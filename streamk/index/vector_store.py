@@ -99,7 +99,7 @@ class VectorStore:
         block, slot = divmod(int(row), self.block_rows)
         key = row_key(block)
         raw = txn.get(key, db=self.db)
-        if raw is not None and len(raw) != self.value_bytes:
+        if raw is not None and not self.block_ok(raw):  # never seal damage in with a fresh CRC
             raise self._damaged_block(block)
         value = bytearray(raw) if raw is not None else self.empty_block()
         self._set_row(value, slot, np.asarray(vector, self.dtype).tobytes())
@@ -112,7 +112,7 @@ class VectorStore:
         raw = txn.get(key, db=self.db)
         if raw is None:
             return
-        if len(raw) != self.value_bytes:
+        if not self.block_ok(raw):
             raise self._damaged_block(block)
         value = bytearray(raw)
         self._set_row(value, slot, bytes(self.row_bytes))

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from ..checks import as_descriptor_set
-from ..errors import ConfigError, DuplicateError, EmptyDescriptorSetError, IdExistsError, StreamkError, UnknownIdError
+from ..errors import ConfigError, IndexCorruptError, DuplicateError, EmptyDescriptorSetError, IdExistsError, StreamkError, UnknownIdError
 from ..features import file_metadata, image_features
 from ..quantization import IVFPQ
 from ..verification import stored_record
@@ -217,6 +217,8 @@ class IndexWriter:
             for i, enc in enumerate(encoded):
                 try:
                     out.append(self._put(txn, enc, packed[i] if fresh else None, replace))
+                except IndexCorruptError:  # found while writing: the whole transaction goes
+                    raise
                 except StreamkError as exc:
                     out.append(exc)
             return out

@@ -516,3 +516,24 @@ def test_damaged_metadata_is_named_and_dropped_by_a_repair(tmp_path, encoder):
     with StreamingIndex.open(tmp_path / "ix") as idx:
         assert idx.metadata("m2") == {} and idx.metadata("m3") == {"place": "city 3", "year": 2003}
         assert len(idx) == 4
+
+
+def test_a_write_into_a_damaged_block_is_refused_and_writes_nothing(tmp_path, encoder):
+    """A write re-seals the block it changes: over damage it would hide it (a fresh block CRC)."""
+    V = vectors(9, 12)
+    with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32") as idx:
+        idx.add_many([{"id": f"w{i}", "vector": v} for i, v in enumerate(V[:10])])
+
+        def flip(txn):
+            raw = bytearray(txn.get((0).to_bytes(8, "big"), db=idx.store.dbs["vectors"]))
+            raw[-7] ^= 0x01
+            txn.put((0).to_bytes(8, "big"), bytes(raw), db=idx.store.dbs["vectors"])
+        idx.store.write(flip)
+        for write in (lambda: idx.add("w10", vector=V[10]), lambda: idx.remove("w3")):
+            with pytest.raises(IndexCorruptError, match="vector block of rows 0.."):
+                write()
+        assert len(idx) == 10 and "w10" not in idx and "w3" in idx
+        with pytest.raises(IndexCorruptError):
+            idx.search(V[0], k=1, mode="exact")
+    report = verify_index(tmp_path / "ix", progress=False)
+    assert not report.ok and any("vector block" in d for d in report.damaged)
