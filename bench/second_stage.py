@@ -21,6 +21,8 @@ and vector exist:
   verification, re-ranking, the expanded vector and its first-stage search;
 - warm: the pages were read just before; cold: the index's file evicted from the page
   cache (posix_fadvise DONTNEED after closing the map) before each query;
+- CPU ms: the thread's CPU time of the warm second stage (``time.thread_time``): what the
+  one core spends, whatever else the machine runs (the wall times grow with the load);
 - OpenCV: for the same R pairs, RootSIFT nearest neighbours with the ratio test (0.85,
   FLANN kd-trees) and ``cv2.estimateAffine2D`` (RANSAC, 20 px) on the two images' full
   feature sets (what the issue's prototype did per pair, with an affine model).
@@ -148,7 +150,7 @@ def main():
             log(f"building {n:,} rows ...")
             idx = build(Path(tmp) / "ix", n, records, centres, rng)
             mode = "pq" if idx.view.lists is not None or n > 100_000 else "exact"
-            times = {"first": [], "warm": [], "cold": [], "opencv": []}
+            times = {"first": [], "warm": [], "cold": [], "opencv": [], "cpu": []}
             with threadpool_limits(1):
                 numba.set_num_threads(1)
                 for phase in ("warm-up", "cold", "warm"):
@@ -166,24 +168,26 @@ def main():
                             idx.view.refresh(txn)
                             t0 = time.perf_counter()
                             s, r = idx.view.search(txn, q, args.R, mode=mode)
-                            t1 = time.perf_counter()
+                            t1, c1 = time.perf_counter(), time.thread_time()
                             qrec = query_record(voc, qf)
                             second_stage(idx.view, txn, q[0], r[0], s[0], qrec, 10, args.R, 50, mode=mode,
                                          box=ds.queries[j].box)
-                            t2 = time.perf_counter()
+                            t2, c2 = time.perf_counter(), time.thread_time()
                         if phase != "warm-up":
                             times[phase].append(1000 * (t2 - t1))
                         if phase == "warm":
+                            times["cpu"].append(1000 * (c2 - c1))
                             times["first"].append(1000 * (t1 - t0))
                             cand = [db[int(x) % len(db)] for x in r[0][:args.opencv_pairs] if x >= 0]
                             times["opencv"].append(opencv_pairs(qf, cand, 1.0))
             idx.close()
         med = {k: float(np.median(v)) for k, v in times.items()}
-        rows.append([f"{n:,}", mode, f"{med['first']:.2f}", f"{med['warm']:.1f}", f"{med['cold']:.1f}",
+        rows.append([f"{n:,}", mode, f"{med['first']:.2f}", f"{med['warm']:.1f}", f"{med['cpu']:.1f}", f"{med['cold']:.1f}",
                      f"{float(np.percentile(times['warm'], 90)):.1f}", f"{med['opencv']:.0f}",
                      f"{med['opencv'] * args.R:.0f}", f"{med['opencv'] * args.R / med['warm']:.0f}x"])
     sizes = [len(r) for r in records]
-    table(["images", "first stage", "first stage ms", "2nd stage ms (warm)", "2nd stage ms (cold)",
+    table(["images", "first stage", "first stage ms", "2nd stage ms (warm)", "its CPU ms (warm)",
+           "2nd stage ms (cold)",
            "warm p90 ms", "OpenCV ms / pair", f"OpenCV ms / {args.R} pairs", "OpenCV / streamk"], rows,
           title=f"Second stage at R = {args.R}, one thread, median of {len(qidx)} queries; records "
                 f"{np.mean(sizes):,.0f} B mean, {max(sizes):,} B max; {voc.n_words} words; CPU {cpu_model()}; "
