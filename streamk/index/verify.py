@@ -106,6 +106,8 @@ class _Scan:
         self.bad_geometry = []
         self.bad_blobs = []  # (sub-db, key)
         self.hashes = {}  # content key -> id key
+        self.postings = []  # (field + value key, row) of the metadata filters' posting lists
+        self.meta_rows = set()  # rows with a readable metadata object
         self.unreadable = []  # sub-databases whose B-tree cannot be walked
 
 
@@ -141,7 +143,8 @@ def _scan(store, progress):
                 M = IVFPQ.from_bytes(store.get_meta(b"codec", txn)).M
             except (StreamkError, ValueError, TypeError):
                 s.bad_meta.append("codec")
-        names = ["vectors", "images", "row_ids", "hashes", "codes", "code_blocks", "geometry", *SEALED_SUBDBS]
+        names = ["vectors", "images", "row_ids", "hashes", "codes", "code_blocks", "geometry", "postings",
+                 *SEALED_SUBDBS]
         total = sum(txn.stat(dbs[n])["entries"] for n in names if dbs.get(n) is not None)
     try:
         with store.read() as txn:
@@ -196,6 +199,11 @@ def _scan(store, progress):
                 for k, v in _walk(store, name, s, bar):
                     if not checksum_ok(v):
                         s.bad_blobs.append((name, k))
+                    elif name == "metadata":
+                        s.meta_rows.add(row_from_key(k))
+        if dbs.get("postings") is not None:
+            for k, v in _walk(store, "postings", s, bar):
+                s.postings.append((k, row_from_key(v)))
     s.next_row, s.epoch, s.dead, s.vectors = next_row, epoch, dead, vectors
     return s
 
@@ -233,6 +241,10 @@ def _report(store, s, report):
         d.append(f"row_ids of {describe_rows(orphans)} name no image record")
     ids = set(s.records.values())
     s.orphan_hashes = [k for k, v in s.hashes.items() if v not in ids] if walked else []
+    s.orphan_postings = [(k, r) for k, r in s.postings if r not in live_set or r not in s.meta_rows] if walked else []
+    if s.orphan_postings:
+        d.append(f"{len(s.orphan_postings)} filter posting(s) name rows without metadata (of "
+                 f"{describe_rows(sorted({r for _, r in s.orphan_postings}))})")
     if s.orphan_hashes:
         d.append(f"{len(s.orphan_hashes)} content key(s) name no readable image (de-duplication would refuse them)")
     if s.bad_code_blocks:
@@ -277,11 +289,11 @@ def _repair(store, s, live_set, report, progress):
                 ck = None
             if ck is not None and txn.get(ck, db=dbs["hashes"]) == key:
                 txn.delete(ck, db=dbs["hashes"])
-            for name in ("images", "extras", *SEALED_SUBDBS):
+            for name in ("images", "extras", "thumbnails"):  # keyed by id
                 if dbs.get(name) is not None:
                     txn.delete(key, db=dbs[name])
         for row in drop_rows:
-            for name in ("row_ids", "geometry"):
+            for name in ("row_ids", "geometry", "metadata"):  # keyed by row
                 if dbs.get(name) is not None:
                     txn.delete(row_key(row), db=dbs[name])
             mark_removed(txn, store, row)
@@ -308,7 +320,11 @@ def _repair(store, s, live_set, report, progress):
             txn.delete(row_key(row), db=dbs["geometry"])
         for name, key in s.bad_blobs:
             txn.delete(key, db=dbs[name])
-    if lost_keys or drop_rows or s.bad_blocks or s.bad_geometry or s.bad_blobs or s.orphan_hashes or any(
+        gone = set(drop_rows) | {row_from_key(k) for name, k in s.bad_blobs if name == "metadata"}
+        for key, row in s.postings:  # posting lists name only live rows with metadata
+            if row in gone or (key, row) in set(s.orphan_postings):
+                txn.delete(key, row_key(row), db=dbs["postings"])
+    if s.orphan_postings or lost_keys or drop_rows or s.bad_blocks or s.bad_geometry or s.bad_blobs or s.orphan_hashes or any(
             "row_ids" in d for d in report.damaged):
         store.write(remove_lost)
         report.lost = sorted(k.decode("utf-8", "replace") for k in lost_keys)

@@ -498,6 +498,7 @@ def test_an_unreadable_record_says_damaged_not_unknown(tmp_path, built):
 def test_damaged_metadata_is_named_and_dropped_by_a_repair(tmp_path, encoder):
     V = vectors(8, 4)
     with StreamingIndex.create(tmp_path / "ix", encoder) as idx:
+        idx.index_field("year")
         for i in range(4):
             idx.add(f"m{i}", vector=V[i], metadata={"place": f"city {i}", "year": 2000 + i})
         row = idx.info("m2")["row"]
@@ -516,6 +517,8 @@ def test_damaged_metadata_is_named_and_dropped_by_a_repair(tmp_path, encoder):
     with StreamingIndex.open(tmp_path / "ix") as idx:
         assert idx.metadata("m2") == {} and idx.metadata("m3") == {"place": "city 3", "year": 2003}
         assert len(idx) == 4
+        # its filter postings went with it: m2's year is no longer known
+        assert sorted(h.id for h in idx.search(V[2], k=4, where={"year": {"gte": 2001}})) == ["m1", "m3"]
 
 
 def test_a_write_into_a_damaged_block_is_refused_and_writes_nothing(tmp_path, encoder):
