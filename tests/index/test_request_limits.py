@@ -12,7 +12,7 @@ import pytest
 from streamk.errors import ConfigError
 from streamk.index import MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY, ShardedIndex, StreamingIndex
 
-from helpers.index import DIM, make_encoder, vectors  # noqa: E402
+from helpers.index import make_encoder, vectors  # noqa: E402
 from helpers.processes import run_python  # noqa: E402
 
 N = 300  # enough to train flat PQ (256 centroids)
