@@ -58,7 +58,16 @@ def build_index(photos, path):
     from streamk.verification import Vocabulary, stored_record
 
     if (path / "data.mdb").exists():
-        return path
+        from streamk.errors import StreamkError
+
+        try:
+            StreamingIndex.open(path, readonly=True).close()
+            return path
+        except StreamkError as exc:  # built by an older streamk: built again
+            log(f"rebuilding {path}: {exc}")
+            import shutil
+
+            shutil.rmtree(path)
     ex = default_extractor()
     cache = FeatureCache(default_cache_dir())
     feats = []
