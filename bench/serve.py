@@ -17,8 +17,9 @@ in the index), uploaded as they are (1024 px JPEGs).
   <= 1.2);
 - load: ``--clients`` threads each uploading ``--per-client`` photos back to back (first
   stage), on a server with 1 and one with 2 encoding workers, ``--rounds`` runs each,
-  alternated: p50, p99, errors, requests per second, and the throughput of 2 workers over
-  1 (target >= 1.7 on two free cores).
+  alternated: p50, p99, errors, the cores the server and its workers used (their CPU
+  seconds over the wall time: what the machine gave them), requests per second, and the
+  throughput of 2 workers over 1 (target >= 1.7 on two free cores).
 
 Prints, never asserts; the CPU model and the load average are in the titles. On a machine
 shared with other work the load columns say how busy it was.
@@ -130,6 +131,21 @@ class Server:
         self.stop()
         self.log.seek(0)
         raise RuntimeError("streamk serve did not start:\n" + self.log.read().decode(errors="replace")[-3000:])
+
+    def cpu_seconds(self):
+        """CPU seconds (user + system) used so far by the server and its workers."""
+        import psutil
+
+        total = 0.0
+        procs = [psutil.Process(self.proc.pid)]
+        procs += procs[0].children(recursive=True)
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        return total
 
     def client(self):
         import httpx
@@ -243,17 +259,18 @@ def main():
         log(f"latencies done; load {load_str()}")
         with two.client() as c:
             upload(c, *payloads[0], args.k, True)  # warm
-        runs = {1: ([], 0, 0.0), 2: ([], 0, 0.0)}
+        runs = {1: ([], 0, 0.0, 0.0), 2: ([], 0, 0.0, 0.0)}
         for r in range(args.rounds):  # alternated: a busy machine slows both alike
             for workers, srv in ((1, one), (2, two)):
+                cpu0 = srv.cpu_seconds()
                 l, e, w = load(srv, payloads, args.clients, args.per_client, args.k)
                 acc = runs[workers]
-                runs[workers] = (acc[0] + l, acc[1] + e, acc[2] + w)
+                runs[workers] = (acc[0] + l, acc[1] + e, acc[2] + w, acc[3] + srv.cpu_seconds() - cpu0)
             log(f"load round {r + 1}/{args.rounds} done; load {load_str()}")
     finally:
         one.stop()
         two.stop()
-    (lat1, err1, wall1), (lat2, err2, wall2) = runs[1], runs[2]
+    (lat1, err1, wall1, cpu1), (lat2, err2, wall2, cpu2) = runs[1], runs[2]
     ref = {m: lat["in-process", m] for m in ("first", "second")}
     served = {m: lat["server", m] for m in ("first", "second")}
 
@@ -269,14 +286,14 @@ def main():
                 f"{cpu}; load {load_str()}")
     rows = []
     n = args.clients * args.per_client * args.rounds
-    for workers, lats, err, wall in ((1, lat1, err1, wall1), (2, lat2, err2, wall2)):
+    for workers, lats, err, wall, cpu_s in ((1, lat1, err1, wall1, cpu1), (2, lat2, err2, wall2, cpu2)):
         rows.append([workers, f"{args.clients} x {args.per_client} x {args.rounds}", err,
                      f"{1000 * pct(lats, 50):.0f}", f"{1000 * pct(lats, 99):.0f}",
-                     f"{pct(lats, 99) / pct(lats, 50):.2f}", f"{len(lats) / wall:.2f}"])
+                     f"{pct(lats, 99) / pct(lats, 50):.2f}", f"{cpu_s / wall:.2f}", f"{len(lats) / wall:.2f}"])
     rows[1].append(f"{(len(lat2) / wall2) / (len(lat1) / wall1):.2f}")
     rows[0].append("1.00")
-    table(["encoding workers", "clients x requests x rounds", "errors", "p50 ms", "p99 ms", "p99/p50", "requests/s",
-           "throughput vs 1"], rows,
+    table(["encoding workers", "clients x requests x rounds", "errors", "p50 ms", "p99 ms", "p99/p50",
+           "server cores used", "requests/s", "throughput vs 1"], rows,
           title=f"{args.clients} concurrent clients, first stage, {n} uploads per worker count (rounds "
                 f"alternated); {cpu}; load {load_str()}")
 
