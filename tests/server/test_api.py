@@ -408,7 +408,10 @@ def test_the_schema_describes_every_endpoint(served):
     assert json.dumps(schema).count("Traceback") == 0
 
 
-def test_a_sharded_index_is_served_the_same_way(photos, tmp_path, make_server):
+@pytest.mark.parametrize("dask", [[], ["--dask", "local:1"]], ids=["shards-here", "shards-on-dask"])
+def test_a_sharded_index_is_served_the_same_way(photos, tmp_path, make_server, dask):
+    if dask:
+        pytest.importorskip("distributed")
     import hashlib
 
     from streamk.features import extract
@@ -427,7 +430,7 @@ def test_a_sharded_index_is_served_the_same_way(photos, tmp_path, make_server):
             encoded.append(encoded_image_file(f"p{i}", p, hashlib.sha256(png_bytes(p)).hexdigest(), v, f.keypoints,
                                               alpha, f.image_size, geometry=geometry))
         assert idx.write_encoded(encoded) == ["added"] * 4
-    srv = make_server(path, args=["--workers", "1"])
+    srv = make_server(path, args=["--workers", "1", *dask])
     with srv.client() as c:
         assert c.get("/stats").json()["images"] == 4 and c.get("/stats").json()["shards"] == 2
         top = upload(c, photos["paths"][2], k=2).json()["results"][0]
