@@ -150,3 +150,15 @@ def test_the_architecture_doc_names_every_package():
     text = (REPO / "docs" / "architecture.md").read_text()
     for name in SUBPACKAGES:
         assert f"streamk.{name}" in text or f"`{name}/`" in text, f"docs/architecture.md does not name {name}"
+
+
+def test_every_file_the_docs_name_exists():
+    """Paths of tests, modules and benchmarks named in the README, docs/, bench/README.md
+    and .ci/run exist (they drifted once when the tests moved into packages)."""
+    docs = [REPO / "README.md", REPO / "bench" / "README.md", REPO / ".ci" / "run", *sorted((REPO / "docs").glob("*.md"))]
+    missing = []
+    for doc in docs:
+        for path in sorted(set(re.findall(r"\b((?:tests|streamk|bench)/[\w/]+\.py)\b", doc.read_text()))):
+            if not (REPO / path).exists():
+                missing.append(f"{doc.relative_to(REPO)}: {path}")
+    assert not missing, "files named in the docs but absent: " + ", ".join(missing)
