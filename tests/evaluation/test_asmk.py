@@ -230,7 +230,7 @@ def test_eval_asmk_on_paris_subset_cli(shared_data, capsys):
     """`streamk eval --method asmk` end to end on the 250 photos (a small codebook: cheap)."""
     import json
 
-    from conftest import data_required
+    from helpers.data import data_required
 
     from streamk.cli import main
 

@@ -26,7 +26,7 @@ SECOND_STAGE_GAIN = 7.0
 
 
 def test_paris6k_subset_temb16_keeps_the_papers_ordering_above_the_floors(shared_data):
-    from conftest import data_required
+    from helpers.data import data_required
 
     if data_required():
         import pyhesaff  # noqa: F401  - in CI a missing extractor is a failure, not a skip
