@@ -58,8 +58,6 @@ def landmark(path):
 
 def make_changes(photos, out, max_side):
     """{(photo index, change): file} of every change of every measured photo."""
-    from PIL import Image
-
     from streamk.demo import transforms as tf
 
     files = {}
