@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -57,6 +58,12 @@ import numpy as np
 if str(Path(__file__).resolve().parent) not in sys.path:  # (appended: bench/distributed.py shadows Dask)
     sys.path.append(str(Path(__file__).resolve().parent))
 from common import load_str, log, machine_info, table  # noqa: E402
+
+# The codecs here are fitted on vectors drawn apart from the index (possibly before its
+# first image): the index counts every image added after as unseen by the codec and a
+# search would warn at each query (StaleCodecWarning) although the sample was as
+# representative as any.
+warnings.filterwarnings("ignore", message=".*images were added since the PQ codec was trained")
 from vectors import (centres, database_chunks, draw, exact_topk, make_queries, recall_at,  # noqa: E402
                      set_threads)
 
