@@ -9,6 +9,7 @@ from pathlib import Path
 
 
 CONFTEST = Path(__file__).with_name("conftest.py")
+DATA_HELPERS = Path(__file__).with_name("helpers") / "data.py"  # conftest imports helpers.data
 
 NEEDS_DATA = """
 def test_needs_the_shared_data(shared_data):
@@ -21,7 +22,9 @@ def test_passes():
 
 
 def run_pytest(tmp_path, files, **env):
-    for name, text in {"conftest.py": CONFTEST.read_text(), **files}.items():
+    (tmp_path / "helpers").mkdir()
+    for name, text in {"conftest.py": CONFTEST.read_text(), "helpers/__init__.py": "",
+                       "helpers/data.py": DATA_HELPERS.read_text(), **files}.items():
         (tmp_path / name).write_text(text)
     environ = {k: v for k, v in os.environ.items() if k not in ("STREAMK_REQUIRE_DATA", "PYTEST_ADDOPTS")}
     environ["STREAMK_SHARED_DATA"] = str(tmp_path / "no-such-data")
