@@ -8,6 +8,7 @@ sample gathered on the workers."""
 import hashlib
 import os
 import signal
+import time
 import subprocess
 import uuid
 
@@ -124,7 +125,15 @@ def test_a_dask_worker_killed_mid_ingestion_loses_nothing(work, tmp_path, client
         def map_unordered(self, *args, **kwargs):
             for n, out in enumerate(super().map_unordered(*args, **kwargs)):
                 if n == 0:
-                    busy = {w: keys for w, keys in self.client.processing().items() if keys}
+                    # between one task's result and the next task's assignment no worker may be
+                    # busy for an instant: wait (bounded) for one that is
+                    deadline = time.monotonic() + 30
+                    busy = {}
+                    while not busy and time.monotonic() < deadline:
+                        busy = {w: keys for w, keys in self.client.processing().items() if keys}
+                        if not busy:
+                            time.sleep(0.02)
+                    assert busy, "no Dask worker was running a task within 30 s of the first result"
                     worker = sorted(busy)[0]
                     killed["pid"] = self.client.run(os.getpid, workers=[worker])[worker]
                     killed["tasks"] = busy[worker]
