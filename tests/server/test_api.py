@@ -7,7 +7,6 @@ import json
 import shutil
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -268,7 +267,7 @@ def test_a_read_only_server_without_a_token(photos, tmp_path, make_server):
     assert "access-control-allow-origin" not in r.headers
 
 
-def test_requests_over_the_limit_are_told_the_server_is_busy(photos, tmp_path, make_server):
+def test_requests_over_the_limit_are_told_the_server_is_busy(photos, tmp_path, make_server, wait_until):
     index = make_index(tmp_path / "idx", photos, n=1)
     srv = make_server(index, args=["--workers", "1", "--max-requests", "1"])
     release, started = threading.Event(), threading.Event()
@@ -287,9 +286,10 @@ def test_requests_over_the_limit_are_told_the_server_is_busy(photos, tmp_path, m
     try:
         assert started.wait(60)
         with srv.client() as c:
-            deadline = time.monotonic() + 30
-            while (r := c.get("/stats")).status_code != 503 and time.monotonic() < deadline:
-                time.sleep(0.05)  # until the server has taken the slow request in
+            answers = []  # until the server has taken the slow request in; the last answer is checked below
+            wait_until(lambda: answers.append(c.get("/stats")) or answers[-1].status_code == 503, 30,
+                       "GET /stats to answer 503 while the slow request (max-requests 1) is in flight")
+            r = answers[-1]
             assert_error(r, 503, "busy")
             assert r.headers["retry-after"] == "1"
             assert c.get("/health").status_code == 200  # always answered
@@ -336,7 +336,7 @@ def test_a_server_sees_what_streamk_ingest_adds_in_another_process(photos, tmp_p
         assert sorted(idx.ids()) == ["p0", "p1", "p6.png", "p7.png", "up3"]
 
 
-def test_sigkill_mid_write_loses_nothing_committed(photos, tmp_path, make_server):
+def test_sigkill_mid_write_loses_nothing_committed(photos, tmp_path, make_server, wait_until):
     from streamk.index import StreamingIndex
 
     index = make_index(tmp_path / "idx", photos, n=1)
@@ -361,9 +361,8 @@ def test_sigkill_mid_write_loses_nothing_committed(photos, tmp_path, make_server
 
     t = threading.Thread(target=writer)
     t.start()
-    deadline = time.monotonic() + 60
-    while len(acked) < 20 and time.monotonic() < deadline and t.is_alive():
-        time.sleep(0.05)
+    # 20 writes answered, or the writer ended early (then the assertion below says so)
+    wait_until(lambda: len(acked) >= 20 or not t.is_alive(), 60, "the server to answer 20 writes")
     srv.proc.send_signal(signal.SIGKILL)
     srv.proc.wait(timeout=30)
     stop.set()
@@ -373,14 +372,11 @@ def test_sigkill_mid_write_loses_nothing_committed(photos, tmp_path, make_server
         stored = set(idx.ids())
         assert set(acked) <= stored  # every write the server answered is there
         assert len(idx) == len(stored) and idx.search(idx.vector(acked[-1]), k=1)[0][0] == acked[-1]
-    # the encoding workers ended with their parent
-    deadline = time.monotonic() + 30
-    while any(alive(p) for p in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(p) for p in workers)
+    wait_until(lambda: not any(alive(p) for p in workers), 30,
+               f"the encoding workers {workers} to end with their killed parent")
 
 
-def test_sigterm_stops_gracefully(photos, tmp_path, make_server):
+def test_sigterm_stops_gracefully(photos, tmp_path, make_server, wait_until):
     from streamk.index import StreamingIndex
 
     index = make_index(tmp_path / "idx", photos, n=1)
@@ -391,10 +387,9 @@ def test_sigterm_stops_gracefully(photos, tmp_path, make_server):
     rc = srv.stop(signal.SIGTERM)
     assert rc in (0, -signal.SIGTERM), srv.log()
     assert "Traceback" not in srv.log() and srv.log().rstrip().endswith("stopped"), srv.log()[-2000:]
-    deadline = time.monotonic() + 30  # its children (workers, multiprocessing's resource tracker) end too
-    while any(alive(p) for p in workers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(alive(p) for p in workers)
+    # its children (workers, multiprocessing's resource tracker) end too
+    wait_until(lambda: not any(alive(p) for p in workers), 30,
+               f"the server's children {workers} to end after its SIGTERM")
     with StreamingIndex.open(index, readonly=True) as idx:
         assert "last" in idx
 
