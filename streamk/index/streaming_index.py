@@ -560,13 +560,8 @@ class StreamingIndex:
         else:
             qrec = query_record(vocabulary, qfeatures) if R and len(qfeatures) else None
         with self._store.read(buffers=True) as txn:
-            self.view.refresh(txn)
-            allow = self._row_filter(txn, clauses)
-            if mode is None:
-                mode = "pq" if self.view.lists is not None else "exact"
-            self._warn_if_stale(txn, mode)
-            scores, rows = self.view.search(txn, Q, max(k, R) if qrec is not None else k, mode=mode,
-                                            nprobe=nprobe, rerank=rerank, allow=allow)
+            scores, rows, allow, mode = self._view_search(txn, Q, max(k, R) if qrec is not None else k, clauses,
+                                                          mode, nprobe, rerank)
             explanations = {}
             if qrec is not None:
                 n_expand = DEFAULT_EXPAND if expand is None else int(expand)
@@ -586,12 +581,7 @@ class StreamingIndex:
         metadata filter."""
         clauses = parse_filter(where)
         with self._store.read(buffers=True) as txn:
-            self.view.refresh(txn)
-            allow = self._row_filter(txn, clauses)
-            if mode is None:
-                mode = "pq" if self.view.lists is not None else "exact"
-            self._warn_if_stale(txn, mode)
-            scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank, allow=allow)
+            scores, rows, _, _ = self._view_search(txn, Q, k, clauses, mode, nprobe, rerank)
             return scores, self.view.ids_of(txn, rows)
 
     def verified_candidates(self, q, qrec, k, verify, box=None, pairs=False, mode=None, nprobe=None, rerank=None,
@@ -605,13 +595,7 @@ class StreamingIndex:
         q = self.queries.vectors(np.asarray(q, np.float32).reshape(1, -1))
         clauses = parse_filter(where)
         with self._store.read(buffers=True) as txn:
-            self.view.refresh(txn)
-            allow = self._row_filter(txn, clauses)
-            if mode is None:
-                mode = "pq" if self.view.lists is not None else "exact"
-            self._warn_if_stale(txn, mode)
-            scores, rows = self.view.search(txn, q, max(k, verify), mode=mode, nprobe=nprobe, rerank=rerank,
-                                            allow=allow)
+            scores, rows, _, _ = self._view_search(txn, q, max(k, verify), clauses, mode, nprobe, rerank)
             head_rows, head_scores, rest_rows, rest_scores, expl = verify_top(self.view, txn, rows[0], scores[0],
                                                                               qrec, verify, box, pairs)
             rest_rows, rest_scores = rest_rows[:k], rest_scores[:k]
@@ -620,6 +604,20 @@ class StreamingIndex:
         hits = [Hit(i, s, **expl.get(int(r), {})) for i, s, r in
                 zip(ids, np.concatenate([head_scores, rest_scores]), np.concatenate([head_rows, rest_rows]))]
         return {"verified": hits[:len(head_rows)], "rest": hits[len(head_rows):], "vectors": V}
+
+    def _view_search(self, txn, Q, k, clauses, mode, nprobe, rerank):
+        """The first stage in the read ``txn``: refresh the view, keep to the rows the
+        parsed filter ``clauses`` allow, and search the top ``k`` of the unit query rows
+        ``Q`` (``mode`` None: "pq" where the index has a codec, else "exact"; a stale codec
+        warns). Returns (scores, rows, allow, mode): the row filter and the mode used, for
+        a second stage that keeps to them."""
+        self.view.refresh(txn)
+        allow = self._row_filter(txn, clauses)
+        if mode is None:
+            mode = "pq" if self.view.lists is not None else "exact"
+        self._warn_if_stale(txn, mode)
+        scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank, allow=allow)
+        return scores, rows, allow, mode
 
     def codec_params(self):
         """{"nlist", "M", "nprobe"} of the codec in use (what retraining it again takes), or None."""
