@@ -55,9 +55,11 @@ def _scan_range(codes, rows, dead, t, lo, hi, cterm, hs, hr, k):
 
 
 @njit(inline="always")
-def _scan_part(codes, rows, start, size, dead, probes, coarse, tables, k, n_chunks, u, out_s, out_r):
+def _scan_part(codes, rows, start, size, dead, filtered, allow, probes, coarse, tables, k, n_chunks, u, out_s, out_r):
     """Part u % n_chunks of query u // n_chunks: its probed entries, taken list after
-    list, cut into n_chunks equal parts."""
+    list, cut into n_chunks equal parts. ``filtered``: test each entry's row against the
+    bitmap ``allow`` before scoring it (the choice is made once per list, outside the
+    entry loops; unfiltered, ``allow`` is not read)."""
     n_probe = probes.shape[1]
     a = u // n_chunks
     c = u % n_chunks
@@ -82,38 +84,44 @@ def _scan_part(codes, rows, start, size, dead, probes, coarse, tables, k, n_chun
         e = min(hi, off + n_l)
         if b < e:
             base = start[lst] - off
-            _scan_range(codes, rows, dead, t, base + b, base + e, coarse[a, p], hs, hr, k)
+            if filtered:
+                _scan_range_allowed(codes, rows, dead, allow, t, base + b, base + e, coarse[a, p], hs, hr, k)
+            else:
+                _scan_range(codes, rows, dead, t, base + b, base + e, coarse[a, p], hs, hr, k)
         off += n_l
 
 
 @njit(parallel=True, cache=True)
-def ivf_topk_chunks(codes, rows, start, size, dead, probes, coarse, tables, k, n_chunks):
+def ivf_topk_chunks(codes, rows, start, size, dead, filtered, allow, probes, coarse, tables, k, n_chunks):
     """The k best rows of each query among the lists it probes, in ``n_chunks`` parts.
 
     codes (cap, M) uint8 and rows (cap,) int64: the arena; start, size (nlist,) int64;
-    dead (>= max row + 1,) uint8; probes (nq, P) int64 lists to visit (-1: none);
-    coarse (nq, P) float32 the term <q, c_l> of each; tables (nq, M, 256) float32.
-    Each query's probed entries, taken list after list, are cut into n_chunks equal
-    parts scanned in parallel. Returns (nq, n_chunks, k) scores and rows, each part's k
-    in heap order, unused slots (-inf, -1): merge with ``_heap.merge_topk``.
+    dead (>= max row + 1,) uint8; filtered: whether only the rows of the bitmap ``allow``
+    (uint64, see the filtered scans below; unread when not filtered) count; probes
+    (nq, P) int64 lists to visit (-1: none); coarse (nq, P) float32 the term <q, c_l> of
+    each; tables (nq, M, 256) float32. Each query's probed entries, taken list after
+    list, are cut into n_chunks equal parts scanned in parallel. Returns (nq, n_chunks,
+    k) scores and rows, each part's k in heap order, unused slots (-inf, -1): merge
+    with ``_heap.merge_topk``.
     """
     nq = probes.shape[0]
     out_s = np.full((nq, n_chunks, k), -np.inf, dtype=np.float32)
     out_r = np.full((nq, n_chunks, k), -1, dtype=np.int64)
     for u in prange(nq * n_chunks):
-        _scan_part(codes, rows, start, size, dead, probes, coarse, tables, k, n_chunks, u, out_s, out_r)
+        _scan_part(codes, rows, start, size, dead, filtered, allow, probes, coarse, tables, k, n_chunks, u,
+                   out_s, out_r)
     return out_s, out_r
 
 
 @njit(cache=True)
-def ivf_topk_serial(codes, rows, start, size, dead, probes, coarse, tables, k):
+def ivf_topk_serial(codes, rows, start, size, dead, filtered, allow, probes, coarse, tables, k):
     """``ivf_topk_chunks`` with one part per query, on the calling thread: waking the
     thread pool costs more than a small scan (~0.1-0.3 ms)."""
     nq = probes.shape[0]
     out_s = np.full((nq, 1, k), -np.inf, dtype=np.float32)
     out_r = np.full((nq, 1, k), -1, dtype=np.int64)
     for u in range(nq):
-        _scan_part(codes, rows, start, size, dead, probes, coarse, tables, k, 1, u, out_s, out_r)
+        _scan_part(codes, rows, start, size, dead, filtered, allow, probes, coarse, tables, k, 1, u, out_s, out_r)
     return out_s, out_r
 
 
@@ -228,60 +236,6 @@ def _scan_range_allowed(codes, rows, dead, allow, t, lo, hi, cterm, hs, hr, k):
         s = one_score(codes, t, i) + cterm
         if s > hs[0] or (s == hs[0] and r < hr[0]):
             replace_root(hs, hr, k, s, r)
-
-
-@njit(inline="always")
-def _scan_part_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k, n_chunks, u, out_s, out_r):
-    """``_scan_part`` testing each entry's row against ``allow`` before scoring it."""
-    n_probe = probes.shape[1]
-    a = u // n_chunks
-    c = u % n_chunks
-    total = 0
-    for p in range(n_probe):
-        if probes[a, p] >= 0:
-            total += size[probes[a, p]]
-    lo = total * c // n_chunks
-    hi = total * (c + 1) // n_chunks
-    hs = out_s[a, c]
-    hr = out_r[a, c]
-    t = tables[a]
-    off = 0
-    for p in range(n_probe):
-        if off >= hi:
-            break
-        lst = probes[a, p]
-        if lst < 0:
-            continue
-        n_l = size[lst]
-        b = max(lo, off)
-        e = min(hi, off + n_l)
-        if b < e:
-            base = start[lst] - off
-            _scan_range_allowed(codes, rows, dead, allow, t, base + b, base + e, coarse[a, p], hs, hr, k)
-        off += n_l
-
-
-@njit(parallel=True, cache=True)
-def ivf_topk_chunks_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k, n_chunks):
-    """``ivf_topk_chunks`` over the rows ``allow`` (a row bitmap) lets through."""
-    nq = probes.shape[0]
-    out_s = np.full((nq, n_chunks, k), -np.inf, dtype=np.float32)
-    out_r = np.full((nq, n_chunks, k), -1, dtype=np.int64)
-    for u in prange(nq * n_chunks):
-        _scan_part_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k, n_chunks, u,
-                           out_s, out_r)
-    return out_s, out_r
-
-
-@njit(cache=True)
-def ivf_topk_serial_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k):
-    """``ivf_topk_chunks_allowed`` with one part per query, on the calling thread."""
-    nq = probes.shape[0]
-    out_s = np.full((nq, 1, k), -np.inf, dtype=np.float32)
-    out_r = np.full((nq, 1, k), -1, dtype=np.int64)
-    for u in range(nq):
-        _scan_part_allowed(codes, rows, start, size, dead, allow, probes, coarse, tables, k, 1, u, out_s, out_r)
-    return out_s, out_r
 
 
 @njit(cache=True)

@@ -24,6 +24,7 @@ MIN_SPARE = 4
 COMPACT_FRACTION = 0.25  # compact when garbage + removed entries exceed this share of live ones
 COMPACT_MIN = 4096
 PARALLEL_MIN = 16384  # entries per query below which one query is not split between threads
+_NO_FILTER = np.zeros(0, np.uint64)  # the row bitmap the scans take when there is no filter (unread)
 
 
 def row_bitmap(rows, n_rows):
@@ -131,39 +132,23 @@ class InvertedLists:
         allow: a row bitmap (:func:`row_bitmap`) of the rows a filter allows (None: all);
         only those are scored. With it, each query visits its first ``min_probe`` probes
         (default: all), then more, in order, until k allowed entries were among them."""
-        if allow is not None:
-            return self._search_allowed(probes, coarse, tables, dead, k, allow, min_probe)
-        nq = probes.shape[0]
-        per_query = np.where(probes >= 0, self.size[np.maximum(probes, 0)], 0).sum(axis=1)
-        total = int(per_query.sum())
-        threads = numba.get_num_threads()
-        if threads == 1 or total < PARALLEL_MIN:  # too little to wake the thread pool for
-            s, r = _ivf_kernels.ivf_topk_serial(self.codes, self.rows, self.start, self.size, dead,
-                                               probes, coarse, tables, k)
-            return merge_topk(s.reshape(nq, -1), r.reshape(nq, -1), k)
-        if nq >= threads:
-            n_chunks = 1
-        else:  # split each query between threads only when it has enough to scan
-            n_chunks = int(max(1, min(threads, per_query.max(initial=0) // PARALLEL_MIN)))
-        s, r = _ivf_kernels.ivf_topk_chunks(self.codes, self.rows, self.start, self.size, dead,
-                                           probes, coarse, tables, k, n_chunks)
-        return merge_topk(s.reshape(nq, -1), r.reshape(nq, -1), k)
-
-    def _search_allowed(self, probes, coarse, tables, dead, k, allow, min_probe):
         nq, n_probe = probes.shape
-        if min_probe is not None and min_probe < n_probe:
+        filtered = allow is not None
+        if filtered and min_probe is not None and min_probe < n_probe:
             counts, _ = _ivf_kernels.probes_needed(self.rows, self.start, self.size, dead, allow, probes,
                                                   int(min_probe), int(k))
             probes = np.where(np.arange(n_probe)[None, :] < counts[:, None], probes, -1)
+        if not filtered:
+            allow = _NO_FILTER
         per_query = np.where(probes >= 0, self.size[np.maximum(probes, 0)], 0).sum(axis=1)
         threads = numba.get_num_threads()
-        if threads == 1 or int(per_query.sum()) < PARALLEL_MIN:
-            s, r = _ivf_kernels.ivf_topk_serial_allowed(self.codes, self.rows, self.start, self.size, dead, allow,
-                                                       probes, coarse, tables, k)
-        else:
+        if threads == 1 or int(per_query.sum()) < PARALLEL_MIN:  # too little to wake the thread pool for
+            s, r = _ivf_kernels.ivf_topk_serial(self.codes, self.rows, self.start, self.size, dead, filtered, allow,
+                                               probes, coarse, tables, k)
+        else:  # split each query between threads only when it has enough to scan
             n_chunks = 1 if nq >= threads else int(max(1, min(threads, per_query.max(initial=0) // PARALLEL_MIN)))
-            s, r = _ivf_kernels.ivf_topk_chunks_allowed(self.codes, self.rows, self.start, self.size, dead, allow,
-                                                       probes, coarse, tables, k, n_chunks)
+            s, r = _ivf_kernels.ivf_topk_chunks(self.codes, self.rows, self.start, self.size, dead, filtered, allow,
+                                               probes, coarse, tables, k, n_chunks)
         return merge_topk(s.reshape(nq, -1), r.reshape(nq, -1), k)
 
     def memory_bytes(self):

@@ -169,8 +169,8 @@ def test_lists_split_between_threads_give_the_same_result(trained, monkeypatch):
     from streamk.quantization import _ivf_kernels as ivf_kernels
     from streamk.quantization import merge_topk
     for n_chunks in (2, 3, 7):
-        s, r = ivf_kernels.ivf_topk_chunks(il.codes, il.rows, il.start, il.size, dead, *flat_probe, tables, 40,
-                                           n_chunks)
+        s, r = ivf_kernels.ivf_topk_chunks(il.codes, il.rows, il.start, il.size, dead, False,
+                                           np.zeros(0, np.uint64), *flat_probe, tables, 40, n_chunks)
         s, r = merge_topk(s.reshape(1, -1), r.reshape(1, -1), 40)
         np.testing.assert_array_equal(r, whole[1])
         np.testing.assert_array_equal(s, whole[0])
