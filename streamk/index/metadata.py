@@ -16,7 +16,7 @@ numbers (ints and floats alike, as float64: 1 == 1.0) ``b"n"`` + 8 bytes, string
 ``b"s"`` + UTF-8 (at most :data:`MAX_INDEXED_VALUE_BYTES`), booleans ``b"b"`` + 1 byte.
 A list value is indexed element by element (a filter matches when any element does);
 null, objects and lists inside lists are not indexed. Each indexed value costs one
-posting entry per image (~20 bytes).
+posting entry per image (~20 bytes) and, for numbers and strings, one column record (24 bytes).
 
 Filters (``search(..., where=FILTER)``): a dict of up to :data:`MAX_FILTER_FIELDS` fields,
 ANDed::
@@ -25,9 +25,12 @@ ANDed::
     {"folder": {"in": ["paris", "oxford"]}}        one of up to MAX_IN_VALUES values
     {"mtime": {"gte": 1.7e9, "lt": 1.8e9}}         a range: gt, gte, lt, lte (numbers, or strings)
 
-A filter uses indexed fields only: its rows are read from the posting lists, so
-building them costs what each field's condition selects (one cursor step per distinct
-value in a range, one bulk read per value), never a pass over every image's metadata.
+A filter uses indexed fields only: equality and ``in`` read one posting list per value
+(one bulk read each); a range reads the field's sorted column
+(:mod:`streamk.index.range_columns`: chunks of (value prefix, row) records) and the
+posting lists of its two end values, so building the rows costs what each condition
+selects, however many distinct values a range spans, never a pass over every image's
+metadata.
 A filter on a field that is not indexed is a :class:`~streamk.errors.FilterError` that
 says how to index it. The rows become a bitmap (one bit per row, uint64 words) that the
 scans (exact, PQ, IVF-PQ) test before scoring an entry: a filtered search returns k
@@ -44,7 +47,8 @@ import numpy as np
 
 from ..errors import FilterError, MetadataError
 from ..quantization import row_bitmap
-from .store import row_key
+from . import range_columns
+from .store import row_from_key, row_key
 
 MAX_METADATA_BYTES = 64 * 1024  # one image's metadata, JSON-encoded (UTF-8)
 MAX_FIELD_BYTES = 100  # a field name in UTF-8 (indexed fields: it is part of an LMDB key)
@@ -150,6 +154,41 @@ def indexed_fields(store, txn):
     return json.loads(bytes(raw)) if raw is not None else []
 
 
+def column_fields(store, txn):
+    """The indexed fields that have a sorted column for ranges (:mod:`.range_columns`);
+    an index written before columns existed has none until ``index_field`` builds them."""
+    raw = store.get_meta(b"range_columns", txn)
+    return json.loads(bytes(raw)) if raw is not None else []
+
+
+def _column_records(store, txn, postings):
+    """(column key prefix, record) of (posting key, row) pairs whose field has a column."""
+    if store.dbs.get("columns") is None:
+        return
+    ranged = {posting_prefix(f) for f in column_fields(store, txn)}
+    for key, row in postings:
+        i = key.index(b"\0") + 1
+        if key[:i] in ranged and key[i:i + 1] in range_columns.RANGE_TAGS:
+            yield key[:i + 1], range_columns.value_prefix(key[i + 1:]) + row_key(row)
+
+
+def expected_columns(store, txn, postings):
+    """{column key prefix: set of records} that the columns hold when they agree with the
+    (posting key, row) pairs given (``streamk index verify``)."""
+    out = {posting_prefix(f) + tag: set() for f in column_fields(store, txn) for tag in range_columns.RANGE_TAGS}
+    for kp, record in _column_records(store, txn, postings):
+        out[kp].add(record)
+    return out
+
+
+def rebuild_columns(txn, store):
+    """Build every range column again from the posting lists (``streamk index verify --repair``)."""
+    with txn.cursor(db=store.dbs["postings"]) as cur:
+        pairs = [(bytes(k), row_from_key(v)) for k, v in cur]
+    for kp, records in expected_columns(store, txn, pairs).items():
+        range_columns.build(txn, store.dbs["columns"], kp, records)
+
+
 def _postings(store, fields, metadata, check):
     for field in fields:
         if field in metadata:
@@ -179,6 +218,8 @@ def put_metadata(txn, store, row, prepared):
     rk = row_key(row)
     for key in keys:
         txn.put(key, rk, db=db["postings"], dupdata=True)
+    for kp, record in _column_records(store, txn, ((k, row) for k in keys)):
+        range_columns.insert(txn, db["columns"], kp, record)
     store.put_blob(txn, "metadata", rk, raw)  # sealed with its CRC32C
 
 
@@ -193,8 +234,11 @@ def delete_metadata(txn, store, row, fields=None):
         return {}
     old = decode_metadata(raw)
     fields = indexed_fields(store, txn) if fields is None else fields
-    for key in _postings(store, fields, old, False):
+    keys = list(_postings(store, fields, old, False))
+    for key in keys:
         txn.delete(key, rk, db=db["postings"])
+    for kp, record in _column_records(store, txn, ((k, row) for k in keys)):
+        range_columns.delete(txn, db["columns"], kp, record)
     txn.delete(rk, db=db["metadata"])
     return old
 
@@ -211,22 +255,35 @@ def metadata_of_rows(txn, store, rows):
 
 
 def add_indexed_field(txn, store, field):
-    """Index ``field``: record it and post every stored image's value (one pass over the
-    metadata: O(N), once, when a field is first indexed). Returns False when it already was."""
+    """Index ``field``: record it, post every stored image's value and build its sorted
+    column (one pass over the metadata: O(N), once, when a field is first indexed).
+    A field indexed before columns existed gets its column. Returns False when the field
+    already was indexed with its column."""
     check_field(field)
     fields = indexed_fields(store, txn)
-    if field in fields:
+    with_column = column_fields(store, txn)
+    if field in fields and field in with_column:
         return False
-    if len(fields) >= MAX_INDEXED_FIELDS:
+    if field not in fields and len(fields) >= MAX_INDEXED_FIELDS:
         raise FilterError(f"at most {MAX_INDEXED_FIELDS} indexed fields; this index has {fields}")
     db = store.dbs
+    prefix = posting_prefix(field)
+    records = {tag: [] for tag in range_columns.RANGE_TAGS}
     with txn.cursor(db=db["metadata"]) as cur:
         for rk, raw in cur:
             meta = decode_metadata(store.unseal_blob("metadata", rk, raw))
             if field in meta:
                 for key in _postings(store, [field], meta, True):
-                    txn.put(key, bytes(rk), db=db["postings"], dupdata=True)
-    txn.put(b"indexed_fields", json.dumps(fields + [field]).encode(), db=db["meta"])
+                    if field not in fields:
+                        txn.put(key, bytes(rk), db=db["postings"], dupdata=True)
+                    tag = key[len(prefix):len(prefix) + 1]
+                    if tag in records:
+                        records[tag].append(range_columns.value_prefix(key[len(prefix) + 1:]) + bytes(rk))
+    for tag, recs in records.items():
+        range_columns.build(txn, db["columns"], prefix + tag, recs)
+    if field not in fields:
+        txn.put(b"indexed_fields", json.dumps(fields + [field]).encode(), db=db["meta"])
+    txn.put(b"range_columns", json.dumps(with_column + [field]).encode(), db=db["meta"])
     return True
 
 
@@ -324,23 +381,49 @@ def _rows_of_keys(cur, keys):
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
-def _clause_rows(cur, clause):
-    prefix = posting_prefix(clause.field)
-    if clause.values:
-        keys = [prefix + v for v in clause.values]
-        return _rows_of_keys(cur, keys)
-    lo = prefix + (clause.lo if clause.lo is not None else clause.tag)
+def _in_range(enc, clause):
+    return (clause.lo is None or (enc > clause.lo if not clause.lo_incl else enc >= clause.lo)) \
+        and (clause.hi is None or (enc < clause.hi if not clause.hi_incl else enc <= clause.hi))
+
+
+def _walk_keys(cur, prefix, clause, start, group=None):
+    """The posting keys from ``start`` on whose value lies in the clause's range: all of the
+    range (group None), or only the values whose 16-byte prefix is ``group``."""
+    kp = prefix + clause.tag
     end = prefix + (clause.hi if clause.hi is not None else bytes([clause.tag[0] + 1]))
+    end_excluded = clause.hi is None or not clause.hi_incl
+    lo = prefix + clause.lo if clause.lo is not None else None
     keys = []
-    if cur.set_range(lo):
+    if cur.set_range(start):
         for k in cur.iternext_nodup(keys=True, values=False):
             k = bytes(k)
-            if k > end or k == end and not (clause.hi is not None and clause.hi_incl):
+            if k > end or k == end and end_excluded:
                 break
-            if k == lo and clause.lo is not None and not clause.lo_incl:
+            if group is not None and range_columns.value_prefix(k[len(kp):]) != group:
+                break
+            if lo is not None and (k < lo or k == lo and not clause.lo_incl):
                 continue
             keys.append(k)
-    return _rows_of_keys(cur, keys)
+    return keys
+
+
+def _clause_rows(cur, clause, columns_cur=None):
+    """The rows of one clause (unsorted, maybe repeated): equality and ``in`` from their
+    posting lists; a range from its column (``columns_cur``: the strict interior) and the
+    posting lists of its two boundary groups, or, for a field without a column, from the
+    posting list of each distinct value in it."""
+    prefix = posting_prefix(clause.field)
+    if clause.values:
+        return _rows_of_keys(cur, [prefix + v for v in clause.values])
+    if columns_cur is None:
+        start = prefix + (clause.lo if clause.lo is not None else clause.tag)
+        return _rows_of_keys(cur, _walk_keys(cur, prefix, clause, start))
+    bounds = [None if b is None else range_columns.value_prefix(b[1:]) for b in (clause.lo, clause.hi)]
+    interior = range_columns.interior_rows(columns_cur, prefix + clause.tag, *bounds)
+    keys = []
+    for group in dict.fromkeys(b for b in bounds if b is not None):
+        keys += _walk_keys(cur, prefix, clause, prefix + clause.tag + group.rstrip(b"\0"), group)
+    return np.concatenate([interior, _rows_of_keys(cur, keys)])
 
 
 class RowFilter(NamedTuple):
@@ -366,11 +449,13 @@ def allowed_rows(txn, store, clauses, n_rows):
                           f"only; index it with StreamingIndex.index_field({missing[0]!r}) or "
                           f"`streamk index field IDX {missing[0]}`); indexed: {fields}")
     db = store.dbs.get("postings")
+    columns_db = store.dbs.get("columns")
+    with_column = set(column_fields(store, txn)) if columns_db is not None else set()
     rows = None
     if db is not None:
-        with txn.cursor(db=db) as cur:
+        with txn.cursor(db=db) as cur, txn.cursor(db=columns_db or db) as columns_cur:
             for clause in clauses:
-                r = np.unique(_clause_rows(cur, clause))
+                r = np.unique(_clause_rows(cur, clause, columns_cur if clause.field in with_column else None))
                 rows = r if rows is None else np.intersect1d(rows, r, assume_unique=True)
                 if not rows.shape[0]:
                     break
@@ -390,14 +475,13 @@ def matches(metadata, clauses):
         if c.values:
             ok = any(e in c.values for e in encs)
         else:
-            ok = any(e[:1] == c.tag and (c.lo is None or (e > c.lo if not c.lo_incl else e >= c.lo))
-                     and (c.hi is None or (e < c.hi if not c.hi_incl else e <= c.hi)) for e in encs)
+            ok = any(e[:1] == c.tag and _in_range(e, c) for e in encs)
         if not ok:
             return False
     return True
 
 
 __all__ = ["GRAMMAR", "MAX_FILTER_FIELDS", "MAX_INDEXED_FIELDS", "MAX_IN_VALUES", "MAX_METADATA_BYTES",
-           "Clause", "RowFilter", "add_indexed_field", "allowed_rows", "decode_metadata", "delete_metadata",
-           "encode_metadata", "encode_value", "indexed_fields", "matches", "metadata_of_rows", "parse_filter",
-           "prepare_metadata", "put_metadata"]
+           "Clause", "RowFilter", "add_indexed_field", "allowed_rows", "column_fields", "decode_metadata", "delete_metadata",
+           "encode_metadata", "encode_value", "expected_columns", "indexed_fields", "matches", "metadata_of_rows", "parse_filter",
+           "prepare_metadata", "put_metadata", "rebuild_columns"]

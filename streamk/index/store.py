@@ -41,6 +41,9 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
                 with the image; :mod:`streamk.index.metadata`).
 ``postings``    (dupsort, dupfixed) indexed field + encoded value -> the rows holding it (8-byte
                 big-endian, sorted): what a search filter reads, in proportion to what it selects.
+``columns``     indexed field + type tag + first record -> a chunk of that field's sorted
+                (value prefix, row) records: what a range filter reads
+                (:mod:`streamk.index.range_columns`).
 
 ``thumbnails``, ``metadata`` and any sub-database of blobs listed in SEALED_SUBDBS store each value
 followed by its CRC32C (:meth:`Store.put_blob` / :meth:`Store.get_blob`).
@@ -91,7 +94,7 @@ SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "
           "log", "claims")
 # Sub-databases added after format 2 was released: an index written before them lacks them;
 # a writer creates them at open, a read-only reader sees them as empty.
-OPTIONAL_SUBDBS = ("geometry", "thumbnails", "metadata", "postings")
+OPTIONAL_SUBDBS = ("geometry", "thumbnails", "metadata", "postings", "columns")
 SUBDB_FLAGS = {"postings": {"dupsort": True, "dupfixed": True}}  # (streamk.index.metadata)
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full

@@ -136,6 +136,7 @@ class StreamingIndex:
             meta.update(_vocabulary_meta(vocabulary))
         if indexed_fields:
             meta["indexed_fields"] = json.dumps(indexed_fields).encode()
+            meta["range_columns"] = meta["indexed_fields"]  # empty columns, kept from the first image on
         idx = cls(Store.create(path, meta, map_size=map_size, max_map_size=max_map_size))
         idx._encoder = encoder
         if extractor is not None:

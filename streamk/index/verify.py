@@ -33,7 +33,9 @@ from ..errors import GeometryRecordError, IndexCorruptError, NotAnIndexError, St
 from ..quantization import IVFPQ, NO_LIST
 from ..verification.records import parse_header
 from .blocks import checked_block, mark_removed, pack_block, pack_codes, seal_row_codes, split_block
+from . import range_columns
 from .integrity import CORRUPTION, CRC_BYTES, check_lmdb_file, checksum_ok, describe_rows
+from .metadata import expected_columns, rebuild_columns
 from .store import (CHECKED_META, SEALED_SUBDBS, Store, epoch_key, epoch_key_split, removed_rows, row_from_key,
                     row_key, validate_id)
 from .vector_store import VectorStore
@@ -108,6 +110,9 @@ class _Scan:
         self.hashes = {}  # content key -> id key
         self.postings = []  # (field + value key, row) of the metadata filters' posting lists
         self.meta_rows = set()  # rows with a readable metadata object
+        self.columns = {}  # column key prefix -> (records, problems) of the range columns
+        self.expected_columns = {}  # column key prefix -> the records its posting lists call for
+        self.bad_columns = []  # column key prefixes that disagree with the posting lists
         self.unreadable = []  # sub-databases whose B-tree cannot be walked
 
 
@@ -204,8 +209,21 @@ def _scan(store, progress):
         if dbs.get("postings") is not None:
             for k, v in _walk(store, "postings", s, bar):
                 s.postings.append((k, row_from_key(v)))
+        if dbs.get("columns") is not None and dbs.get("postings") is not None:
+            _scan_columns(store, s)
     s.next_row, s.epoch, s.dead, s.vectors = next_row, epoch, dead, vectors
     return s
+
+
+def _scan_columns(store, s):
+    """Read the range columns and what the posting lists call for (in a read transaction of its own)."""
+    try:
+        with store.read() as txn, txn.cursor(db=store.dbs["columns"]) as cur:
+            s.expected_columns = expected_columns(store, txn, s.postings)
+            for kp in s.expected_columns:
+                s.columns[kp] = range_columns.records_of(cur, kp)
+    except CORRUPTION as exc:
+        s.unreadable.append(f"the B-tree of 'columns' ({exc})")
 
 
 def _report(store, s, report):
@@ -245,6 +263,15 @@ def _report(store, s, report):
     if s.orphan_postings:
         d.append(f"{len(s.orphan_postings)} filter posting(s) name rows without metadata (of "
                  f"{describe_rows(sorted({r for _, r in s.orphan_postings}))})")
+    for kp, want in s.expected_columns.items():
+        records, problems = s.columns.get(kp, ([], []))
+        got = set(records)
+        if problems or got != want or len(records) != len(got):
+            s.bad_columns.append(kp)
+            field, tag = kp[:-2].decode("utf-8", "replace"), {b"n": "numbers", b"s": "strings"}[kp[-1:]]
+            d.append(f"the range column of field {field!r} ({tag}) disagrees with its posting lists: "
+                     f"{len(want - got)} record(s) missing, {len(got - want)} extra"
+                     + "".join(f"; {p}" for p in dict.fromkeys(problems)))
     if s.orphan_hashes:
         d.append(f"{len(s.orphan_hashes)} content key(s) name no readable image (de-duplication would refuse them)")
     if s.bad_code_blocks:
@@ -321,10 +348,13 @@ def _repair(store, s, live_set, report, progress):
         for name, key in s.bad_blobs:
             txn.delete(key, db=dbs[name])
         gone = set(drop_rows) | {row_from_key(k) for name, k in s.bad_blobs if name == "metadata"}
+        orphans = set(s.orphan_postings)
         for key, row in s.postings:  # posting lists name only live rows with metadata
-            if row in gone or (key, row) in set(s.orphan_postings):
+            if row in gone or (key, row) in orphans:
                 txn.delete(key, row_key(row), db=dbs["postings"])
-    if s.orphan_postings or lost_keys or drop_rows or s.bad_blocks or s.bad_geometry or s.bad_blobs or s.orphan_hashes or any(
+        if s.bad_columns or s.expected_columns and (orphans or gone):  # the columns follow the posting lists
+            rebuild_columns(txn, store)
+    if s.bad_columns or s.orphan_postings or lost_keys or drop_rows or s.bad_blocks or s.bad_geometry or s.bad_blobs or s.orphan_hashes or any(
             "row_ids" in d for d in report.damaged):
         store.write(remove_lost)
         report.lost = sorted(k.decode("utf-8", "replace") for k in lost_keys)
@@ -337,6 +367,8 @@ def _repair(store, s, live_set, report, progress):
                                    "no longer spatially verified; `streamk index add-local-features` adds them)")
         if s.bad_blobs:
             report.repaired.append(f"{len(s.bad_blobs)} damaged blob(s) dropped")
+        if s.bad_columns:
+            report.repaired.append(f"{len(s.bad_columns)} range column(s) rebuilt from the posting lists")
     if "vocabulary" in s.bad_meta:
         def drop_vocabulary(txn):
             for key in (b"vocabulary", b"crc32c:vocabulary"):

@@ -521,6 +521,36 @@ def test_damaged_metadata_is_named_and_dropped_by_a_repair(tmp_path, encoder):
         assert sorted(h.id for h in idx.search(V[2], k=4, where={"year": {"gte": 2001}})) == ["m1", "m3"]
 
 
+@pytest.mark.parametrize("damage", ["drop a record", "truncate", "swap two records"])
+def test_a_damaged_range_column_is_named_then_rebuilt(tmp_path, encoder, damage):
+    """A range column that disagrees with its posting lists (a record lost, a chunk cut,
+    records out of order) is named by verify and rebuilt from the posting lists; the
+    range filter then selects what the metadata says."""
+    V = vectors(9, 40)
+    with StreamingIndex.create(tmp_path / "ix", encoder, indexed_fields=["year"]) as idx:
+        for i in range(40):
+            idx.add(f"y{i}", vector=V[i], metadata={"year": 1990 + i})
+
+        def hurt(txn):
+            db = idx.store.dbs["columns"]
+            key, raw = next(iter(txn.cursor(db=db)))
+            key, raw = bytes(key), bytes(raw)
+            if damage == "drop a record":
+                raw = raw[:24] + raw[48:]
+            elif damage == "truncate":
+                raw = raw[:-5]
+            else:
+                raw = raw[:24] + raw[48:72] + raw[24:48] + raw[72:]
+            txn.put(key, raw, db=db)
+        idx.store.write(hurt)
+    report = verify_index(tmp_path / "ix", progress=False)
+    assert not report.ok and any("range column of field 'year' (numbers)" in d for d in report.damaged), report.lines()
+    report = verify_index(tmp_path / "ix", repair=True, progress=False)
+    assert report.ok and report.lost == [] and any("range column" in r for r in report.repaired), report.lines()
+    with StreamingIndex.open(tmp_path / "ix") as idx:
+        assert sorted(idx.allowed({"year": {"gte": 1990, "lt": 2030}}).rows.tolist()) == list(range(40))
+
+
 def test_a_write_into_a_damaged_block_is_refused_and_writes_nothing(tmp_path, encoder):
     """A write re-seals the block it changes: over damage it would hide it (a fresh block CRC)."""
     V = vectors(9, 12)
