@@ -13,7 +13,7 @@ in the ``columns`` sub-database under ``field + NUL + tag + first record``.
 A range [lo, hi] reads:
 
 - the chunks from the one holding ``pad16(lo)`` to the first whose first record reaches
-  ``pad16(hi)``, one cursor step and one ``frombuffer`` each, keeping the records whose
+  ``pad16(hi)``, one cursor step each, then keeping (numpy, once) the records whose
   prefix lies strictly between ``pad16(lo)`` and ``pad16(hi)``. Cutting and padding keep
   order (v <= w gives pad16(v) <= pad16(w)), so such a value is strictly inside the range;
 - the values whose prefix equals ``pad16(lo)`` or ``pad16(hi)`` exactly, from the posting
