@@ -397,7 +397,7 @@ class ShardedIndex:
     @property
     def vocabulary(self):
         """The visual words of the shards' local geometry (``vocabulary.npz``), or None."""
-        if not hasattr(self, "_vocabulary"):
+        if getattr(self, "_vocabulary", None) is None:  # looked for again while there is none
             f = self.path / "vocabulary.npz"
             self._vocabulary = Vocabulary.load(f) if f.is_file() else None
         return self._vocabulary

@@ -67,7 +67,21 @@ class EncodingPool:
             if self._pool is None:
                 self._pool, self._pipe = self._start()
                 self._generation += 1
-            return self._pool, self._generation
+            return self._pool, self._generation, self._token
+
+    def use_vocabulary(self, vocabulary_bytes):
+        """Describe images with these visual words from now on (the index was given local
+        geometry by another process): a fresh pool of workers; the old one finishes the
+        tasks it holds, then ends."""
+        with self._lock:
+            params = dict(self.context.params, vocabulary=bytes(vocabulary_bytes))
+            self.context = TaskContext(build_context, params)
+            self._token = self.context.token()
+            old, pipe = self._pool, self._pipe
+            self._pool, self._pipe = self._start() if old is not None else (None, None)
+            self._generation += 1
+        if old is not None:
+            threading.Thread(target=_shutdown, args=(old, pipe, False), daemon=True).start()
 
     def _replace(self, generation):
         """A fresh pool after the one of ``generation`` broke (once, whoever notices first)."""
@@ -83,9 +97,9 @@ class EncodingPool:
         ``{"error": CRASHED}``."""
         loop = asyncio.get_running_loop()
         for attempt in range(2):
-            pool, generation = self._current()
+            pool, generation, token = self._current()
             try:
-                fut = pool.submit(run_task, self._token, None, fn, item)
+                fut = pool.submit(run_task, token, None, fn, item)
                 return await asyncio.wrap_future(fut, loop=loop)
             except BrokenProcessPool:
                 self._replace(generation)
@@ -102,8 +116,8 @@ def _noop(ctx, item):
     return item
 
 
-def _shutdown(pool, pipe):
-    pool.shutdown(wait=True, cancel_futures=True)
+def _shutdown(pool, pipe, cancel=True):
+    pool.shutdown(wait=True, cancel_futures=cancel)
     for conn in pipe:  # after the workers are gone: closing our end ends any straggler
         conn.close()
 

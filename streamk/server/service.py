@@ -125,7 +125,21 @@ class Service:
 
     # ------------------------------------------------------------ describing images (workers)
     async def describe(self, data, box=None, purpose="query", name="upload"):
+        if purpose == "add" and not self.has_local_features:  # its stored geometry needs the words
+            await self.call(self.local_features_now)
         return raise_worker_error(await self.pool.run(describe_image, (data, box, purpose, name)))
+
+    def local_features_now(self):
+        """Whether the index keeps local geometry now (in the index thread): another process
+        (``streamk index add-local-features``) may have given it visual words since the
+        server started; the workers then describe uploads with them. One read of the
+        index's state while it has none, nothing after."""
+        if not self.has_local_features:
+            vocabulary = self.index.vocabulary
+            if vocabulary is not None:
+                self.pool.use_vocabulary(vocabulary.to_bytes())
+                self.has_local_features = True
+        return self.has_local_features
 
     # ------------------------------------------------------------ search
     def _hits(self, hits, query):
@@ -160,7 +174,7 @@ class Service:
         geometry where the index keeps it (not across the shards of a sharded index)."""
         v = self.index.vector(image_id)
         record = None
-        if self.has_local_features and hasattr(self.index, "geometry") and verify != 0:
+        if verify != 0 and hasattr(self.index, "geometry") and self.local_features_now():
             record = self.index.geometry(image_id)
         return self.search(v, k, verify=verify, expand=expand, mode=mode, query={"kind": "id", "id": image_id},
                            where=where, record=record)
@@ -246,7 +260,7 @@ class Service:
     def stats(self):
         s = self.index.stats()
         return {"images": int(s["images"]), "codec": s.get("codec"), "reader_memory": int(s.get("reader_memory", 0)),
-                "shards": int(s.get("shards", 1)), "dim": self.dim, "local_features": self.has_local_features,
+                "shards": int(s.get("shards", 1)), "dim": self.dim, "local_features": self.local_features_now(),
                 "workers": self.workers, "writable": self.writable,
                 "indexed_fields": sorted(self._indexed_fields())}
 

@@ -40,13 +40,13 @@ def make_photos(root):
     return {"root": root, "paths": paths, "encoder": enc, "extractor": ex, "vocabulary": vocab}
 
 
-def make_index(path, photos, n=4):
-    """An index of the first ``n`` photos (ids p0..), with local geometry; metadata field
-    "album" ("a" for even photos, "b" for odd ones) indexed for filters."""
+def make_index(path, photos, n=4, local_features=True):
+    """An index of the first ``n`` photos (ids p0..), with local geometry (unless told
+    not); metadata field "album" ("a" for even photos, "b" for odd ones) indexed for filters."""
     from streamk.index import StreamingIndex
 
     with StreamingIndex.create(path, photos["encoder"], vector_dtype="float32", extractor=photos["extractor"],
-                               vocabulary=photos["vocabulary"]) as idx:
+                               vocabulary=photos["vocabulary"] if local_features else None) as idx:
         idx.index_field("album")
         for i in range(n):
             idx.add(f"p{i}", image_path=photos["paths"][i], metadata={"album": "ab"[i % 2], "n": i})
@@ -174,3 +174,8 @@ def die(ctx, item):
 
 def pid_of(ctx, item):
     return os.getpid()
+
+
+def words_of(ctx, item):
+    """A pool task: the number of visual words its worker describes with (None: none)."""
+    return None if ctx["vocabulary"] is None else int(ctx["vocabulary"].n_words)

@@ -336,6 +336,33 @@ def test_a_server_sees_what_streamk_ingest_adds_in_another_process(photos, tmp_p
         assert sorted(idx.ids()) == ["p0", "p1", "p6.png", "p7.png", "up3"]
 
 
+def test_local_features_added_by_another_process_are_used_without_a_restart(photos, tmp_path, make_server):
+    """A server started on an index without local geometry: after `streamk index
+    add-local-features` in another process, the next requests verify (by upload and by
+    id) and an uploaded image is stored with its geometry (its workers got the words)."""
+    index = make_index(tmp_path / "idx", photos, n=3, local_features=False)
+    srv = make_server(index, args=["--workers", "1"])
+    with srv.client() as c:
+        assert c.get("/stats").json()["local_features"] is False
+        assert not upload(c, photos["paths"][1], k=1).json()["results"][0]["verified"]
+        words = tmp_path / "words.npz"
+        photos["vocabulary"].save(words)
+        out = run_python("-m", "streamk.cli", "index", "add-local-features", str(index), "--vocabulary", str(words),
+                         "--workers", "1", "--no-cache", timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert c.get("/stats").json()["local_features"] is True
+        top = upload(c, photos["paths"][1], k=1).json()["results"][0]
+        assert top["id"] == "p1" and top["verified"] and top["inliers"] > 0
+        assert c.post("/images", data={"id": "up4"},
+                      files={"image": ("p4.png", png_bytes(photos["paths"][4]), "image/png")}).status_code == 201
+        hits = c.post("/search", json={"id": "up4", "k": 1}).json()["results"]
+        assert hits[0]["id"] == "up4" and hits[0]["verified"] and hits[0]["inliers"] > 0
+    from streamk.index import StreamingIndex
+
+    with StreamingIndex.open(index, readonly=True) as idx:
+        assert idx.geometry("up4") is not None and idx.geometry("p2") is not None
+
+
 def test_sigkill_mid_write_loses_nothing_committed(photos, tmp_path, make_server, wait_until):
     from streamk.index import StreamingIndex
 

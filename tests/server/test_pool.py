@@ -3,7 +3,7 @@ dies on an image is replaced and the image reported, never the server's failure.
 
 import asyncio
 
-from helpers.server import die, pid_of, rendezvous
+from helpers.server import die, pid_of, rendezvous, words_of
 
 from streamk.server import EncodingPool
 
@@ -42,5 +42,28 @@ def test_a_worker_that_dies_is_replaced_and_the_image_reported(photos):
         assert out["error"][0] == "WorkerCrashedError"
         after = run(pool.run(pid_of, None))
         assert isinstance(after, int) and after != before  # a fresh process took over
+    finally:
+        pool.close()
+
+
+def test_new_visual_words_reach_new_tasks_and_the_running_ones_finish(photos, tmp_path):
+    """use_vocabulary (another process gave the index local geometry): the tasks already
+    running or queued finish in the old workers; the tasks after it are described with
+    the words."""
+    pool = EncodingPool(photos["encoder"].to_bytes(), photos["extractor"], None, workers=1).start()
+    try:
+        async def swap_while_running():
+            assert await pool.run(words_of, None) is None
+            running = asyncio.ensure_future(pool.run(rendezvous, (str(tmp_path), "t0", 2, 1)))
+            while not (tmp_path / "t0").exists():  # the task is in its worker (bounded by wait_for below)
+                await asyncio.sleep(0.02)
+            queued = [asyncio.ensure_future(pool.run(words_of, None)) for _ in range(3)]
+            await asyncio.sleep(0)  # each is submitted to the old pool, behind the running one
+            pool.use_vocabulary(photos["vocabulary"].to_bytes())
+            return await running, await asyncio.gather(*queued), await pool.run(words_of, None)
+        (pid, met), old, words = asyncio.run(asyncio.wait_for(swap_while_running(), 120))
+        assert isinstance(pid, int) and not met  # it ran to its end (alone) in the old worker
+        assert old == [None] * 3  # the tasks queued before the swap were run, not dropped
+        assert words == photos["vocabulary"].n_words
     finally:
         pool.close()
