@@ -208,6 +208,10 @@ class ShardActor:
         with self._lock:
             return self.index.info(image_id)
 
+    def geometry(self, image_id):
+        with self._lock:
+            return self.index.geometry(image_id)
+
     def thumbnail(self, image_id):
         with self._lock:
             return self.index.thumbnail(image_id)
@@ -446,6 +450,10 @@ class ShardedIndex:
     def vector(self, image_id):
         return self._owners[shard_of(image_id, self.shards)].call("vector", image_id)
 
+    def geometry(self, image_id):
+        """The stored local-geometry record of an image (bytes), or None (see StreamingIndex.geometry)."""
+        return self._owners[shard_of(image_id, self.shards)].call("geometry", image_id)
+
     def thumbnail(self, image_id):
         """The small JPEG stored with an image, or None (see StreamingIndex.thumbnail)."""
         return self._owners[shard_of(image_id, self.shards)].call("thumbnail", image_id)
@@ -625,13 +633,14 @@ class ShardedIndex:
 
     # ------------------------------------------------------------ search
     def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None, where=None):
+               expansion="aqe", pairs=False, features=None, where=None, record=None):
         """As :meth:`StreamingIndex.search`: one query (image path, descriptor set, vector)
         -> [Hit]; a batch (nq, D) -> (scores, ids) arrays. Scattered to every shard, merged
         by score. The second stage runs where each shard lives: every shard verifies its
         own first-stage top ``verify`` and sends back its verified images' vectors; the
         expanded query is searched on every shard again. ``where``: a metadata filter,
-        applied inside each shard's scan."""
+        applied inside each shard's scan. ``record``: the query's local-geometry record
+        instead of features (:meth:`geometry` of an indexed image, whichever shard holds it)."""
         check_second_stage(verify, expand, expansion)
         k = check_request(k, rerank, verify, expand)  # before anything is allocated (limits in queries.py)
         parse_filter(where)  # a FilterError here, before any shard is asked
@@ -648,10 +657,13 @@ class ShardedIndex:
             Q = unit_vector(self.encoder.encode(qfeatures.descriptors))[None, :]
         else:
             Q = self.queries.vector(query, None if features is not None else box)[None, :]
-        vocabulary = None if batch or qfeatures is None else self.vocabulary
+        if record is not None and (batch or qfeatures is not None):
+            raise ConfigError("record applies to one query vector, without features")
+        vocabulary = None if batch or (qfeatures is None and record is None) else self.vocabulary
         R = (DEFAULT_VERIFY if verify is None else int(verify)) if vocabulary is not None else 0
-        if R and len(qfeatures):
-            return self._search_second_stage(Q[0], query_record(vocabulary, qfeatures), k, R,
+        if R and (record is not None or len(qfeatures)):
+            qrec = record if record is not None else query_record(vocabulary, qfeatures)
+            return self._search_second_stage(Q[0], qrec, k, R,
                                              DEFAULT_EXPAND if expand is None else int(expand), expansion, box,
                                              pairs, mode, nprobe, rerank, where)
         scores, ids = self._first_stage(Q, k, mode, nprobe, rerank, where)

@@ -171,10 +171,10 @@ class Service:
 
     def search_id(self, image_id, k, verify=None, expand=None, mode=None, where=None):
         """The results of an indexed image: its stored vector, verified with its stored local
-        geometry where the index keeps it (not across the shards of a sharded index)."""
+        geometry where the index keeps it (on whichever shard holds it)."""
         v = self.index.vector(image_id)
         record = None
-        if verify != 0 and hasattr(self.index, "geometry") and self.local_features_now():
+        if verify != 0 and self.local_features_now():
             record = self.index.geometry(image_id)
         return self.search(v, k, verify=verify, expand=expand, mode=mode, query={"kind": "id", "id": image_id},
                            where=where, record=record)

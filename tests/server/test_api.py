@@ -461,6 +461,9 @@ def test_a_sharded_index_is_served_the_same_way(photos, tmp_path, make_server, d
                                                                   "image/png")})
         assert r.status_code == 201, r.text
         assert upload(c, photos["paths"][6], k=1).json()["results"][0]["id"] == "up"
+        for image_id in ("p1", "up"):  # by id: verified with the record of whichever shard holds it
+            hit = c.post("/search", json={"id": image_id, "k": 1}).json()["results"][0]
+            assert hit["id"] == image_id and hit["verified"] and hit["inliers"] > 0, hit
         assert c.get("/images/up/thumbnail").headers["content-type"] == "image/jpeg"
         assert c.delete("/images/up").status_code == 200
         assert c.get("/stats").json()["images"] == 4
