@@ -394,7 +394,7 @@ def _serve(args):
 
     return serve(args.dir, host=args.host, port=args.port, workers=args.workers, token_file=args.token_file,
                  cors=args.cors or (), dask=args.dask, max_upload=int(args.max_upload * (1 << 20)),
-                 images=args.images or (), max_requests=args.max_requests)
+                 images=args.images or (), max_requests=args.max_requests, show_paths=args.show_paths)
 
 
 def _add_serve_command(sub):
@@ -417,6 +417,9 @@ def _add_serve_command(sub):
     sv.add_argument("--images", action="append", default=None, metavar="DIR",
                     help="the collection folder the index was ingested from: thumbnails of its images are made "
                          "from these files (repeatable; nothing outside them is read)")
+    sv.add_argument("--show-paths", action="store_true",
+                    help="include the metadata fields path and folder (where ingestion found each file on this "
+                         "machine) in answers; default: hidden (filters may use them either way)")
     sv.add_argument("--max-upload", type=_positive_float, default=20.0, metavar="MB",
                     help="largest request body accepted, in MB (default 20)")
     sv.add_argument("--max-requests", type=_positive_int, default=64, metavar="N",

@@ -48,11 +48,13 @@ def configure_logging(level="info"):
 
 
 def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=(), dask=None,
-          max_upload=DEFAULT_MAX_UPLOAD, images=(), log_level="info", max_requests=DEFAULT_MAX_REQUESTS):
+          max_upload=DEFAULT_MAX_UPLOAD, images=(), log_level="info", max_requests=DEFAULT_MAX_REQUESTS,
+          show_paths=False):
     """Serve the index at ``path`` until SIGTERM / SIGINT; see the module doc.
 
     workers: encoding processes; images: the collection folders whose files may be read
-    for thumbnails. Returns 0 after a stop without a signal (a signal ends the process
+    for thumbnails; show_paths: answers include the metadata fields ``path`` and ``folder``
+    (where ingestion found each file on this machine; hidden by default). Returns 0 after a stop without a signal (a signal ends the process
     once the server has stopped, as uvicorn re-raises it)."""
     import uvicorn
 
@@ -60,7 +62,8 @@ def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=()
     token = read_token(token_file)
     if host not in ("127.0.0.1", "localhost", "::1") and token is None:
         log.warning("listening on %s without a token: anyone who can reach it can search; writes are off", host)
-    service = Service(path, workers=workers, dask=dask, writable=token is not None, collection=images).open()
+    service = Service(path, workers=workers, dask=dask, writable=token is not None, collection=images,
+                      show_paths=show_paths).open()
     try:
         app = create_app(service, token=token, max_upload=max_upload, cors=cors, max_requests=max_requests)
     except BaseException:

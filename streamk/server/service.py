@@ -49,16 +49,23 @@ def raise_worker_error(out):
     return out
 
 
+# Metadata fields in which ingestion records where each file lies on this machine: not
+# shown to clients unless the server is told (--show-paths); filters may still use them.
+SERVER_PATH_FIELDS = ("path", "folder")
+
+
 class Service:
     """An index (``path``; sharded ones through ``dask``) served: see the module doc.
 
     workers: encoding processes; writable: open the index for writing (the server is
     read-only without a token); collection: folders whose files may be read to make the
     thumbnail of an image indexed from them (by ``streamk ingest``); nothing else on the
-    server's disk is ever read on a client's behalf."""
+    server's disk is ever read on a client's behalf; show_paths: answers include the
+    metadata fields SERVER_PATH_FIELDS (hidden by default)."""
 
-    def __init__(self, path, workers=2, dask=None, writable=True, collection=()):
+    def __init__(self, path, workers=2, dask=None, writable=True, collection=(), show_paths=False):
         self.path = str(path)
+        self.show_paths = bool(show_paths)
         self.workers = int(workers)
         self.dask = dask
         self.writable = bool(writable)
@@ -154,7 +161,7 @@ class Service:
             d = h.to_dict(pairs=False)
             d["image_size"] = rec.get("image_size")
             d["kind"] = rec.get("kind")
-            d["metadata"] = meta
+            d["metadata"] = self.public_metadata(meta)
             out.append(d)
         return {"query": query, "results": out}
 
@@ -225,7 +232,13 @@ class Service:
         return {"id": image_id, "kind": rec.get("kind"), "sha256": rec.get("sha256"),
                 "n_descriptors": rec.get("n_descriptors"), "image_size": rec.get("image_size"),
                 "box": rec.get("box"), "added": rec.get("added"), "filename": rec.get("filename"),
-                "metadata": self.index.metadata(image_id)}
+                "metadata": self.public_metadata(self.index.metadata(image_id))}
+
+    def public_metadata(self, meta):
+        """An image's metadata as answers show it: without the server's file paths unless told."""
+        if self.show_paths or meta is None:
+            return meta
+        return {k: v for k, v in meta.items() if k not in SERVER_PATH_FIELDS}
 
     def stored_thumbnail(self, image_id):
         """(stored JPEG or None, path of the image in the served collection or None)."""

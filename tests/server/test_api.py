@@ -4,6 +4,7 @@ a server beside a ``streamk ingest`` in another process; SIGKILL mid-write; SIGT
 
 import io
 import json
+import os
 import shutil
 import signal
 import threading
@@ -313,7 +314,11 @@ def test_cors_when_configured(photos, tmp_path, make_server):
 
 
 def test_a_server_sees_what_streamk_ingest_adds_in_another_process(photos, tmp_path, make_server):
+    from streamk.index import StreamingIndex
+
     index = make_index(tmp_path / "idx", photos, n=2)
+    with StreamingIndex.open(index) as idx:
+        idx.index_field("folder")
     srv = make_server(index, args=["--workers", "1"])
     with srv.client() as c:
         assert c.get("/stats").json()["images"] == 2
@@ -327,11 +332,16 @@ def test_a_server_sees_what_streamk_ingest_adds_in_another_process(photos, tmp_p
         assert c.get("/stats").json()["images"] == 4  # seen at the next request
         top = upload(c, photos["paths"][7], k=1).json()["results"][0]
         assert top["id"] == "p7.png" and top["verified"]
+        # ingestion's metadata, less where the file lies on the server (hidden unless --show-paths)
+        assert top["metadata"]["name"] == "p7.png" and not {"path", "folder"} & set(top["metadata"])
+        meta = c.get("/images/p7.png").json()["metadata"]
+        assert meta["size"] > 0 and not {"path", "folder"} & set(meta) and str(tmp_path) not in json.dumps(meta)
+        folder = os.path.abspath(tmp_path / "more")
+        hits = c.post("/search", json={"id": "p7.png", "k": 4, "where": {"folder": folder}}).json()["results"]
+        assert sorted(h["id"] for h in hits) == ["p6.png", "p7.png"]  # a filter may still use the folder
         # and the server's own writes meanwhile land in the same index
         assert c.post("/images", data={"id": "up3"},
                       files={"image": ("p3.png", png_bytes(photos["paths"][3]), "image/png")}).status_code == 201
-    from streamk.index import StreamingIndex
-
     with StreamingIndex.open(index, readonly=True) as idx:
         assert sorted(idx.ids()) == ["p0", "p1", "p6.png", "p7.png", "up3"]
 
@@ -361,6 +371,18 @@ def test_local_features_added_by_another_process_are_used_without_a_restart(phot
 
     with StreamingIndex.open(index, readonly=True) as idx:
         assert idx.geometry("up4") is not None and idx.geometry("p2") is not None
+
+
+def test_show_paths_gives_where_the_files_lie(photos, tmp_path, make_server):
+    index = make_index(tmp_path / "idx", photos, n=1)
+    from streamk.index import StreamingIndex
+
+    with StreamingIndex.open(index) as idx:
+        idx.set_metadata("p0", {"path": "/srv/photos/p0.png", "folder": "/srv/photos", "album": "a"})
+    srv = make_server(index, args=["--workers", "1", "--show-paths"])
+    with srv.client() as c:
+        assert c.get("/images/p0").json()["metadata"] == {"path": "/srv/photos/p0.png", "folder": "/srv/photos",
+                                                          "album": "a"}
 
 
 def test_sigkill_mid_write_loses_nothing_committed(photos, tmp_path, make_server, wait_until):
