@@ -9,8 +9,9 @@ the demo's photo changes with T-emb k = 16: see bench/README.md), and, when aske
 - One image (:func:`duplicates_of`): a range search, the first-stage top
   ``max_results + 1`` of its own vector kept down to the threshold (bounded: at most
   ``max_results`` come back, MAX_DUPLICATES by default).
-- The whole index (:func:`duplicate_groups`): every image's top ``neighbours`` (batches of
-  ``batch_size`` vectors read block by block from the map, searched as a batch), the pairs
+- The whole index (:func:`duplicate_groups`; a sharded one: :func:`sharded_duplicate_groups`):
+  every image's top ``neighbours`` (batches of ``batch_size`` vectors read block by block
+  from the map, or page by page where each shard lives, searched as a batch), the pairs
   at or above the threshold, then the connected components of those pairs
   (scipy.sparse.csgraph): a group holds images linked by a chain of near-duplicate pairs.
   N searches in all: with a PQ / IVF codec this is what a few thousand queries cost per
@@ -116,8 +117,6 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
     """Groups of near-duplicates in the whole index: [{"ids": [...], "pairs": [[id_a, id_b,
     score, inliers or None], ...]}], largest group first (ids in the order they were added).
     See the module doc for the cost."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
     from tqdm.auto import tqdm
 
     threshold = check_threshold(threshold)
@@ -154,17 +153,9 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
                     pb.append(np.maximum(a, b))
                     ps.append(scores[hit])
                     bar.update(len(r))
-            a = np.concatenate(pa) if pa else np.zeros(0, np.int64)
-            b = np.concatenate(pb) if pb else np.zeros(0, np.int64)
-            s = np.concatenate(ps) if ps else np.zeros(0, np.float32)
+            a, b, s = _unique_pairs(pa, pb, ps)
             if not len(a):
                 return []
-            # each pair once (found from both ends: keep its higher score)
-            order = np.lexsort((-s, b, a))
-            a, b, s = a[order], b[order], s[order]
-            first = np.ones(len(a), bool)
-            first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
-            a, b, s = a[first], b[first], s[first]
             inl = None
             if verify:
                 inl = np.full(len(a), -1, np.int64)
@@ -175,13 +166,34 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
                 a, b, s, inl = a[ok], b[ok], s[ok], inl[ok]
                 if not len(a):
                     return []
-            nodes, idx = np.unique(np.concatenate([a, b]), return_inverse=True)
-            ia, ib = idx[:len(a)], idx[len(a):]
-            graph = coo_matrix((np.ones(len(a)), (ia, ib)), shape=(len(nodes), len(nodes)))
-            _, label = connected_components(graph, directed=False)
+            nodes = np.unique(np.concatenate([a, b]))
             ids = view.ids_of(txn, nodes)
     finally:
         bar.close()
+    return _groups(a, b, s, inl, nodes, ids)
+
+
+def _unique_pairs(pa, pb, ps):
+    """Concatenated pair arrays (a < b), each pair once (found from both ends: its higher score kept)."""
+    a = np.concatenate(pa) if pa else np.zeros(0, np.int64)
+    b = np.concatenate(pb) if pb else np.zeros(0, np.int64)
+    s = np.concatenate(ps) if ps else np.zeros(0, np.float32)
+    order = np.lexsort((-s, b, a))
+    a, b, s = a[order], b[order], s[order]
+    first = np.ones(len(a), bool)
+    first[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return a[first], b[first], s[first]
+
+
+def _groups(a, b, s, inl, nodes, ids):
+    """The connected components of the pairs (a[i], b[i]) over ``nodes`` (sorted, each
+    named by ``ids``), as groups of ids with their pairs, largest first."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
+    graph = coo_matrix((np.ones(len(a)), (ia, ib)), shape=(len(nodes), len(nodes)))
+    _, label = connected_components(graph, directed=False)
     groups = {}
     for n, lab in enumerate(label.tolist()):
         groups.setdefault(lab, {"ids": [], "pairs": []})["ids"].append(ids[n])
@@ -189,6 +201,46 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
         groups[int(label[ia[p]])]["pairs"].append(
             [ids[ia[p]], ids[ib[p]], float(s[p]), None if inl is None else int(inl[p])])
     return sorted(groups.values(), key=lambda g: -len(g["ids"]))
+
+
+def sharded_duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, neighbours=DEFAULT_NEIGHBOURS,
+                             batch_size=256, progress=None):
+    """The groups of near-duplicates of a ShardedIndex, from the vectors: each shard's
+    images read page by page (``batch_size``, :meth:`StreamingIndex.vectors_page`, where
+    the shard lives), each page searched as a batch on every shard for its top
+    ``neighbours``; then the same pairs and groups as :func:`duplicate_groups` (ids in a
+    group sorted)."""
+    from tqdm.auto import tqdm
+
+    threshold = check_threshold(threshold)
+    neighbours = _check_count(neighbours, "neighbours", MAX_NEIGHBOURS)
+    batch_size = _check_count(batch_size, "batch_size", MAX_BATCH)
+    pa, pb, ps = [], [], []
+    bar = tqdm(total=len(index), desc="duplicates", unit="img", file=sys.stderr, dynamic_ncols=True,
+               disable=True if progress is False else (None if progress is None else False))
+    try:
+        for shard in range(index.shards):
+            after = -1
+            while True:
+                page, Q, after = index.vectors_page(shard, after, batch_size)
+                if not page:
+                    break
+                scores, cand = index.search(Q, k=neighbours + 1, verify=0, expand=0)
+                page = np.asarray(page, dtype=object)[:, None]
+                hit = (cand != None) & (cand != page) & (scores >= threshold)  # noqa: E711 (elementwise)
+                a, b = np.broadcast_to(page, cand.shape)[hit].astype(str), cand[hit].astype(str)
+                pa.append(np.where(a < b, a, b))
+                pb.append(np.where(a < b, b, a))
+                ps.append(scores[hit])
+                bar.update(len(page))
+    finally:
+        bar.close()
+    if not any(len(x) for x in pa):
+        return []
+    names, codes = np.unique(np.concatenate(pa + pb), return_inverse=True)  # ids -> integers
+    n = sum(len(x) for x in pa)
+    a, b, s = _unique_pairs([codes[:n]], [codes[n:]], ps)
+    return _groups(a, b, s, None, np.arange(len(names)), names.tolist())
 
 
 def nearest_of_vectors(index, V, threshold=DEFAULT_DUPLICATE_THRESHOLD):
@@ -207,4 +259,4 @@ def nearest_of_vectors(index, V, threshold=DEFAULT_DUPLICATE_THRESHOLD):
 
 
 __all__ = ["DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_NEIGHBOURS", "DUPLICATE_POLICIES", "MAX_DUPLICATES",
-           "check_threshold", "duplicate_groups", "duplicates_of", "nearest_of_vectors"]
+           "check_threshold", "duplicate_groups", "duplicates_of", "nearest_of_vectors", "sharded_duplicate_groups"]

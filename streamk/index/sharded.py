@@ -45,7 +45,8 @@ from ..verification import Vocabulary, expand_query
 from .items import unit_vector
 from .queries import MAX_K, MODES, QueryEncoder, check_request
 from .second_stage import DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record
-from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, MAX_DUPLICATES, check_threshold
+from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, check_threshold,
+                         sharded_duplicate_groups)
 from .metadata import check_field, parse_filter
 from .store import id_key, validate_id
 from .streaming_index import StreamingIndex
@@ -211,6 +212,10 @@ class ShardActor:
     def geometry(self, image_id):
         with self._lock:
             return self.index.geometry(image_id)
+
+    def vectors_page(self, after_row, n):
+        with self._lock:
+            return self.index.vectors_page(after_row, n)
 
     def thumbnail(self, image_id):
         with self._lock:
@@ -450,6 +455,12 @@ class ShardedIndex:
     def vector(self, image_id):
         return self._owners[shard_of(image_id, self.shards)].call("vector", image_id)
 
+    def vectors_page(self, shard, after_row=-1, n=256):
+        """A page of shard ``shard``'s images (see :meth:`StreamingIndex.vectors_page`), read where it lives."""
+        if not 0 <= int(shard) < self.shards:
+            raise ConfigError(f"shard must be in 0..{self.shards - 1}, got {shard!r}")
+        return self._owners[int(shard)].call("vectors_page", after_row, n)
+
     def geometry(self, image_id):
         """The stored local-geometry record of an image (bytes), or None (see StreamingIndex.geometry)."""
         return self._owners[shard_of(image_id, self.shards)].call("geometry", image_id)
@@ -600,13 +611,17 @@ class ShardedIndex:
         return self._owners[0].call("indexed_fields")
 
     def duplicates(self, image_id=None, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
-                   max_results=MAX_DUPLICATES, neighbours=None, progress=None):
-        """One image's near-duplicates across the shards: [Hit] with score >= threshold
-        (its vector searched on every shard). The whole-index groups and ``verify`` run on
-        one StreamingIndex (:meth:`StreamingIndex.duplicates`)."""
-        if image_id is None or verify:
-            raise ConfigError("a sharded index answers duplicates of one image (an id), from the vectors; the "
-                              "groups of the whole index and --verify need one (unsharded) index")
+                   max_results=MAX_DUPLICATES, neighbours=DEFAULT_NEIGHBOURS, progress=None):
+        """Near-duplicates across the shards, from the vectors. image_id given: that image's,
+        [Hit] with score >= threshold (its vector searched on every shard). None: the groups
+        of the whole index, [{"ids", "pairs"}] (each shard's images page by page, each page
+        searched as a batch on every shard; see :func:`streamk.index.duplicates.sharded_duplicate_groups`).
+        ``verify`` (the second stage) runs on one StreamingIndex (:meth:`StreamingIndex.duplicates`)."""
+        if verify:
+            raise ConfigError("duplicates with verify need one (unsharded) index: a sharded index answers them "
+                              "from the vectors (leave out --verify)")
+        if image_id is None:
+            return sharded_duplicate_groups(self, threshold, neighbours, progress=progress)
         threshold = check_threshold(threshold)
         hits = self.search(self.vector(image_id), k=min(int(max_results) + 1, MAX_K))
         return [h for h in hits if h.id != image_id and h.score >= threshold][:int(max_results)]

@@ -41,13 +41,13 @@ from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DU
 from .items import unit_vector
 from .metadata import (add_indexed_field, allowed_rows, check_field, indexed_fields,
                        metadata_of_rows, parse_filter)
-from .queries import MODES, QueryEncoder, StoredExtractor, check_request
+from .queries import MAX_BATCH, MODES, QueryEncoder, StoredExtractor, check_request
 from .reader import SearchView
 from .retraining import Trainer, codec_staleness, stale_codec_note
 from .second_stage import (DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record, second_stage,
                            verify_top)
 from .integrity import corrupt, image_record
-from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, validate_id
+from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key, validate_id
 from .vector_store import rows_per_block
 from .writer import IndexWriter
 
@@ -289,6 +289,26 @@ class StreamingIndex:
         """Every image id (sorted): O(N), for listings, not for search."""
         with self._store.read() as txn, txn.cursor(db=self._store.dbs["images"]) as cur:
             return [bytes(k).decode() for k in cur.iternext(keys=True, values=False)]
+
+    def vectors_page(self, after_row=-1, n=256):
+        """Up to ``n`` (<= MAX_BATCH) images stored after row ``after_row``, in row order:
+        (ids, their vectors (m, D) float32, the last row given or -1 when none). A pass over
+        the whole index page by page, in bounded memory (a sharded index's duplicate groups)."""
+        n = int(n)
+        if not 1 <= n <= MAX_BATCH:
+            raise ConfigError(f"n must be in 1..{MAX_BATCH}, got {n}")
+        rows, ids = [], []
+        with self._store.read(buffers=True) as txn:
+            self.view.refresh(txn)
+            with txn.cursor(db=self._store.dbs["row_ids"]) as cur:  # removed rows have no entry
+                if cur.set_range(row_key(int(after_row) + 1)):
+                    for k, v in cur:
+                        rows.append(row_from_key(k))
+                        ids.append(bytes(v).decode())
+                        if len(rows) >= n:
+                            break
+            V = self.view.vectors_of(txn, rows) if rows else np.zeros((0, self.dim), np.float32)
+        return ids, np.asarray(V, np.float32), rows[-1] if rows else -1
 
     def info(self, image_id):
         """The stored JSON record of an image (source, sha256, n_descriptors, added, row, ...)."""

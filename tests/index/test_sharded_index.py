@@ -139,6 +139,12 @@ def test_shards_owned_by_dask_actors(tmp_path, encoder, client):
         s2, i2 = idx.search(Q, k=8, mode="exact")
         np.testing.assert_array_equal(i1, i2)
         np.testing.assert_allclose(s1, s2, atol=1e-6)
+        # duplicate groups: each shard's pages read on its Dask worker, searched on both;
+        # the threshold: the 15th most similar pair's score (no copies among these vectors)
+        t = float(np.sort((V @ V.T)[np.triu_indices(500, 1)])[-15]) - 1e-5
+        want = brute_force_groups([f"v{i}" for i in range(500)], V, t)
+        got = idx.duplicates(threshold=t, progress=False)
+        assert want and sorted(sorted(g["ids"]) for g in got) == sorted(want)
 
 
 def test_cli_ingest_and_search_a_sharded_index_on_dask(tmp_path, client, capsys):
@@ -167,3 +173,64 @@ def test_cli_ingest_and_search_a_sharded_index_on_dask(tmp_path, client, capsys)
     assert hits[0]["id"] == "p5.png" and abs(hits[0]["score"] - 1.0) < 1e-3
     assert main(["search", str(ix), paths[2], "-k", "1", "--json"]) == 0  # no cluster: this process opens the shards
     assert json.loads(capsys.readouterr().out)[0]["id"] == "p2.png"
+
+
+def brute_force_groups(ids, V, threshold):
+    """The connected components of the pairs whose inner product is >= threshold: numpy
+    over every pair, then a plain union-find."""
+    S = V @ V.T
+    parent = list(range(len(ids)))
+
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+    for i, j in zip(*np.nonzero(np.triu(S >= threshold, 1))):
+        parent[root(i)] = root(j)
+    comps = {}
+    for i in range(len(ids)):
+        comps.setdefault(root(i), set()).add(ids[i])
+    return sorted((sorted(c) for c in comps.values() if len(c) > 1), key=lambda c: (-len(c), c))
+
+
+def test_duplicate_groups_of_a_sharded_index_equal_every_pair_compared(tmp_path, encoder):
+    """Groups of near-duplicates across 3 shards (copies of one image usually land on
+    different shards) equal the components of every pair at or above the threshold, and
+    the groups one index finds for the same images; removed images are not in them."""
+    rng = np.random.default_rng(5)
+    base = vectors(9, 120)
+    V, ids = [], []
+    for i, v in enumerate(base):
+        V.append(v)
+        ids.append(f"b{i}")
+        for c in range(int(rng.integers(0, 3)) if i % 4 == 0 else 0):  # a few images have 1-2 copies
+            w = v + 0.08 * rng.standard_normal(DIM)
+            V.append(w / np.linalg.norm(w))
+            ids.append(f"b{i}-copy{c}")
+    V = np.asarray(V, np.float32)
+    items = [{"id": i, "vector": v} for i, v in zip(ids, V)]
+    many = ShardedIndex.create(tmp_path / "many", encoder, shards=3, vector_dtype="float32")
+    one = StreamingIndex.create(tmp_path / "one", encoder, vector_dtype="float32")
+    try:
+        many.add_many(items)
+        one.add_many(items)
+        gone = [i for i in ids if i.endswith("copy0")][:2]
+        many.remove(gone)
+        one.remove(gone)
+        keep = [n for n, i in enumerate(ids) if i not in gone]
+        want = brute_force_groups([ids[n] for n in keep], V[keep], 0.9)
+        assert want and any(len({shard_of(i, 3) for i in g}) > 1 for g in want)  # groups span shards
+        got = many.duplicates(threshold=0.9, neighbours=10, progress=False)
+        assert sorted((sorted(g["ids"]) for g in got), key=lambda c: (-len(c), c)) == want
+        assert sorted(sorted(g["ids"]) for g in got) == sorted(sorted(g["ids"]) for g in
+                                                              one.duplicates(threshold=0.9, progress=False))
+        assert [len(g["ids"]) for g in got] == sorted((len(g["ids"]) for g in got), reverse=True)
+        for g in got:  # each pair at or above the threshold, with its score
+            for a, b, score, inliers in g["pairs"]:
+                assert a < b and score >= 0.9 and inliers is None
+                assert abs(score - float(V[ids.index(a)] @ V[ids.index(b)])) < 1e-4
+        with pytest.raises(ConfigError, match="unsharded"):
+            many.duplicates(verify=True)
+    finally:
+        many.close()
+        one.close()
