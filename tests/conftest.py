@@ -71,14 +71,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def wait_until():
     """wait_until(condition, timeout, what): poll ``condition()`` until it is true;
     fail with ``what`` after ``timeout`` seconds (a bounded wait, never a bare sleep)."""
-    import time
+    from helpers.waiting import poll
 
     def wait(condition, timeout, what):
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                pytest.fail(f"timed out after {timeout} s waiting for {what}")
-            time.sleep(0.05)
+        try:
+            return poll(condition, timeout, what)
+        except TimeoutError as exc:
+            pytest.fail(str(exc))
     return wait
 
 

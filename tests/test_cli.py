@@ -112,10 +112,10 @@ def test_a_bug_is_one_line_status_1_and_says_so():
 
 
 def test_ctrl_c_exits_130_without_a_traceback():
-    code = ("import os, signal, sys, time\nfrom streamk.cli import run_command\n"
-            "def command():\n    print('ready', flush=True)\n    time.sleep(60)\n"
+    code = ("import sys\nfrom streamk.cli import run_command\n"
+            "def command():\n    print('ready', flush=True)\n    sys.stdin.read()  # until interrupted\n"
             "sys.exit(run_command(command))")
-    proc = start_python("-c", code, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_python("-c", code, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout.readline() == "ready\n"
         proc.send_signal(signal.SIGINT)

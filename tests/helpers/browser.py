@@ -20,6 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from .waiting import poll
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -228,7 +230,8 @@ class JupyterLab:
                                      stdout=self._log_file, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         status = f"{self.url}/api/status?token={self.token}"
-        while True:
+
+        def answered():
             if self.proc.poll() is not None:
                 log = self.log_tail()
                 if "already in use" in log:
@@ -238,13 +241,13 @@ class JupyterLab:
                 with urllib.request.urlopen(status, timeout=5) as r:
                     if r.status == 200:
                         json.load(r)
-                        return self
+                        return True
             except (urllib.error.URLError, OSError, ValueError):
                 pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"JupyterLab did not answer {self.url}/api/status in time:\n"
-                                   + self.log_tail())
-            time.sleep(0.5)
+            return False
+        if not poll(answered, max(0.0, deadline - time.monotonic()), interval=0.5):
+            raise TimeoutError(f"JupyterLab did not answer {self.url}/api/status in time:\n" + self.log_tail())
+        return self
 
     def remember_children(self):
         """Record the server's descendants now (kernels leave its process group)."""
@@ -279,9 +282,8 @@ class JupyterLab:
             live = [p for p in pids if _alive(p)]
             if self.proc.poll() is None or live:
                 _signal_tree(live, groups, sig)
-                deadline = time.monotonic() + timeout / 4
-                while time.monotonic() < deadline and (self.proc.poll() is None or any(_alive(p) for p in live)):
-                    time.sleep(0.1)
+                poll(lambda: self.proc.poll() is not None and not any(_alive(p) for p in live), timeout / 4,
+                     interval=0.1)  # on time out: the harder signal next
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -336,19 +338,6 @@ def notebook_state(page):
     ("[ ]:", "[*]:", "[3]:"), stderr/error outputs and open dialogs of the
     current notebook."""
     return page.evaluate(_JS_STATE)
-
-
-def poll(condition, timeout, what, interval=0.5):
-    """Call ``condition()`` until it returns something truthy; TimeoutError after
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def wait_kernel_idle(page, timeout):

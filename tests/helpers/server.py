@@ -7,13 +7,13 @@ import secrets
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 
 from .images import textured
 from .processes import start_python, stop
+from .waiting import poll
 
 N_PHOTOS = 8
 
@@ -75,9 +75,18 @@ class Server:
         self.proc = None
         self.log_path = self.tmp / f"server-{secrets.token_hex(4)}.log"
 
-    def start(self, timeout=120):
+    def _healthy_or_gone(self):
+        """ "healthy" once the server answers /health, "gone" if it exited, else None."""
         import httpx
 
+        if self.proc.poll() is not None:
+            return "gone"
+        try:
+            return "healthy" if httpx.get(f"{self.url}/health", timeout=2).status_code == 200 else None
+        except httpx.HTTPError:
+            return None
+
+    def start(self, timeout=120):
         for attempt in range(3):
             self.port = free_port()
             cmd = ["-m", "streamk.cli", "serve", str(self.index), "--port", str(self.port), *self.args]
@@ -87,16 +96,8 @@ class Server:
                 cmd += ["--token-file", str(tf)]
             self._log = open(self.log_path, "w")  # noqa: SIM115 (closed in stop)
             self.proc = start_python(*cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    break
-                try:
-                    if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                        return self
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
+            if poll(self._healthy_or_gone, timeout, interval=0.2) == "healthy":
+                return self
             self.stop()
             if "address already in use" not in self.log().lower():
                 raise RuntimeError(f"streamk serve did not answer:\n{self.log()}")
@@ -159,12 +160,8 @@ def rendezvous(ctx, item):
     tasks are; (pid, whether they all met)."""
     folder, name, n, timeout = item
     Path(folder, name).touch()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(list(Path(folder).iterdir())) >= n:
-            return os.getpid(), True
-        time.sleep(0.02)
-    return os.getpid(), False
+    met = poll(lambda: len(list(Path(folder).iterdir())) >= n, timeout, interval=0.02)
+    return os.getpid(), bool(met)
 
 
 def die(ctx, item):

@@ -10,7 +10,6 @@ import selectors
 import signal
 import subprocess
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -104,7 +103,11 @@ def crash_loop(tmp_path, encoder, kills, n, seed):
         try:
             first = _read_first_line(proc, timeout=60) or ""
             assert first, proc.stderr.read() if proc.poll() is not None else "no output in 60 s"
-            time.sleep(rng.uniform(0.0, 0.25))  # a random moment while adding
+            for _ in range(rng.randrange(40)):  # a random moment while adding: after 0-39 more adds
+                line = _read_first_line(proc, timeout=60)
+                if not line:
+                    break
+                first += line
         finally:
             lines = kill_and_collect(proc, first)  # a partial last line was not a completed print
         killed += proc.returncode == -signal.SIGKILL

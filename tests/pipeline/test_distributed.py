@@ -8,7 +8,6 @@ sample gathered on the workers."""
 import hashlib
 import os
 import signal
-import time
 import subprocess
 import uuid
 
@@ -29,6 +28,7 @@ distributed = pytest.importorskip("distributed")
 pytest.importorskip("PIL")
 from helpers.images import textured  # noqa: E402
 from helpers.processes import start_python, subprocess_env  # noqa: E402
+from helpers.waiting import poll  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from streamk import features as F  # noqa: E402
@@ -90,19 +90,22 @@ def test_dask_ingestion_gives_the_local_pools_vectors(work, tmp_path, client):
 
 
 # --------------------------------------------------------------------------- a killed Dask worker
-def _slow_sift():
-    """In each worker: OpenCV SIFT 0.4 s slower, so that the kill lands mid-task."""
-    import time as _time
-
+def _gated_sift(folder):
+    """In each worker: once ``folder``/gate exists, OpenCV SIFT holds each image (marking
+    ``held-<pid>``) until ``folder``/release exists (bounded): the test kills a worker
+    while it surely runs a task."""
+    from helpers.waiting import poll
     from streamk import features
 
     if not hasattr(features.OpenCVSift, "_fast_detect"):
         features.OpenCVSift._fast_detect = features.OpenCVSift._detect
 
-        def slow(self, gray):
-            _time.sleep(0.4)
+        def held(self, gray):
+            if os.path.exists(os.path.join(folder, "gate")):
+                open(os.path.join(folder, f"held-{os.getpid()}"), "w").close()
+                poll(lambda: os.path.exists(os.path.join(folder, "release")), 60, interval=0.02)
             return self._fast_detect(gray)
-        features.OpenCVSift._detect = slow
+        features.OpenCVSift._detect = held
     return os.getpid()
 
 
@@ -118,29 +121,26 @@ def test_a_dask_worker_killed_mid_ingestion_loses_nothing(work, tmp_path, client
     from streamk.parallel.dask_executor import DaskExecutor
 
     killed = {}
+    gates = tmp_path / "gates"
+    gates.mkdir()
 
     class KillingExecutor(DaskExecutor):
-        """Kills (SIGKILL) a worker that is running a task, after the first result."""
+        """After the first result, kills (SIGKILL) a worker while it holds an image (the
+        tasks started from then on wait for the release), then releases the others."""
 
         def map_unordered(self, *args, **kwargs):
             for n, out in enumerate(super().map_unordered(*args, **kwargs)):
                 if n == 0:
-                    # between one task's result and the next task's assignment no worker may be
-                    # busy for an instant: wait (bounded) for one that is
-                    deadline = time.monotonic() + 30
-                    busy = {}
-                    while not busy and time.monotonic() < deadline:
-                        busy = {w: keys for w, keys in self.client.processing().items() if keys}
-                        if not busy:
-                            time.sleep(0.02)
-                    assert busy, "no Dask worker was running a task within 30 s of the first result"
-                    worker = sorted(busy)[0]
-                    killed["pid"] = self.client.run(os.getpid, workers=[worker])[worker]
-                    killed["tasks"] = busy[worker]
+                    (gates / "gate").touch()
+                    held = poll(lambda: sorted(gates.glob("held-*")), 60, "a Dask worker holding an image")
+                    killed["pid"] = int(held[0].name.split("-")[1])
+                    worker = next(w for w, pid in self.client.run(os.getpid).items() if pid == killed["pid"])
+                    killed["tasks"] = self.client.processing(workers=[worker])[worker]
                     os.kill(killed["pid"], signal.SIGKILL)
+                    (gates / "release").touch()
                 yield out
 
-    pids_before = set(client.run(_slow_sift).values())
+    pids_before = set(client.run(_gated_sift, str(gates)).values())
     failures, report = quiet()
     with new_index(tmp_path / "ix", work) as idx:
         with Ingester(idx, executor=KillingExecutor(client), batch_size=1, report=report, progress=False) as ing:
