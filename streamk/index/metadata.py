@@ -161,24 +161,34 @@ def column_fields(store, txn):
     return json.loads(bytes(raw)) if raw is not None else []
 
 
-def _column_records(store, txn, postings):
-    """(column key prefix, record) of (posting key, row) pairs whose field has a column."""
-    if store.dbs.get("columns") is None:
-        return
-    ranged = {posting_prefix(f) for f in column_fields(store, txn)}
+def _column_records(postings, fields):
+    """(column key prefix, record) of the (posting key, row) pairs of ``fields``."""
+    ranged = {posting_prefix(f) for f in fields}
     for key, row in postings:
         i = key.index(b"\0") + 1
         if key[:i] in ranged and key[i:i + 1] in range_columns.RANGE_TAGS:
-            yield key[:i + 1], range_columns.value_prefix(key[i + 1:]) + row_key(row)
+            tag, record = range_columns.column_record(key[i:], row)
+            yield key[:i] + tag, record
+
+
+def _stored_column_records(store, txn, postings):
+    """_column_records for the fields of this index that have a column (none without the sub-database)."""
+    return _column_records(postings, column_fields(store, txn)) if store.dbs.get("columns") is not None else ()
+
+
+def _columns_of(postings, fields):
+    """{column key prefix: set of records} of ``fields`` (each type's column, empty ones
+    too) that the (posting key, row) pairs call for."""
+    out = {posting_prefix(f) + tag: set() for f in fields for tag in range_columns.RANGE_TAGS}
+    for kp, record in _column_records(postings, fields):
+        out[kp].add(record)
+    return out
 
 
 def expected_columns(store, txn, postings):
     """{column key prefix: set of records} that the columns hold when they agree with the
     (posting key, row) pairs given (``streamk index verify``)."""
-    out = {posting_prefix(f) + tag: set() for f in column_fields(store, txn) for tag in range_columns.RANGE_TAGS}
-    for kp, record in _column_records(store, txn, postings):
-        out[kp].add(record)
-    return out
+    return _columns_of(postings, column_fields(store, txn))
 
 
 def rebuild_columns(txn, store):
@@ -218,7 +228,7 @@ def put_metadata(txn, store, row, prepared):
     rk = row_key(row)
     for key in keys:
         txn.put(key, rk, db=db["postings"], dupdata=True)
-    for kp, record in _column_records(store, txn, ((k, row) for k in keys)):
+    for kp, record in _stored_column_records(store, txn, ((k, row) for k in keys)):
         range_columns.insert(txn, db["columns"], kp, record)
     store.put_blob(txn, "metadata", rk, raw)  # sealed with its CRC32C
 
@@ -237,7 +247,7 @@ def delete_metadata(txn, store, row, fields=None):
     keys = list(_postings(store, fields, old, False))
     for key in keys:
         txn.delete(key, rk, db=db["postings"])
-    for kp, record in _column_records(store, txn, ((k, row) for k in keys)):
+    for kp, record in _stored_column_records(store, txn, ((k, row) for k in keys)):
         range_columns.delete(txn, db["columns"], kp, record)
     txn.delete(rk, db=db["metadata"])
     return old
@@ -267,8 +277,7 @@ def add_indexed_field(txn, store, field):
     if field not in fields and len(fields) >= MAX_INDEXED_FIELDS:
         raise FilterError(f"at most {MAX_INDEXED_FIELDS} indexed fields; this index has {fields}")
     db = store.dbs
-    prefix = posting_prefix(field)
-    records = {tag: [] for tag in range_columns.RANGE_TAGS}
+    pairs = []
     with txn.cursor(db=db["metadata"]) as cur:
         for rk, raw in cur:
             meta = decode_metadata(store.unseal_blob("metadata", rk, raw))
@@ -276,11 +285,9 @@ def add_indexed_field(txn, store, field):
                 for key in _postings(store, [field], meta, True):
                     if field not in fields:
                         txn.put(key, bytes(rk), db=db["postings"], dupdata=True)
-                    tag = key[len(prefix):len(prefix) + 1]
-                    if tag in records:
-                        records[tag].append(range_columns.value_prefix(key[len(prefix) + 1:]) + bytes(rk))
-    for tag, recs in records.items():
-        range_columns.build(txn, db["columns"], prefix + tag, recs)
+                    pairs.append((key, row_from_key(rk)))
+    for kp, records in _columns_of(pairs, [field]).items():
+        range_columns.build(txn, db["columns"], kp, records)
     if field not in fields:
         txn.put(b"indexed_fields", json.dumps(fields + [field]).encode(), db=db["meta"])
     txn.put(b"range_columns", json.dumps(with_column + [field]).encode(), db=db["meta"])

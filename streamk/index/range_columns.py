@@ -48,7 +48,7 @@ def value_prefix(value):
 
 
 def column_record(enc, row):
-    """(column key prefix tail = tag, 24-byte record) of an encoded value (tag + value)."""
+    """(type tag, 24-byte record) of a row's encoded value (tag + value)."""
     return enc[:1], value_prefix(enc[1:]) + row_key(row)
 
 
@@ -94,50 +94,49 @@ def _position(raw, record):
 
 
 def _put_chunk(txn, db, kp, old_key, raw):
-    """Store a chunk's records (bytes, sorted) in place of the chunk under ``old_key``,
-    re-keyed by its first record, split in halves past CHUNK_MAX."""
-    if old_key is not None:
-        txn.delete(old_key, db=db)
+    """Store a chunk's records (bytes, sorted) in place of the chunk under ``old_key``:
+    under the same key while its first record stays, else re-keyed by it; split in halves
+    past CHUNK_MAX; gone when empty."""
     n = len(raw) // RECORD_BYTES
+    if n and n <= CHUNK_MAX and kp + raw[:RECORD_BYTES] == old_key:
+        txn.put(old_key, raw, db=db)
+        return
+    txn.delete(old_key, db=db)
     parts = [raw] if n <= CHUNK_MAX else [raw[:n // 2 * RECORD_BYTES], raw[n // 2 * RECORD_BYTES:]]
     for part in parts:
         if part:
             txn.put(kp + part[:RECORD_BYTES], part, db=db)
 
 
-def insert(txn, db, kp, record):
-    """Add one record to the column ``kp`` (field + NUL + tag); a record already there is kept once."""
+def _locate(txn, db, kp, record):
+    """(key, bytes, position of ``record``, whether it is there) of the chunk of the column
+    ``kp`` where ``record`` belongs, or None when the column is empty."""
     with txn.cursor(db=db) as cur:
         key = _chunk_at(cur, kp, record)
         if key is None:
-            txn.put(kp + record, record, db=db)
-            return
+            return None
         raw = bytes(cur.value())
-    i, found = _position(raw, record)
-    if found:
+    return (key, raw, *_position(raw, record))
+
+
+def insert(txn, db, kp, record):
+    """Add one record to the column ``kp`` (field + NUL + tag); a record already there is kept once."""
+    at = _locate(txn, db, kp, record)
+    if at is None:
+        txn.put(kp + record, record, db=db)
         return
-    raw = raw[:i * RECORD_BYTES] + record + raw[i * RECORD_BYTES:]
-    if i == 0 or len(raw) > CHUNK_MAX * RECORD_BYTES:
-        _put_chunk(txn, db, kp, key, raw)
-    else:
-        txn.put(key, raw, db=db)
+    key, raw, i, found = at
+    if not found:
+        _put_chunk(txn, db, kp, key, raw[:i * RECORD_BYTES] + record + raw[i * RECORD_BYTES:])
 
 
 def delete(txn, db, kp, record):
     """Remove one record from the column ``kp``; returns whether it was there."""
-    with txn.cursor(db=db) as cur:
-        key = _chunk_at(cur, kp, record)
-        if key is None:
-            return False
-        raw = bytes(cur.value())
-    i, found = _position(raw, record)
-    if not found:
+    at = _locate(txn, db, kp, record)
+    if at is None or not at[3]:
         return False
-    raw = raw[:i * RECORD_BYTES] + raw[(i + 1) * RECORD_BYTES:]
-    if i == 0 or not raw:
-        _put_chunk(txn, db, kp, key, raw)
-    else:
-        txn.put(key, raw, db=db)
+    key, raw, i, _ = at
+    _put_chunk(txn, db, kp, key, raw[:i * RECORD_BYTES] + raw[(i + 1) * RECORD_BYTES:])
     return True
 
 
