@@ -12,26 +12,26 @@ def run(coro):
     return asyncio.run(coro)
 
 
-def test_two_workers_describe_two_images_at_once(photos, tmp_path):
-    pool = EncodingPool(photos["encoder"].to_bytes(), photos["extractor"], None, workers=2).start()
+def two_rendezvous(photos, folder, workers, timeout):
+    """Two rendezvous tasks (each waiting up to ``timeout`` s for the other) sent at once to
+    a pool of ``workers``: their (pid, whether they met)."""
+    pool = EncodingPool(photos["encoder"].to_bytes(), photos["extractor"], None, workers=workers).start()
     try:
         async def both():
-            return await asyncio.gather(*(pool.run(rendezvous, (str(tmp_path), f"t{i}", 2, 60)) for i in range(2)))
-        (pid0, met0), (pid1, met1) = run(both())
-        assert met0 and met1 and pid0 != pid1  # both tasks ran at once, in two processes
+            return await asyncio.gather(*(pool.run(rendezvous, (str(folder), f"t{i}", 2, timeout)) for i in range(2)))
+        return run(both())
     finally:
         pool.close()
+
+
+def test_two_workers_describe_two_images_at_once(photos, tmp_path):
+    (pid0, met0), (pid1, met1) = two_rendezvous(photos, tmp_path, workers=2, timeout=60)
+    assert met0 and met1 and pid0 != pid1  # both tasks ran at once, in two processes
 
 
 def test_one_worker_runs_one_image_at_a_time(photos, tmp_path):
-    pool = EncodingPool(photos["encoder"].to_bytes(), photos["extractor"], None, workers=1).start()
-    try:
-        async def both():
-            return await asyncio.gather(*(pool.run(rendezvous, (str(tmp_path), f"t{i}", 2, 2)) for i in range(2)))
-        (_, met0), (_, met1) = run(both())
-        assert not met0  # the first waited alone: the second had not started
-    finally:
-        pool.close()
+    (_, met0), (_, met1) = two_rendezvous(photos, tmp_path, workers=1, timeout=2)
+    assert not met0  # the first waited alone: the second had not started
 
 
 def test_a_worker_that_dies_is_replaced_and_the_image_reported(photos):
