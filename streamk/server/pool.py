@@ -77,20 +77,22 @@ class EncodingPool:
             params = dict(self.context.params, vocabulary=bytes(vocabulary_bytes))
             self.context = TaskContext(build_context, params)
             self._token = self.context.token()
-            old, pipe = self._pool, self._pipe
-            self._pool, self._pipe = self._start() if old is not None else (None, None)
-            self._generation += 1
-        if old is not None:
-            threading.Thread(target=_shutdown, args=(old, pipe, False), daemon=True).start()
+            if self._pool is not None:
+                self._swap(cancel=False)
 
     def _replace(self, generation):
         """A fresh pool after the one of ``generation`` broke (once, whoever notices first)."""
         with self._lock:
             if self._generation == generation and self._pool is not None:
-                old, pipe = self._pool, self._pipe
-                self._pool, self._pipe = self._start()
-                self._generation += 1
-                threading.Thread(target=_shutdown, args=(old, pipe), daemon=True).start()
+                self._swap(cancel=True)
+
+    def _swap(self, cancel):
+        """(Under the lock.) Start a fresh pool; the old one ends in the background, its
+        queued tasks cancelled or (``cancel`` False) run first."""
+        old, pipe = self._pool, self._pipe
+        self._pool, self._pipe = self._start()
+        self._generation += 1
+        threading.Thread(target=_shutdown, args=(old, pipe, cancel), daemon=True).start()
 
     async def run(self, fn, item):
         """``fn(context, item)`` in a worker; a worker that died on it twice gives
@@ -109,14 +111,14 @@ class EncodingPool:
         with self._lock:
             pool, pipe, self._pool, self._pipe = self._pool, self._pipe, None, None
         if pool is not None:
-            _shutdown(pool, pipe)
+            _shutdown(pool, pipe, cancel=True)
 
 
 def _noop(ctx, item):
     return item
 
 
-def _shutdown(pool, pipe, cancel=True):
+def _shutdown(pool, pipe, cancel):
     pool.shutdown(wait=True, cancel_futures=cancel)
     for conn in pipe:  # after the workers are gone: closing our end ends any straggler
         conn.close()

@@ -170,10 +170,9 @@ class Service:
         """The results of one query vector (with its image's Features, or a stored image's
         geometry record, for the second stage), among the images ``where`` (a metadata
         filter) selects."""
-        extra = {} if record is None else {"record": record}
         hits = self.index.search(np.asarray(vector, np.float32), k=k, features=features,
                                  box=box if features is not None else None, verify=verify, expand=expand, mode=mode,
-                                 where=where, **extra)
+                                 where=where, record=record)
         return self._hits(hits, query or {})
 
     def search_id(self, image_id, k, verify=None, expand=None, mode=None, where=None):
