@@ -146,12 +146,8 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
                 for lo in range(0, len(rows), batch_size):
                     r, Q = rows[lo:lo + batch_size], np.ascontiguousarray(V[lo:lo + batch_size])
                     scores, cand = view.search(txn, Q, neighbours + 1, mode=mode)
-                    hit = (cand >= 0) & (cand != r[:, None]) & (scores >= threshold)
-                    a = np.broadcast_to(r[:, None], cand.shape)[hit]
-                    b = cand[hit]
-                    pa.append(np.minimum(a, b))
-                    pb.append(np.maximum(a, b))
-                    ps.append(scores[hit])
+                    for part, x in zip((pa, pb, ps), _page_pairs(r, cand, scores, cand >= 0, threshold)):
+                        part.append(x)
                     bar.update(len(r))
             a, b, s = _unique_pairs(pa, pb, ps)
             if not len(a):
@@ -171,6 +167,14 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
     finally:
         bar.close()
     return _groups(a, b, s, inl, nodes, ids)
+
+
+def _page_pairs(queries, cand, scores, found, threshold):
+    """(smaller, larger, score) of the pairs (query, neighbour) of one searched page: each
+    found neighbour other than the query itself, at or above the threshold."""
+    hit = found & (cand != queries[:, None]) & (scores >= threshold)
+    a, b = np.broadcast_to(queries[:, None], cand.shape)[hit], cand[hit]
+    return np.where(a < b, a, b), np.where(a < b, b, a), scores[hit]
 
 
 def _unique_pairs(pa, pb, ps):
@@ -226,12 +230,9 @@ def sharded_duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, neigh
                 if not page:
                     break
                 scores, cand = index.search(Q, k=neighbours + 1, verify=0, expand=0)
-                page = np.asarray(page, dtype=object)[:, None]
-                hit = (cand != None) & (cand != page) & (scores >= threshold)  # noqa: E711 (elementwise)
-                a, b = np.broadcast_to(page, cand.shape)[hit].astype(str), cand[hit].astype(str)
-                pa.append(np.where(a < b, a, b))
-                pb.append(np.where(a < b, b, a))
-                ps.append(scores[hit])
+                found = cand != None  # noqa: E711 (elementwise: ids, None where a shard had fewer)
+                for part, x in zip((pa, pb, ps), _page_pairs(np.asarray(page, object), cand, scores, found, threshold)):
+                    part.append(x)
                 bar.update(len(page))
     finally:
         bar.close()

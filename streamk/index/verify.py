@@ -10,13 +10,16 @@ What is checked (one read transaction, a progress bar over the entries):
   ``row_ids``, its vector intact; every ``row_ids`` entry: an image that names that row;
 - the codes of the codec in use: every sealed block and row code (CRC32C), one code per live row;
 - the local-geometry records (their own CRC) and the blobs of SEALED_SUBDBS (CRC32C);
+- the filters' posting lists (live rows with metadata) and range columns (the same records
+  as the posting lists, in order);
 - the counts: images = row ids = live rows (= coded rows, with a codec).
 
 Repair (``repair=True``, write transactions; readers reload): images whose vector or record is
 unreadable are removed and listed as lost; a damaged vector block is rewritten with its intact
 rows; missing ``row_ids`` entries are restored; damaged codes are computed again from the
 vectors with the stored codec (a damaged codec is dropped: search falls back to exact until
-``streamk index train``); damaged geometry records and blobs are dropped (listed). Damage that
+``streamk index train``); damaged geometry records and blobs are dropped (listed); stray
+postings are dropped and the range columns rebuilt from the posting lists. Damage that
 cannot be repaired in place (a truncated file, an unreadable B-tree, the encoder) is reported:
 restore a copy. After a repair the index is verified again.
 """
