@@ -249,9 +249,9 @@ def _index_upgrade(args):
 
 def _index_verify(args):
     from .errors import IndexCorruptError
-    from .index import verify_index
+    from .index import check_index
 
-    report = verify_index(args.dir, repair=args.repair, progress=None if sys.stderr.isatty() else False)
+    report = check_index(args.dir, repair=args.repair, progress=None if sys.stderr.isatty() else False)
     if args.json:
         print(json.dumps(report.to_dict(), indent=1))
     else:

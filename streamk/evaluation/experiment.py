@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from ..encoding.encoder import Encoder
 from ..errors import DatasetImageError
 from ..encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
-from .second_stage import DEFAULT_EXPAND, SecondStage
+from .second_stage_rows import DEFAULT_EXPAND, SecondStageRows
 
 
 @dataclass
@@ -180,7 +180,7 @@ def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, met
     """mAP of each configuration on a dataset; returns (rows, info).
 
     ``verify`` = R > 0 adds the second stage beside each exact row (``+QE``, ``+SP``,
-    ``+SP+QE``: :mod:`streamk.evaluation.second_stage`), its visual words learned on
+    ``+SP+QE``: :mod:`streamk.evaluation.second_stage_rows`), its visual words learned on
     the learning set with every other learned part; ``info["query_ms"]`` holds each
     such row's cost per query.
 
@@ -205,7 +205,7 @@ def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, met
                                           **aggregation_params)
         rows = [(r.label, evaluate(r.ranks(), dataset)) for r in results]
         if verify:
-            stage = SecondStage.learn(learn_sets, db_features, q_features, dataset, verify, expand, seed or 0,
+            stage = SecondStageRows.learn(learn_sets, db_features, q_features, dataset, verify, expand, seed or 0,
                                       verbose)
             rows = stage.beside(rows, results, dataset, query_ms)
         per_seed.append(rows)
@@ -242,7 +242,7 @@ def evaluate_dataset_asmk(dataset, n_words=None, multiple_assignment=5, learning
     db_features, q_features = dataset_features(dataset, extractor, cache_dir, workers, verbose)
     database, queries = [f.descriptors for f in db_features], [f.descriptors for f in q_features]
     learn = database if learning is None else learning
-    stage = SecondStage.learn(learn, db_features, q_features, dataset, verify, DEFAULT_EXPAND, seed, verbose) \
+    stage = SecondStageRows.learn(learn, db_features, q_features, dataset, verify, DEFAULT_EXPAND, seed, verbose) \
         if verify else None
     t0 = time.perf_counter()
     codebook = ASMKCodebook(n_words, seed=seed).fit(learn)

@@ -9,7 +9,7 @@ from ..encoding import embedding_spec
 from ..errors import ConfigError
 from ..features import make_extractor
 from .experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset, evaluate_dataset_asmk
-from .second_stage import DEFAULT_EXPAND, DEFAULT_VERIFY
+from .second_stage_rows import DEFAULT_EXPAND, DEFAULT_VERIFY
 
 
 def learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, progress, log):

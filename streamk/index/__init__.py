@@ -16,10 +16,14 @@ from .sharded import ShardedIndex, is_sharded, open_index, shard_of
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, validate_id
 from .streaming_index import StreamingIndex
 from .upgrade import upgrade
-from .verify import VerifyReport, verify_index
+from .integrity_check import IntegrityReport, check_index
 
 __all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUPLICATE_POLICIES", "FILTER_GRAMMAR", "MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_METADATA_BYTES", "MAX_RERANK", "MAX_VERIFY", "MODES", "RowFilter", "STALE_CODEC_RATIO", "VECTOR_DTYPES", "AddResult", "EncodedImage", "Hit",
            "QueryEncoder", "ShardedIndex", "Store", "StreamingIndex", "check_k", "check_request", "checked_vector",
            "encode_metadata", "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "nearest_of_vectors", "normalise_box",
            "npz_bytes", "open_index", "parse_filter", "shard_of", "stale_codec_note", "unit_vector", "upgrade", "validate_id",
-           "verify_index", "VerifyReport"]
+           "check_index", "IntegrityReport"]
+
+from ..deprecation import renamed  # noqa: E402
+
+__getattr__ = renamed(__name__, {"verify_index": "check_index", "VerifyReport": "IntegrityReport"})

@@ -26,8 +26,8 @@ import sys
 import numpy as np
 
 from ..errors import ConfigError, UnknownIdError
-from ..verification import verify as verify_records
-from ..verification.verify import DEFAULT_MIN_INLIERS
+from ..verification import verify_geometry as verify_records
+from ..verification.spatial import DEFAULT_MIN_INLIERS
 from .queries import MAX_BATCH
 from .second_stage import Hit, records_of
 from .store import id_key

@@ -20,9 +20,9 @@ from the second search its score against the expanded query.
 import numpy as np
 
 from ..errors import ConfigError, GeometryRecordError
-from ..verification import DEFAULT_MAX_FEATURES, expand_query, make_query_record, verify
+from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, verify_geometry
 from ..verification.expansion import DEFAULT_TOP
-from ..verification.verify import DEFAULT_MIN_INLIERS, DEFAULT_R
+from ..verification.spatial import DEFAULT_MIN_INLIERS, DEFAULT_R
 from ..verification.records import parse_header
 from .integrity import corrupt, describe_rows
 from .store import row_key
@@ -112,7 +112,7 @@ def verify_top(view, txn, rows, scores, qrec, verify_r, box=None, return_pairs=F
     checks = {}
     if have:
         try:
-            checked = verify(qrec, [recs[i] for i in have], query_box=box, return_pairs=return_pairs,
+            checked = verify_geometry(qrec, [recs[i] for i in have], query_box=box, return_pairs=return_pairs,
                              min_inliers=min_inliers)
         except GeometryRecordError as exc:  # a stored record that fails its checks: damage, named
             raise damaged_records(view.store, [int(cand[i]) for i in have], [recs[i] for i in have]) from exc
@@ -167,6 +167,6 @@ def second_stage(view, txn, q, rows, scores, qrec, k, verify_r, expand, expansio
     return np.asarray(out_rows, np.int64), np.asarray(out_scores, np.float32), explanations
 
 
-__all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Hit", "check_second_stage",
+__all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Hit", "check_second_stage",
            "damaged_records",
            "merge_after", "query_record", "records_of", "second_stage", "verify_top"]

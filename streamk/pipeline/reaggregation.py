@@ -27,7 +27,7 @@ from .. import features as feat
 from .extraction import iter_extract
 from ..errors import ConfigError, DatasetImageError, NotFittedError
 from ..encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
-from ..index import check_request
+from ..index import Hit, check_request
 
 MAX_IMAGES = 5000  # beyond this, re-aggregating the whole database is not interactive
 
@@ -47,11 +47,6 @@ class Settings(NamedTuple):
         if self.method == "gmp":
             return ("gmp", round(float(self.lam), 9))
         return ("sum",)
-
-
-class Hit(NamedTuple):
-    id: str
-    score: float
 
 
 class Reaggregator:

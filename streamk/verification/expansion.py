@@ -79,7 +79,7 @@ def expand_query(query, neighbours, method="aqe", alpha=DEFAULT_ALPHA):
 
 def expansion_rows(ranking, n_verified, top=DEFAULT_TOP, include_unverified=False):
     """The database rows to expand with: the first ``top`` verified rows of a re-ranked
-    list (verified first, as :func:`~verification.verify.rerank` returns it), or, only with
+    list (verified first, as :func:`~verification.spatial.rerank` returns it), or, only with
     ``include_unverified``, the first ``top`` rows whatever their verification."""
     ranking = np.asarray(ranking)
     if ranking.ndim != 1 or ranking.dtype.kind not in "iu":

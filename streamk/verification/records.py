@@ -57,7 +57,7 @@ HEADER_SIZE = HEADER.size  # 32
 SIGNATURE_BYTES = 8
 FLAG_THETA = 1
 BYTES_PER_FEATURE = SIGNATURE_BYTES + 2 + 3 + 3  # 16 (+1 with orientations)
-DEFAULT_MAX_FEATURES = 1500  # 32 + 1,500 * 16 = 24,032 bytes <= 24 KiB
+DEFAULT_MAX_RECORD_FEATURES = 1500  # 32 + 1,500 * 16 = 24,032 bytes <= 24 KiB
 DEFAULT_QUERY_ASSIGNMENT = 3  # words per query feature (the database side keeps one)
 MAX_FEATURES_STORED = 1 << 20
 POS_LEVELS = 4096
@@ -65,7 +65,7 @@ LOG_RANGE = (1.0, 11.0)  # log2 of the ellipse's axes a11, a22: 2 .. 2,048 px
 SHEAR_RANGE = (-3.0, 3.0)  # a21 / sqrt(a11 a22)
 KEYPOINT_COLUMNS = ("x", "y", "a11", "a21", "a22", "theta")
 
-__all__ = ["stored_record", "BYTES_PER_FEATURE", "DEFAULT_MAX_FEATURES", "HEADER_SIZE", "RECORD_VERSION", "GeometryRecord",
+__all__ = ["stored_record", "BYTES_PER_FEATURE", "DEFAULT_MAX_RECORD_FEATURES", "HEADER_SIZE", "RECORD_VERSION", "GeometryRecord",
            "make_query_record", "make_record", "pack", "parse_header", "record_size", "unpack", "unpack_many"]
 
 
@@ -170,7 +170,7 @@ def _check_image_size(image_size):
     return w, h
 
 
-def make_record(vocabulary, keypoints, descriptors, image_size, max_features=DEFAULT_MAX_FEATURES,
+def make_record(vocabulary, keypoints, descriptors, image_size, max_features=DEFAULT_MAX_RECORD_FEATURES,
                 multiple_assignment=1):
     """The geometry record of one image's features (a :class:`GeometryRecord`, already
     quantised exactly as :func:`pack` stores it, so a query record built here and a
@@ -221,7 +221,7 @@ def make_query_record(vocabulary, keypoints, descriptors, image_size,
     return make_record(vocabulary, keypoints, descriptors, image_size, None, multiple_assignment)
 
 
-def stored_record(vocabulary, keypoints, descriptors, image_size, max_features=DEFAULT_MAX_FEATURES):
+def stored_record(vocabulary, keypoints, descriptors, image_size, max_features=DEFAULT_MAX_RECORD_FEATURES):
     """The bytes an index stores for one image: :func:`pack` of :func:`make_record`."""
     return pack(make_record(vocabulary, keypoints, descriptors, image_size, max_features))
 

@@ -14,7 +14,7 @@ import pytest
 from helpers.index import make_encoder, vectors
 from helpers.processes import run_python
 from streamk.errors import DiskFullError, IndexCorruptError
-from streamk.index import ShardedIndex, StreamingIndex, verify_index
+from streamk.index import ShardedIndex, StreamingIndex, check_index
 from streamk.index.integrity import read_lmdb_meta
 from streamk.index.store import epoch_key
 
@@ -290,16 +290,16 @@ def test_a_damaged_vector_block_is_named_then_repaired(tmp_path, built):
             idx.vector("i00300")
     proc = search_in_child(tmp_path, ix, V[300], mode="exact")
     assert proc.returncode == 5, (proc.stdout, proc.stderr)
-    report = verify_index(ix, progress=False)
+    report = check_index(ix, progress=False)
     assert not report.ok and any("vector block" in d for d in report.damaged)
     proc = run_python("-m", "streamk.cli", "index", "verify", ix, timeout=120)
     assert proc.returncode == 5 and "DAMAGED" in proc.stdout and "--repair" in proc.stdout, proc
 
-    report = verify_index(ix, repair=True, progress=False)
+    report = check_index(ix, repair=True, progress=False)
     assert report.ok, report.lines()
     lost = set(report.lost)
     assert "i00300" in lost and len(lost) <= 17 and all(300 <= int(i[1:]) < 317 for i in lost)
-    assert verify_index(ix, progress=False).ok
+    assert check_index(ix, progress=False).ok
     with StreamingIndex.open(ix, readonly=True) as idx:
         assert len(idx) == N_IMAGES - len(lost) and not any(i in idx for i in lost)
         kept = [j for j in range(0, N_IMAGES, 7) if f"i{j:05d}" not in lost]
@@ -319,7 +319,7 @@ def test_a_damaged_code_block_is_named_then_rebuilt_from_the_vectors(tmp_path, b
         with pytest.raises(IndexCorruptError, match="code block of rows 256..511") as info:
             idx.search(V[3], k=5, mode="pq")
         assert info.value.rows == list(range(256, 512))
-    report = verify_index(ix, repair=True, progress=False)
+    report = check_index(ix, repair=True, progress=False)
     assert any("code block" in d for d in report.damaged) and report.ok and report.lost == []
     with StreamingIndex.open(ix, readonly=True) as idx:
         assert idx.search(V[:N_IMAGES:5], k=3)[1].tolist() == expected
@@ -335,7 +335,7 @@ def test_a_damaged_row_code_is_named_then_rebuilt(tmp_path, built):
     with StreamingIndex.open(ix, readonly=True) as idx:
         with pytest.raises(IndexCorruptError, match=r"PQ code of row 1100\b"):
             idx.search(V[3], k=5, mode="pq")
-    report = verify_index(ix, repair=True, progress=False)
+    report = check_index(ix, repair=True, progress=False)
     assert report.ok and report.lost == [] and any("row 1100" in d for d in report.damaged)
     with StreamingIndex.open(ix, readonly=True) as idx:
         assert top1(idx, V[[1100, 3]], "pq") == ["i01100", "i00003"]
@@ -350,7 +350,7 @@ def test_a_damaged_encoder_is_named_and_cannot_be_repaired(tmp_path, built):
         with pytest.raises(IndexCorruptError, match="encoder fails its checksum"):
             idx.search(np.random.default_rng(0).integers(0, 256, (40, 128)).astype(np.float32), k=3)
         assert top1(idx, V[[9]], "exact") == ["i00009"]  # vector queries do not need it
-    report = verify_index(ix, repair=True, progress=False)
+    report = check_index(ix, repair=True, progress=False)
     assert not report.ok and "the encoder" in report.unrepairable
 
 
@@ -362,7 +362,7 @@ def test_a_damaged_meta_page_is_named(tmp_path, built):
     (ix / "data.mdb").write_bytes(bytes(data))
     proc = search_in_child(tmp_path, ix, V[7])
     assert proc.returncode == 5 and "meta page" in proc.stdout, (proc.stdout, proc.stderr)
-    report = verify_index(ix, progress=False)
+    report = check_index(ix, progress=False)
     assert not report.ok and report.unrepairable
 
 
@@ -392,7 +392,7 @@ def test_a_damaged_btree_page_is_an_error_or_a_right_answer_never_a_signal(tmp_p
             assert np.allclose(idx.vector(key.decode()), V[row], atol=1e-6)
         except IndexCorruptError as exc:
             assert "damaged" in str(exc)
-    report = verify_index(ix, progress=False)
+    report = check_index(ix, progress=False)
     assert not report.ok and any("B-tree" in d for d in report.damaged)
 
 
@@ -412,7 +412,7 @@ def test_a_damaged_thumbnail_is_named(tmp_path, encoder):
         idx.store.write(flip)
         with pytest.raises(IndexCorruptError, match="thumbnails entry b't1'"):
             idx.thumbnail("t1")
-    report = verify_index(tmp_path / "ix", repair=True, progress=False)
+    report = check_index(tmp_path / "ix", repair=True, progress=False)
     assert report.ok and report.lost == [] and any("thumbnails" in d for d in report.damaged)
     with StreamingIndex.open(tmp_path / "ix") as idx:
         assert idx.thumbnail("t1") is None and idx.thumbnail("t2") == b"JPEG" * 300 + b"\x02" and len(idx) == 3
@@ -456,7 +456,7 @@ def test_a_format_2_index_says_upgrade_and_upgrades_with_checksums(tmp_path, bui
         StreamingIndex.open(ix, readonly=True)
     proc = run_python("-m", "streamk.cli", "index", "upgrade", ix, timeout=120)
     assert proc.returncode == 0 and "format 3" in proc.stdout, proc
-    assert verify_index(ix, progress=False).ok
+    assert check_index(ix, progress=False).ok
     with StreamingIndex.open(ix) as idx:
         assert idx.search(V[::9], k=3)[1].tolist() == expected
         idx.add("late", vector=V[4] + 0.01)
@@ -465,7 +465,7 @@ def test_a_format_2_index_says_upgrade_and_upgrades_with_checksums(tmp_path, bui
 
 def test_verify_of_a_clean_and_a_sharded_index(tmp_path, built, encoder):
     path, _ = built
-    report = verify_index(path, progress=False)
+    report = check_index(path, progress=False)
     assert report.ok and report.counts["images"] == report.counts["live_rows"] == N_IMAGES
     assert report.counts["coded_rows"] == N_IMAGES
     V = vectors(7, 60)
@@ -487,7 +487,7 @@ def test_an_unreadable_record_says_damaged_not_unknown(tmp_path, built):
                 call("i00042")
         with pytest.raises(IndexCorruptError):
             idx.remove("i00042")
-    report = verify_index(ix, repair=True, progress=False)
+    report = check_index(ix, repair=True, progress=False)
     assert report.ok and report.lost == ["i00042"], report.lines()
     with StreamingIndex.open(ix, readonly=True) as idx:
         assert "i00042" not in idx and len(idx) == N_IMAGES - 1
@@ -512,7 +512,7 @@ def test_damaged_metadata_is_named_and_dropped_by_a_repair(tmp_path, encoder):
         with pytest.raises(IndexCorruptError, match=f"metadata entry of row {row}\\b"):
             idx.metadata("m2")
         assert idx.metadata("m1") == {"place": "city 1", "year": 2001}
-    report = verify_index(tmp_path / "ix", repair=True, progress=False)
+    report = check_index(tmp_path / "ix", repair=True, progress=False)
     assert report.ok and report.lost == [] and any("metadata" in d for d in report.damaged), report.lines()
     with StreamingIndex.open(tmp_path / "ix") as idx:
         assert idx.metadata("m2") == {} and idx.metadata("m3") == {"place": "city 3", "year": 2003}
@@ -543,9 +543,9 @@ def test_a_damaged_range_column_is_named_then_rebuilt(tmp_path, encoder, damage)
                 raw = raw[:24] + raw[48:72] + raw[24:48] + raw[72:]
             txn.put(key, raw, db=db)
         idx.store.write(hurt)
-    report = verify_index(tmp_path / "ix", progress=False)
+    report = check_index(tmp_path / "ix", progress=False)
     assert not report.ok and any("range column of field 'year' (numbers)" in d for d in report.damaged), report.lines()
-    report = verify_index(tmp_path / "ix", repair=True, progress=False)
+    report = check_index(tmp_path / "ix", repair=True, progress=False)
     assert report.ok and report.lost == [] and any("range column" in r for r in report.repaired), report.lines()
     with StreamingIndex.open(tmp_path / "ix") as idx:
         assert sorted(idx.allowed({"year": {"gte": 1990, "lt": 2030}}).rows.tolist()) == list(range(40))
@@ -568,5 +568,5 @@ def test_a_write_into_a_damaged_block_is_refused_and_writes_nothing(tmp_path, en
         assert len(idx) == 10 and "w10" not in idx and "w3" in idx
         with pytest.raises(IndexCorruptError):
             idx.search(V[0], k=1, mode="exact")
-    report = verify_index(tmp_path / "ix", progress=False)
+    report = check_index(tmp_path / "ix", progress=False)
     assert not report.ok and any("vector block" in d for d in report.damaged)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from streamk.errors import IndexCorruptError
-from streamk.index import ShardedIndex, StreamingIndex, verify_index
-from streamk.verification import expand_query, make_query_record, unpack, verify
+from streamk.index import ShardedIndex, StreamingIndex, check_index
+from streamk.verification import expand_query, make_query_record, unpack, verify_geometry
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -92,7 +92,7 @@ def test_the_second_stage_equals_a_numpy_reference(index, collection, expand):
     order = np.argsort(-(V @ q), kind="stable")
     cand = order[:R]
     qrec = make_query_record(collection["vocabulary"], f.keypoints, f.descriptors, f.image_size)
-    checks = verify(qrec, [index.geometry(ids[j]) for j in cand])
+    checks = verify_geometry(qrec, [index.geometry(ids[j]) for j in cand])
     inl = np.array([c.inliers for c in checks])
     ver = cand[np.flatnonzero(inl >= 12)[np.argsort(-inl[inl >= 12], kind="stable")]]
     if expand and len(ver):
@@ -138,7 +138,7 @@ def test_a_damaged_record_is_an_error_not_a_wrong_answer(collection, tmp_path):
     assert info.value.rows == [row] and str(idx.path) in str(info.value)
     assert idx.search(str(collection["view"]), k=3, verify=0)[0].id == collection["source"].stem
     idx.close()
-    report = verify_index(tmp_path / "ix", repair=True, progress=False)  # the record is dropped, the image kept
+    report = check_index(tmp_path / "ix", repair=True, progress=False)  # the record is dropped, the image kept
     assert any(f"geometry records of row {row}" in d for d in report.damaged) and report.ok and not report.lost
     with StreamingIndex.open(tmp_path / "ix") as idx:
         assert idx.geometry(collection["source"].stem) is None

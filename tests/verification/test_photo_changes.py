@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from streamk.verification import make_record, pack, rerank, verify
+from streamk.verification import make_record, pack, rerank, verify_geometry
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -79,7 +79,7 @@ def box_corners(box):
     ("persp", 15.0, (0.0,))])
 def test_box_maps_to_its_true_place(scene, name, tolerance, rotations):
     query, box, views, records = scene
-    v = verify(query, [records[name]], query_box=box, return_pairs=True, rotations=rotations)[0]
+    v = verify_geometry(query, [records[name]], query_box=box, return_pairs=True, rotations=rotations)[0]
     assert v.verified and v.inliers >= 50
     true = views[name][1](box_corners(box))
     assert np.abs(v.region - true).max() <= tolerance
@@ -92,7 +92,7 @@ def test_box_maps_to_its_true_place(scene, name, tolerance, rotations):
 def test_a_photo_of_another_landmark_is_not_verified_and_reranks_last(scene):
     query, box, views, records = scene
     names = ["other", "crop", "persp"]
-    vs = verify(query, [records[n] for n in names], query_box=box)
+    vs = verify_geometry(query, [records[n] for n in names], query_box=box)
     assert not vs[0].verified and vs[0].inliers < 10
     ranking, n_verified = rerank(np.arange(3), vs)
     assert n_verified == 2 and ranking[-1] == 0
@@ -103,8 +103,8 @@ def test_bytes_and_decoded_candidates_give_the_same_answer(scene):
 
     query, box, views, records = scene
     names = list(records)
-    a = verify(query, [records[n] for n in names], query_box=box)
-    b = verify(query, [unpack(records[n]) for n in names], query_box=box)
+    a = verify_geometry(query, [records[n] for n in names], query_box=box)
+    b = verify_geometry(query, [unpack(records[n]) for n in names], query_box=box)
     for x, y in zip(a, b):
         assert x.inliers == y.inliers and x.tentative == y.tentative
         assert np.array_equal(x.affine, y.affine, equal_nan=True)

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamk.verification import make_record, pack, record_size, unpack, verify
-from streamk.verification.records import DEFAULT_MAX_FEATURES, unpack_many
+from streamk.verification import make_record, pack, record_size, unpack, verify_geometry
+from streamk.verification.records import DEFAULT_MAX_RECORD_FEATURES, unpack_many
 from streamk.errors import ConfigError, DimensionError, EncoderMismatchError, GeometryRecordError
 
 
@@ -60,9 +60,9 @@ def test_round_trip_and_quantisation_error(random_vocabulary, theta):
 def test_default_cap_fits_24_kb(random_vocabulary):
     kp, desc = random_features(np.random.default_rng(3), 5000)
     data = pack(make_record(random_vocabulary, kp, desc, (1024, 768)))
-    assert len(data) == 32 + DEFAULT_MAX_FEATURES * 16 <= 24 * 1024
+    assert len(data) == 32 + DEFAULT_MAX_RECORD_FEATURES * 16 <= 24 * 1024
     # the cap keeps the first (strongest) features
-    first = make_record(random_vocabulary, kp[:DEFAULT_MAX_FEATURES], desc[:DEFAULT_MAX_FEATURES], (1024, 768))
+    first = make_record(random_vocabulary, kp[:DEFAULT_MAX_RECORD_FEATURES], desc[:DEFAULT_MAX_RECORD_FEATURES], (1024, 768))
     assert pack(first) == data
 
 
@@ -120,7 +120,7 @@ def test_unknown_version_and_not_bytes(rec_bytes):
     with pytest.raises(GeometryRecordError):
         unpack("not bytes")
     with pytest.raises(GeometryRecordError):
-        verify(unpack(good), [good, b"garbage"])
+        verify_geometry(unpack(good), [good, b"garbage"])
 
 
 def test_records_of_another_vocabulary_are_refused(rec_bytes, random_vocabulary):
@@ -129,7 +129,7 @@ def test_records_of_another_vocabulary_are_refused(rec_bytes, random_vocabulary)
     other = type(other)(other.words, other.signatures, other.xy, other.frames, other.theta, other.image_size,
                         other.vocabulary ^ 1)
     with pytest.raises(EncoderMismatchError):
-        verify(rec, [pack(other)])
+        verify_geometry(rec, [pack(other)])
 
 
 def test_bad_inputs(random_vocabulary):

@@ -34,7 +34,7 @@ from .records import GeometryRecord, unpack, unpack_many
 DEFAULT_MIN_INLIERS = 12  # chance agreement of unrelated images stays below it (NOTES.md: P = 2e-4 per pair)
 DEFAULT_R = 100
 
-__all__ = ["DEFAULT_MIN_INLIERS", "DEFAULT_R", "Reranked", "Verification", "VerificationParams", "rerank", "verify"]
+__all__ = ["DEFAULT_MIN_INLIERS", "DEFAULT_R", "Reranked", "Verification", "VerificationParams", "rerank", "verify_geometry"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def _box_polygon(query_box, image_size):
     return np.array([(x1, y1), (x2, y1), (x2, y2), (x1, y2)], np.float64)
 
 
-def verify(query, candidates, query_box=None, return_pairs=False, params=None, **overrides):
+def verify_geometry(query, candidates, query_box=None, return_pairs=False, params=None, **overrides):
     """Spatially verify each candidate against the query.
 
     query: the query's record (GeometryRecord from make_record, or bytes); candidates:

@@ -19,16 +19,16 @@ import time
 
 import numpy as np
 
-from ..verification import Vocabulary, expand_query, make_query_record, stored_record, verify
+from ..verification import Vocabulary, expand_query, make_query_record, stored_record, verify_geometry
 from ..verification.expansion import DEFAULT_TOP
-from ..verification.verify import DEFAULT_MIN_INLIERS, DEFAULT_R
+from ..verification.spatial import DEFAULT_MIN_INLIERS, DEFAULT_R
 
 DEFAULT_VERIFY = DEFAULT_R
 DEFAULT_EXPAND = DEFAULT_TOP
 UNVERIFIED_QE_TOP = 3  # the +QE rows: Chum et al.'s AQE over the top 3 without verification
 
 
-class SecondStage:
+class SecondStageRows:
     """Records of the database and the queries under one vocabulary; the rows it adds."""
 
     def __init__(self, vocabulary, db_features, q_features, boxes, verify_r=DEFAULT_VERIFY, expand=DEFAULT_EXPAND):
@@ -56,7 +56,7 @@ class SecondStage:
         """(verified database indices by inliers, the rest of ``ranking`` in order) of query i."""
         head = np.asarray(ranking[:self.verify_r])
         qrec = self.query_record(i) if qrec is None else qrec
-        checks = verify(qrec, [self.records[j] for j in head], query_box=self.boxes[i])
+        checks = verify_geometry(qrec, [self.records[j] for j in head], query_box=self.boxes[i])
         inliers = np.array([v.inliers for v in checks], np.int64)
         ok = np.flatnonzero(inliers >= DEFAULT_MIN_INLIERS)
         ok = ok[np.argsort(-inliers[ok], kind="stable")]
@@ -113,4 +113,4 @@ class SecondStage:
         return np.concatenate([head, rest])
 
 
-__all__ = ["DEFAULT_EXPAND", "DEFAULT_VERIFY", "SecondStage", "UNVERIFIED_QE_TOP"]
+__all__ = ["DEFAULT_EXPAND", "DEFAULT_VERIFY", "SecondStageRows", "UNVERIFIED_QE_TOP"]

@@ -45,8 +45,8 @@ from .vector_store import VectorStore
 
 
 @dataclass
-class VerifyReport:
-    """What :func:`verify_index` found (and, with repair, did)."""
+class IntegrityReport:
+    """What :func:`check_index` found (and, with repair, did)."""
 
     path: str
     counts: dict = field(default_factory=dict)  # images, row_ids, live_rows, coded_rows, vector_blocks, ...
@@ -439,20 +439,20 @@ def _repair_codes(store, s, live_set, report, progress):
                            f"{len(s.bad_code_rows | uncoded)} row(s)")
 
 
-def verify_index(path, repair=False, progress=None):
+def check_index(path, repair=False, progress=None):
     """Check the index at ``path`` (a sharded one: each shard); with ``repair``, rebuild what
-    can be rebuilt and verify again. Returns a :class:`VerifyReport` (``report.ok``)."""
+    can be rebuilt and verify again. Returns a :class:`IntegrityReport` (``report.ok``)."""
     from .sharded import is_sharded, read_manifest
 
     path = Path(path)
     if is_sharded(path):
-        report = VerifyReport(str(path))
+        report = IntegrityReport(str(path))
         for d in read_manifest(path)["dirs"]:
-            report.shards.append(verify_index(path / d, repair=repair, progress=progress))
+            report.shards.append(check_index(path / d, repair=repair, progress=progress))
         return report
     if not (path / "data.mdb").is_file():  # before reading its header: nothing there is no damage
         raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
-    report = VerifyReport(str(path))
+    report = IntegrityReport(str(path))
     try:
         check_lmdb_file(path)
         store = Store.open(path, readonly=not repair)
@@ -465,7 +465,7 @@ def verify_index(path, repair=False, progress=None):
         live_set = _report(store, s, report)
         if repair and report.damaged and not s.unreadable and "encoder" not in s.bad_meta:
             _repair(store, s, live_set, report, progress)
-            after = VerifyReport(str(path))
+            after = IntegrityReport(str(path))
             _report(store, _scan(store, False), after)
             report.counts, report.remaining = after.counts, after.damaged
     except lmdb.Error as exc:  # pragma: no cover - what the walks above did not catch
@@ -476,4 +476,4 @@ def verify_index(path, repair=False, progress=None):
     return report
 
 
-__all__ = ["VerifyReport", "verify_index"]
+__all__ = ["IntegrityReport", "check_index"]
