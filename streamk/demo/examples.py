@@ -34,7 +34,7 @@ from .. import features as feat
 from . import transforms as tf
 from ..config import cache_home
 from ..datasets import Dataset, Query, load_paris6k_subset
-from ..encoding.encoder import Encoder
+from ..encoding import Encoder
 from ..errors import ConfigError, DatasetImageError, IndexFormatError, TooFewImagesError
 from ..index import StreamingIndex, upgrade
 from ..verification import Vocabulary

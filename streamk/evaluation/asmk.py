@@ -51,7 +51,7 @@ import numpy as np
 
 from . import _asmk_kernels
 from ..checks import as_descriptor_set
-from ..encoding.embeddings import subsample_rows, rootsift
+from ..encoding import rootsift, subsample_rows
 from ..errors import ConfigError, DimensionError, NotFittedError
 
 PAPER_WORDS = 65_536

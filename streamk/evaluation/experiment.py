@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..encoding.encoder import Encoder
+from ..encoding import Encoder
 from ..errors import DatasetImageError
-from ..encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
+from ..encoding import RotationNormalisation, l2_normalize, postprocess
 from .second_stage_rows import DEFAULT_EXPAND, SecondStageRows
 
 
@@ -120,7 +120,7 @@ def pq_rows(row, train, pq_bytes, rerank, seed=0):
     """Rows of a configuration's vectors as PQ codes of M bytes (M in ``pq_bytes``):
     ranked by ADC (the query's float vector against the database codes), and with
     the ADC top ``rerank`` re-ranked by the float vectors (0: no such row)."""
-    from ..quantization.pq import ProductQuantizer
+    from ..quantization import ProductQuantizer
 
     out = []
     n = row.database.shape[0]

@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..encoding.aggregation import METHODS
-from ..encoding.embeddings import EMBEDDINGS
-from ..encoding.encoder import Encoder
+from ..encoding import EMBEDDINGS, METHODS, Encoder
+from ..encoding import Encoder
 from ..errors import ConfigError
 from .metrics import evaluate
 from ..config import default_cache_dir
 from .experiment import MethodVectors, aggregate_all, dataset_descriptors
 from ..pipeline import iter_extract
-from ..encoding.postprocessing import DEFAULT_POWER, RotationNormalisation, postprocess
+from ..encoding import DEFAULT_POWER, RotationNormalisation, postprocess
 
 DEFAULT_CONFIGS = ({"embedding": "temb", "k": 8}, {"embedding": "temb", "k": 16})
 DEFAULT_POWERS = tuple(round(0.1 * i, 1) for i in range(11))

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..encoding.encoder import Encoder, EncoderConfig
+from ..encoding import Encoder, EncoderConfig
 from ..errors import ConfigError, EmptyDescriptorSetError
 from ..features import default_extractor
 from ..parallel import default_workers, make_executor
