@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..encoding import EMBEDDINGS, METHODS, Encoder
-from ..encoding import Encoder
 from ..errors import ConfigError
 from .metrics import evaluate
 from ..config import default_cache_dir
