@@ -2,9 +2,10 @@
 aggregation and searched with views changed as photos are in the wild (crop, rotation,
 scale, perspective, JPEG, lighting); the notebooks' ready-made examples."""
 
-from .examples import EXAMPLES, Example, build_example, default_directory, open_example
-from .main_job import DemoResult, run_demo
-from .transforms import TRANSFORMS, VARIANTS, check_names, open_rgb, view
+from ..exports import lazy_exports
 
-__all__ = ["EXAMPLES", "TRANSFORMS", "VARIANTS", "DemoResult", "Example", "build_example", "check_names",
-           "default_directory", "open_example", "open_rgb", "run_demo", "view"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".examples": ("EXAMPLES", "Example", "build_example", "default_directory", "open_example"),
+    ".main_job": ("DemoResult", "run_demo"),
+    ".transforms": ("TRANSFORMS", "VARIANTS", "check_names", "open_rgb", "view"),
+})

@@ -4,10 +4,11 @@ the in-memory inverted lists a reader scans, and the top-k heap every scan share
 Nothing here knows of storage: the index (:mod:`streamk.index`) stores the codes.
 """
 
-from ._heap import merge_topk
-from .inverted_lists import NO_LIST, InvertedLists, row_bitmap
-from .ivfpq import IVFPQ, default_nprobe, default_train_size
-from .pq import N_CENTROIDS, ProductQuantizer, blas_threads
+from ..exports import lazy_exports
 
-__all__ = ["IVFPQ", "NO_LIST", "N_CENTROIDS", "InvertedLists", "ProductQuantizer", "blas_threads",
-           "default_nprobe", "default_train_size", "merge_topk", "row_bitmap"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    "._heap": ("merge_topk",),
+    ".inverted_lists": ("NO_LIST", "InvertedLists", "row_bitmap"),
+    ".ivfpq": ("IVFPQ", "default_nprobe", "default_train_size"),
+    ".pq": ("N_CENTROIDS", "ProductQuantizer", "blas_threads"),
+})
