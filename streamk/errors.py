@@ -8,6 +8,11 @@ the error reaches it (the README's "Limits and errors" lists them): 2 usage or a
 argument, 3 a bad input file, 4 the index's state, 5 a damaged index, 6 a full disk,
 7 a cluster or network failure. (1 is an internal error, a bug; 130 / 143 an
 interrupt / termination; 141 a closed output pipe.)
+
+And ``http_status``, the status the HTTP server (``streamk serve``) answers it with:
+400 a bad request, 403 a read-only index, 404 an unknown id, 409 the index's state,
+413 an image over a limit, 422 an image that cannot be described, 500 a damaged index,
+502 a cluster failure, 503 a retrain in progress, 507 a full disk.
 """
 
 
@@ -15,90 +20,105 @@ class StreamkError(Exception):
     """Base class of all streamk errors."""
 
     exit_code = 2
+    http_status = 400
 
 
 class EmptyDescriptorSetError(StreamkError, ValueError):
     """A descriptor set has no descriptors (e.g. an image with no features)."""
 
     exit_code = 3
+    http_status = 422
 
 
 class NonFiniteError(StreamkError, ValueError):
     """An input array holds NaN or infinite values."""
 
     exit_code = 3
+    http_status = 400
 
 
 class DimensionError(StreamkError, ValueError):
     """An input array has the wrong shape or dimensionality."""
 
     exit_code = 2
+    http_status = 400
 
 
 class NotFittedError(StreamkError, RuntimeError):
     """A learned component was used before ``fit``."""
 
     exit_code = 2
+    http_status = 400
 
 
 class ConfigError(StreamkError, ValueError):
     """An invalid parameter or configuration value."""
 
     exit_code = 2
+    http_status = 400
 
 
 class EncoderFileError(StreamkError, ValueError):
     """A saved encoder file is missing, corrupt or of an unknown format."""
 
     exit_code = 3
+    http_status = 422
 
 
 class EncoderMismatchError(StreamkError, ValueError):
     """Data encoded with one encoder is used with another."""
 
     exit_code = 4
+    http_status = 409
 
 
 class UnknownDatasetError(StreamkError, ValueError):
     """A dataset name that streamk does not know."""
 
     exit_code = 2
+    http_status = 400
 
 
 class GroundTruthError(StreamkError, ValueError):
     """A ground-truth file is missing, malformed or inconsistent with the image list."""
 
     exit_code = 3
+    http_status = 422
 
 
 class UnsafePickleError(StreamkError, ValueError):
     """A pickle asks for a global outside the small allowed set (refused, not executed)."""
 
     exit_code = 3
+    http_status = 422
 
 
 class DownloadError(StreamkError, OSError):
     """A dataset file could not be fetched."""
 
     exit_code = 7
+    http_status = 502
 
 
 class ChecksumError(DownloadError):
     """A downloaded file has the wrong size or SHA-256; it was deleted, nothing extracted."""
 
     exit_code = 7
+    http_status = 502
 
 
 class UnsafeArchiveError(StreamkError, ValueError):
     """An archive member would be written outside the destination (absolute path, '..', link)."""
 
     exit_code = 3
+    http_status = 422
 
 
 class RankingError(StreamkError, ValueError):
     """A ranking is malformed: wrong number of queries, index out of range, repeated image."""
 
     exit_code = 2
+    http_status = 400
 
 
 class ImageReadError(StreamkError, ValueError):
@@ -108,6 +128,7 @@ class ImageReadError(StreamkError, ValueError):
     """
 
     exit_code = 3
+    http_status = 422
 
     def __init__(self, path, reason):
         self.path = str(path)
@@ -123,18 +144,21 @@ class DescriptorFileError(StreamkError, ValueError):
     or an array cannot be stored in the requested format."""
 
     exit_code = 3
+    http_status = 422
 
 
 class ExtractorUnavailableError(StreamkError, ImportError):
     """A feature extractor's library (pyhesaff, OpenCV, Pillow) is not installed or is broken."""
 
     exit_code = 2
+    http_status = 400
 
 
 class DatasetImageError(StreamkError, ValueError):
     """Images of an evaluation dataset are missing or unreadable."""
 
     exit_code = 3
+    http_status = 422
 
 
 # --------------------------------------------------------------- streaming index (store.py, index.py)
@@ -142,18 +166,21 @@ class NotAnIndexError(StreamkError, ValueError):
     """A path that is not a streamk index (no such directory, no LMDB data, or no streamk metadata)."""
 
     exit_code = 4
+    http_status = 500
 
 
 class IndexFormatError(StreamkError, ValueError):
     """A streamk index written in a format version this streamk does not read."""
 
     exit_code = 4
+    http_status = 409
 
 
 class IndexExistsError(StreamkError, FileExistsError):
     """Creating an index where a non-empty directory (or a file) already is."""
 
     exit_code = 4
+    http_status = 409
 
 
 class InvalidIdError(StreamkError, ValueError):
@@ -161,6 +188,7 @@ class InvalidIdError(StreamkError, ValueError):
     characters (or is '.' / '..', or over LMDB's 511-byte key limit in UTF-8)."""
 
     exit_code = 2
+    http_status = 400
 
 
 class DuplicateError(StreamkError, ValueError):
@@ -168,6 +196,7 @@ class DuplicateError(StreamkError, ValueError):
     another id; nothing was written. ``id`` and ``existing_id`` are kept as attributes."""
 
     exit_code = 4
+    http_status = 409
 
     def __init__(self, id, existing_id):
         self.id = id
@@ -182,36 +211,42 @@ class IdExistsError(StreamkError, ValueError):
     """An id already in the index holds other content (use ``update`` to replace it)."""
 
     exit_code = 4
+    http_status = 409
 
 
 class UnknownIdError(StreamkError, LookupError):
     """An id that is not in the index (remove, update, lookup)."""
 
     exit_code = 4
+    http_status = 404
 
 
 class ReadOnlyIndexError(StreamkError, PermissionError):
     """A write to an index opened with readonly=True."""
 
     exit_code = 4
+    http_status = 403
 
 
 class TooFewImagesError(StreamkError, ValueError):
     """Training (e.g. product quantisation, 256 centroids) needs more indexed images."""
 
     exit_code = 4
+    http_status = 409
 
 
 class ZeroVectorError(StreamkError, ValueError):
     """A vector of zero norm cannot be L2-normalised and indexed."""
 
     exit_code = 3
+    http_status = 400
 
 
 class TrainingInProgressError(StreamkError, RuntimeError):
     """Another process is (re)training the index's codec right now."""
 
     exit_code = 4
+    http_status = 503
 
 
 
@@ -221,12 +256,14 @@ class GeometryRecordError(StreamkError, ValueError):
     truncated, damaged (checksum), of an unknown format version or internally inconsistent."""
 
     exit_code = 5
+    http_status = 500
 
 
 class VocabularyFileError(StreamkError, ValueError):
     """Saved visual-word vocabulary bytes are missing, corrupt or of an unknown format."""
 
     exit_code = 3
+    http_status = 422
 
 
 # --------------------------------------------------------------- index storage: damage, disk full
@@ -237,6 +274,7 @@ class IndexCorruptError(StreamkError, ValueError):
     ``streamk index verify --repair``."""
 
     exit_code = 5
+    http_status = 500
 
     def __init__(self, message, path=None, rows=None):
         self.path = None if path is None else str(path)
@@ -253,6 +291,7 @@ class DiskFullError(StreamkError, OSError):
     raise the limit) and run it again. ``path`` and ``needed`` (bytes, an estimate) are kept."""
 
     exit_code = 6
+    http_status = 507
 
     def __init__(self, message, path=None, needed=None):
         super().__init__(message)
@@ -271,6 +310,7 @@ class ImageTooLargeError(ImageReadError):
     (``"max_file_size"`` or ``"max_pixels"``); the message says how to raise it."""
 
     exit_code = 3
+    http_status = 413
 
     def __init__(self, path, reason, limit=None):
         self.limit = limit
@@ -286,6 +326,7 @@ class MetadataError(StreamkError, ValueError):
     field cannot be indexed, or a metadata file (JSON lines) is malformed."""
 
     exit_code = 3
+    http_status = 400
 
 
 class FilterError(ConfigError):
@@ -293,6 +334,7 @@ class FilterError(ConfigError):
     field that is not indexed."""
 
     exit_code = 2
+    http_status = 400
 
 
 class Terminated(BaseException):
@@ -336,6 +378,7 @@ class ClusterError(StreamkError, ConnectionError):
     ``STREAMK_DASK_TIMEOUT`` seconds, default 10). ``address`` is kept as an attribute."""
 
     exit_code = 7
+    http_status = 502
 
     def __init__(self, message, address=None):
         super().__init__(message)

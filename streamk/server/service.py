@@ -41,6 +41,12 @@ class WorkerError(Exception):
         self.message = message
         super().__init__(f"{name}: {message}")
 
+    @property
+    def http_status(self):
+        """The ``http_status`` of the streamk error class it names; 422 (the image was not
+        described) for a name that is none, as a worker's crash."""
+        return getattr(getattr(errors, self.name, None), "http_status", 422)
+
 
 def raise_worker_error(out):
     if out.get("error"):

@@ -40,3 +40,14 @@ def test_no_token_option_on_the_command_line():
 def test_error_codes_and_statuses(name, code, status):
     assert hasattr(errors, name)
     assert error_code(name) == code and status_of(name) == status
+
+
+def test_every_error_class_carries_its_http_status_beside_its_exit_code():
+    for name in dir(errors):
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, errors.StreamkError):
+            assert cls.http_status in (400, 403, 404, 409, 413, 422, 500, 502, 503, 507), name
+            assert status_of(cls) == status_of(name) == cls.http_status
+    # a subclass answers as its parent unless it says otherwise
+    assert errors.FilterError.http_status == errors.ConfigError.http_status == 400
+    assert errors.ImageTooLargeError.http_status == 413 != errors.ImageReadError.http_status

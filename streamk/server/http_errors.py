@@ -1,0 +1,122 @@
+"""Errors as the API answers them: JSON ``{"error": {"code", "message"}}``, never a
+traceback. A streamk error's code is its class name in snake case (``ImageReadError`` ->
+``image_read``) and its status the class's ``http_status`` (streamk/errors.py, beside its
+``exit_code``); the API's own errors (auth, limits, malformed bodies) are ApiError;
+invalid input, whichever model or parameter refused it, is 400 ``bad_request``.
+"""
+
+import logging
+
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .. import errors
+from .models import ErrorAnswer
+from .service import WorkerError
+
+log = logging.getLogger("streamk.server")
+
+# the codes of the HTTP errors Starlette raises itself (no route, wrong method, ...)
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 400: "bad_request", 413: "upload_too_large"}
+ALWAYS = (500, 503)  # statuses any operation may answer: a bug; busy or retraining
+
+
+def error_code(name):
+    """'ImageReadError' -> 'image_read': the stable code of an error class."""
+    base = name[:-5] if name.endswith("Error") else name
+    out = []
+    for i, c in enumerate(base):
+        if c.isupper() and i and (not base[i - 1].isupper() or (i + 1 < len(base) and base[i + 1].islower())):
+            out.append("_")
+        out.append(c.lower())
+    return "".join(out)
+
+
+def status_of(error):
+    """The HTTP status of a streamk error (its class, an instance or its class name): the
+    class's ``http_status``; 400 for a name streamk.errors does not have."""
+    if isinstance(error, str):
+        error = getattr(errors, error, None)
+    return getattr(error, "http_status", 400)
+
+
+def error_response(status, code, message, headers=None):
+    body = ErrorAnswer(error={"code": code, "message": " ".join(str(message).split())})
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+def error_responses(*statuses):
+    """The error answers of an operation, for its OpenAPI description: ``statuses`` and
+    ALWAYS, each with the ErrorAnswer model."""
+    return {status: {"model": ErrorAnswer, "description": "an error"} for status in statuses + ALWAYS}
+
+
+class ApiError(Exception):
+    """An HTTP error of the API itself (not of the index): status, code, message."""
+
+    def __init__(self, status, code, message, headers=None):
+        self.status, self.code, self.message, self.headers = status, code, message, headers
+        super().__init__(message)
+
+
+class UploadTooLargeError(ApiError):
+    def __init__(self, limit):
+        super().__init__(413, "upload_too_large", f"the request body is over the server's limit of {limit:,} bytes "
+                                                  f"(--max-upload); send a smaller image")
+
+
+def bad_request(message):
+    return ApiError(400, "bad_request", message)
+
+
+def _problem(error, fields):
+    """One line of a validation error: where, and what."""
+    where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path"))
+    if error.get("type") == "extra_forbidden":
+        return f"unknown field {where!r}; expected some of {sorted(fields)}"
+    message = error.get("msg", "").removeprefix("Value error, ")
+    return f"{where}: {message}" if where else message
+
+
+def invalid(exc, fields=()):
+    """The ApiError (400 bad_request) of a pydantic ValidationError or FastAPI's
+    RequestValidationError; ``fields``:
+    the names the refused model knows (said when an unknown one is given)."""
+    parts = [_problem(e, fields) for e in exc.errors()]
+    return bad_request("; ".join(parts[:5]) or "invalid request")
+
+
+def install_error_handlers(app):
+    @app.exception_handler(ApiError)
+    async def api_error(request, exc):
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(errors.StreamkError)
+    async def streamk_error(request, exc):
+        status = status_of(exc)
+        if status >= 500:
+            log.error("%s %s: %s", request.method, request.url.path, errors.describe(exc))
+        return error_response(status, error_code(type(exc).__name__), str(exc))
+
+    @app.exception_handler(WorkerError)
+    async def worker_error(request, exc):
+        return error_response(exc.http_status, error_code(exc.name), exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request, exc):
+        return await api_error(request, invalid(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc):
+        code = HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        return error_response(exc.status_code, code, exc.detail or code, getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request, exc):  # a bug: logged with its traceback, answered without
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal", "internal server error (the server log has the details)")
+
+
+__all__ = ["ALWAYS", "ApiError", "UploadTooLargeError", "bad_request", "error_code", "error_response",
+           "error_responses", "install_error_handlers", "invalid", "status_of"]

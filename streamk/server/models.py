@@ -1,0 +1,279 @@
+"""The API's bodies and answers as pydantic models: one model is the parser, the check and
+the documentation (``/openapi.json`` is generated from them) of what it describes.
+
+A body comes as JSON (its model strict: a JSON number where a number is due, NaN and
+Infinity refused by the parser) or as a multipart form (its model converts the form's
+text: ``"10"`` for k; JSON text for a vector, a filter or metadata). A vector's length,
+the index's dimension, is checked against ``context={"dim": D}`` given at validation.
+Answers are validated by FastAPI against their model before they are sent.
+"""
+
+import json
+import math
+from typing import Annotated, Any, Literal
+
+from fastapi import UploadFile
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import core_schema
+
+MAX_K = 1000
+MAX_VERIFY = 1000
+MAX_EXPAND = 200
+
+
+def id_field(*default):
+    """An image id field (required unless a default is given)."""
+    return Field(*default, min_length=1, max_length=200, description="an image id")
+
+
+BOX_RULE = "box must be 4 numbers x1, y1, x2, y2 (pixels of the query image)"
+
+
+# ---------------------------------------------------------------- JSON, strictly
+def _no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads(text):
+    """JSON, strictly: NaN and Infinity refused (ValueError)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _json_text(value):
+    if not isinstance(value, str):
+        return value
+    try:
+        return loads(value)
+    except ValueError:
+        raise ValueError("not valid JSON") from None
+
+
+class _JsonText:
+    """Marks a form field that holds JSON text, parsed strictly (see ``loads``) and then
+    validated as the type it annotates; documented as a string of that JSON."""
+
+    def __get_pydantic_core_schema__(self, source, handler):
+        return core_schema.no_info_before_validator_function(_json_text, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema, handler):
+        return {"type": "string", "contentMediaType": "application/json", "contentSchema": handler(schema)}
+
+
+JsonObject = Annotated[dict[str, Any], _JsonText()]
+JsonVector = Annotated[list[float], _JsonText()]
+
+
+def box_of_text(value):
+    """A box given as text, "x1,y1,x2,y2" (or a JSON list), as 4 finite numbers with
+    x1 < x2 and y1 < y2."""
+    if value is None:
+        return None
+    text = value.strip()
+    parts = _json_text(text) if text.startswith("[") else [p for p in text.replace(",", " ").split() if p]
+    if not isinstance(parts, list) or len(parts) != 4 or any(isinstance(p, bool) for p in parts):
+        raise ValueError(BOX_RULE)
+    try:
+        box = [float(p) for p in parts]
+    except (TypeError, ValueError):
+        raise ValueError(BOX_RULE) from None
+    if not all(math.isfinite(v) for v in box):
+        raise ValueError("box must be 4 finite numbers")
+    if box[2] <= box[0] or box[3] <= box[1]:
+        raise ValueError("box must have x1 < x2 and y1 < y2")
+    return box
+
+
+class JsonBody(BaseModel):
+    """A JSON body: strict types, no unknown field."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class VectorOfDim(BaseModel):
+    """A body with a 'vector': of the index's dimension when the validation's context
+    names it (``context={"dim": D}``)."""
+
+    @field_validator("vector", check_fields=False)
+    @classmethod
+    def _vector_of_dim(cls, vector, info: ValidationInfo):
+        dim = (info.context or {}).get("dim")
+        if vector is not None and dim is not None and len(vector) != dim:
+            raise ValueError(f"vector must be a list of {dim} numbers (the index's dimension)")
+        return vector
+
+
+class FormBody(BaseModel):
+    """A multipart form: text converted to the fields' types, no unknown field; an empty
+    field is an absent one."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_is_absent(cls, data):
+        return {k: v for k, v in data.items() if v != ""} if isinstance(data, dict) else data
+
+
+# ---------------------------------------------------------------- bodies
+class SearchOptions(BaseModel):
+    k: int = Field(10, ge=1, le=MAX_K, description="results wanted")
+    verify: int | None = Field(None, ge=0, le=MAX_VERIFY,
+                               description="first-stage results spatially verified (0: none; default: the index's)")
+    expand: int | None = Field(None, ge=0, le=MAX_EXPAND,
+                               description="verified results averaged into an expanded query (0: none)")
+    mode: Literal["exact", "pq"] | None = Field(None, description="the first stage: exact vectors or PQ codes")
+
+
+class SearchJson(SearchOptions, VectorOfDim, JsonBody):
+    """A search by an indexed image ('id') or by a vector ('vector'), one of them."""
+
+    id: str | None = id_field(None)
+    vector: list[float] | None = Field(None, description="a vector of the index's dimension (GET /stats: dim)")
+    where: dict[str, Any] | None = Field(None, description='a metadata filter: {"field": value | {"in": [...]} | '
+                                                           '{"gte": a, "lt": b}, ...} on indexed fields')
+
+    @model_validator(mode="after")
+    def _one_query(self):
+        if (self.id is None) == (self.vector is None):
+            raise ValueError("give one query: 'id' (an indexed image) or 'vector' (or upload a photo as multipart)")
+        return self
+
+
+class SearchForm(SearchOptions, FormBody):
+    """A search by photo ('image'), within its region 'box' when given."""
+
+    image: UploadFile = Field(description="the photo")
+    box: str | None = Field(None, description="x1,y1,x2,y2 in the photo's pixels")
+    where: JsonObject | None = Field(None, description="a metadata filter as JSON text")
+
+    @field_validator("box")
+    @classmethod
+    def _box_of_text(cls, value):
+        return box_of_text(value)
+
+
+class AddJson(VectorOfDim, JsonBody):
+    """A new image given as a vector."""
+
+    id: str = id_field()
+    vector: list[float] = Field(description="a vector of the index's dimension")
+    metadata: dict[str, Any] | None = None
+
+
+class AddForm(VectorOfDim, FormBody):
+    """A new image given as a photo ('image') or a vector (JSON text)."""
+
+    id: str = id_field()
+    image: UploadFile | None = None
+    vector: JsonVector | None = None
+    metadata: JsonObject | None = None
+
+
+class UpdateJson(VectorOfDim, JsonBody):
+    """An image's new vector, or its metadata alone (replaced; merged with 'merge')."""
+
+    vector: list[float] | None = None
+    metadata: dict[str, Any] | None = None
+    merge: bool = False
+
+
+class UpdateForm(VectorOfDim, FormBody):
+    """An image's new photo or vector, or its metadata alone (replaced; merged with 'merge')."""
+
+    image: UploadFile | None = None
+    vector: JsonVector | None = None
+    metadata: JsonObject | None = None
+    merge: bool = False
+
+
+# ---------------------------------------------------------------- answers
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(Answer):
+    code: str = Field(description="stable: what a client may test")
+    message: str = Field(description="what went wrong and what to do, for a person")
+
+
+class ErrorAnswer(Answer):
+    """Every error: a stable code and a message."""
+
+    error: ErrorDetail
+
+
+class HitAnswer(Answer):
+    id: str
+    score: float
+    stage: Literal["first", "verified", "expanded"]
+    inliers: int | None = None
+    verified: bool
+    region: list[list[float]] | None = Field(None, description="the query (or its box) mapped into the image")
+    affine: list[list[float]] | None = None
+    image_size: list[int] | None = None
+    kind: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class QueryAnswer(Answer):
+    kind: Literal["image", "id", "vector"]
+    id: str | None = None
+    box: list[float] | None = None
+    image_size: list[int] | None = None
+    features: int | None = None
+
+
+class SearchAnswer(Answer):
+    query: QueryAnswer
+    results: list[HitAnswer]
+    took_ms: float
+
+
+class ImageAnswer(Answer):
+    """What the index holds about an image (never a server path)."""
+
+    id: str
+    kind: str | None = None
+    sha256: str | None = None
+    n_descriptors: int | None = None
+    image_size: list[int] | None = None
+    box: list[float] | None = None
+    added: float | None = None
+    filename: str | None = None
+    metadata: dict[str, Any]
+
+
+class WriteAnswer(Answer):
+    id: str
+    status: Literal["added", "exists", "updated", "unchanged", "removed"]
+
+
+class DuplicatesAnswer(Answer):
+    id: str
+    threshold: float
+    verify: bool
+    duplicates: list[HitAnswer]
+
+
+class StatsAnswer(Answer):
+    images: int
+    codec: str | None = None
+    reader_memory: int
+    shards: int
+    dim: int
+    local_features: bool
+    workers: int
+    writable: bool
+    indexed_fields: list[str]
+
+
+class HealthAnswer(Answer):
+    status: Literal["ok"]
+    reads_need_token: bool
+    writable: bool
+    filters: bool
+
+
+__all__ = ["AddForm", "AddJson", "DuplicatesAnswer", "ErrorAnswer", "HealthAnswer", "ImageAnswer", "MAX_EXPAND",
+           "MAX_K", "MAX_VERIFY", "SearchAnswer", "SearchForm", "SearchJson", "StatsAnswer", "UpdateForm",
+           "UpdateJson", "WriteAnswer", "loads"]

@@ -1,0 +1,131 @@
+"""What every route takes from its request, as FastAPI dependencies: the service
+(``app.state.service``), the token check (``app.state.token``), and a body sent as JSON or
+as a multipart form, validated by the model of its kind (streamk/server/models.py), whose
+two models also give the body's OpenAPI description."""
+
+import hmac
+import time
+from dataclasses import dataclass
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .http_errors import ApiError, bad_request, invalid
+from .models import loads
+
+MAX_FORM_FIELDS = 20
+
+
+# ---------------------------------------------------------------- the service, the token
+def service_of(request: Request):
+    """The Service the app serves."""
+    return request.app.state.service
+
+
+def _bearer(request):
+    h = request.headers.get("authorization", "")
+    if h[:7].lower() == "bearer ":
+        return h[7:].strip()
+    return None
+
+
+def check_token(request, token, write):
+    """401 without the right token (for writes always; for reads when a token is set);
+    403 for a write to a server started without a token."""
+    if token is None:
+        if write:
+            raise ApiError(403, "read_only", "this server is read-only: start it with a token (--token-file FILE "
+                                             "or STREAMK_TOKEN) to add, update or delete images")
+        return
+    given = _bearer(request)
+    if given is None or not hmac.compare_digest(given.encode(), token.encode()):
+        raise ApiError(401, "unauthorized", "send the server's token: 'Authorization: Bearer TOKEN'",
+                       {"WWW-Authenticate": "Bearer"})
+
+
+def may_read(request: Request):
+    """A read: the token when the server has one."""
+    check_token(request, request.app.state.token, write=False)
+
+
+def may_write(request: Request):
+    """A write: the token, on a server that has one."""
+    check_token(request, request.app.state.token, write=True)
+
+
+# ---------------------------------------------------------------- bodies
+@dataclass
+class Received:
+    """A validated body: ``fields`` (the model of its kind), ``kind`` ("json" or
+    "multipart"), the uploaded photo's bytes (``data``, or None) and its file name
+    (``name``, no path), and when the request started to be read (``started``)."""
+
+    fields: BaseModel
+    kind: str
+    data: bytes | None = None
+    name: str = "upload"
+    started: float = 0.0
+
+
+def _validated(model, values, request):
+    try:
+        return model.model_validate(values, context={"dim": request.app.state.service.dim})
+    except ValidationError as exc:
+        raise invalid(exc, model.model_fields) from None
+
+
+def _upload_name(upload):
+    return (upload.filename or "upload").replace("/", "_").replace("\\", "_")[:200] or "upload"
+
+
+class JsonOrForm:
+    """A body sent as ``application/json`` (validated by ``json_model``) or as
+    ``multipart/form-data`` (by ``form_model``, whose 'image' is the uploaded photo):
+    a FastAPI dependency giving a Received; ``openapi`` describes both for the schema."""
+
+    def __init__(self, json_model, form_model):
+        self.json_model = json_model
+        self.form_model = form_model
+
+    @property
+    def openapi(self):
+        content = {"application/json": {"schema": self.json_model.model_json_schema()},
+                   "multipart/form-data": {"schema": self.form_model.model_json_schema()}}
+        return {"requestBody": {"required": True, "content": content}}
+
+    async def __call__(self, request: Request) -> Received:
+        started = time.perf_counter()
+        ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype == "multipart/form-data":
+            return await self._form(request, started)
+        if ctype == "application/json":
+            try:
+                values = loads(await request.body())
+            except ValueError:
+                raise bad_request("the body is not valid JSON") from None
+            if not isinstance(values, dict):
+                raise bad_request("the JSON body must be an object")
+            return Received(_validated(self.json_model, values, request), "json", started=started)
+        raise ApiError(415, "unsupported_media_type", "send multipart/form-data (an image upload) or application/json")
+
+    async def _form(self, request, started):
+        try:
+            form = await request.form(max_files=1, max_fields=MAX_FORM_FIELDS)
+        except ApiError:  # the body over the size limit
+            raise
+        except StarletteHTTPException as exc:
+            raise bad_request(f"malformed multipart body ({exc.detail})") from None
+        except Exception as exc:  # python-multipart's parse errors  # noqa: BLE001
+            raise bad_request(f"malformed multipart body ({type(exc).__name__})") from None
+        try:
+            fields = _validated(self.form_model, dict(form.multi_items()), request)
+            upload = getattr(fields, "image", None)
+            if upload is None:
+                return Received(fields, "multipart", started=started)
+            return Received(fields, "multipart", await upload.read(), _upload_name(upload), started)
+        finally:
+            await form.close()
+
+
+__all__ = ["JsonOrForm", "Received", "check_token", "may_read", "may_write", "service_of"]

@@ -1,0 +1,25 @@
+"""Health (no token needed) and the index's counts."""
+
+from fastapi import APIRouter, Depends, Request
+
+from ..http_errors import error_responses
+from ..models import HealthAnswer, StatsAnswer
+from ..requests import may_read, service_of
+
+router = APIRouter()
+
+
+@router.get("/health", response_model=HealthAnswer, responses=error_responses())
+async def health(request: Request):
+    """Liveness, and what a client needs to know first (no token needed)."""
+    token = request.app.state.token
+    return {"status": "ok", "reads_need_token": token is not None, "writable": token is not None, "filters": True}
+
+
+@router.get("/stats", response_model=StatsAnswer, responses=error_responses(401), dependencies=[Depends(may_read)])
+async def stats(service=Depends(service_of)):
+    """Counts and sizes of the index."""
+    return await service.call(service.stats)
+
+
+__all__ = ["router"]

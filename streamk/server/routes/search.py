@@ -1,0 +1,36 @@
+"""Search: by photo (multipart, optionally inside a box), by an indexed image's id, or by
+a vector (JSON); the k best images with their scores, inliers and matched regions."""
+
+import time
+
+from fastapi import APIRouter, Depends
+
+from ..http_errors import error_responses
+from ..models import SearchAnswer, SearchForm, SearchJson
+from ..requests import JsonOrForm, Received, may_read, service_of
+
+router = APIRouter(dependencies=[Depends(may_read)])
+SEARCH_BODY = JsonOrForm(SearchJson, SearchForm)
+
+
+@router.post("/search", response_model=SearchAnswer, response_model_exclude_unset=True,
+             responses=error_responses(400, 401, 404, 413, 415, 422), openapi_extra=SEARCH_BODY.openapi)
+async def search(got: Received = Depends(SEARCH_BODY), service=Depends(service_of)):
+    """The k best images for a photo (multipart: 'image', optional 'box'), an indexed
+    image ('id') or a vector ('vector'), JSON: ids, scores, inliers, matched regions."""
+    q = got.fields
+    if got.kind == "multipart":
+        described = await service.describe(got.data, q.box, "query", got.name)
+        query = {"kind": "image", "box": q.box, "image_size": described["image_size"], "features": described["n"]}
+        out = await service.call(service.search, described["vector"], q.k, described["features"], q.box, q.verify,
+                                 q.expand, q.mode, query, q.where)
+    elif q.id is not None:
+        out = await service.call(service.search_id, q.id, q.k, q.verify, q.expand, q.mode, q.where)
+    else:
+        out = await service.call(service.search, q.vector, q.k, None, None, q.verify, q.expand, q.mode,
+                                 {"kind": "vector"}, q.where)
+    out["took_ms"] = round(1000 * (time.perf_counter() - got.started), 2)
+    return out
+
+
+__all__ = ["router"]
