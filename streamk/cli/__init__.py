@@ -8,11 +8,13 @@ import os
 import sys
 import traceback
 
-from .errors import StreamkError, Terminated
+from ..errors import StreamkError, Terminated
+
+__all__ = ["build_parser", "main", "run_command"]
 
 
 def _demo(args):
-    from .demo import run_demo
+    from ..demo import run_demo
 
     run_demo(out_dir=args.out, images=args.images, max_queries=args.max_queries, transforms=args.transforms,
              k=args.k, max_side=args.max_side, max_features=args.max_features, workers=args.workers,
@@ -25,7 +27,7 @@ def _csv(cast=str):
 
 
 def _eval(args):
-    from .evaluation.report import run_eval
+    from ..evaluation.report import run_eval
 
     report = run_eval(
         args.dataset, args.root, method=args.method, embeddings=args.embedding, ks=args.k,
@@ -42,7 +44,7 @@ def _eval(args):
 
 
 def _download(args):
-    from .datasets import download
+    from ..datasets import download
 
     path = download(args.name, args.dir, progress=True, base_url=args.mirror)
     print(f"{args.name}: ready in {path}")
@@ -105,7 +107,7 @@ def _byte_size(text):
 def _add_limit_options(parser, extraction=False):
     """The image limits (README, "Limits and errors"): file size and pixels of every image
     read; with ``extraction`` (index create), the extractor's long side and feature cap too."""
-    from .features import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS
+    from ..features import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS
 
     parser.add_argument("--max-file-size", type=_byte_size, default=MAX_FILE_SIZE, metavar="BYTES",
                         help=f"refuse image files larger than this (e.g. 50M; default {MAX_FILE_SIZE // 2**20}M)")
@@ -130,8 +132,8 @@ def _max_side(text):
 
 
 def _index_create(args):
-    from .config import feature_cache_dir
-    from .pipeline.index_setup import create_index
+    from ..config import feature_cache_dir
+    from ..pipeline.index_setup import create_index
 
     create_index(args.dir, encoder=args.encoder, train=args.train, vector_dtype=args.vector_dtype,
                  extractor=args.extractor, max_side=args.max_side or None, max_features=args.max_features or None,
@@ -177,9 +179,9 @@ def _duplicates(args):
 
 
 def _add_local_features(args):
-    from .config import feature_cache_dir
-    from .index import StreamingIndex
-    from .pipeline import add_local_features
+    from ..config import feature_cache_dir
+    from ..index import StreamingIndex
+    from ..pipeline import add_local_features
 
     with StreamingIndex.open(args.dir) as idx:
         _, failed = add_local_features(idx, vocabulary=args.vocabulary, train_images=args.train_images,
@@ -191,7 +193,7 @@ def _add_local_features(args):
 def _index_train(args):
     import time
 
-    from .quantization.ivfpq import IVFPQ, default_train_size
+    from ..quantization.ivfpq import IVFPQ, default_train_size
 
     nlist = getattr(args, "nlist", 1)
     with _open(args, readonly=False) as idx:
@@ -226,7 +228,7 @@ def _index_info(args):
 
 
 def _stale_note(staleness, where):
-    from .index import stale_codec_note
+    from ..index import stale_codec_note
 
     return stale_codec_note(staleness, _shell_word(where))
 
@@ -238,18 +240,18 @@ def _shell_word(text):
 
 
 def _index_upgrade(args):
-    from .index import upgrade
+    from ..index import upgrade
 
     n = upgrade(args.dir, progress=None if sys.stderr.isatty() else False)
-    from .index.store import FORMAT_VERSION
+    from ..index.store import FORMAT_VERSION
 
     print(f"upgraded {args.dir} to index format {FORMAT_VERSION} ({n:,} images)")
     return 0
 
 
 def _index_verify(args):
-    from .errors import IndexCorruptError
-    from .index import check_index
+    from ..errors import IndexCorruptError
+    from ..index import check_index
 
     report = check_index(args.dir, repair=args.repair, progress=None if sys.stderr.isatty() else False)
     if args.json:
@@ -262,15 +264,15 @@ def _index_verify(args):
 def _open(args, readonly):
     """The index at args.dir: a StreamingIndex, or a ShardedIndex (its shards' owners on
     the Dask cluster of --dask, when given)."""
-    from .index import open_index
+    from ..index import open_index
 
     return open_index(args.dir, readonly=readonly, dask=getattr(args, "dask", None))
 
 
 def _ingest(args):
-    from .config import feature_cache_dir
-    from .errors import IngestInterruptedError
-    from .pipeline import run_ingest
+    from ..config import feature_cache_dir
+    from ..errors import IngestInterruptedError
+    from ..pipeline import run_ingest
 
     try:
         with _terminate_raises():  # SIGTERM, as SIGINT, ends a watch cleanly and a one-shot run with its account
@@ -312,7 +314,7 @@ class _terminate_raises:
 
 
 def _raise_terminated(signum, frame):
-    from .errors import Terminated
+    from ..errors import Terminated
 
     raise Terminated()
 
@@ -375,7 +377,7 @@ class _stale_codec_noted:
     def __exit__(self, *exc):
         import warnings
 
-        from .errors import StaleCodecWarning
+        from ..errors import StaleCodecWarning
 
         self._catch.__exit__(*exc)
         stale = None
@@ -390,7 +392,7 @@ class _stale_codec_noted:
 
 
 def _serve(args):
-    from .server import serve
+    from ..server import serve
 
     return serve(args.dir, host=args.host, port=args.port, workers=args.workers, token_file=args.token_file,
                  cors=args.cors or (), dask=args.dask, max_upload=int(args.max_upload * (1 << 20)),
@@ -435,8 +437,8 @@ def _add_cache_options(parser):
 
 
 def _add_index_commands(sub):
-    from .index import DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES
-    from .pipeline import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
+    from ..index import DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES
+    from ..pipeline import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
 
     ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
     ix_sub = ix.add_subparsers(dest="index_command", required=True)
@@ -604,7 +606,7 @@ def _add_index_commands(sub):
 
 
 def build_parser():
-    from .demo.transforms import TRANSFORMS
+    from ..demo.transforms import TRANSFORMS
 
     parser = argparse.ArgumentParser(prog="streamk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -773,7 +775,3 @@ def run_command(command, debug=False):
         print(f"streamk: internal error: {what} (this is a bug in streamk: run again with --debug and report "
               f"the traceback)", file=sys.stderr)
         return EXIT_INTERNAL
-
-
-if __name__ == "__main__":
-    sys.exit(main())
