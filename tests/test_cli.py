@@ -17,6 +17,7 @@ from streamk.cli import main
 
 pytest.importorskip("cv2")
 pytest.importorskip("PIL")
+from helpers.cli import every_help  # noqa: E402
 from helpers.images import textured  # noqa: E402
 from helpers.processes import REPO, run_python, start_python, stop, subprocess_env  # noqa: E402
 
@@ -189,6 +190,94 @@ def test_k_above_the_images_is_capped_under_a_memory_limit(work):
         res = run_python("-c", LIMITED_CLI, "search", work / "ix", work / "imgs" / "img2.png", opt, "1000000000",
                          timeout=120)
         assert res.returncode == 2 and "limit of" in one_error_line(res), opt
+
+
+# ---------------------------------------------------------------- start-up, help and small outputs (issues 23, 26, 27)
+STAGES = ("numpy", "numba", "lmdb", "streamk.index", "streamk.demo", "streamk.encoding", "streamk.features",
+          "streamk.pipeline", "streamk.evaluation", "streamk.server")
+
+
+def test_building_the_parser_and_its_help_imports_no_stage():
+    """``streamk --help`` (and the parse before any command) loads none of the packages the
+    commands drive: each command imports what it needs when it runs."""
+    code = ("import sys\nfrom streamk.cli import build_parser, main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "from helpers.cli import every_help\nevery_help(build_parser())\n"
+            f"print([m for m in {STAGES!r} if m in sys.modules], file=sys.stderr)")
+    res = run_python("-c", code, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == "[]"
+    assert "usage: streamk" in res.stdout
+
+
+def test_the_defaults_in_help_are_the_packages_own():
+    """The parser's defaults are constants (cheap to import); each is the value the
+    package it mirrors defines."""
+    from streamk import demo, features, index, pipeline
+    from streamk.cli import defaults
+
+    assert defaults.MAX_FILE_SIZE == features.MAX_FILE_SIZE and defaults.MAX_PIXELS == features.MAX_PIXELS
+    assert defaults.DEFAULT_MAX_SIDE == features.DEFAULT_MAX_SIDE
+    assert defaults.DEFAULT_MAX_FEATURES == features.DEFAULT_MAX_FEATURES
+    assert defaults.DEFAULT_DUPLICATE_THRESHOLD == index.DEFAULT_DUPLICATE_THRESHOLD
+    assert tuple(defaults.DUPLICATE_POLICIES) == tuple(index.DUPLICATE_POLICIES)
+    assert defaults.DEFAULT_MAX_IMAGES == pipeline.DEFAULT_MAX_IMAGES
+    assert defaults.DEFAULT_DESCRIPTORS_PER_IMAGE == pipeline.DEFAULT_DESCRIPTORS_PER_IMAGE
+    assert defaults.DEMO_TRANSFORMS == tuple(demo.TRANSFORMS)
+
+
+def test_version():
+    from streamk import __version__
+
+    res = streamk("--version")
+    assert res.returncode == 0 and res.stdout == f"streamk {__version__}\n"
+
+
+def test_help_is_plain_text():
+    """No reStructuredText markup (``literal``, :func:) reaches a terminal."""
+    from streamk.cli import build_parser
+
+    for text in every_help(build_parser()):
+        assert "``" not in text and ":func:" not in text and ":class:" not in text, text
+
+
+@pytest.mark.parametrize("argv", [["demo"], ["eval", "--dataset", "holidays"], ["index", "create", "ix"]])
+def test_vocab_size_and_its_deprecated_old_name(argv, capsys):
+    """``--vocab-size`` is the vocabulary; ``--k`` still works for one release, saying it is
+    deprecated; ``-k`` stays the number of results of a search."""
+    from streamk.cli import build_parser
+
+    parser = build_parser()
+    value = "8" if argv[0] != "eval" else "8,16"
+    expected = 8 if argv[0] != "eval" else [8, 16]
+    new = parser.parse_args(argv + ["--vocab-size", value])
+    assert new.vocab_size == expected and capsys.readouterr().err == ""
+    old = parser.parse_args(argv + ["--k", value])
+    assert old.vocab_size == expected
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--k is deprecated" in err and "--vocab-size" in err
+    assert parser.parse_args(argv).vocab_size == (16 if argv[0] == "demo" else 64 if argv[0] == "index" else [64])
+    help_text = "\n".join(every_help(parser))
+    assert "--vocab-size" in help_text and "--k K" not in help_text  # the old name is not offered
+    assert parser.parse_args(["search", "ix", "q.jpg", "-k", "3"]).k == 3
+
+
+def test_search_json_is_one_result_per_line(work):
+    res = streamk("search", str(work / "ix"), str(work / "imgs" / "img2.png"), "-k", "4", "--json", "--pairs")
+    assert res.returncode == 0, res.stderr
+    hits = json.loads(res.stdout)
+    lines = res.stdout.splitlines()
+    assert len(hits) == 4 and lines[0] == "[" and lines[-1] == "]" and len(lines) == len(hits) + 2
+    for line, hit in zip(lines[1:-1], hits):
+        assert json.loads(line.rstrip(",")) == hit
+
+
+def test_duplicates_of_an_image_with_none_says_so(work):
+    res = streamk("duplicates", str(work / "ix"), "--id", "img0.png", "--threshold", "1")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["no near-duplicates of img0.png (threshold 1)"]
+    res = streamk("duplicates", str(work / "ix"), "--id", "img0.png", "--threshold", "1", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout) == []
 
 
 # ---------------------------------------------------------------- smaller failures (issue 17, 7)

@@ -199,7 +199,7 @@ def test_cli_demo_on_a_folder_with_a_corrupt_file(tmp_path, capsys):
     (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
     out = photos / "demo-out"  # inside the folder: not indexed itself
     rc = main(["demo", "--images", str(photos), "--out", str(out), "--max-queries", "2",
-               "--transforms", "crop,light", "--k", "4", "--max-side", "320", "--max-features", "300",
+               "--transforms", "crop,light", "--vocab-size", "4", "--max-side", "320", "--max-features", "300",
                "--workers", "1", "--cache", str(tmp_path / "cache"), "--no-progress"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err

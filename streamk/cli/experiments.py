@@ -1,0 +1,126 @@
+"""``streamk demo``, ``streamk eval`` and ``streamk datasets download``: the paper's
+experiments on real photographs and on the benchmarks."""
+
+import json
+
+from .defaults import DEMO_TRANSFORMS
+from .options import add_vocab_size_option, csv, non_negative_int, positive_int
+
+
+def _demo(args):
+    from ..demo import run_demo
+
+    run_demo(out_dir=args.out, images=args.images, max_queries=args.max_queries, transforms=args.transforms,
+             k=args.vocab_size, max_side=args.max_side, max_features=args.max_features, workers=args.workers,
+             cache_dir=args.cache, seed=args.seed, show=args.show, progress=not args.no_progress)
+    return 0
+
+
+def _eval(args):
+    from ..evaluation.report import run_eval
+
+    report = run_eval(
+        args.dataset, args.root, method=args.method, embeddings=args.embedding, ks=args.vocab_size,
+        aggregations=args.aggregation, rn=[{"off": False, "on": True}[v] for v in args.rn], dims=args.dim,
+        power=args.power, seeds=args.seeds, pq_bytes=args.pq_bytes, rerank=args.rerank, fv_pca=args.fv_pca,
+        gamma=args.gamma, lam=args.lam, learn_dataset=args.learn_dataset, learn_root=args.learn_root,
+        extractor=args.extractor, max_side=args.max_side, max_features=args.max_features, cache=args.cache,
+        no_cache=args.no_cache, workers=args.workers, asmk_words=args.asmk_words, asmk_ma=args.asmk_ma,
+        verify=args.verify, expand=args.expand,
+        log=(lambda *a: None) if args.json else print, progress=not args.json)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    return 0
+
+
+def _download(args):
+    from ..datasets import download
+
+    path = download(args.name, args.dir, progress=True, base_url=args.mirror)
+    print(f"{args.name}: ready in {path}")
+    return 0
+
+
+def add_experiment_commands(sub):
+    _add_demo_command(sub)
+    _add_eval_command(sub)
+    ds = sub.add_parser("datasets", help="benchmark datasets")
+    ds_sub = ds.add_subparsers(dest="datasets_command", required=True)
+    dl = ds_sub.add_parser("download", help="fetch and extract a benchmark's official archives")
+    dl.add_argument("name")
+    dl.add_argument("--dir", required=True)
+    dl.add_argument("--mirror", default=None, help="base URL of a mirror holding the same file names")
+    dl.set_defaults(func=_download)
+
+
+def _add_demo_command(sub):
+    demo = sub.add_parser("demo", help="index real photographs, search views of them under real-world "
+                                       "changes with sum / democratic / GMP; print mAP, write an HTML page")
+    demo.add_argument("--images", default=None, metavar="DIR",
+                      help="your own folder of images (default: scikit-image's bundled photographs)")
+    demo.add_argument("--out", default="streamk-demo", metavar="DIR",
+                      help="output folder: query images, indexes, index.html (default: ./streamk-demo)")
+    demo.add_argument("--max-queries", type=positive_int, default=20,
+                      help="images to make query views of (a deterministic sample)")
+    demo.add_argument("--transforms", type=csv(), default=list(DEMO_TRANSFORMS),
+                      help=f"changes to make the queries with (comma list of {','.join(DEMO_TRANSFORMS)})")
+    add_vocab_size_option(demo, type=positive_int, default=16, help="T-emb vocabulary size")
+    demo.add_argument("--max-side", type=positive_int, default=640, help="extractor: downscale to this long side")
+    demo.add_argument("--max-features", type=positive_int, default=1000, help="extractor: keep the strongest N")
+    demo.add_argument("--workers", type=positive_int, default=None, help="extraction processes (default: all cores)")
+    demo.add_argument("--cache", default=None, help="feature cache directory (default ~/.cache/streamk/features)")
+    demo.add_argument("--show", type=positive_int, default=5, help="results per method on the page")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the query sample and the changes")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
+    demo.set_defaults(func=_demo)
+
+
+def _add_eval_command(sub):
+    ev = sub.add_parser("eval", help="mAP of aggregation methods on a benchmark, laid out like the paper's table")
+    ev.add_argument("--dataset", required=True, help="paris6k-subset, oxford5k, paris6k, holidays, roxford5k, ...")
+    ev.add_argument("--method", choices=["single", "asmk"], default="single",
+                    help="single: the paper's one vector per image (default); asmk: ASMK and ASMK* "
+                         "(Tolias et al. 2013) on the same descriptors, with memory and query time")
+    ev.add_argument("--asmk-words", type=positive_int, default=None,
+                    help="with --method asmk: codebook size (default: the paper's 65k words scaled to the "
+                         "learning descriptors, ~250 per word)")
+    ev.add_argument("--asmk-ma", type=positive_int, default=5,
+                    help="with --method asmk: also rows with each query descriptor on its N nearest words "
+                         "(the paper's multiple assignment; 1: none)")
+    ev.add_argument("--root", help="dataset directory (images in ROOT/jpg); default for paris6k-subset: "
+                                   "../shared/data or $STREAMK_SHARED_DATA")
+    ev.add_argument("--embedding", type=csv(), default=["temb"], help="temb, fv, fv-hard, vlad, bow (comma list)")
+    ev.add_argument("--fv-pca", type=int, default=64, metavar="P",
+                    help="fv / fv-hard: PCA of the descriptors to P dimensions before the GMM (0: none)")
+    add_vocab_size_option(ev, type=csv(int), default=[64], metavar="K[,K...]",
+                          help="vocabulary sizes (comma list; default 64)")
+    ev.add_argument("--aggregation", type=csv(), default=["sum", "democratic", "gmp"])
+    ev.add_argument("--rn", type=csv(), default=["off", "on"], help="off,on")
+    ev.add_argument("--dim", type=csv(int), default=None, help="D' after RN (comma list)")
+    ev.add_argument("--seeds", type=positive_int, default=1,
+                    help="re-run every learning stage (k-means / GMM, RN, PQ) with seeds 0..N-1 and print "
+                         "mAP as mean ± std, as the paper averages three vocabularies (default 1)")
+    ev.add_argument("--pq-bytes", type=csv(int), default=None,
+                    help="also rows of PQ codes of these sizes (e.g. 16,32,64; ADC) for each --dim vector "
+                         "(or the full vectors)")
+    ev.add_argument("--rerank", type=int, default=50,
+                    help="with --pq-bytes: rows with the ADC top R re-ranked by the float vectors (0: none)")
+    ev.add_argument("--verify", type=non_negative_int, default=100, metavar="R",
+                    help="second-stage rows (+QE, +SP, +SP+QE) beside each method: the first R results spatially "
+                         "verified (default 100; 0: none)")
+    ev.add_argument("--expand", type=non_negative_int, default=50, metavar="N",
+                    help="with --verify: query expansion over at most N verified images (default 50)")
+    ev.add_argument("--power", type=float, default=0.5)
+    ev.add_argument("--gamma", type=float, default=None)
+    ev.add_argument("--lam", type=float, default=None)
+    ev.add_argument("--learn-dataset", help="distinct learning collection (default: Paris6k for Oxford, "
+                                            "Oxford5k for Paris)")
+    ev.add_argument("--learn-root", help="directory of the learning collection")
+    ev.add_argument("--extractor", default=None, help="hesaff (default) or sift (OpenCV)")
+    ev.add_argument("--max-side", type=int, default=None)
+    ev.add_argument("--max-features", type=int, default=None)
+    ev.add_argument("--cache", help="feature cache directory (default ~/.cache/streamk/features)")
+    ev.add_argument("--no-cache", action="store_true")
+    ev.add_argument("--workers", type=int, default=None)
+    ev.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    ev.set_defaults(func=_eval)

@@ -1,0 +1,228 @@
+"""``streamk index create | field | train | train-pq | info | add-local-features |
+upgrade | verify``: make an index, give it what it lacks, look at it, check it."""
+
+import json
+import sys
+
+from .defaults import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
+from .options import add_cache_options, add_limit_options, add_vocab_size_option, positive_int
+
+DASK_OWNERS_HELP = "a sharded index: its shards' owners on this Dask cluster"
+
+
+def open_from_args(args, readonly):
+    """The index at args.dir: a StreamingIndex, or a ShardedIndex (its shards' owners on
+    the Dask cluster of --dask, when given)."""
+    from ..index import open_index
+
+    return open_index(args.dir, readonly=readonly, dask=getattr(args, "dask", None))
+
+
+def stale_note(staleness, where):
+    """The note that the index's codec is stale (None when it is not), naming the index
+    ``where`` as a shell word a user can paste."""
+    import shlex
+
+    from ..index import stale_codec_note
+
+    return stale_codec_note(staleness, shlex.quote(str(where)))
+
+
+# ---------------------------------------------------------------- the commands
+def _index_create(args):
+    from ..config import feature_cache_dir
+    from ..pipeline import create_index
+
+    create_index(args.dir, encoder=args.encoder, train=args.train, vector_dtype=args.vector_dtype,
+                 extractor=args.extractor, max_side=args.max_side or None, max_features=args.max_features or None,
+                 max_file_size=args.max_file_size, max_pixels=args.max_pixels, embedding=args.embedding,
+                 fv_pca=args.fv_pca, k=args.vocab_size, aggregation=args.aggregation,
+                 workers=args.workers, dask=args.dask, train_images=args.train_images,
+                 train_descriptors=args.train_descriptors, seed=args.seed,
+                 cache_dir=feature_cache_dir(args.cache, args.no_cache), save_encoder=args.save_encoder,
+                 shards=args.shards, store_extras=not args.no_extras, local_features=not args.no_local_features,
+                 vocabulary=args.vocabulary, indexed_fields=args.index_field or ())
+    return 0
+
+
+def _index_field(args):
+    with open_from_args(args, readonly=False) as idx:
+        for name in args.names:
+            added = idx.index_field(name)
+            print(f"{name}: {'indexed' if added else 'already indexed'}")
+        print(f"indexed fields: {', '.join(idx.indexed_fields)}")
+    return 0
+
+
+def _add_local_features(args):
+    from ..config import feature_cache_dir
+    from ..index import StreamingIndex
+    from ..pipeline import add_local_features
+
+    with StreamingIndex.open(args.dir) as idx:
+        _, failed = add_local_features(idx, vocabulary=args.vocabulary, train_images=args.train_images,
+                                       train_descriptors=args.train_descriptors, seed=args.seed, workers=args.workers,
+                                       dask=args.dask, cache_dir=feature_cache_dir(args.cache, args.no_cache))
+    return 1 if failed else 0
+
+
+def _index_train(args):
+    import time
+
+    from ..quantization import IVFPQ, default_train_size
+
+    nlist = getattr(args, "nlist", 1)
+    with open_from_args(args, readonly=False) as idx:
+        t0 = time.perf_counter()
+        kind = IVFPQ(nlist=nlist, M=args.M, nprobe=getattr(args, "nprobe", None)).describe()
+        sample = min(len(idx), args.train_size or default_train_size(nlist))
+        print(f"training {kind} on {sample:,} of the {len(idx):,} stored vectors; ingestion and searches "
+              f"go on meanwhile", flush=True)
+        codec = idx.train(nlist=nlist, M=args.M, seed=args.seed, train_size=args.train_size,
+                          nprobe=getattr(args, "nprobe", None))
+        name = f"PQ M={codec.M}" if codec.nlist == 1 else f"IVF{codec.nlist}-PQ M={codec.M}"
+        print(f"swapped in {name} ({codec.M} bytes per image) for {len(idx):,} images in "
+              f"{time.perf_counter() - t0:.1f} s; searches use it (--mode pq, the default once trained)",
+              flush=True)
+    return 0
+
+
+def _index_info(args):
+    with open_from_args(args, readonly=True) as idx:
+        info = idx.stats()
+        if args.json:
+            print(json.dumps(info, indent=1))
+            return 0
+        for k, v in info.items():
+            if k != "per_shard":
+                print(f"{k:>14}: {v:,}" if isinstance(v, int) else f"{k:>14}: {v}")
+        note = stale_note(idx.codec_staleness(), args.dir)
+        if note:
+            print(f"note: {note}")
+    return 0
+
+
+def _index_upgrade(args):
+    from ..index import upgrade
+
+    n = upgrade(args.dir, progress=None if sys.stderr.isatty() else False)
+    from ..index.store import FORMAT_VERSION
+
+    print(f"upgraded {args.dir} to index format {FORMAT_VERSION} ({n:,} images)")
+    return 0
+
+
+def _index_verify(args):
+    from ..errors import IndexCorruptError
+    from ..index import check_index
+
+    report = check_index(args.dir, repair=args.repair, progress=None if sys.stderr.isatty() else False)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        print("\n".join(report.lines()))
+    return 0 if report.ok else IndexCorruptError.exit_code
+
+
+# ---------------------------------------------------------------- their arguments
+def add_index_commands(sub):
+    ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
+    ix_sub = ix.add_subparsers(dest="index_command", required=True)
+    _add_create_command(ix_sub)
+    fi = ix_sub.add_parser("field", help="index metadata fields so that search filters (--where) may use them")
+    fi.add_argument("dir", help="index directory")
+    fi.add_argument("names", nargs="+", metavar="NAME", help="metadata field names (e.g. folder, date)")
+    fi.add_argument("--dask", default=None, metavar="ADDRESS", help=DASK_OWNERS_HELP)
+    fi.set_defaults(func=_index_field)
+    _add_train_commands(ix_sub)
+    inf = ix_sub.add_parser("info", help="counts, codec and sizes of an index")
+    inf.add_argument("dir", help="index directory")
+    inf.add_argument("--json", action="store_true")
+    inf.add_argument("--dask", default=None, metavar="ADDRESS", help=DASK_OWNERS_HELP)
+    inf.set_defaults(func=_index_info)
+    _add_local_features_command(ix_sub)
+    up = ix_sub.add_parser("upgrade", help="convert an index of format 1 or 2 to format 3 (checksums), in place")
+    up.add_argument("dir", help="index directory")
+    up.set_defaults(func=_index_upgrade)
+    ve = ix_sub.add_parser("verify", help="check every block, record and count of an index against its "
+                                          "checksums; exit 5 when damaged (--repair: rebuild what can be)")
+    ve.add_argument("dir", help="index directory (a sharded one: every shard)")
+    ve.add_argument("--repair", action="store_true",
+                    help="rebuild codes and lists, drop unreadable rows (listed as lost), then verify again")
+    ve.add_argument("--json", action="store_true", help="the report as JSON")
+    ve.set_defaults(func=_index_verify)
+
+
+def _add_create_command(ix_sub):
+    cr = ix_sub.add_parser("create", help="create an empty index with a saved or newly trained encoder")
+    cr.add_argument("dir", help="index directory (new or empty)")
+    cr.add_argument("--encoder", help="a saved encoder (.npz, Encoder.save)")
+    cr.add_argument("--train", nargs="+", metavar="IMAGES",
+                    help="fit a new encoder (and the visual words) on these image files/folders; with --encoder: "
+                         "the visual words only")
+    cr.add_argument("--no-local-features", action="store_true",
+                    help="no local geometry (no spatial verification): about 20 KB less per image")
+    cr.add_argument("--vocabulary", default=None, metavar="FILE",
+                    help="a saved vocabulary of visual words (Vocabulary.save) for the local geometry")
+    cr.add_argument("--vector-dtype", default="float16", choices=["float16", "float32"])
+    cr.add_argument("--no-extras", action="store_true",
+                    help="do not keep keypoints and weights for display (~50 KB per photo): for millions")
+    cr.add_argument("--shards", type=positive_int, default=None,
+                    help="spread the index over S shards (S LMDB folders; with --dask, on the workers' disks)")
+    cr.add_argument("--extractor", default=None, help="hesaff (default) or sift (OpenCV)")
+    add_limit_options(cr, extraction=True)
+    cr.add_argument("--embedding", default="temb", help="with --train: temb, fv, fv-hard, vlad, bow")
+    cr.add_argument("--fv-pca", type=int, default=64, metavar="P",
+                    help="with --train and fv / fv-hard: PCA of the descriptors to P dimensions first (0: none)")
+    add_vocab_size_option(cr, type=positive_int, default=64, help="with --train: vocabulary size (default 64)")
+    cr.add_argument("--aggregation", default="gmp", help="with --train: sum, democratic, gmp")
+    cr.add_argument("--workers", type=positive_int, default=None, help="with --train: extraction processes")
+    cr.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="with --train: extract on a Dask cluster (tcp://host:8786, or local:N)")
+    cr.add_argument("--train-images", type=positive_int, default=DEFAULT_MAX_IMAGES,
+                    help=f"with --train: learn from at most this many images, a seeded sample "
+                         f"(default {DEFAULT_MAX_IMAGES})")
+    cr.add_argument("--train-descriptors", type=positive_int, default=DEFAULT_DESCRIPTORS_PER_IMAGE,
+                    help=f"with --train: at most this many descriptors of each image, a seeded sample "
+                         f"(default {DEFAULT_DESCRIPTORS_PER_IMAGE})")
+    cr.add_argument("--seed", type=int, default=0, help="with --train: seed of the samples")
+    add_cache_options(cr)
+    cr.add_argument("--save-encoder", default=None, help="with --train: also save the encoder here")
+    cr.add_argument("--index-field", action="append", default=None, metavar="NAME",
+                    help="a metadata field that search filters (--where) may use; repeatable")
+    cr.set_defaults(func=_index_create)
+
+
+def _add_train_commands(ix_sub):
+    tr = ix_sub.add_parser("train", help="(re)train the PQ / IVF-PQ codec and swap it in without stopping "
+                                         "ingestion or searches")
+    tr.add_argument("dir", help="index directory")
+    tr.add_argument("--nlist", type=positive_int, default=1,
+                    help="IVF lists (1: flat PQ, for up to ~10^5 images; e.g. 4096 at 10^6)")
+    tr.add_argument("--nprobe", type=positive_int, default=None,
+                    help="lists a query visits by default (default: nlist / 256, at least 1)")
+    tp = ix_sub.add_parser("train-pq", help="flat PQ: train --nlist 1 (needs >= 256 images)")
+    tp.add_argument("dir", help="index directory")
+    for p in (tr, tp):
+        p.add_argument("--dask", default=None, metavar="ADDRESS", help=DASK_OWNERS_HELP)
+        p.add_argument("--M", type=positive_int, default=16, help="sub-quantisers = bytes per image (default 16)")
+        p.add_argument("--train-size", type=positive_int, default=None,
+                       help="stored vectors drawn to train on (default: max(65536, 32 nlist))")
+        p.add_argument("--seed", type=int, default=0)
+        p.set_defaults(func=_index_train)
+
+
+def _add_local_features_command(ix_sub):
+    lf = ix_sub.add_parser("add-local-features", help="give an index its local geometry (spatial verification): "
+                                                       "learn the visual words on its images, add every record")
+    lf.add_argument("dir", help="index directory")
+    lf.add_argument("--vocabulary", default=None, metavar="FILE", help="a saved vocabulary instead of learning one")
+    lf.add_argument("--train-images", type=positive_int, default=DEFAULT_MAX_IMAGES,
+                    help=f"learn the words on at most this many of the index's images (default {DEFAULT_MAX_IMAGES})")
+    lf.add_argument("--train-descriptors", type=positive_int, default=DEFAULT_DESCRIPTORS_PER_IMAGE,
+                    help=f"descriptors per learning image (default {DEFAULT_DESCRIPTORS_PER_IMAGE})")
+    lf.add_argument("--seed", type=int, default=0)
+    lf.add_argument("--workers", type=positive_int, default=None, help="extraction processes (default: all cores)")
+    lf.add_argument("--dask", default=None, metavar="ADDRESS", help="extract on a Dask cluster")
+    add_cache_options(lf)
+    lf.set_defaults(func=_add_local_features)

@@ -1,0 +1,123 @@
+"""Argument types and the options several commands share (image limits, the feature
+cache, the vocabulary size). Nothing here imports the packages the commands drive:
+the defaults come from :mod:`.defaults`."""
+
+import argparse
+import sys
+
+from .defaults import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS
+
+
+# ---------------------------------------------------------------- argument types
+def csv(cast=str):
+    """A comma list: ``16,64`` -> [16, 64] (empty items dropped)."""
+    return lambda text: [cast(x) for x in text.split(",") if x]
+
+
+def int_at_least(minimum):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {v}")
+        return v
+    return parse
+
+
+positive_int = int_at_least(1)
+non_negative_int = int_at_least(0)
+
+
+def unit_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def positive_float(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+_SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def byte_size(text):
+    """A size in bytes: ``52428800``, ``50M``, ``1.5G`` (K, M, G, T: powers of 1024)."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _SIZE_UNITS and t[-1:] else ""
+    try:
+        v = float(t[: len(t) - len(unit)]) * _SIZE_UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 52428800, 50M, 1G)") from None
+    if not (v >= 1 and v < 2**62):
+        raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
+    return int(v)
+
+
+def max_side(text):
+    v = non_negative_int(text)
+    if 0 < v < 16:
+        raise argparse.ArgumentTypeError(f"must be 0 (full resolution) or >= 16, got {v}")
+    return v
+
+
+# ---------------------------------------------------------------- shared options
+def add_limit_options(parser, extraction=False):
+    """The image limits (README, "Limits and errors"): file size and pixels of every image
+    read; with ``extraction`` (index create), the extractor's long side and feature cap too."""
+    parser.add_argument("--max-file-size", type=byte_size, default=MAX_FILE_SIZE, metavar="BYTES",
+                        help=f"refuse image files larger than this (e.g. 50M; default {MAX_FILE_SIZE // 2**20}M)")
+    parser.add_argument("--max-pixels", type=positive_int, default=MAX_PIXELS, metavar="N",
+                        help=f"refuse images of more pixels (width x height, read from the header before "
+                             f"decoding; default {MAX_PIXELS:,})")
+    if extraction:
+        parser.add_argument("--max-side", type=max_side, default=DEFAULT_MAX_SIDE, metavar="PX",
+                            help=f"extractor: reduce images to this long side before detection (default "
+                                 f"{DEFAULT_MAX_SIDE}, the Oxford/Paris images' size; 0: full resolution); "
+                                 f"stored with the index, queries are reduced alike")
+        parser.add_argument("--max-features", type=non_negative_int, default=DEFAULT_MAX_FEATURES, metavar="N",
+                            help=f"extractor: keep the strongest N features of an image (default "
+                                 f"{DEFAULT_MAX_FEATURES}; 0: all); stored with the index")
+
+
+def add_cache_options(parser):
+    parser.add_argument("--cache", default=None, metavar="DIR",
+                        help="feature cache folder, read and filled by the workers (default: "
+                             "~/.cache/streamk/features when it exists)")
+    parser.add_argument("--no-cache", action="store_true", help="no feature cache")
+
+
+class DeprecatedAlias(argparse.Action):
+    """An option's old name, kept for one release: stores into the new option's ``dest``
+    and says on stderr that the name is deprecated (it is hidden from --help)."""
+
+    def __init__(self, option_strings, dest, new, **kwargs):
+        self.new = new
+        kwargs.update(default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"streamk: warning: {option_string} is deprecated and will be removed after streamk 0.3: "
+              f"use {self.new}", file=sys.stderr, flush=True)
+        setattr(namespace, self.dest, values)
+
+
+def add_vocab_size_option(parser, *, type, default, help, metavar="K"):
+    """``--vocab-size`` (``args.vocab_size``), the encoder's vocabulary size, and its old
+    name ``--k`` (streamk 0.2; deprecated: ``-k`` is the number of results of a search)."""
+    parser.add_argument("--vocab-size", type=type, default=default, metavar=metavar,
+                        help=f"{help} (--k: the old name, deprecated)")
+    parser.add_argument("--k", dest="vocab_size", type=type, metavar=metavar, action=DeprecatedAlias,
+                        new="--vocab-size")

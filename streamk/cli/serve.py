@@ -1,0 +1,41 @@
+"""``streamk serve``: the HTTP API and web page over an index."""
+
+from .options import int_at_least, positive_float, positive_int
+
+
+def _serve(args):
+    from ..server import serve
+
+    return serve(args.dir, host=args.host, port=args.port, workers=args.workers, token_file=args.token_file,
+                 cors=args.cors or (), dask=args.dask, max_upload=int(args.max_upload * (1 << 20)),
+                 images=args.images or (), max_requests=args.max_requests, show_paths=args.show_paths)
+
+
+def add_serve_command(sub):
+    sv = sub.add_parser("serve", help="an HTTP API and a web page over an index (search by photo, id or vector; "
+                                      "add, update, delete images)",
+                        allow_abbrev=False)  # '--token SECRET' must not pass for --token-file
+    sv.add_argument("dir", help="index directory")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    sv.add_argument("--port", type=int_at_least(0), default=8000, help="port (default 8000)")
+    sv.add_argument("--workers", type=positive_int, default=2,
+                    help="processes that extract and encode uploaded photos (default 2)")
+    sv.add_argument("--token-file", default=None, metavar="FILE",
+                    help="file holding the token that writes (and then reads) need; or set STREAMK_TOKEN. "
+                         "Without one the server is read-only")
+    sv.add_argument("--cors", action="append", default=None, metavar="ORIGIN",
+                    help="allow browser pages of this origin (e.g. https://example.org) to call the API; "
+                         "repeatable (default: none)")
+    sv.add_argument("--dask", default=None, metavar="ADDRESS",
+                    help="a sharded index: its shards' owners on this Dask cluster")
+    sv.add_argument("--images", action="append", default=None, metavar="DIR",
+                    help="the collection folder the index was ingested from: thumbnails of its images are made "
+                         "from these files (repeatable; nothing outside them is read)")
+    sv.add_argument("--show-paths", action="store_true",
+                    help="include the metadata fields path and folder (where ingestion found each file on this "
+                         "machine) in answers; default: hidden (filters may use them either way)")
+    sv.add_argument("--max-upload", type=positive_float, default=20.0, metavar="MB",
+                    help="largest request body accepted, in MB (default 20)")
+    sv.add_argument("--max-requests", type=positive_int, default=64, metavar="N",
+                    help="requests answered at once; one more gets 503 busy (default 64)")
+    sv.set_defaults(func=_serve)
