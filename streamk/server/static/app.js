@@ -32,22 +32,29 @@ async function api(path, options = {}) {
 }
 
 // ------------------------------------------------------------------ the query
+// The photo of the query, or none yet (``url`` null: the view stays hidden until one is
+// set, so the page never shows an <img> without a picture, a broken-image icon).
 function showQuery(url, caption, drawable) {
   const img = $("query-img");
   $("drop-hint").hidden = true;
-  $("query-view").hidden = false;
+  $("query-view").hidden = !url;
   $("query-view").style.cursor = drawable ? "crosshair" : "default";
   img.onload = () => {
     $("query-overlay").setAttribute("viewBox", `-0.5 -0.5 ${img.naturalWidth} ${img.naturalHeight}`);
   };
-  img.src = url;
+  img.onerror = () => { $("query-view").hidden = true; };
+  if (url) img.src = url; else img.removeAttribute("src");
   $("query-caption").textContent = caption;
   setBox(null);
 }
 
+function releaseQuery() {
+  if (state.query && state.query.url) URL.revokeObjectURL(state.query.url);
+}
+
 function setQueryFile(file) {
   if (!file) return;
-  if (state.query && state.query.url) URL.revokeObjectURL(state.query.url);
+  releaseQuery();
   const url = URL.createObjectURL(file);
   state.query = { kind: "image", file, url };
   showQuery(url, `${file.name}: drag on the photo to search inside a box`, true);
@@ -57,7 +64,7 @@ function setQueryFile(file) {
 function setBox(box) {
   state.box = box;
   const r = $("box-rect");
-  r.hidden = !box;
+  r.toggleAttribute("hidden", !box);  // an SVG element has no .hidden property: the attribute + CSS
   $("clear-box").hidden = !box;
   if (box) {
     r.setAttribute("x", box[0]); r.setAttribute("y", box[1]);
@@ -97,10 +104,22 @@ function setupBoxDrawing() {
 }
 
 // ------------------------------------------------------------------ searching
+function whereFilter() {  // the filter's text, checked to be a JSON object ("" when none)
+  const text = $("where-box").hidden ? "" : $("where").value.trim();
+  if (!text) return "";
+  let value = null;
+  try { value = JSON.parse(text); } catch (err) { /* reported below */ }
+  if (!value || typeof value !== "object" || Array.isArray(value)) {
+    const field = (state.fields || ["field"])[0];
+    throw new Error(`the filter is a JSON object of indexed fields, such as {"${field}": "value"}`);
+  }
+  return text;
+}
+
 function searchRequest() {
   const k = Math.max(1, Math.min(100, parseInt($("k").value, 10) || 10));
   const verify = $("verify").checked;
-  const where = $("where-box").hidden ? "" : $("where").value.trim();
+  const where = whereFilter();
   const q = state.query;
   if (q.kind === "image") {
     const form = new FormData();
@@ -127,6 +146,7 @@ async function search() {
     const body = await resp.json();
     if (seq !== state.seq) return;  // a newer search was started meanwhile
     renderResults(body);
+    filterExample(body.results);
     const verified = body.results.filter((h) => h.verified).length;
     setStatus(`${body.results.length} results, ${verified} verified, in ${Math.round(body.took_ms)} ms`);
   } catch (err) {
@@ -145,9 +165,11 @@ async function loadThumbnail(img, id) {
     const url = URL.createObjectURL(await resp.blob());
     state.urls.push(url);
     img.src = url;
-  } catch (err) {
-    img.alt = "(no thumbnail)";
-    img.classList.add("missing");
+  } catch (err) {  // text in place of the picture: no broken-image icon
+    const note = document.createElement("span");
+    note.className = "missing muted";
+    note.textContent = "(no thumbnail)";
+    img.replaceWith(note);
   }
 }
 
@@ -185,17 +207,31 @@ function renderResults(body) {
     cap.innerHTML = `<span class="id"></span><span class="score">#${i + 1} · ${hit.score.toFixed(3)}</span>${inliers}`;
     cap.querySelector(".id").textContent = hit.id;
     fig.appendChild(cap);
-    fig.addEventListener("click", () => searchWith(hit.id, img.src));
+    fig.addEventListener("click", () => searchWith(hit.id, img.getAttribute("src")));
     grid.appendChild(fig);
     loadThumbnail(img, hit.id);
   });
 }
 
-function searchWith(id, thumbUrl) {
-  if (state.query && state.query.url) URL.revokeObjectURL(state.query.url);
-  state.query = { kind: "id", id };
-  showQuery(thumbUrl || "", `indexed image ${id}`, false);
-  search();
+// A search with an indexed image: its thumbnail becomes the query's photo (the query keeps
+// that URL, so that the next page of results does not revoke it); fetched when not loaded yet.
+async function searchWith(id, thumbUrl) {
+  releaseQuery();
+  const owned = thumbUrl && state.urls.includes(thumbUrl);
+  if (owned) state.urls = state.urls.filter((u) => u !== thumbUrl);
+  const query = { kind: "id", id, url: owned ? thumbUrl : null };
+  state.query = query;
+  showQuery(query.url, `indexed image ${id}`, false);
+  const searching = search();
+  if (!query.url) {
+    try {
+      const url = URL.createObjectURL(await (await api(`/images/${encodeURIComponent(id)}/thumbnail`)).blob());
+      if (state.query !== query) { URL.revokeObjectURL(url); return; }
+      query.url = url;
+      showQuery(url, `indexed image ${id}`, false);
+    } catch (err) { /* no thumbnail: the caption names the image */ }
+  }
+  await searching;
 }
 
 // ------------------------------------------------------------------ set-up
@@ -204,14 +240,32 @@ function askToken() {
   $("token").focus();
 }
 
+// /stats: the image count, and the indexed metadata fields: the filter is offered only
+// when there is one, its placeholder names a real one. True when the server answered.
 async function refreshStats() {
   try {
     const s = await (await api("/stats")).json();
     $("stats").textContent = `${s.images.toLocaleString()} images`;
+    state.fields = s.indexed_fields || [];
+    $("where-box").hidden = !(state.health && state.health.filters && state.fields.length);
+    $("where").placeholder = state.fields.length ? `{"${state.fields[0]}": …}` : "";
+    return true;
   } catch (err) {
     $("stats").textContent = "";
+    if (err.status === 401) setStatus("the server refused this token: " + err.message, true);
+    return false;
   }
 }
+
+// Once results show a value of the first indexed field, the placeholder is a filter that
+// works as written.
+function filterExample(results) {
+  const field = (state.fields || [])[0];
+  const hit = field && results.find((h) => h.metadata && h.metadata[field] !== undefined);
+  if (hit) $("where").placeholder = JSON.stringify({ [field]: hit.metadata[field] });
+}
+
+const READY = "drop a photo, or pick one";
 
 async function init() {
   setupBoxDrawing();
@@ -229,16 +283,16 @@ async function init() {
   $("where").addEventListener("change", search);
   $("clear-box").addEventListener("click", () => { setBox(null); search(); });
   $("token").value = state.token;
-  $("token").addEventListener("change", () => {
+  $("token").addEventListener("change", async () => {
     state.token = $("token").value.trim();
     sessionStorage.setItem("streamk-token", state.token);
-    refreshStats();
-    search();
+    if (!(await refreshStats())) return;
+    if (state.query) search();
+    else setStatus("token accepted: " + READY);
   });
   try {
     state.health = await (await fetch("/health")).json();
     if (state.health.reads_need_token) $("token-box").hidden = false;
-    if (state.health.filters) $("where-box").hidden = false;
   } catch (err) {
     setStatus("the server does not answer", true);
     return;
@@ -246,8 +300,10 @@ async function init() {
   if (state.health.reads_need_token && !state.token) {
     setStatus("this server needs its token to search");
     askToken();
-  } else {
-    refreshStats();
+  } else if (await refreshStats()) {
+    if (!state.query) setStatus(READY);
+  } else if (state.health.reads_need_token) {
+    askToken();
   }
 }
 
