@@ -136,6 +136,7 @@ def main():
 
     import numba
 
+    from streamk.index import SearchParams
     from streamk.index.second_stage import query_record, second_stage
     from streamk.verification import stored_record
 
@@ -175,8 +176,8 @@ def main():
                                 s, r = idx.view.search(txn, q, args.R, mode=mode)
                                 t1, c1 = time.perf_counter(), time.thread_time()
                                 qrec = query_record(voc, qf)
-                                second_stage(idx.view, txn, q[0], r[0], s[0], qrec, 10, args.R, 50, mode=mode,
-                                             box=ds.queries[j].box)
+                                second_stage(idx.view, txn, q[0], r[0], s[0], qrec, SearchParams(
+                                    k=10, verify=args.R, expand=50, box=ds.queries[j].box), mode=mode)
                                 t2, c2 = time.perf_counter(), time.thread_time()
                         if phase != "warm-up":
                             times[phase].append(1000 * (t2 - t1))

@@ -33,6 +33,7 @@ _PUBLIC = {
     "StreamingIndex": "streamk.index",
     "ShardedIndex": "streamk.index",
     "open_index": "streamk.index",
+    "SearchParams": "streamk.index",
     "Ingester": "streamk.pipeline",
     "train_encoder": "streamk.pipeline",
     "create_index": "streamk.pipeline",

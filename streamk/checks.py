@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .errors import DimensionError, EmptyDescriptorSetError, NonFiniteError
+from .errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError
 
 
 def as_descriptor_set(X, dim=None, what="descriptor set"):
@@ -52,3 +52,24 @@ def as_vectors(V, dim=None, what="vectors"):
     if not np.isfinite(V).all():
         raise NonFiniteError(f"{what} contain NaN or infinite values")
     return V
+
+
+def check_box(box, what="box"):
+    """A query box as a tuple of 4 floats (x1, y1, x2, y2), or ConfigError: the one box rule
+    of streamk (the index, spatial verification, cropping, the server, the widgets).
+
+    In pixels of the query image, the centre of the top-left pixel being (0, 0); finite,
+    with x1 < x2 and y1 < y2 (a box of no width or height holds no feature: refused here
+    rather than searched as an empty query)."""
+    try:
+        b = np.asarray(box, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{what} must be 4 numbers (x1, y1, x2, y2), got {box!r}") from exc
+    if b.shape != (4,) or isinstance(box, (str, bytes)):
+        raise ConfigError(f"{what} must be 4 numbers (x1, y1, x2, y2), got {box!r}")
+    if not np.isfinite(b).all():
+        raise ConfigError(f"{what} must be 4 finite numbers, got {box!r}")
+    x1, y1, x2, y2 = (float(v) for v in b)
+    if not (x1 < x2 and y1 < y2):
+        raise ConfigError(f"{what} must have x1 < x2 and y1 < y2 (pixels of the query image), got {box!r}")
+    return x1, y1, x2, y2

@@ -23,12 +23,12 @@ encoder's business (``EncoderConfig.rootsift``), not done here.
 
 import io
 import json
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError, DescriptorFileError, DimensionError
+from ..checks import check_box
+from ..errors import DescriptorFileError, DimensionError
 from .descriptor_files import atomic_write
 
 KEYPOINT_COLUMNS = ("x", "y", "a11", "a21", "a22", "theta")
@@ -102,14 +102,7 @@ def crop_to_box(features, box):
     ground-truth ``bbx`` (query protocol: the query is described by the
     features of the full image that fall inside its box).
     """
-    try:
-        x1, y1, x2, y2 = (float(v) for v in np.asarray(box, dtype=np.float64).reshape(-1))
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}") from exc
-    if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
-        raise ConfigError(f"box must be finite, got {box!r}")
-    if x2 < x1 or y2 < y1:
-        raise ConfigError(f"box must have x1 <= x2 and y1 <= y2, got {(x1, y1, x2, y2)}")
+    x1, y1, x2, y2 = check_box(box)  # streamk's one box rule: finite, x1 < x2, y1 < y2
     x, y = features.keypoints[:, 0], features.keypoints[:, 1]
     return features.subset((x >= x1) & (x <= x2) & (y >= y1) & (y <= y2))
 

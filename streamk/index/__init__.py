@@ -11,7 +11,8 @@ from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file,
 from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, nearest_of_vectors
 from .metadata import GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES, RowFilter, encode_metadata, parse_filter
 from .retraining import STALE_CODEC_RATIO, stale_codec_note
-from .queries import MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY, MODES, QueryEncoder, check_k, check_request
+from .queries import MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY, QueryEncoder, check_k, check_request
+from .search_params import EXPANSIONS, INDEX_LIMITS, MODES, SERVER_LIMITS, SearchLimits, SearchParams, check_count
 from .sharded import ShardedIndex, is_sharded, open_index, shard_of
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, validate_id
 from .streaming_index import StreamingIndex
@@ -22,7 +23,8 @@ __all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUP
            "QueryEncoder", "ShardedIndex", "Store", "StreamingIndex", "check_k", "check_request", "checked_vector",
            "encode_metadata", "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "nearest_of_vectors", "normalise_box",
            "npz_bytes", "open_index", "parse_filter", "shard_of", "stale_codec_note", "unit_vector", "upgrade", "validate_id",
-           "check_index", "IntegrityReport"]
+           "check_index", "IntegrityReport", "EXPANSIONS", "INDEX_LIMITS", "SERVER_LIMITS", "SearchLimits", "SearchParams",
+           "check_count"]
 
 from ..deprecation import renamed  # noqa: E402
 

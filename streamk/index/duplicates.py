@@ -29,6 +29,7 @@ from ..errors import ConfigError, UnknownIdError
 from ..verification import verify_geometry as verify_records
 from ..verification.spatial import DEFAULT_MIN_INLIERS
 from .queries import MAX_BATCH
+from .search_params import check_count
 from .second_stage import Hit, records_of
 from .store import id_key
 
@@ -55,12 +56,6 @@ def check_threshold(threshold):
     return t
 
 
-def _check_count(value, name, maximum):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= maximum:
-        raise ConfigError(f"{name} must be an integer in 1..{maximum}, got {value!r}")
-    return int(value)
-
-
 def _verified(store, txn, row, cand_rows, min_inliers):
     """Inliers of each candidate row against ``row``'s record (-1: a record is missing)."""
     recs = records_of(store, txn, [row] + list(cand_rows))
@@ -85,7 +80,7 @@ def duplicates_of(index, image_id, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify
     at most ``max_results``; with ``verify``, only the pairs the second stage confirms,
     each Hit carrying its ``inliers``)."""
     threshold = check_threshold(threshold)
-    max_results = _check_count(max_results, "max_results", MAX_DUPLICATES * 10)
+    max_results = check_count("max_results", max_results, 1, MAX_DUPLICATES * 10)
     if verify:
         _need_geometry(index)
     store = index.store
@@ -120,8 +115,8 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
     from tqdm.auto import tqdm
 
     threshold = check_threshold(threshold)
-    neighbours = _check_count(neighbours, "neighbours", MAX_NEIGHBOURS)
-    batch_size = _check_count(batch_size, "batch_size", MAX_BATCH)
+    neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
+    batch_size = check_count("batch_size", batch_size, 1, MAX_BATCH)
     if verify:
         _need_geometry(index)
     store = index.store
@@ -217,8 +212,8 @@ def sharded_duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, neigh
     from tqdm.auto import tqdm
 
     threshold = check_threshold(threshold)
-    neighbours = _check_count(neighbours, "neighbours", MAX_NEIGHBOURS)
-    batch_size = _check_count(batch_size, "batch_size", MAX_BATCH)
+    neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
+    batch_size = check_count("batch_size", batch_size, 1, MAX_BATCH)
     pa, pb, ps = [], [], []
     bar = tqdm(total=len(index), desc="duplicates", unit="img", file=sys.stderr, dynamic_ncols=True,
                disable=True if progress is False else (None if progress is None else False))

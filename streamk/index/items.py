@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..checks import check_box
 from ..errors import ConfigError, DimensionError, NonFiniteError, ZeroVectorError
 from .store import id_key
 
@@ -93,15 +94,9 @@ def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, i
 
 
 def normalise_box(box):
-    if box is None:
-        return None
-    try:
-        b = np.asarray(box, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}") from exc
-    if b.shape != (4,):
-        raise ConfigError(f"box must be 4 numbers (x1, y1, x2, y2), got {box!r}")
-    return [float(v) for v in b]
+    """None, or the box as a list of 4 floats checked by streamk's one box rule
+    (:func:`streamk.checks.check_box`: finite, x1 < x2 and y1 < y2), or ConfigError."""
+    return None if box is None else list(check_box(box))
 
 
 def one_source(image_path, descriptors, vector):

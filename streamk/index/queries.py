@@ -14,48 +14,27 @@ import numpy as np
 from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError, ZeroVectorError
 from ..features import default_extractor, extractor_from_params, image_features
 from .items import checked_vector, normalise_box, unit_vector
+from .search_params import INDEX_LIMITS, MODES, SearchParams, check_count
 
-MODES = ("exact", "pq")
-
-
-# The most a request may ask for: every search allocates in proportion to these numbers
-# (k results, R re-ranked candidates whose vectors are read, R verified records, one
-# batch's queries), so each is checked before anything is allocated. Above the number of
-# images in the index, k and the candidate counts are simply capped; above these
-# maxima, the request is refused (ConfigError) whatever the index holds.
-MAX_K = 10_000  # results per query (a ranked list longer than this is read by nobody)
-MAX_RERANK = 10_000  # PQ candidates re-scored with their stored vectors, per query (>= MAX_K)
-MAX_VERIFY = 1_000  # first-stage results spatially verified (Philbin et al. verify 100 to 1,000)
-MAX_EXPAND = MAX_VERIFY  # verified results averaged into an expanded query
-MAX_BATCH = 1_000  # query vectors in one batch (nq x k results: at most 10^7)
-
-
-def _check_count(name, value, minimum, maximum, hint=""):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value > maximum:
-        raise ConfigError(f"{name} = {int(value):,} is over streamk's limit of {maximum:,}{hint}")
-    return int(value)
+# The most a request may ask for (streamk's limits, :data:`~streamk.index.INDEX_LIMITS`;
+# the reasons beside each in search_params.py), under their 0.2 names.
+MAX_K = INDEX_LIMITS.k  # results per query
+MAX_RERANK = INDEX_LIMITS.rerank  # PQ candidates re-scored with their stored vectors, per query (>= MAX_K)
+MAX_VERIFY = INDEX_LIMITS.verify  # first-stage results spatially verified
+MAX_EXPAND = INDEX_LIMITS.expand  # verified results averaged into an expanded query
+MAX_BATCH = INDEX_LIMITS.batch  # query vectors in one batch (nq x k results: at most 10^7)
 
 
 def check_k(k, maximum=MAX_K):
     """``k`` as an int in 1..MAX_K, or ConfigError (before any allocation sized by it).
     A k above the number of images is capped by the search, not refused."""
-    return _check_count("k", k, 1, maximum, " results per query (a search caps k at the number of images)")
+    return check_count("k", k, 1, maximum, " results per query (a search caps k at the number of images)")
 
 
 def check_request(k, rerank=None, verify=None, expand=None):
-    """The numbers of one search request checked against their maxima (ConfigError):
-    k (1..MAX_K), rerank (None or 0..MAX_RERANK), verify (None or 0..MAX_VERIFY),
-    expand (None or 0..MAX_EXPAND). Returns k as an int."""
-    k = check_k(k)
-    if rerank is not None:
-        _check_count("rerank", rerank, 0, MAX_RERANK, " candidates per query")
-    if verify is not None:
-        _check_count("verify", verify, 0, MAX_VERIFY, " verified results per query")
-    if expand is not None:
-        _check_count("expand", expand, 0, MAX_EXPAND, " results in an expanded query")
-    return k
+    """The numbers of one search request checked against streamk's limits (ConfigError),
+    as :class:`~streamk.index.SearchParams` checks them. Returns k as an int."""
+    return SearchParams(k=k, rerank=rerank, verify=verify, expand=expand).k
 
 
 class StoredExtractor:

@@ -19,17 +19,13 @@ from the second search its score against the expanded query.
 
 import numpy as np
 
-from ..errors import ConfigError, GeometryRecordError
+from ..errors import GeometryRecordError
 from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, verify_geometry
-from ..verification.expansion import DEFAULT_TOP
-from ..verification.spatial import DEFAULT_MIN_INLIERS, DEFAULT_R
+from ..verification.spatial import DEFAULT_MIN_INLIERS
 from ..verification.records import parse_header
 from .integrity import corrupt, describe_rows
+from .search_params import DEFAULT_EXPAND, DEFAULT_VERIFY, EXPANSIONS
 from .store import row_key
-
-DEFAULT_VERIFY = DEFAULT_R  # first-stage results verified (Philbin et al. 2007 verify the top 100-1000)
-DEFAULT_EXPAND = DEFAULT_TOP  # verified results averaged into the expanded query, at most
-EXPANSIONS = ("aqe", "alpha")
 
 
 class Hit(tuple):
@@ -61,14 +57,6 @@ class Hit(tuple):
         return out
 
 
-def check_second_stage(verify_r, expand, expansion):
-    for name, v in (("verify", verify_r), ("expand", expand)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
-            raise ConfigError(f"{name} must be an integer >= 0 (0: off), got {v!r}")
-    if expansion not in EXPANSIONS:
-        raise ConfigError(f"expansion must be one of {EXPANSIONS}, got {expansion!r}")
-
-
 def query_record(vocabulary, features):
     """The query's geometry record (every feature, multiple assignment), from the
     Features of the query (already cropped to its box)."""
@@ -97,11 +85,12 @@ def damaged_records(store, rows, recs):
                    "(checksum or layout)", rows=bad or list(rows))
 
 
-def verify_top(view, txn, rows, scores, qrec, verify_r, box=None, return_pairs=False,
-               min_inliers=DEFAULT_MIN_INLIERS):
-    """The first ``verify_r`` of the first stage's (rows, scores) verified against the
-    query's record: (verified rows by inliers, their scores, the rest of the first stage's
-    rows and scores in order, explanations by row)."""
+def verify_top(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT_MIN_INLIERS):
+    """The first R (``params.verify_count()``) of the first stage's (rows, scores) verified
+    against the query's record (the query's ``params.box`` mapped into each, the inlier
+    pairs with ``params.pairs``): (verified rows by inliers, their scores, the rest of the
+    first stage's rows and scores in order, explanations by row)."""
+    verify_r, box, return_pairs = params.verify_count(), params.box, params.pairs
     rows = np.asarray(rows, np.int64)
     scores = np.asarray(scores, np.float32)
     keep = rows >= 0
@@ -144,21 +133,23 @@ def merge_after(head_rows, head_scores, tail_rows, tail_scores, k):
     return out_rows, out_scores
 
 
-def second_stage(view, txn, q, rows, scores, qrec, k, verify_r, expand, expansion="aqe", box=None,
-                 return_pairs=False, mode="exact", nprobe=None, rerank=None, min_inliers=DEFAULT_MIN_INLIERS,
-                 allow=None):
+def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=None, min_inliers=DEFAULT_MIN_INLIERS):
     """(rows, scores, explanations) of the final k results of one query; see the module doc.
 
     q: (D,) unit query vector; rows, scores: its first-stage top (at least min(R, N)),
-    best first; qrec: the query's geometry record; allow: the search filter's RowFilter
-    (the expanded search keeps to it)."""
+    best first; qrec: the query's geometry record; params: the search's
+    :class:`~streamk.index.SearchParams` (k, verify, expand, expansion, box, pairs, nprobe,
+    rerank); mode: the first stage's mode ("exact" or "pq"); allow: the search filter's
+    RowFilter (the expanded search keeps to it)."""
+    k = params.k
     head_rows, head_scores, rest_rows, rest_scores, explanations = verify_top(
-        view, txn, rows, scores, qrec, verify_r, box, return_pairs, min_inliers)
-    n_expand = min(int(expand), len(head_rows))
+        view, txn, rows, scores, qrec, params, min_inliers)
+    n_expand = min(params.expand_count(), len(head_rows))
     if n_expand:
         V = view.vectors_of(txn, head_rows[:n_expand])
-        q2 = expand_query(q, V, method=expansion).astype(np.float32)[None, :]
-        s2, r2 = view.search(txn, q2, k + len(head_rows), mode=mode, nprobe=nprobe, rerank=rerank, allow=allow)
+        q2 = expand_query(q, V, method=params.expansion).astype(np.float32)[None, :]
+        s2, r2 = view.search(txn, q2, k + len(head_rows), mode=mode, nprobe=params.nprobe, rerank=params.rerank,
+                             allow=allow)
         out_rows, out_scores = merge_after(head_rows, head_scores, r2[0], s2[0], k)
         for r in out_rows[len(head_rows):]:
             explanations.setdefault(r, {})["stage"] = "expanded"
@@ -167,6 +158,6 @@ def second_stage(view, txn, q, rows, scores, qrec, k, verify_r, expand, expansio
     return np.asarray(out_rows, np.int64), np.asarray(out_scores, np.float32), explanations
 
 
-__all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Hit", "check_second_stage",
+__all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Hit",
            "damaged_records",
            "merge_after", "query_record", "records_of", "second_stage", "verify_top"]

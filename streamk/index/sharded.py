@@ -43,11 +43,12 @@ from ..quantization import IVFPQ, default_train_size
 from .items import AddResult, encoded_vector
 from ..verification import Vocabulary, expand_query
 from .items import unit_vector
-from .queries import MAX_K, MODES, QueryEncoder, check_request
-from .second_stage import DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record
+from .queries import MAX_K, QueryEncoder
+from .search_params import SearchParams
+from .second_stage import Hit, query_record
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, check_threshold,
                          sharded_duplicate_groups)
-from .metadata import check_field, parse_filter
+from .metadata import check_field
 from .store import id_key, validate_id
 from .streaming_index import StreamingIndex
 from .retraining import STALE_CODEC_RATIO
@@ -165,13 +166,13 @@ class ShardActor:
         with self._lock:
             return self.index.records(image_ids)
 
-    def search(self, Q, k, mode, nprobe, rerank, where=None):
+    def search(self, Q, k, params):
         with self._lock:
-            return self.index.first_stage(Q, k, mode=mode, nprobe=nprobe, rerank=rerank, where=where)
+            return self.index.first_stage(Q, k, params=params)
 
-    def verified_candidates(self, q, qrec, k, verify, box, pairs, mode, nprobe, rerank, where=None):
+    def verified_candidates(self, q, qrec, params):
         with self._lock:
-            out = self.index.verified_candidates(q, qrec, k, verify, box, pairs, mode, nprobe, rerank, where)
+            out = self.index.verified_candidates(q, qrec, params)
         # plain data across processes: hits as (id, score, explanation) triples
         return {"verified": [(h.id, h.score, dict(h.__dict__)) for h in out["verified"]],
                 "rest": [(h.id, h.score, dict(h.__dict__)) for h in out["rest"]], "vectors": out["vectors"]}
@@ -648,19 +649,19 @@ class ShardedIndex:
 
     # ------------------------------------------------------------ search
     def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None, where=None, record=None):
+               expansion="aqe", pairs=False, features=None, where=None, record=None, params=None):
         """As :meth:`StreamingIndex.search`: one query (image path, descriptor set, vector)
         -> [Hit]; a batch (nq, D) -> (scores, ids) arrays. Scattered to every shard, merged
         by score. The second stage runs where each shard lives: every shard verifies its
         own first-stage top ``verify`` and sends back its verified images' vectors; the
         expanded query is searched on every shard again. ``where``: a metadata filter,
         applied inside each shard's scan. ``record``: the query's local-geometry record
-        instead of features (:meth:`geometry` of an indexed image, whichever shard holds it)."""
-        check_second_stage(verify, expand, expansion)
-        k = check_request(k, rerank, verify, expand)  # before anything is allocated (limits in queries.py)
-        parse_filter(where)  # a FilterError here, before any shard is asked
-        if mode is not None and mode not in MODES:
-            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        instead of features (:meth:`geometry` of an indexed image, whichever shard holds it).
+        ``params``: a :class:`~streamk.index.SearchParams` instead of the keyword arguments,
+        sent whole to every shard."""
+        params = SearchParams.of(params, k=k, mode=mode, rerank=rerank, box=box, nprobe=nprobe, verify=verify,
+                                 expand=expand, expansion=expansion, pairs=pairs, where=where)
+        k, box = params.k, params.box
         batch = self.queries.is_batch(query)
         if batch and (box is not None or features is not None):
             raise ConfigError("box and features apply to one query image, not a batch of vectors")
@@ -675,34 +676,32 @@ class ShardedIndex:
         if record is not None and (batch or qfeatures is not None):
             raise ConfigError("record applies to one query vector, without features")
         vocabulary = None if batch or (qfeatures is None and record is None) else self.vocabulary
-        R = (DEFAULT_VERIFY if verify is None else int(verify)) if vocabulary is not None else 0
+        R = params.verify_count() if vocabulary is not None else 0
         if R and (record is not None or len(qfeatures)):
             qrec = record if record is not None else query_record(vocabulary, qfeatures)
-            return self._search_second_stage(Q[0], qrec, k, R,
-                                             DEFAULT_EXPAND if expand is None else int(expand), expansion, box,
-                                             pairs, mode, nprobe, rerank, where)
-        scores, ids = self._first_stage(Q, k, mode, nprobe, rerank, where)
+            return self._search_second_stage(Q[0], qrec, params)
+        scores, ids = self._first_stage(Q, k, params)
         if batch:
             return scores, ids
         return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
 
-    def _first_stage(self, Q, k, mode, nprobe, rerank, where=None):
-        parts = self._scatter("search", {s: (Q, k, mode, nprobe, rerank, where) for s in range(self.shards)})
+    def _first_stage(self, Q, k, params):
+        parts = self._scatter("search", {s: (Q, k, params) for s in range(self.shards)})
         scores = np.concatenate([parts[s][0] for s in range(self.shards)], axis=1)
         ids = np.concatenate([parts[s][1] for s in range(self.shards)], axis=1)
         order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties: by shard, then the shard's order
         return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
-    def _search_second_stage(self, q, qrec, k, R, n_expand, expansion, box, pairs, mode, nprobe, rerank, where=None):
-        parts = self._scatter("verified_candidates", {s: (q, qrec, k, R, box, pairs, mode, nprobe, rerank, where)
-                                                      for s in range(self.shards)})
+    def _search_second_stage(self, q, qrec, params):
+        k, n_expand = params.k, params.expand_count()
+        parts = self._scatter("verified_candidates", {s: (q, qrec, params) for s in range(self.shards)})
         verified = [(h, s, v) for s in range(self.shards) for h, v in zip(parts[s]["verified"], parts[s]["vectors"])]
         verified.sort(key=lambda t: (-t[0][2]["inliers"], -t[0][1], t[1]))  # by inliers, then score, then shard
         head = [Hit(i, sc, **ex) for (i, sc, ex), _, _ in verified]
         if n_expand and verified:
             V = np.stack([v for _, _, v in verified[:n_expand]])
-            q2 = expand_query(q, V, method=expansion).astype(np.float32)[None, :]
-            scores, ids = self._first_stage(q2, k + len(head), mode, nprobe, rerank, where)
+            q2 = expand_query(q, V, method=params.expansion).astype(np.float32)[None, :]
+            scores, ids = self._first_stage(q2, k + len(head), params)
             tail = [Hit(i, sc, stage="expanded") for i, sc in zip(ids[0], scores[0]) if i is not None]
         else:
             rest = sorted(((i, sc, ex) for s in range(self.shards) for i, sc, ex in parts[s]["rest"]),

@@ -41,11 +41,11 @@ from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DU
 from .items import unit_vector
 from .metadata import (add_indexed_field, allowed_rows, check_field, indexed_fields,
                        metadata_of_rows, parse_filter)
-from .queries import MAX_BATCH, MODES, QueryEncoder, StoredExtractor, check_request
+from .queries import MAX_BATCH, QueryEncoder, StoredExtractor
 from .reader import SearchView
 from .retraining import Trainer, codec_staleness, stale_codec_note
-from .second_stage import (DEFAULT_EXPAND, DEFAULT_VERIFY, Hit, check_second_stage, query_record, second_stage,
-                           verify_top)
+from .search_params import SearchParams
+from .second_stage import Hit, query_record, second_stage, verify_top
 from .integrity import corrupt, image_record
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key, validate_id
 from .vector_store import rows_per_block
@@ -517,7 +517,7 @@ class StreamingIndex:
         return self.queries.vectors(Q)
 
     def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None, where=None, record=None):
+               expansion="aqe", pairs=False, features=None, where=None, record=None, params=None):
         """The k best images by decreasing inner product with the query, then (second
         stage) spatially verified and expanded.
 
@@ -555,12 +555,15 @@ class StreamingIndex:
         ``{"year": {"gte": 2020}}``, ``{"tag": {"in": ["a", "b"]}}``, on indexed fields
         (:meth:`index_field`): only the images it selects are scanned (a row bitmap given
         to the exact / PQ / IVF scans), so k results come back whenever k images match.
+
+        params: a :class:`~streamk.index.SearchParams` (k, mode, nprobe, rerank, verify,
+        expand, expansion, box, where, pairs: checked once, where it was built) instead of
+        those keyword arguments; ``query``, ``features`` and ``record`` are the query.
         """
-        check_second_stage(verify, expand, expansion)
-        k = check_request(k, rerank, verify, expand)  # before anything is allocated (limits in queries.py)
-        clauses = parse_filter(where)
-        if mode is not None and mode not in MODES:
-            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
+        params = SearchParams.of(params, k=k, mode=mode, rerank=rerank, box=box, nprobe=nprobe, verify=verify,
+                                 expand=expand, expansion=expansion, pairs=pairs, where=where)
+        k, box = params.k, params.box
+        clauses = parse_filter(params.where)
         batch = self.queries.is_batch(query)
         if batch and (box is not None or features is not None):
             raise ConfigError("box and features apply to one query image, not a batch of vectors")
@@ -575,19 +578,18 @@ class StreamingIndex:
         if record is not None and (batch or qfeatures is not None):
             raise ConfigError("record applies to one query vector, without features")
         vocabulary = None if batch or (qfeatures is None and record is None) else self.vocabulary
-        R = (DEFAULT_VERIFY if verify is None else int(verify)) if vocabulary is not None else 0
+        R = params.verify_count() if vocabulary is not None else 0
         if record is not None:
             qrec = record if R else None
         else:
             qrec = query_record(vocabulary, qfeatures) if R and len(qfeatures) else None
         with self._store.read(buffers=True) as txn:
             scores, rows, allow, mode = self._view_search(txn, Q, max(k, R) if qrec is not None else k, clauses,
-                                                          mode, nprobe, rerank)
+                                                          params.mode, params.nprobe, params.rerank)
             explanations = {}
             if qrec is not None:
-                n_expand = DEFAULT_EXPAND if expand is None else int(expand)
-                r, s, explanations = second_stage(self.view, txn, Q[0], rows[0], scores[0], qrec, k, R, n_expand,
-                                                  expansion, box, pairs, mode, nprobe, rerank, allow=allow)
+                r, s, explanations = second_stage(self.view, txn, Q[0], rows[0], scores[0], qrec, params, mode,
+                                                  allow=allow)
                 rows, scores = r[None, :], s[None, :]
             ids = self.view.ids_of(txn, rows)
         if batch:
@@ -595,30 +597,37 @@ class StreamingIndex:
         return [Hit(i, s, **explanations.get(int(r), {})) for i, s, r in zip(ids[0], scores[0], rows[0])
                 if i is not None]
 
-    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None):
+    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None, params=None):
         """(scores, ids) (nq, <= k) of the unit query rows Q (checked by the caller): the
         first stage alone, what a shard of a sharded index answers (k already checked
         against MAX_K by the caller, capped here at the number of images); ``where``: a
-        metadata filter."""
+        metadata filter. ``params``: a :class:`~streamk.index.SearchParams` whose mode,
+        nprobe, rerank and where are used instead (k stays the count asked for here: the
+        expanded search of a sharded index asks for k + V)."""
+        if params is not None:
+            mode, nprobe, rerank, where = params.mode, params.nprobe, params.rerank, params.where
         clauses = parse_filter(where)
         with self._store.read(buffers=True) as txn:
             scores, rows, _, _ = self._view_search(txn, Q, k, clauses, mode, nprobe, rerank)
             return scores, self.view.ids_of(txn, rows)
 
-    def verified_candidates(self, q, qrec, k, verify, box=None, pairs=False, mode=None, nprobe=None, rerank=None,
-                            where=None):
-        """One query's first stage (top max(k, verify) of the unit vector ``q``) and the
-        verification of its first ``verify`` results against the query's geometry record
-        ``qrec``: what a shard of a sharded index answers, where its records live.
+    def verified_candidates(self, q, qrec, params):
+        """One query's first stage (top max(k, R) of the unit vector ``q``) and the
+        verification of its first R results against the query's geometry record ``qrec``
+        (k, R, box, pairs, mode, nprobe, rerank and where from ``params``, a
+        :class:`~streamk.index.SearchParams`): what a shard of a sharded index answers,
+        where its records live.
 
         Returns {"verified": [Hit] by inliers, "rest": [Hit] the other first-stage
         results in order, "vectors": (V, D) float32 of the verified ones}."""
         q = self.queries.vectors(np.asarray(q, np.float32).reshape(1, -1))
-        clauses = parse_filter(where)
+        clauses = parse_filter(params.where)
+        k = params.k
         with self._store.read(buffers=True) as txn:
-            scores, rows, _, _ = self._view_search(txn, q, max(k, verify), clauses, mode, nprobe, rerank)
+            scores, rows, _, _ = self._view_search(txn, q, max(k, params.verify_count()), clauses, params.mode,
+                                                   params.nprobe, params.rerank)
             head_rows, head_scores, rest_rows, rest_scores, expl = verify_top(self.view, txn, rows[0], scores[0],
-                                                                              qrec, verify, box, pairs)
+                                                                              qrec, params)
             rest_rows, rest_scores = rest_rows[:k], rest_scores[:k]
             V = self.view.vectors_of(txn, head_rows) if len(head_rows) else np.zeros((0, self.dim), np.float32)
             ids = self.view.ids_of(txn, np.concatenate([head_rows, rest_rows]))

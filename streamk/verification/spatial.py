@@ -18,12 +18,12 @@ runs over features or correspondences.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
 from . import _ransac_kernels as _k
+from ..checks import check_box
 from ..errors import ConfigError, EncoderMismatchError, GeometryRecordError
 from .matching import DEFAULT_HAMMING_THRESHOLD, DEFAULT_MAX_PAIRS_PER_WORD, check_match_params, match_arrays
 from .ransac import (DEFAULT_CONFIDENCE, DEFAULT_ERROR_THRESHOLD, DEFAULT_LO_ITERATIONS, DEFAULT_MAX_HYPOTHESES,
@@ -108,12 +108,7 @@ def _box_polygon(query_box, image_size):
         w, h = image_size
         x1, y1, x2, y2 = -0.5, -0.5, w - 0.5, h - 0.5
     else:
-        try:
-            x1, y1, x2, y2 = (float(v) for v in np.asarray(query_box, dtype=np.float64).reshape(-1))
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"query_box must be 4 numbers (x1, y1, x2, y2), got {query_box!r}") from exc
-        if not all(math.isfinite(v) for v in (x1, y1, x2, y2)) or x2 < x1 or y2 < y1:
-            raise ConfigError(f"query_box must be finite with x1 <= x2 and y1 <= y2, got {query_box!r}")
+        x1, y1, x2, y2 = check_box(query_box, "query_box")  # streamk's one box rule (streamk.checks)
     return np.array([(x1, y1), (x2, y1), (x2, y2), (x1, y2)], np.float64)
 
 

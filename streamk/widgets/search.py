@@ -27,6 +27,7 @@ import ipywidgets as W
 from .. import features as feat
 from ..pipeline import extract_many
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError, ImageTooLargeError
+from ..index import SearchParams
 from ..pipeline.reaggregation import Reaggregator, Settings
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
 from .weights import WeightsView
@@ -64,79 +65,11 @@ class SearchApp(W.VBox):
         self.timings = {}
         self._suspended = False  # True while the app sets controls itself
         self._upload_dir = None
-        s = self.reaggregator.index_settings()
-        n = len(index)
-
-        # -- query sources
-        self.picker = W.Dropdown(options=self._pick_options(), description="query", layout=W.Layout(width="420px"))
-        self.picker.add_class("streamk-picker")
-        self.path_text = W.Text(placeholder="image path, or an id of the index", continuous_update=False,
-                                layout=W.Layout(width="340px"))
-        self.path_button = W.Button(description="search", layout=W.Layout(width="80px"))
-        self.upload = W.FileUpload(accept="image/*", multiple=False, description="upload")
-        # -- crop box
-        self.use_box = W.Checkbox(value=False, description="crop box", indent=False, layout=W.Layout(width="90px"))
-        self.box_fields = [W.BoundedFloatText(value=0, min=0, max=1e5, description=d, step=1,
-                                              layout=W.Layout(width="130px"), style={"description_width": "22px"})
-                           for d in ("x1", "y1", "x2", "y2")]
-        # -- ranking controls
-        self.method = W.ToggleButtons(options=list(METHOD_LABELS), value=s.method, description="aggregation")
-        self.method.add_class("streamk-method")
-        self.gamma = W.FloatSlider(value=s.gamma, min=0.05, max=1.0, step=0.05, description="γ (dem.)",
-                                   continuous_update=False, readout_format=".2f")
-        self.lam = W.FloatLogSlider(value=s.lam, base=10, min=-3, max=3, step=0.25, description="λ (GMP)",
-                                    continuous_update=False)
-        self.power = W.FloatSlider(value=s.power, min=0.0, max=1.0, step=0.05, description="power α",
-                                   continuous_update=False, readout_format=".2f")
-        self.k = W.IntSlider(value=min(k, max(1, n)), min=1, max=max(1, min(100, n)), description="k",
-                             continuous_update=False)
-        self.k.add_class("streamk-k")
-        has_pq = index.codec() is not None
-        self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search",
-                                    tooltips=["all stored vectors", "PQ codes, then re-rank"
-                                              if has_pq else "the index has no PQ codes (index.train_pq() or train())"])
-        self.mode.add_class("streamk-mode")
-        self.reset_button = W.Button(description="index settings", tooltip="the settings the index was built with")
-        has_geometry = bool(getattr(index, "has_local_features", False))
-        self.verify = W.Checkbox(value=has_geometry, description="verify (spatial) + expand", indent=False,
-                                 disabled=not has_geometry, layout=W.Layout(width="210px"),
-                                 tooltip="second stage: RANSAC on the local geometry of the top 100, then query "
-                                         "expansion" if has_geometry else "the index keeps no local geometry "
-                                         "(streamk index add-local-features)")
-        self.verify.add_class("streamk-verify")
-        self.matches_toggle = W.ToggleButton(value=False, description="show matches", icon="link",
-                                             disabled=not has_geometry)
-        self.matches_view = W.HTML()
-        self.matches_view.add_class("streamk-matches")
-        # -- output
-        self.progress = Progress()
-        self.errors = ErrorBox()
-        self.status = W.HTML()
-        self.status.add_class("streamk-status")
-        self.query_view = W.HTML()
-        self.query_view.add_class("streamk-query")
-        self.results = W.HTML()
-        self.results.add_class("streamk-results")
-        self.explain = W.Dropdown(options=[], description="explain", layout=W.Layout(width="420px"))
-        self.weights = WeightsView(index.encoder)
-        self.weights_box = W.VBox([W.HTML("<b>Why this match?</b> keypoints coloured by their democratic "
-                                          "and GMP weights (warmer = higher)"), self.explain, self.weights])
-        self.weights_box.layout.display = "none"
-        self.explain_toggle = W.ToggleButton(value=False, description="show weights", icon="eye")
-
-        # -- wiring
-        self.picker.observe(lambda ch: self._run(self._pick_value, ch["new"]), names="value")
-        self.path_button.on_click(lambda _: self._run(self.search_path, self.path_text.value))
-        self.path_text.observe(self._on_path, names="value")  # Enter (or leaving the field) searches
-        self.upload.observe(self._on_upload, names="value")
-        for w in (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode,
-                  self.verify):
-            w.observe(self._on_control, names="value")
-        self.matches_toggle.observe(lambda ch: self._run(self.show_matches, self.explain.value), names="value")
-        self.reset_button.on_click(lambda _: self._run(self.reset_settings))
-        self.explain_toggle.observe(self._on_explain_toggle, names="value")
-        self.explain.observe(self._on_explain, names="value")
-
+        self._query_controls()
+        self._ranking_controls(self.reaggregator.index_settings(), k, len(index))
+        self._second_stage_controls(bool(getattr(index, "has_local_features", False)))
+        self._output_views()
+        self._wire()
         super().__init__([
             W.HBox([self.picker, self.path_text, self.path_button, self.upload]),
             W.HBox([self.use_box, *self.box_fields]),
@@ -152,6 +85,83 @@ class SearchApp(W.VBox):
         self._update_sliders()
         if first_query and self.picker.options:
             self._run(self._pick_value, self.picker.value)
+
+    # ---------------------------------------------------------------- the widgets
+    def _query_controls(self):
+        """The query's sources (a pick, a path or id, an upload) and its crop box."""
+        self.picker = W.Dropdown(options=self._pick_options(), description="query", layout=W.Layout(width="420px"))
+        self.picker.add_class("streamk-picker")
+        self.path_text = W.Text(placeholder="image path, or an id of the index", continuous_update=False,
+                                layout=W.Layout(width="340px"))
+        self.path_button = W.Button(description="search", layout=W.Layout(width="80px"))
+        self.upload = W.FileUpload(accept="image/*", multiple=False, description="upload")
+        self.use_box = W.Checkbox(value=False, description="crop box", indent=False, layout=W.Layout(width="90px"))
+        self.box_fields = [W.BoundedFloatText(value=0, min=0, max=1e5, description=d, step=1,
+                                              layout=W.Layout(width="130px"), style={"description_width": "22px"})
+                           for d in ("x1", "y1", "x2", "y2")]
+
+    def _ranking_controls(self, s, k, n):
+        """The aggregation settings ``s`` (the index's at first), k (of ``n`` images), exact / PQ."""
+        self.method = W.ToggleButtons(options=list(METHOD_LABELS), value=s.method, description="aggregation")
+        self.method.add_class("streamk-method")
+        self.gamma = W.FloatSlider(value=s.gamma, min=0.05, max=1.0, step=0.05, description="γ (dem.)",
+                                   continuous_update=False, readout_format=".2f")
+        self.lam = W.FloatLogSlider(value=s.lam, base=10, min=-3, max=3, step=0.25, description="λ (GMP)",
+                                    continuous_update=False)
+        self.power = W.FloatSlider(value=s.power, min=0.0, max=1.0, step=0.05, description="power α",
+                                   continuous_update=False, readout_format=".2f")
+        self.k = W.IntSlider(value=min(k, max(1, n)), min=1, max=max(1, min(100, n)), description="k",
+                             continuous_update=False)
+        self.k.add_class("streamk-k")
+        has_pq = self.index.codec() is not None
+        self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search",
+                                    tooltips=["all stored vectors", "PQ codes, then re-rank"
+                                              if has_pq else "the index has no PQ codes (index.train_pq() or train())"])
+        self.mode.add_class("streamk-mode")
+        self.reset_button = W.Button(description="index settings", tooltip="the settings the index was built with")
+
+    def _second_stage_controls(self, has_geometry):
+        """verify + expand, and the inlier pairs' view (an index that keeps local geometry)."""
+        self.verify = W.Checkbox(value=has_geometry, description="verify (spatial) + expand", indent=False,
+                                 disabled=not has_geometry, layout=W.Layout(width="210px"),
+                                 tooltip="second stage: RANSAC on the local geometry of the top 100, then query "
+                                         "expansion" if has_geometry else "the index keeps no local geometry "
+                                         "(streamk index add-local-features)")
+        self.verify.add_class("streamk-verify")
+        self.matches_toggle = W.ToggleButton(value=False, description="show matches", icon="link",
+                                             disabled=not has_geometry)
+        self.matches_view = W.HTML()
+        self.matches_view.add_class("streamk-matches")
+
+    def _output_views(self):
+        """Progress, errors, status, the query and the results, the weights view."""
+        self.progress = Progress()
+        self.errors = ErrorBox()
+        self.status = W.HTML()
+        self.status.add_class("streamk-status")
+        self.query_view = W.HTML()
+        self.query_view.add_class("streamk-query")
+        self.results = W.HTML()
+        self.results.add_class("streamk-results")
+        self.explain = W.Dropdown(options=[], description="explain", layout=W.Layout(width="420px"))
+        self.weights = WeightsView(self.index.encoder)
+        self.weights_box = W.VBox([W.HTML("<b>Why this match?</b> keypoints coloured by their democratic "
+                                          "and GMP weights (warmer = higher)"), self.explain, self.weights])
+        self.weights_box.layout.display = "none"
+        self.explain_toggle = W.ToggleButton(value=False, description="show weights", icon="eye")
+
+    def _wire(self):
+        self.picker.observe(lambda ch: self._run(self._pick_value, ch["new"]), names="value")
+        self.path_button.on_click(lambda _: self._run(self.search_path, self.path_text.value))
+        self.path_text.observe(self._on_path, names="value")  # Enter (or leaving the field) searches
+        self.upload.observe(self._on_upload, names="value")
+        for w in (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode,
+                  self.verify):
+            w.observe(self._on_control, names="value")
+        self.matches_toggle.observe(lambda ch: self._run(self.show_matches, self.explain.value), names="value")
+        self.reset_button.on_click(lambda _: self._run(self.reset_settings))
+        self.explain_toggle.observe(self._on_explain_toggle, names="value")
+        self.explain.observe(self._on_explain, names="value")
 
     # ---------------------------------------------------------------- controls
     def settings(self):
@@ -334,10 +344,11 @@ class SearchApp(W.VBox):
             finally:
                 self.progress.hide()
             t_db = time.perf_counter() - t0 - t_enc
+        params = SearchParams(k=self.k.value, mode=self.mode.value, box=self.box(), pairs=True)
         if self.verify.value and self.reaggregator.is_index_settings(s):
-            hits = self.index.search(q, k=self.k.value, mode=self.mode.value, features=f, box=self.box(), pairs=True)
+            hits = self.index.search(q, features=f, params=params)
         else:  # the second stage compares the index's own vectors: under other settings, the first stage
-            hits = self.reaggregator.search(q, s, k=self.k.value, mode=self.mode.value)
+            hits = self.reaggregator.search(q, s, k=params.k, mode=params.mode)
         self.timings = {"encode_s": t_enc, "database_s": t_db,
                         "search_s": time.perf_counter() - t0 - t_enc - t_db}
         self.hits = hits
