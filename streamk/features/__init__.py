@@ -14,8 +14,8 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".extractors": ("DEFAULT_EXTRACTOR", "DEFAULT_MAX_FEATURES", "DEFAULT_MAX_SIDE", "EXTRACTORS",
         "FEATURES_VERSION", "Extractor", "HessianAffineSift", "OpenCVSift", "available_extractors",
         "check_positive_int", "default_extractor", "extractor_from_params", "make_extractor"),
-    ".images": ("MAX_FILE_SIZE", "MAX_PIXELS", "decode_gray", "decode_gray_scaled", "exif_date",
-        "file_metadata", "load_gray", "pil_image", "read_image_bytes"),
+    ".images": ("MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "decode_gray", "decode_gray_scaled", "exif_date",
+        "file_metadata", "load_gray", "pil_image", "read_image_bytes", "thumbnail_jpeg"),
     ".local_features": ("DESCRIPTOR_DIM", "KEYPOINT_COLUMNS", "Features", "crop_to_box", "features_from_npz",
         "features_to_npz_bytes", "load_features", "save_features"),
 })

@@ -1,5 +1,5 @@
 """Image files to grayscale arrays: read once, decoded by Pillow, named errors for
-every way a file can be bad.
+every way a file can be bad; and the small JPEG thumbnail an index keeps for display.
 
 EXIF orientation is IGNORED: images are used as stored (raw pixel grid),
 because the Oxford/Paris query boxes are given in raw pixel coordinates.
@@ -303,6 +303,28 @@ def file_metadata(path, data):
     return out
 
 
+THUMBNAIL_SIDE = 256  # the longer side of a stored thumbnail, in pixels
+THUMBNAIL_QUALITY = 80
 
-__all__ = ["MAX_FILE_SIZE", "MAX_PIXELS", "check_pixels", "decode_gray", "decode_gray_scaled", "exif_date", "file_metadata", "load_gray", "pil_image",
-           "read_image_bytes", "resize_gray", "scaled_size"]
+
+def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE):
+    """A JPEG of at most ``side`` pixels a side (aspect kept) of an image's bytes, or
+    ImageReadError. Pixels as stored (no EXIF rotation), as the features see them."""
+    Image = pil_image()
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.draft("RGB", (side, side))  # JPEG: decode at 1/2..1/8 scale, fast
+            img = img.convert("RGB")
+            img.thumbnail((side, side))
+            out = io.BytesIO()
+            img.save(out, "JPEG", quality=THUMBNAIL_QUALITY)
+            return out.getvalue()
+    except Image.DecompressionBombError as exc:
+        raise ImageReadError(name, f"image too large ({exc})") from exc
+    except Exception as exc:  # Pillow raises OSError, ValueError, SyntaxError, ...
+        raise ImageReadError(name, f"cannot make a thumbnail ({str(exc) or type(exc).__name__})") from exc
+
+
+__all__ = ["MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_pixels", "decode_gray", "decode_gray_scaled",
+           "exif_date", "file_metadata", "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size",
+           "thumbnail_jpeg"]

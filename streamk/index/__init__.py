@@ -8,6 +8,8 @@ environment (or S shards), written while it is searched, retrained without downt
 from .second_stage import Hit
 from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, encoded_vector,
                     image_content_key, normalise_box, npz_bytes, unit_vector)
+from .describe import (ImageDescription, ImageFailure, describe_context, describe_image, describe_task_context,
+                       geometry_record)
 from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, nearest_of_vectors
 from .metadata import GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES, RowFilter, encode_metadata, parse_filter
 from .retraining import STALE_CODEC_RATIO, stale_codec_note
@@ -25,6 +27,8 @@ __all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUP
            "npz_bytes", "open_index", "parse_filter", "shard_of", "stale_codec_note", "unit_vector", "upgrade", "validate_id",
            "check_index", "IntegrityReport", "EXPANSIONS", "INDEX_LIMITS", "SERVER_LIMITS", "SearchLimits", "SearchParams",
            "check_count"]
+__all__ += ["ImageDescription", "ImageFailure", "describe_context", "describe_image", "describe_task_context",
+            "geometry_record"]
 
 from ..deprecation import renamed  # noqa: E402
 

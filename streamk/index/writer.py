@@ -31,14 +31,13 @@ import time
 import numpy as np
 
 from ..checks import as_descriptor_set
-from ..errors import ConfigError, IndexCorruptError, DuplicateError, EmptyDescriptorSetError, IdExistsError, StreamkError, UnknownIdError
-from ..features import file_metadata, image_features
+from ..errors import ConfigError, IndexCorruptError, DuplicateError, IdExistsError, StreamkError, UnknownIdError
+from ..features import file_metadata
 from ..quantization import IVFPQ
-from ..verification import stored_record
+from .describe import describe_context, describe_image
 from .blocks import mark_removed, pack_codes, seal_block, seal_row_codes
 from .integrity import image_record
-from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, normalise_box, npz_bytes,
-                    one_source, unit_vector)
+from .items import AddResult, EncodedImage, checked_vector, normalise_box, npz_bytes, one_source, unit_vector
 from .metadata import delete_metadata, encode_metadata, metadata_of_rows, prepare_metadata, put_metadata
 from .store import epoch_key, id_key, row_key
 from .vector_store import VectorStore
@@ -104,17 +103,12 @@ class IndexWriter:
         record = {"kind": kind, "source": None, "box": box, "n_descriptors": None}
         extras = None
         if kind == "image_path":
-            data, f = image_features(image_path, self.extractors.get(), box)
-            if len(f) == 0:
-                raise EmptyDescriptorSetError(f"{image_path}: no local features"
-                                              + (" inside the box" if box is not None else ""))
-            v, alpha = self.encoder.encode(f.descriptors, return_weights=True)
-            vocabulary = self._vocabulary()
-            geometry = None if vocabulary is None else stored_record(vocabulary, f.keypoints, f.descriptors,
-                                                                     f.image_size)
+            extractor = self.extractors.get()
+            data = extractor.read(image_path)
+            context = describe_context(self.encoder, extractor, self._vocabulary(), warm=False)
+            described = describe_image(context, data, image_path, box)
             meta = dict(file_metadata(image_path, data), **(metadata or {}))
-            return encoded_image_file(image_id, image_path, hashlib.sha256(data).hexdigest(), v,
-                                      f.keypoints, alpha, f.image_size, box, geometry, meta)
+            return described.encoded(image_id, image_path, box, meta)
         if kind == "descriptors":
             X = as_descriptor_set(descriptors, dim=self.encoder.input_dim)
             v, alpha = self.encoder.encode(X, return_weights=True)

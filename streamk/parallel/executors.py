@@ -33,7 +33,7 @@ from typing import NamedTuple
 from ..errors import ClusterError, ConfigError
 from .worker_process import pool_worker_init, run_task
 
-CRASHED = "WorkerCrashed: the process died on this item (a crash in a native library, or killed)"
+CRASHED = "WorkerCrashedError: the worker process died on this item (a crash in a native library, or killed)"
 
 
 class TaskFailure(NamedTuple):
