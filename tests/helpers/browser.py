@@ -55,7 +55,8 @@ LAB_SETTINGS = {
 def browser_missing_reason():
     """Why the browser test cannot run here, or None when it can."""
     if not CHROMIUM.exists():
-        return f"{CHROMIUM} is absent (apt-get install chromium fonts-dejavu-core)"
+        return (f"{CHROMIUM} is absent: apt-get install chromium fonts-dejavu-core (the tests drive Debian's "
+                "Chromium; `playwright install` downloads a browser of its own, which fails offline and is not needed)")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError as exc:
