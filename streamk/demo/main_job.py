@@ -426,19 +426,11 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
         skipped.append((str(path), reason))
         report(path, reason)
 
-    builtin = images is None
-    if not builtin and not Path(images).is_dir():
-        raise ConfigError(f"--images {images}: not a folder")
-    if builtin:  # before anything is written: is scikit-image there?
-        source = f"scikit-image's {len(photos)} bundled photographs ({skimage_photo_dir()})"
+    source = _source_of(images, photos)  # before anything is written
     extractor = feat.make_extractor(None, max_side=max_side, max_features=max_features)
     out_path = _prepare_out(out_dir)
-    if builtin:
-        database = builtin_collection(out_path, photos, n_variants, seed, skip)
-    else:
-        database = folder_collection(images, out_path, skip)
-        source = f"the images under {images}"
-
+    database = (builtin_collection(out_path, photos, n_variants, seed, skip) if images is None
+                else folder_collection(images, out_path, skip))
     t0 = time.perf_counter()
     cache = default_cache_dir() if cache_dir is None else cache_dir
     database, fs, shas = extract_database(database, extractor, cache, workers, progress, skip)
@@ -458,19 +450,49 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
     positives = {s: np.array(rows) for s, rows in scenes.items()}
 
     out(f"database: {len(database)} images from {source}"
-        + (f" ({n_variants} extra views of each scene)" if builtin and n_variants else "")
+        + (f" ({n_variants} extra views of each scene)" if images is None and n_variants else "")
         + f"; {n_desc / len(database):.0f} features per image ({extractor.name}, "
           f"long side <= {max_side}, at most {max_features})")
     out(f"queries: {len(queries)} views ({', '.join(transforms)}) of {len(queries) // len(transforms)} "
         f"images, written to {out_path / 'queries'}; positives: "
-        + ("the database images of the same scene" if builtin else "the source image only"))
+        + ("the database images of the same scene" if images is None else "the source image only"))
+    searched = _encode_index_search(out_path, database, fs, shas, extractor, queries, int(k), progress, skip,
+                                    timings, out)
+    methods = [_evaluate(m, rankings, sec, queries, positives, transforms, show)
+               for m, (rankings, sec) in searched.items()]
+    result = DemoResult(out_path, out_path / "index.html", len(database), len(queries), transforms,
+                        methods, skipped, timings)
 
     t0 = time.perf_counter()
-    base = Encoder(embedding="temb", k=int(k), aggregation="sum").fit([f.descriptors for f in fs],
-                                                                      verbose=progress)
+    info = [f"Database: {len(database)} images from {source}. Queries: {len(queries)} views "
+            f"({', '.join(transforms)}). Encoder: T-emb k={k}, learned on the database images "
+            f"(unsupervised). One streaming index per aggregation method, exact search."]
+    write_page(out_path, result, database, queries, positives, info, show)
+    timings["page"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_start
+    _print_table(result, out)
+    return result
+
+
+def _source_of(images, photos):
+    """Where the database images come from, in words: ConfigError when ``images`` is not a
+    folder, DatasetImageError for the built-in photos without scikit-image."""
+    if images is None:
+        return f"scikit-image's {len(photos)} bundled photographs ({skimage_photo_dir()})"
+    if not Path(images).is_dir():
+        raise ConfigError(f"--images {images}: not a folder")
+    return f"the images under {images}"
+
+
+def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, progress, skip, timings, out):
+    """Learn the T-emb encoder on the database's descriptors, build one index per method
+    and search every query in each: {method: (rankings, seconds per query)}."""
+    t0 = time.perf_counter()
+    base = Encoder(embedding="temb", k=k, aggregation="sum").fit([f.descriptors for f in fs], verbose=progress)
     timings["encoder fit"] = time.perf_counter() - t0
-    out(f"encoder: T-emb k={k} (D={base.dim}) learned on the database images' own {n_desc} descriptors: "
-        f"unsupervised (no labels used; no distinct learning set comes with these photos)")
+    out(f"encoder: T-emb k={k} (D={base.dim}) learned on the database images' own "
+        f"{sum(len(f) for f in fs)} descriptors: unsupervised (no labels used; no distinct learning set "
+        f"comes with these photos)")
 
     t0 = time.perf_counter()
     encoders = {m: base if m == "sum" else base.derive(aggregation=m) for m in METHODS}
@@ -487,29 +509,21 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
     finally:
         for idx in indexes.values():
             idx.close()
-    methods = [_evaluate(m, rankings, sec, queries, positives, transforms, show)
-               for m, (rankings, sec) in searched.items()]
-    result = DemoResult(out_path, out_path / "index.html", len(database), len(queries), transforms,
-                        methods, skipped, timings)
+    return searched
 
-    t0 = time.perf_counter()
-    info = [f"Database: {len(database)} images from {source}. Queries: {len(queries)} views "
-            f"({', '.join(transforms)}). Encoder: T-emb k={k}, learned on the database images "
-            f"(unsupervised). One streaming index per aggregation method, exact search."]
-    write_page(out_path, result, database, queries, positives, info, show)
-    timings["page"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_start
 
+def _print_table(result, out):
+    """The mAP table (overall and per change, ms per query), the time of each stage, the
+    skipped files' count and the page's path."""
     out("")
-    out(f"{'method':<12}{'mAP':>6}" + "".join(f"{t:>8}" for t in transforms) + f"{'ms/query':>10}")
-    for m in methods:
+    out(f"{'method':<12}{'mAP':>6}" + "".join(f"{t:>8}" for t in result.transforms) + f"{'ms/query':>10}")
+    for m in result.methods:
         out(f"{m.method:<12}{m.map:6.1f}" + "".join(f"{v:8.1f}" for v in m.per_transform.values())
             + f"{m.ms_per_query:10.0f}")
     out("(mAP in %, official AP; ms/query: one index.search on the query file: its features, "
         "encoding and the scan)")
     out("")
-    out("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in timings.items()))
-    if skipped:
-        out(f"skipped {len(skipped)} file(s) (listed above)")
+    out("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in result.timings.items()))
+    if result.skipped:
+        out(f"skipped {len(result.skipped)} file(s) (listed above)")
     out(f"page: {result.html.resolve()}")
-    return result

@@ -198,9 +198,7 @@ def weights_figure(rows, weights, scale="log", max_ratio=None,
     """
     from matplotlib import colormaps
     from matplotlib.cm import ScalarMappable
-    from matplotlib.collections import PolyCollection
-    from matplotlib.colors import LogNorm, Normalize
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    from matplotlib.colors import LogNorm
 
     if scale not in ("log", "rank"):
         raise ConfigError(f"scale must be 'log' or 'rank', got {scale!r}")
@@ -211,74 +209,97 @@ def weights_figure(rows, weights, scale="log", max_ratio=None,
     cmap = colormaps[CMAP].with_extremes(under=UNDER_COLOUR)
     per_panel = scale == "log" and max_ratio is None
 
-    def view(f, box):
-        w, h = f.image_size
-        if box is None:
-            return (-0.5, w - 0.5), (h - 0.5, -0.5)
-        x1, y1, x2, y2 = (float(v) for v in box)
-        return (x1 - 0.5, x2 + 0.5), (y2 + 0.5, y1 - 0.5)
-
     heights = []
     for _, _, f, box, _ in items:
-        (xa, xb), (ya, yb) = view(f, box)
+        (xa, xb), (ya, yb) = _view_limits(f, box)
         heights.append(panel_width * abs(ya - yb) / max(abs(xb - xa), 1.0))
     fig, axes = new_figure(len(items), 2, figsize=(2 * panel_width + 1.5, sum(heights) + 0.6 * len(items) + 0.3),
                            squeeze=False, gridspec_kw={"height_ratios": heights})
     fig.set_layout_engine("constrained")  # room for titles and colour bars, no gaps
-
-    def colour_bar(sm, ax, extend="neither", label=None):
-        cb = fig.colorbar(sm, ax=ax, extend=extend, fraction=0.05 if per_panel else 0.03, pad=0.01)
-        cb.ax.tick_params(labelsize=7)
-        if isinstance(sm.norm, LogNorm):
-            cb.ax.yaxis.set_major_locator(FixedLocator(_ticks(sm.norm.vmin, sm.norm.vmax)))
-            cb.ax.yaxis.set_minor_locator(NullLocator())
-            cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
-        if label:
-            cb.set_label(label, fontsize=8)
-        return cb
-
     for (label, path, f, box, w), bg, ax_row in zip(items, backgrounds, axes):
-        width, height = f.image_size
         for m, ax in zip(METHODS, ax_row):
-            ax.imshow(bg, cmap="gray", vmin=0, vmax=1, extent=(-0.5, width - 0.5, height - 0.5, -0.5),
-                      interpolation="antialiased")
             alpha = np.asarray(w[m], dtype=np.float64)
-            lo, hi = colour_range(alpha, max_ratio) if scale == "log" else (0.0, 1.0)
-            if len(f):
-                rgba = _colours(alpha, scale, lo, hi, cmap)
-                order = np.argsort(-f.scales, kind="stable")  # large first: small ones stay visible
-                polys = ellipse_polygons(f.keypoints[order], ellipse_scale)
-                edge = rgba[order]
-                face = edge.copy()
-                face[:, 3] = 0.2
-                ax.add_collection(PolyCollection(polys, facecolors=face, edgecolors=edge, linewidths=0.9))
-            xlim, ylim = view(f, box)
-            ax.set_xlim(*xlim)
-            ax.set_ylim(*ylim)
-            ax.set_xticks([])
-            ax.set_yticks([])
-            n = len(f)
-            sub = f"{n} keypoint{'s' if n != 1 else ''}"
-            if n and scale == "log":
-                neg = int((alpha < 0).sum())
-                sub += f"; 5-95%: {lo:.2g}-{hi:.2g} x mean" if per_panel else ""
-                sub += f"; {neg} negative" if neg else ""
-            ax.set_title(f"{label}: {TITLES[m]}\n{sub}", fontsize=9)
+            lo, hi = _draw_panel(ax, bg, f, box, alpha, f"{label}: {TITLES[m]}", scale, max_ratio, cmap,
+                                 ellipse_scale, per_panel)
             if per_panel:
-                negative = bool((alpha < 0).any())
-                colour_bar(ScalarMappable(norm=LogNorm(lo, hi), cmap=cmap), ax,
-                           extend="min" if negative else "neither")
+                _colour_bar(fig, ScalarMappable(norm=LogNorm(lo, hi), cmap=cmap), ax, per_panel,
+                            extend="min" if bool((alpha < 0).any()) else "neither")
+    _figure_legend(fig, axes, scale, max_ratio, cmap, per_panel)
+    return fig
+
+
+def _view_limits(f, box):
+    """((x left, x right), (y bottom, y top)) of a panel: the whole image, or the box."""
+    w, h = f.image_size
+    if box is None:
+        return (-0.5, w - 0.5), (h - 0.5, -0.5)
+    x1, y1, x2, y2 = (float(v) for v in box)
+    return (x1 - 0.5, x2 + 0.5), (y2 + 0.5, y1 - 0.5)
+
+
+def _draw_panel(ax, background, f, box, alpha, title, scale, max_ratio, cmap, ellipse_scale, per_panel):
+    """One panel: the image in grey, its keypoints' ellipses coloured by ``alpha``, the
+    title with the keypoint count (and the colour range); returns the range (lo, hi)."""
+    from matplotlib.collections import PolyCollection
+
+    width, height = f.image_size
+    ax.imshow(background, cmap="gray", vmin=0, vmax=1, extent=(-0.5, width - 0.5, height - 0.5, -0.5),
+              interpolation="antialiased")
+    lo, hi = colour_range(alpha, max_ratio) if scale == "log" else (0.0, 1.0)
+    if len(f):
+        rgba = _colours(alpha, scale, lo, hi, cmap)
+        order = np.argsort(-f.scales, kind="stable")  # large first: small ones stay visible
+        polys = ellipse_polygons(f.keypoints[order], ellipse_scale)
+        edge = rgba[order]
+        face = edge.copy()
+        face[:, 3] = 0.2
+        ax.add_collection(PolyCollection(polys, facecolors=face, edgecolors=edge, linewidths=0.9))
+    xlim, ylim = _view_limits(f, box)
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    n = len(f)
+    sub = f"{n} keypoint{'s' if n != 1 else ''}"
+    if n and scale == "log":
+        neg = int((alpha < 0).sum())
+        sub += f"; 5-95%: {lo:.2g}-{hi:.2g} x mean" if per_panel else ""
+        sub += f"; {neg} negative" if neg else ""
+    ax.set_title(f"{title}\n{sub}", fontsize=9)
+    return lo, hi
+
+
+def _colour_bar(fig, mappable, ax, per_panel, extend="neither", label=None):
+    from matplotlib.colors import LogNorm
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    cb = fig.colorbar(mappable, ax=ax, extend=extend, fraction=0.05 if per_panel else 0.03, pad=0.01)
+    cb.ax.tick_params(labelsize=7)
+    if isinstance(mappable.norm, LogNorm):
+        cb.ax.yaxis.set_major_locator(FixedLocator(_ticks(mappable.norm.vmin, mappable.norm.vmax)))
+        cb.ax.yaxis.set_minor_locator(NullLocator())
+        cb.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}"))
+    if label:
+        cb.set_label(label, fontsize=8)
+    return cb
+
+
+def _figure_legend(fig, axes, scale, max_ratio, cmap, per_panel):
+    """What the colours mean: a caption under per-panel colour bars, else one colour bar
+    for every panel."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import LogNorm, Normalize
+
     if per_panel:
         fig.supxlabel("colour: relative weight = weight / mean weight of the image, log scale, "
                       "each panel its own 5-95% range; warm = higher weight; black = negative (GMP)", fontsize=8)
     elif scale == "log":
-        colour_bar(ScalarMappable(norm=LogNorm(1.0 / max_ratio, max_ratio), cmap=cmap), axes.ravel().tolist(),
-                   extend="min", label="relative weight = weight / mean weight of the image\n"
-                                       "warm = higher weight; black = negative (GMP)")
+        _colour_bar(fig, ScalarMappable(norm=LogNorm(1.0 / max_ratio, max_ratio), cmap=cmap), axes.ravel().tolist(),
+                    per_panel, extend="min", label="relative weight = weight / mean weight of the image\n"
+                                                   "warm = higher weight; black = negative (GMP)")
     else:
-        colour_bar(ScalarMappable(norm=Normalize(0, 1), cmap=cmap), axes.ravel().tolist(),
-                   label="rank of the weight within the image (warm = higher weight)")
-    return fig
+        _colour_bar(fig, ScalarMappable(norm=Normalize(0, 1), cmap=cmap), axes.ravel().tolist(), per_panel,
+                    label="rank of the weight within the image (warm = higher weight)")
 
 
 # ---------------------------------------------------------------- widget
