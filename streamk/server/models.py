@@ -5,28 +5,27 @@ A body comes as JSON (its model strict: a JSON number where a number is due, NaN
 Infinity refused by the parser) or as a multipart form (its model converts the form's
 text: ``"10"`` for k; JSON text for a vector, a filter or metadata). A vector's length,
 the index's dimension, is checked against ``context={"dim": D}`` given at validation.
-Answers are validated by FastAPI against their model before they are sent.
+A search's options become one :class:`~streamk.index.SearchParams`, checked against the
+server's limits (``streamk.index.SERVER_LIMITS``, which the schema shows), passed down
+whole. Answers are validated by FastAPI against their model before they are sent.
 """
 
 import json
-import math
 from typing import Annotated, Any, Literal
 
 from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic_core import core_schema
 
-MAX_K = 1000
-MAX_VERIFY = 1000
-MAX_EXPAND = 200
+from ..checks import check_box
+from ..index import MODES, SERVER_LIMITS, SearchParams
+
+LIMITS = SERVER_LIMITS  # the index's limits, tightened for the server in one place (streamk.index)
 
 
 def id_field(*default):
     """An image id field (required unless a default is given)."""
     return Field(*default, min_length=1, max_length=200, description="an image id")
-
-
-BOX_RULE = "box must be 4 numbers x1, y1, x2, y2 (pixels of the query image)"
 
 
 # ---------------------------------------------------------------- JSON, strictly
@@ -64,23 +63,13 @@ JsonVector = Annotated[list[float], _JsonText()]
 
 
 def box_of_text(value):
-    """A box given as text, "x1,y1,x2,y2" (or a JSON list), as 4 finite numbers with
-    x1 < x2 and y1 < y2."""
+    """A box given as text, "x1,y1,x2,y2" (or a JSON list), checked by streamk's one box
+    rule (:func:`streamk.checks.check_box`: a ConfigError, a ValueError, is a validation
+    error)."""
     if value is None:
         return None
     text = value.strip()
-    parts = _json_text(text) if text.startswith("[") else [p for p in text.replace(",", " ").split() if p]
-    if not isinstance(parts, list) or len(parts) != 4 or any(isinstance(p, bool) for p in parts):
-        raise ValueError(BOX_RULE)
-    try:
-        box = [float(p) for p in parts]
-    except (TypeError, ValueError):
-        raise ValueError(BOX_RULE) from None
-    if not all(math.isfinite(v) for v in box):
-        raise ValueError("box must be 4 finite numbers")
-    if box[2] <= box[0] or box[3] <= box[1]:
-        raise ValueError("box must have x1 < x2 and y1 < y2")
-    return box
+    return list(check_box(_json_text(text) if text.startswith("[") else text.replace(",", " ").split()))
 
 
 class JsonBody(BaseModel):
@@ -116,12 +105,18 @@ class FormBody(BaseModel):
 
 # ---------------------------------------------------------------- bodies
 class SearchOptions(BaseModel):
-    k: int = Field(10, ge=1, le=MAX_K, description="results wanted")
-    verify: int | None = Field(None, ge=0, le=MAX_VERIFY,
+    k: int = Field(10, ge=1, le=LIMITS.k, description="results wanted")
+    verify: int | None = Field(None, ge=0, le=LIMITS.verify,
                                description="first-stage results spatially verified (0: none; default: the index's)")
-    expand: int | None = Field(None, ge=0, le=MAX_EXPAND,
+    expand: int | None = Field(None, ge=0, le=LIMITS.expand,
                                description="verified results averaged into an expanded query (0: none)")
-    mode: Literal["exact", "pq"] | None = Field(None, description="the first stage: exact vectors or PQ codes")
+    mode: Literal[MODES] | None = Field(None, description="the first stage: exact vectors or PQ codes")
+
+    def search_params(self):
+        """These options (and the box and filter of a body that has them) as one
+        SearchParams, checked against the server's limits (FilterError for a bad filter)."""
+        return SearchParams(k=self.k, verify=self.verify, expand=self.expand, mode=self.mode,
+                            box=getattr(self, "box", None), where=self.where, limits=LIMITS)
 
 
 class SearchJson(SearchOptions, VectorOfDim, JsonBody):
@@ -274,6 +269,6 @@ class HealthAnswer(Answer):
     filters: bool
 
 
-__all__ = ["AddForm", "AddJson", "DuplicatesAnswer", "ErrorAnswer", "HealthAnswer", "ImageAnswer", "MAX_EXPAND",
-           "MAX_K", "MAX_VERIFY", "SearchAnswer", "SearchForm", "SearchJson", "StatsAnswer", "UpdateForm",
-           "UpdateJson", "WriteAnswer", "loads"]
+__all__ = ["AddForm", "AddJson", "DuplicatesAnswer", "ErrorAnswer", "HealthAnswer", "ImageAnswer", "LIMITS",
+           "SearchAnswer", "SearchForm", "SearchJson", "StatsAnswer", "UpdateForm", "UpdateJson", "WriteAnswer",
+           "loads"]

@@ -171,25 +171,21 @@ class Service:
             out.append(d)
         return {"query": query, "results": out}
 
-    def search(self, vector, k, features=None, box=None, verify=None, expand=None, mode=None, query=None,
-               where=None, record=None):
-        """The results of one query vector (with its image's Features, or a stored image's
-        geometry record, for the second stage), among the images ``where`` (a metadata
-        filter) selects."""
-        hits = self.index.search(np.asarray(vector, np.float32), k=k, features=features,
-                                 box=box if features is not None else None, verify=verify, expand=expand, mode=mode,
-                                 where=where, record=record)
+    def search(self, vector, params, features=None, query=None, record=None):
+        """The results of one query vector under ``params`` (a SearchParams: its filter
+        selects among the images), with its image's Features, or a stored image's geometry
+        record, for the second stage."""
+        hits = self.index.search(np.asarray(vector, np.float32), params=params, features=features, record=record)
         return self._hits(hits, query or {})
 
-    def search_id(self, image_id, k, verify=None, expand=None, mode=None, where=None):
+    def search_id(self, image_id, params):
         """The results of an indexed image: its stored vector, verified with its stored local
         geometry where the index keeps it (on whichever shard holds it)."""
         v = self.index.vector(image_id)
         record = None
-        if verify != 0 and self.local_features_now():
+        if params.verify != 0 and self.local_features_now():
             record = self.index.geometry(image_id)
-        return self.search(v, k, verify=verify, expand=expand, mode=mode, query={"kind": "id", "id": image_id},
-                           where=where, record=record)
+        return self.search(v, params, query={"kind": "id", "id": image_id}, record=record)
 
     def duplicates(self, image_id, threshold, verify, max_results):
         hits = self.index.duplicates(image_id, threshold=threshold, verify=verify, max_results=max_results)

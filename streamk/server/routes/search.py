@@ -19,16 +19,16 @@ async def search(got: Received = Depends(SEARCH_BODY), service=Depends(service_o
     """The k best images for a photo (multipart: 'image', optional 'box'), an indexed
     image ('id') or a vector ('vector'), JSON: ids, scores, inliers, matched regions."""
     q = got.fields
+    params = q.search_params()
     if got.kind == "multipart":
-        described = await service.describe(got.data, q.box, "query", got.name)
-        query = {"kind": "image", "box": q.box, "image_size": described["image_size"], "features": described["n"]}
-        out = await service.call(service.search, described["vector"], q.k, described["features"], q.box, q.verify,
-                                 q.expand, q.mode, query, q.where)
+        described = await service.describe(got.data, params.box, "query", got.name)
+        query = {"kind": "image", "box": params.box, "image_size": described["image_size"],
+                 "features": described["n"]}
+        out = await service.call(service.search, described["vector"], params, described["features"], query)
     elif q.id is not None:
-        out = await service.call(service.search_id, q.id, q.k, q.verify, q.expand, q.mode, q.where)
+        out = await service.call(service.search_id, q.id, params)
     else:
-        out = await service.call(service.search, q.vector, q.k, None, None, q.verify, q.expand, q.mode,
-                                 {"kind": "vector"}, q.where)
+        out = await service.call(service.search, q.vector, params, None, {"kind": "vector"})
     out["took_ms"] = round(1000 * (time.perf_counter() - got.started), 2)
     return out
 
