@@ -79,7 +79,7 @@ def build(path, n, records, centres, rng):
     X = rng.integers(0, 255, (300, 128)).astype(np.float32)
     encoder = Encoder(embedding="bow", k=DIM, aggregation="sum").fit([X])  # vectors are given, not encoded
     idx = StreamingIndex.create(path, encoder, vector_dtype="float16", store_extras=False, map_size=1 << 30)
-    idx.store.write(lambda txn: txn.put(b"local_features", b"1", db=idx.store.dbs["meta"]))
+    idx.store.write(lambda txn: txn.put(b"local_features", b"1", db=idx.store.meta_db))
     t0 = time.perf_counter()
     for lo in range(0, n, 2048):
         items = []

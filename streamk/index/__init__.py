@@ -16,12 +16,12 @@ from .retraining import STALE_CODEC_RATIO, stale_codec_note
 from .queries import MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY, QueryEncoder, check_k, check_request
 from .search_params import EXPANSIONS, INDEX_LIMITS, MODES, SERVER_LIMITS, SearchLimits, SearchParams, check_count
 from .sharded import ShardedIndex, is_sharded, open_index, shard_of
-from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, validate_id
+from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, ImageRecord, Store, id_key, validate_id
 from .streaming_index import StreamingIndex
 from .upgrade import upgrade
 from .integrity_check import IntegrityReport, check_index
 
-__all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUPLICATE_POLICIES", "FILTER_GRAMMAR", "MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_METADATA_BYTES", "MAX_RERANK", "MAX_VERIFY", "MODES", "RowFilter", "STALE_CODEC_RATIO", "VECTOR_DTYPES", "AddResult", "EncodedImage", "Hit",
+__all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUPLICATE_POLICIES", "FILTER_GRAMMAR", "MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_METADATA_BYTES", "MAX_RERANK", "MAX_VERIFY", "MODES", "RowFilter", "STALE_CODEC_RATIO", "VECTOR_DTYPES", "AddResult", "EncodedImage", "Hit", "ImageRecord",
            "QueryEncoder", "ShardedIndex", "Store", "StreamingIndex", "check_k", "check_request", "checked_vector",
            "encode_metadata", "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "nearest_of_vectors", "normalise_box",
            "npz_bytes", "open_index", "parse_filter", "shard_of", "stale_codec_note", "unit_vector", "upgrade", "validate_id",

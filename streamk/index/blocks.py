@@ -12,7 +12,7 @@ import numpy as np
 
 from ..quantization import NO_LIST
 from .integrity import CRC_BYTES, checksum_ok, corrupt, describe_rows, seal
-from .store import epoch_key, row_key, rows_of_epoch_keys
+from .keys import epoch_key, row_key, rows_of_epoch_keys
 
 _LIST = np.dtype("<u4")
 
@@ -73,16 +73,16 @@ def mark_removed(txn, store, row):
     """Set the bit of ``row`` in its block's bitmap of removed rows."""
     block, bit = divmod(int(row), store.block_rows)
     key = row_key(block)
-    raw = txn.get(key, db=store.dbs["dead"])
+    raw = txn.get(key, db=store.dead_db)
     bits = bytearray(raw) if raw is not None else bytearray(store.block_rows // 8)
     bits[bit >> 3] |= 1 << (bit & 7)
-    txn.put(key, bytes(bits), db=store.dbs["dead"])
+    txn.put(key, bytes(bits), db=store.dead_db)
 
 
 def seal_block(txn, store, epoch, block, M):
     """Pack the per-row codes of a full block into one value and delete them. Rows
     without a code (removed before they were coded) get list NO_LIST."""
-    codes_db = store.dbs["codes"]
+    codes_db = store.codes_db
     B = store.block_rows
     lo = block * B
     keys, values = [], []
@@ -104,7 +104,7 @@ def seal_block(txn, store, epoch, block, M):
         codes[rows] = got_codes
     for k in keys:
         txn.delete(k, db=codes_db)
-    txn.put(epoch_key(epoch, block), pack_block(lists, codes), db=store.dbs["code_blocks"])
+    txn.put(epoch_key(epoch, block), pack_block(lists, codes), db=store.code_blocks_db)
 
 
 __all__ = ["checked_block", "mark_removed", "open_row_codes", "pack_block", "pack_codes", "seal_block",

@@ -20,18 +20,16 @@ the demo's photo changes with T-emb k = 16: see bench/README.md), and, when aske
   ``streamk ingest --on-duplicate skip|keep|report``.
 """
 
-import json
 import sys
 
 import numpy as np
 
-from ..errors import ConfigError, UnknownIdError
+from ..errors import ConfigError
 from ..verification import verify_geometry as verify_records
 from ..verification.spatial import DEFAULT_MIN_INLIERS
 from .queries import MAX_BATCH
 from .search_params import check_count
-from .second_stage import Hit, records_of
-from .store import id_key
+from .second_stage import Hit
 
 # Measured by bench/duplicates.py (T-emb k = 16, GMP, the demo's extractor; 80 Paris photos,
 # the encoder learned on 60 others): a photo's copies re-encoded (JPEG q = 12, q = 50), resized
@@ -58,7 +56,7 @@ def check_threshold(threshold):
 
 def _verified(store, txn, row, cand_rows, min_inliers):
     """Inliers of each candidate row against ``row``'s record (-1: a record is missing)."""
-    recs = records_of(store, txn, [row] + list(cand_rows))
+    recs = store.geometry_records(txn, [row] + list(cand_rows))
     out = np.full(len(cand_rows), -1, np.int64)
     have = [i for i, r in enumerate(recs[1:]) if r is not None]
     if recs[0] is None or not have:
@@ -85,10 +83,7 @@ def duplicates_of(index, image_id, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify
         _need_geometry(index)
     store = index.store
     with store.read(buffers=True) as txn:
-        raw = txn.get(id_key(image_id), db=store.dbs["images"])
-        if raw is None:
-            raise UnknownIdError(f"no image {image_id!r} in the index")
-        row = int(json.loads(bytes(raw))["row"])
+        row = store.require_image(txn, image_id).row
         view = index.view
         view.refresh(txn)
         q = view.vectors_of(txn, [row])

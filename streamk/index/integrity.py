@@ -17,7 +17,6 @@ key ``crc32c:<name>`` of ``meta`` (:func:`put_checked_meta` / :func:`get_checked
 """
 
 import errno
-import json
 import os
 import resource
 import shutil
@@ -66,16 +65,6 @@ def describe_rows(rows):
         return f"rows {rows[0]}..{rows[-1]}"
     shown = ", ".join(str(r) for r in rows[:8])
     return ("row " if len(rows) == 1 else "rows ") + shown + (" ..." if len(rows) > 8 else "")
-
-
-def image_record(raw, path, image_id):
-    """The JSON record (dict with its ``row``) of an image as stored, or IndexCorruptError."""
-    try:
-        record = json.loads(bytes(raw))
-        int(record["row"])
-        return record
-    except (ValueError, KeyError, TypeError) as exc:
-        raise corrupt(path, f"the record of id {image_id!r} is unreadable ({type(exc).__name__})") from exc
 
 
 # ------------------------------------------------------------ LMDB's header
@@ -224,4 +213,4 @@ def check_room(path, needed):
 
 
 __all__ = ["CORRUPTION", "CRC_BYTES", "check_lmdb_file", "check_room", "checksum_ok", "corrupt", "crc32c",
-           "describe_rows", "disk_full", "get_checked_meta", "image_record", "put_checked_meta", "read_lmdb_meta", "seal", "unseal"]
+           "describe_rows", "disk_full", "get_checked_meta", "put_checked_meta", "read_lmdb_meta", "seal", "unseal"]

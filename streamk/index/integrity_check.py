@@ -24,7 +24,6 @@ cannot be repaired in place (a truncated file, an unreadable B-tree, the encoder
 restore a copy. After a repair the index is verified again.
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,13 +34,12 @@ from tqdm.auto import tqdm
 from ..errors import GeometryRecordError, IndexCorruptError, NotAnIndexError, StreamkError
 from ..quantization import IVFPQ, NO_LIST
 from ..verification.records import parse_header
-from .blocks import checked_block, mark_removed, pack_block, pack_codes, seal_row_codes, split_block
+from .blocks import checked_block, pack_block, pack_codes, seal_row_codes, split_block
 from . import range_columns
 from .integrity import CORRUPTION, CRC_BYTES, check_lmdb_file, checksum_ok, describe_rows
 from .metadata import expected_columns, rebuild_columns
-from .store import (CHECKED_META, SEALED_SUBDBS, Store, epoch_key, epoch_key_split, removed_rows, row_from_key,
-                    row_key, validate_id)
-from .vector_store import VectorStore
+from .store import (CHECKED_META, SEALED_SUBDBS, ImageRecord, Store, epoch_key, epoch_key_split, removed_rows,
+                    row_from_key, row_key, validate_id)
 
 
 @dataclass
@@ -121,9 +119,11 @@ class _Scan:
 
 def _walk(store, name, scan, bar):
     """(key, value) of a sub-database, in a read transaction of its own (LMDB's errors end
-    a transaction); an unreadable B-tree is noted, not raised."""
+    a transaction); an unreadable B-tree is noted, not raised; nothing for one absent."""
+    if store.subdb(name) is None:
+        return
     try:
-        with store.env.begin() as txn, txn.cursor(db=store.dbs[name]) as cur:
+        with store.env.begin() as txn, txn.cursor(db=store.subdb(name)) as cur:
             for k, v in cur:
                 bar.update(1)
                 yield bytes(k), v
@@ -131,98 +131,105 @@ def _walk(store, name, scan, bar):
         scan.unreadable.append(f"the B-tree of '{name}' ({exc})")
 
 
-def _scan(store, progress):
-    s = _Scan()
-    dbs = store.dbs
-    dim = store.get_int(b"dim")
-    vectors = VectorStore(store, dim, np.dtype(bytes(store.get_meta(b"vector_dtype")).decode()))
-    B = store.block_rows
-    M = None
+def _scan_meta(store, s):
+    """The checked metadata blobs, the counters, the codec's M and the entries to walk."""
     with store.read() as txn:
         for key in CHECKED_META:
             try:
                 store.get_meta(key, txn)
             except IndexCorruptError:
                 s.bad_meta.append(key.decode())
-        next_row = store.get_int(b"next_row", txn)
-        epoch = store.get_int(b"codec_epoch", txn)
-        if epoch and "codec" not in s.bad_meta:
+        s.next_row = store.get_int(b"next_row", txn)
+        s.epoch = store.get_int(b"codec_epoch", txn)
+        s.M = None
+        if s.epoch and "codec" not in s.bad_meta:
             try:
-                M = IVFPQ.from_bytes(store.get_meta(b"codec", txn)).M
+                s.M = IVFPQ.from_bytes(store.get_meta(b"codec", txn)).M
             except (StreamkError, ValueError, TypeError):
                 s.bad_meta.append("codec")
-        names = ["vectors", "images", "row_ids", "hashes", "codes", "code_blocks", "geometry", "postings",
-                 *SEALED_SUBDBS]
-        total = sum(txn.stat(dbs[n])["entries"] for n in names if dbs.get(n) is not None)
+        walked = [store.subdb(n) for n in _WALKED]
+        total = sum(txn.stat(db)["entries"] for db in walked if db is not None)
     try:
         with store.read() as txn:
-            dead = removed_rows(txn, store, next_row)
+            s.dead = removed_rows(txn, store, s.next_row)
     except IndexCorruptError as exc:
         s.unreadable.append(f"the B-tree of 'dead' ({exc})")
-        dead = np.zeros(next_row, np.uint8)
+        s.dead = np.zeros(s.next_row, np.uint8)
+    return total
+
+
+# the sub-databases a verification walks entry by entry (its progress bar counts them)
+_WALKED = ("vectors", "images", "row_ids", "hashes", "codes", "code_blocks", "geometry", "postings", *SEALED_SUBDBS)
+
+
+def _scan(store, progress):
+    s = _Scan()
+    s.vectors = store.vector_store()
+    total = _scan_meta(store, s)
     with tqdm(total=total, desc="verify", unit="entry", disable=progress is False or None) as bar:
         for k, v in _walk(store, "vectors", s, bar):
             block = row_from_key(k)
             s.blocks.add(block)
-            if not vectors.block_ok(v):
+            if not s.vectors.block_ok(v):
                 s.bad_blocks.add(block)
-                ok = vectors.rows_ok(v)
-                s.bad_vector_rows.update(int(block * vectors.block_rows + i) for i in np.flatnonzero(~ok))
+                ok = s.vectors.rows_ok(v)
+                s.bad_vector_rows.update(int(block * s.vectors.block_rows + i) for i in np.flatnonzero(~ok))
         for k, v in _walk(store, "images", s, bar):
             try:
-                validate_id(k.decode("utf-8"))
-                s.records[int(json.loads(bytes(v))["row"])] = k
-            except (StreamkError, ValueError, KeyError, TypeError):
+                s.records[ImageRecord.decode(v, store.path, validate_id(k.decode("utf-8"))).row] = k
+            except (StreamkError, ValueError):
                 s.bad_records.append(k)
         for k, v in _walk(store, "row_ids", s, bar):
             s.row_ids[row_from_key(k)] = bytes(v)
         for k, v in _walk(store, "hashes", s, bar):
             s.hashes[k] = bytes(v)
-        if epoch and M is not None:
-            for k, v in _walk(store, "code_blocks", s, bar):
-                e, block = epoch_key_split(k)
-                if e != epoch:
-                    continue
-                try:
-                    lists, _ = split_block(checked_block(store, v, e, block, M), M, B)
-                    s.coded.update((block * B + np.flatnonzero(lists != NO_LIST)).tolist())
-                except IndexCorruptError:
-                    s.bad_code_blocks.add(block)
-            for k, v in _walk(store, "codes", s, bar):
-                e, row = epoch_key_split(k)
-                if e != epoch:
-                    continue
-                if len(v) != 4 + M + CRC_BYTES or not checksum_ok(v):
-                    s.bad_code_rows.add(row)
-                elif int.from_bytes(bytes(v[:4]), "little") != NO_LIST:
-                    s.coded.add(row)
-        if dbs.get("geometry") is not None:
-            for k, v in _walk(store, "geometry", s, bar):
-                try:
-                    parse_header(v)
-                except GeometryRecordError:
-                    s.bad_geometry.append(row_from_key(k))
+        if s.epoch and s.M is not None:
+            _scan_codes(store, s, bar)
+        for k, v in _walk(store, "geometry", s, bar):
+            try:
+                parse_header(v)
+            except GeometryRecordError:
+                s.bad_geometry.append(row_from_key(k))
         for name in SEALED_SUBDBS:
-            if dbs.get(name) is not None:
-                for k, v in _walk(store, name, s, bar):
-                    if not checksum_ok(v):
-                        s.bad_blobs.append((name, k))
-                    elif name == "metadata":
-                        s.meta_rows.add(row_from_key(k))
-        if dbs.get("postings") is not None:
-            for k, v in _walk(store, "postings", s, bar):
-                s.postings.append((k, row_from_key(v)))
-        if dbs.get("columns") is not None and dbs.get("postings") is not None:
+            for k, v in _walk(store, name, s, bar):
+                if not checksum_ok(v):
+                    s.bad_blobs.append((name, k))
+                elif name == "metadata":
+                    s.meta_rows.add(row_from_key(k))
+        for k, v in _walk(store, "postings", s, bar):
+            s.postings.append((k, row_from_key(v)))
+        if store.columns_db is not None and store.postings_db is not None:
             _scan_columns(store, s)
-    s.next_row, s.epoch, s.dead, s.vectors = next_row, epoch, dead, vectors
     return s
+
+
+def _scan_codes(store, s, bar):
+    """The sealed blocks and row codes of the codec in use: their CRC32C and the rows coded."""
+    B, M, epoch = store.block_rows, s.M, s.epoch
+    for k, v in _walk(store, "code_blocks", s, bar):
+        e, block = epoch_key_split(k)
+        if e != epoch:
+            continue
+        try:
+            lists, _ = split_block(checked_block(store, v, e, block, M), M, B)
+            s.coded.update((block * B + np.flatnonzero(lists != NO_LIST)).tolist())
+        except IndexCorruptError:
+            s.bad_code_blocks.add(block)
+    for k, v in _walk(store, "codes", s, bar):
+        e, row = epoch_key_split(k)
+        if e != epoch:
+            continue
+        if len(v) != 4 + M + CRC_BYTES or not checksum_ok(v):
+            s.bad_code_rows.add(row)
+        elif int.from_bytes(bytes(v[:4]), "little") != NO_LIST:
+            s.coded.add(row)
 
 
 def _scan_columns(store, s):
     """Read the range columns and what the posting lists call for (in a read transaction of its own)."""
     try:
-        with store.read() as txn, txn.cursor(db=store.dbs["columns"]) as cur:
-            s.expected_columns = expected_columns(store, txn, s.postings)
+        with store.read() as txn, txn.cursor(db=store.columns_db) as cur:
+            s.expected_columns = expected_columns(txn, store, s.postings)
             for kp in s.expected_columns:
                 s.columns[kp] = range_columns.records_of(cur, kp)
     except CORRUPTION as exc:
@@ -300,9 +307,7 @@ def _rows_of_blocks(blocks, B):
 
 def _repair(store, s, live_set, report, progress):
     """Repair what ``s`` found (see the module doc); fills report.repaired and report.lost."""
-    dbs = store.dbs
-    vectors = s.vectors
-    B = vectors.block_rows
+    B = s.vectors.block_rows
     lost_rows = sorted((s.bad_vector_rows & live_set)
                        | {r for r in s.records if r in live_set and r // B not in s.blocks})
     lost_keys = {s.records.get(r) or s.row_ids.get(r) for r in lost_rows} | set(s.bad_records)
@@ -311,71 +316,28 @@ def _repair(store, s, live_set, report, progress):
     drop_rows = sorted(set(lost_rows) | set(bad_record_rows))
 
     def remove_lost(txn):
-        for key in lost_keys:
-            raw = txn.get(key, db=dbs["images"])
-            try:
-                ck = bytes.fromhex(json.loads(raw)["content_key"]) if raw is not None else None
-            except (ValueError, KeyError, TypeError):
-                ck = None
-            if ck is not None and txn.get(ck, db=dbs["hashes"]) == key:
-                txn.delete(ck, db=dbs["hashes"])
-            for name in ("images", "extras", "thumbnails"):  # keyed by id
-                if dbs.get(name) is not None:
-                    txn.delete(key, db=dbs[name])
+        for key in lost_keys:  # the image's data is damaged: nothing of it is read but its content key
+            store.delete_id(txn, key, _content_key(store, txn, key))
         for row in drop_rows:
-            for name in ("row_ids", "geometry", "metadata"):  # keyed by row
-                if dbs.get(name) is not None:
-                    txn.delete(row_key(row), db=dbs[name])
-            mark_removed(txn, store, row)
-            store.bump(txn, b"-", row)
-        for block in sorted(s.bad_blocks):  # rewrite with the intact rows, zeros elsewhere
-            raw = txn.get(row_key(block), db=dbs["vectors"])
-            ok = vectors.rows_ok(raw) if raw is not None else np.zeros(B, bool)
-            V = vectors.block_vectors(raw).copy() if raw is not None and len(raw) == vectors.value_bytes \
-                else np.zeros((B, vectors.dim), vectors.dtype)
-            V[~ok] = 0
-            if V.any():
-                txn.put(row_key(block), vectors.pack_block(V), db=dbs["vectors"])
-            else:
-                txn.delete(row_key(block), db=dbs["vectors"])
-        for row, key in s.records.items():  # row_ids restored for intact images
-            if row in live_set and row not in set(drop_rows) and s.row_ids.get(row) != key:
-                txn.put(row_key(row), key, db=dbs["row_ids"])
-        for row, key in s.row_ids.items():  # row_ids naming no record
-            if s.records.get(row) != key and key not in s.bad_records and key not in lost_keys:
-                txn.delete(row_key(row), db=dbs["row_ids"])
-        for ck in s.orphan_hashes:
-            txn.delete(ck, db=dbs["hashes"])
-        for row in s.bad_geometry:
-            txn.delete(row_key(row), db=dbs["geometry"])
-        for name, key in s.bad_blobs:
-            txn.delete(key, db=dbs[name])
-        gone = set(drop_rows) | {row_from_key(k) for name, k in s.bad_blobs if name == "metadata"}
-        orphans = set(s.orphan_postings)
-        for key, row in s.postings:  # posting lists name only live rows with metadata
-            if row in gone or (key, row) in orphans:
-                txn.delete(key, row_key(row), db=dbs["postings"])
-        if s.bad_columns or s.expected_columns and (orphans or gone):  # the columns follow the posting lists
-            rebuild_columns(txn, store)
+            store.delete_row(txn, row, salvage=True)
+        _rewrite_vector_blocks(txn, store, s)
+        _restore_row_ids(txn, store, s, live_set, set(drop_rows), lost_keys)
+        _drop_damaged(txn, store, s, set(drop_rows))
     if s.bad_columns or s.orphan_postings or lost_keys or drop_rows or s.bad_blocks or s.bad_geometry or s.bad_blobs or s.orphan_hashes or any(
             "row_ids" in d for d in report.damaged):
         store.write(remove_lost)
         report.lost = sorted(k.decode("utf-8", "replace") for k in lost_keys)
-        if s.bad_blocks:
-            report.repaired.append(f"{len(s.bad_blocks)} vector block(s) rewritten with their intact rows")
-        if drop_rows:
-            report.repaired.append(f"{len(drop_rows)} image(s) with unreadable data removed (listed as lost)")
-        if s.bad_geometry:
-            report.repaired.append(f"{len(s.bad_geometry)} damaged geometry record(s) dropped (those images are "
-                                   "no longer spatially verified; `streamk index add-local-features` adds them)")
-        if s.bad_blobs:
-            report.repaired.append(f"{len(s.bad_blobs)} damaged blob(s) dropped")
-        if s.bad_columns:
-            report.repaired.append(f"{len(s.bad_columns)} range column(s) rebuilt from the posting lists")
+        report.repaired += [line for ok, line in (
+            (s.bad_blocks, f"{len(s.bad_blocks)} vector block(s) rewritten with their intact rows"),
+            (drop_rows, f"{len(drop_rows)} image(s) with unreadable data removed (listed as lost)"),
+            (s.bad_geometry, f"{len(s.bad_geometry)} damaged geometry record(s) dropped (those images are "
+                             "no longer spatially verified; `streamk index add-local-features` adds them)"),
+            (s.bad_blobs, f"{len(s.bad_blobs)} damaged blob(s) dropped"),
+            (s.bad_columns, f"{len(s.bad_columns)} range column(s) rebuilt from the posting lists")) if ok]
     if "vocabulary" in s.bad_meta:
         def drop_vocabulary(txn):
             for key in (b"vocabulary", b"crc32c:vocabulary"):
-                txn.delete(key, db=dbs["meta"])
+                txn.delete(key, db=store.meta_db)
             store.put_int(txn, b"local_features", 0)
         store.write(drop_vocabulary)
         report.repaired.append("the damaged vocabulary dropped: the second stage is off until "
@@ -384,15 +346,66 @@ def _repair(store, s, live_set, report, progress):
         _repair_codes(store, s, live_set - set(drop_rows), report, progress)
 
 
+def _content_key(store, txn, key):
+    """The content key of the record under ``key``, None when it has none or is unreadable."""
+    try:
+        record = store.image(txn, key)
+    except StreamkError:
+        return None
+    return None if record is None else record.content_key
+
+
+def _rewrite_vector_blocks(txn, store, s):
+    """Each damaged vector block rewritten with its intact rows, zeros elsewhere (dropped when none is left)."""
+    vectors, B = s.vectors, s.vectors.block_rows
+    for block in sorted(s.bad_blocks):
+        raw = txn.get(row_key(block), db=store.vectors_db)
+        ok = vectors.rows_ok(raw) if raw is not None else np.zeros(B, bool)
+        V = vectors.block_vectors(raw).copy() if raw is not None and len(raw) == vectors.value_bytes \
+            else np.zeros((B, vectors.dim), vectors.dtype)
+        V[~ok] = 0
+        if V.any():
+            txn.put(row_key(block), vectors.pack_block(V), db=store.vectors_db)
+        else:
+            txn.delete(row_key(block), db=store.vectors_db)
+
+
+def _restore_row_ids(txn, store, s, live_set, dropped, lost_keys):
+    """row_ids named again for intact images, dropped where they name no record."""
+    for row, key in s.records.items():
+        if row in live_set and row not in dropped and s.row_ids.get(row) != key:
+            txn.put(row_key(row), key, db=store.row_ids_db)
+    for row, key in s.row_ids.items():
+        if s.records.get(row) != key and key not in s.bad_records and key not in lost_keys:
+            txn.delete(row_key(row), db=store.row_ids_db)
+
+
+def _drop_damaged(txn, store, s, dropped):
+    """Orphan content keys, damaged geometry records and blobs dropped; the posting lists
+    keep only live rows with metadata, and the range columns follow them."""
+    for ck in s.orphan_hashes:
+        txn.delete(ck, db=store.hashes_db)
+    for row in s.bad_geometry:
+        txn.delete(row_key(row), db=store.geometry_db)
+    for name, key in s.bad_blobs:
+        txn.delete(key, db=store.subdb(name))
+    gone = dropped | {row_from_key(k) for name, k in s.bad_blobs if name == "metadata"}
+    orphans = set(s.orphan_postings)
+    for key, row in s.postings:
+        if row in gone or (key, row) in orphans:
+            txn.delete(key, row_key(row), db=store.postings_db)
+    if s.bad_columns or s.expected_columns and (orphans or gone):
+        rebuild_columns(txn, store)
+
+
 def _repair_codes(store, s, live_set, report, progress):
-    dbs = store.dbs
     B = store.block_rows
     if "codec" in s.bad_meta:
         from .retraining import Trainer
 
         def drop(txn):
             for key in (b"codec", b"crc32c:codec"):
-                txn.delete(key, db=dbs["meta"])
+                txn.delete(key, db=store.meta_db)
             store.put_int(txn, b"codec_epoch", 0)
             store.bump(txn, b"*", 0)
         store.write(drop)
@@ -420,19 +433,19 @@ def _repair_codes(store, s, live_set, report, progress):
             block_lists = np.full(B, NO_LIST, np.uint32)
             block_codes = np.zeros((B, codec.M), np.uint8)
             block_lists[rows - block * B], block_codes[rows - block * B] = lists, codes
-            txn.put(epoch_key(epoch, block), pack_block(block_lists, block_codes), db=dbs["code_blocks"])
+            txn.put(epoch_key(epoch, block), pack_block(block_lists, block_codes), db=store.code_blocks_db)
         redo = sorted((s.bad_code_rows | uncoded) - _rows_of_blocks(s.bad_code_blocks, B))
-        sealed = {r for r in redo if txn.get(epoch_key(epoch, r // B), db=dbs["code_blocks"]) is not None}
+        sealed = {r for r in redo if txn.get(epoch_key(epoch, r // B), db=store.code_blocks_db) is not None}
         rows, lists, codes = codes_of(txn, [r for r in redo if r not in sealed])
         for r, value in zip(rows.tolist(), seal_row_codes(pack_codes(lists, codes))):
-            txn.put(epoch_key(epoch, r), value, db=dbs["codes"])
+            txn.put(epoch_key(epoch, r), value, db=store.codes_db)
         for b in sorted({r // B for r in sealed}):  # a live row missing from a sealed block
-            raw = checked_block(store, txn.get(epoch_key(epoch, b), db=dbs["code_blocks"]), epoch, b, codec.M)
+            raw = checked_block(store, txn.get(epoch_key(epoch, b), db=store.code_blocks_db), epoch, b, codec.M)
             bl, bc = split_block(raw, codec.M, B)
             bl, bc = bl.copy(), bc.copy()
             rows, lists, codes = codes_of(txn, [r for r in sealed if r // B == b])
             bl[rows - b * B], bc[rows - b * B] = lists, codes
-            txn.put(epoch_key(epoch, b), pack_block(bl, bc), db=dbs["code_blocks"])
+            txn.put(epoch_key(epoch, b), pack_block(bl, bc), db=store.code_blocks_db)
         store.bump(txn, b"*", 0)  # readers load the codes again
     store.write(rewrite)
     report.repaired.append(f"PQ codes computed again from the vectors: {len(s.bad_code_blocks)} block(s), "

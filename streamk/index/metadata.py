@@ -48,7 +48,7 @@ import numpy as np
 from ..errors import FilterError, MetadataError
 from ..quantization import row_bitmap
 from . import range_columns
-from .store import row_from_key, row_key
+from .keys import row_from_key, row_key
 
 MAX_METADATA_BYTES = 64 * 1024  # one image's metadata, JSON-encoded (UTF-8)
 MAX_FIELD_BYTES = 100  # a field name in UTF-8 (indexed fields: it is part of an LMDB key)
@@ -149,12 +149,12 @@ def posting_prefix(field):
 
 
 # ---------------------------------------------------------------- writing (inside a write transaction)
-def indexed_fields(store, txn):
+def indexed_fields(txn, store):
     raw = store.get_meta(b"indexed_fields", txn)
     return json.loads(bytes(raw)) if raw is not None else []
 
 
-def column_fields(store, txn):
+def column_fields(txn, store):
     """The indexed fields that have a sorted column for ranges (:mod:`.range_columns`);
     an index written before columns existed has none until ``index_field`` builds them."""
     raw = store.get_meta(b"range_columns", txn)
@@ -171,9 +171,9 @@ def _column_records(postings, fields):
             yield key[:i] + tag, record
 
 
-def _stored_column_records(store, txn, postings):
+def _stored_column_records(txn, store, postings):
     """_column_records for the fields of this index that have a column (none without the sub-database)."""
-    return _column_records(postings, column_fields(store, txn)) if store.dbs.get("columns") is not None else ()
+    return _column_records(postings, column_fields(txn, store)) if store.columns_db is not None else ()
 
 
 def _columns_of(postings, fields):
@@ -185,18 +185,18 @@ def _columns_of(postings, fields):
     return out
 
 
-def expected_columns(store, txn, postings):
+def expected_columns(txn, store, postings):
     """{column key prefix: set of records} that the columns hold when they agree with the
     (posting key, row) pairs given (``streamk index verify``)."""
-    return _columns_of(postings, column_fields(store, txn))
+    return _columns_of(postings, column_fields(txn, store))
 
 
 def rebuild_columns(txn, store):
     """Build every range column again from the posting lists (``streamk index verify --repair``)."""
-    with txn.cursor(db=store.dbs["postings"]) as cur:
+    with txn.cursor(db=store.postings_db) as cur:
         pairs = [(bytes(k), row_from_key(v)) for k, v in cur]
-    for kp, records in expected_columns(store, txn, pairs).items():
-        range_columns.build(txn, store.dbs["columns"], kp, records)
+    for kp, records in expected_columns(txn, store, pairs).items():
+        range_columns.build(txn, store.columns_db, kp, records)
 
 
 def _postings(store, fields, metadata, check):
@@ -213,7 +213,7 @@ def prepare_metadata(txn, store, metadata, fields=None):
     if not metadata:
         return None
     raw = encode_metadata(metadata)
-    fields = indexed_fields(store, txn) if fields is None else fields
+    fields = indexed_fields(txn, store) if fields is None else fields
     return raw, list(_postings(store, fields, metadata, True))
 
 
@@ -221,41 +221,39 @@ def put_metadata(txn, store, row, prepared):
     """Store prepared metadata (:func:`prepare_metadata`; None: nothing) under ``row``."""
     if prepared is None:
         return
-    db = store.dbs
-    if db["metadata"] is None:  # pragma: no cover - a write opens the optional sub-databases
+    if store.metadata_db is None:  # pragma: no cover - a write opens the optional sub-databases
         raise MetadataError(f"{store.path}: this index cannot store metadata (opened read-only?)")
     raw, keys = prepared
     rk = row_key(row)
     for key in keys:
-        txn.put(key, rk, db=db["postings"], dupdata=True)
-    for kp, record in _stored_column_records(store, txn, ((k, row) for k in keys)):
-        range_columns.insert(txn, db["columns"], kp, record)
+        txn.put(key, rk, db=store.postings_db, dupdata=True)
+    for kp, record in _stored_column_records(txn, store, ((k, row) for k in keys)):
+        range_columns.insert(txn, store.columns_db, kp, record)
     store.put_blob(txn, "metadata", rk, raw)  # sealed with its CRC32C
 
 
 def delete_metadata(txn, store, row, fields=None):
     """Remove the metadata of ``row`` and its postings; returns the old metadata (dict)."""
-    db = store.dbs
-    if db["metadata"] is None:
+    if store.metadata_db is None:
         return {}
     rk = row_key(row)
     raw = store.get_blob(txn, "metadata", rk)
     if raw is None:
         return {}
     old = decode_metadata(raw)
-    fields = indexed_fields(store, txn) if fields is None else fields
+    fields = indexed_fields(txn, store) if fields is None else fields
     keys = list(_postings(store, fields, old, False))
     for key in keys:
-        txn.delete(key, rk, db=db["postings"])
-    for kp, record in _stored_column_records(store, txn, ((k, row) for k in keys)):
-        range_columns.delete(txn, db["columns"], kp, record)
-    txn.delete(rk, db=db["metadata"])
+        txn.delete(key, rk, db=store.postings_db)
+    for kp, record in _stored_column_records(txn, store, ((k, row) for k in keys)):
+        range_columns.delete(txn, store.columns_db, kp, record)
+    txn.delete(rk, db=store.metadata_db)
     return old
 
 
 def metadata_of_rows(txn, store, rows):
     """The metadata (dict) of each row; {} for a row without any."""
-    db = store.dbs.get("metadata")
+    db = store.metadata_db
     if db is None or not len(rows):
         return [{} for _ in rows]
     keys = [row_key(int(r)) for r in rows]
@@ -270,27 +268,26 @@ def add_indexed_field(txn, store, field):
     A field indexed before columns existed gets its column. Returns False when the field
     already was indexed with its column."""
     check_field(field)
-    fields = indexed_fields(store, txn)
-    with_column = column_fields(store, txn)
+    fields = indexed_fields(txn, store)
+    with_column = column_fields(txn, store)
     if field in fields and field in with_column:
         return False
     if field not in fields and len(fields) >= MAX_INDEXED_FIELDS:
         raise FilterError(f"at most {MAX_INDEXED_FIELDS} indexed fields; this index has {fields}")
-    db = store.dbs
     pairs = []
-    with txn.cursor(db=db["metadata"]) as cur:
+    with txn.cursor(db=store.metadata_db) as cur:
         for rk, raw in cur:
             meta = decode_metadata(store.unseal_blob("metadata", rk, raw))
             if field in meta:
                 for key in _postings(store, [field], meta, True):
                     if field not in fields:
-                        txn.put(key, bytes(rk), db=db["postings"], dupdata=True)
+                        txn.put(key, bytes(rk), db=store.postings_db, dupdata=True)
                     pairs.append((key, row_from_key(rk)))
     for kp, records in _columns_of(pairs, [field]).items():
-        range_columns.build(txn, db["columns"], kp, records)
+        range_columns.build(txn, store.columns_db, kp, records)
     if field not in fields:
-        txn.put(b"indexed_fields", json.dumps(fields + [field]).encode(), db=db["meta"])
-    txn.put(b"range_columns", json.dumps(with_column + [field]).encode(), db=db["meta"])
+        txn.put(b"indexed_fields", json.dumps(fields + [field]).encode(), db=store.meta_db)
+    txn.put(b"range_columns", json.dumps(with_column + [field]).encode(), db=store.meta_db)
     return True
 
 
@@ -449,15 +446,15 @@ def allowed_rows(txn, store, clauses, n_rows):
     """The RowFilter of parsed ``clauses`` as ``txn`` sees the index (n_rows: the rows
     the bitmap covers, at least the next row). Reads only posting lists: the cost is the
     rows each clause selects (their intersection is what the search sees)."""
-    fields = indexed_fields(store, txn)
+    fields = indexed_fields(txn, store)
     missing = [c.field for c in clauses if c.field not in fields]
     if missing:
         raise FilterError(f"filter on {missing[0]!r}: the field is not indexed (filters use indexed fields "
                           f"only; index it with StreamingIndex.index_field({missing[0]!r}) or "
                           f"`streamk index field IDX {missing[0]}`); indexed: {fields}")
-    db = store.dbs.get("postings")
-    columns_db = store.dbs.get("columns")
-    with_column = set(column_fields(store, txn)) if columns_db is not None else set()
+    db = store.postings_db
+    columns_db = store.columns_db
+    with_column = set(column_fields(txn, store)) if columns_db is not None else set()
     rows = None
     if db is not None:
         with txn.cursor(db=db) as cur, txn.cursor(db=columns_db or db) as columns_cur:

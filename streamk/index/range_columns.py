@@ -29,7 +29,7 @@ past CHUNK_MAX records is split in two. Building a field's column (when it is fi
 
 import numpy as np
 
-from .store import row_key
+from .keys import row_key
 
 PREFIX_BYTES = 16  # of the encoded value, in each record
 RECORD_BYTES = PREFIX_BYTES + 8

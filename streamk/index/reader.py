@@ -41,9 +41,21 @@ class SearchView:
         self.seq = -1
         self.epoch = 0
         self.codec = None
+        self._codec_seen = (-1, None)  # (epoch, codec) decoded by codec_in_use without a full load
         self.lists = None  # InvertedLists, with a codec
         self.dead = np.zeros(0, np.uint8)  # 1 for removed rows (rows past the end: alive)
         self.vectors = VectorStore(store, dim, vector_dtype)
+
+    def codec_in_use(self, txn):
+        """The IVFPQ codec in use as ``txn`` sees it (None before training), without loading
+        any code: the view's own when it is of that epoch, else decoded (and kept) once."""
+        epoch = self.store.get_int(b"codec_epoch", txn)
+        if epoch == self.epoch and self.codec is not None:
+            return self.codec
+        if self._codec_seen[0] != epoch:
+            blob = self.store.get_meta(b"codec", txn) if epoch else None
+            self._codec_seen = (epoch, IVFPQ.from_bytes(blob) if blob is not None else None)
+        return self._codec_seen[1]
 
     # ------------------------------------------------------------ keeping up
     def refresh(self, txn):
@@ -71,7 +83,6 @@ class SearchView:
 
     def _full_load(self, txn, epoch):
         s = self.store
-        db = s.dbs
         B = s.block_rows
         self.dead = removed_rows(txn, s, s.get_int(b"next_row", txn))
         if epoch != self.epoch or self.codec is None:
@@ -85,7 +96,7 @@ class SearchView:
         tail = self._open_block_codes(txn, epoch, M)
 
         def parts():
-            with txn.cursor(db=db["code_blocks"]) as cur:
+            with txn.cursor(db=s.code_blocks_db) as cur:
                 if cur.set_range(epoch_key(epoch, 0)):
                     for k, value in cur:
                         e, block = epoch_key_split(k)
@@ -99,7 +110,7 @@ class SearchView:
     def _open_block_codes(self, txn, epoch, M):
         """(lists, codes, rows) of the rows of ``epoch`` not yet sealed into a block."""
         keys, values = [], []
-        with txn.cursor(db=self.store.dbs["codes"]) as cur:
+        with txn.cursor(db=self.store.codes_db) as cur:
             if cur.set_range(epoch_key(epoch, 0)):
                 for k, v in cur:
                     if epoch_key_split(k)[0] != epoch:
@@ -133,7 +144,7 @@ class SearchView:
         rows sealed into a block since, the block's."""
         M = self.codec.M
         rows = np.asarray(rows, np.int64)
-        with txn.cursor(db=self.store.dbs["codes"]) as cur:
+        with txn.cursor(db=self.store.codes_db) as cur:
             found = cur.getmulti([epoch_key(self.epoch, int(r)) for r in rows])
         got_rows = rows_of_epoch_keys([bytes(k) for k, _ in found]) if found else np.zeros(0, np.int64)
         packed = open_row_codes(self.store, [bytes(v) for _, v in found], got_rows, M)
@@ -148,7 +159,7 @@ class SearchView:
         sealed = ~np.isin(rows, got_rows)
         B = self.store.block_rows
         for b in np.unique(rows[sealed] // B):  # one read per block, not per row
-            raw = txn.get(epoch_key(self.epoch, int(b)), db=self.store.dbs["code_blocks"])
+            raw = txn.get(epoch_key(self.epoch, int(b)), db=self.store.code_blocks_db)
             if raw is None:
                 continue
             block_lists, block_codes = split_block(checked_block(self.store, raw, self.epoch, int(b), M), M, B)
@@ -177,7 +188,7 @@ class SearchView:
         the PQ search would re-rank, they are all scored with their vectors (the same
         result as scanning their codes and re-ranking them all, at a cost of what the
         filter selects)."""
-        n = max(1, txn.stat(self.store.dbs["images"])["entries"])
+        n = max(1, txn.stat(self.store.images_db)["entries"])
         k = min(int(k), n)
         if allow is not None and allow.count == 0:
             return np.full((Q.shape[0], k), -np.inf, np.float32), np.full((Q.shape[0], k), -1, np.int64)
@@ -268,7 +279,7 @@ class SearchView:
         flat = rows.reshape(-1)
         have = flat >= 0
         keys = flat[have].astype(">u8").tobytes()
-        with txn.cursor(db=self.store.dbs["row_ids"]) as cur:
+        with txn.cursor(db=self.store.row_ids_db) as cur:
             found = cur.getmulti([keys[i:i + 8] for i in range(0, len(keys), 8)])
         if len(found) * 8 != len(keys):  # the view is refreshed in this transaction: damage
             got = set(bytes(k) for k, _ in found)

@@ -118,7 +118,7 @@ class Trainer:
             epoch = max(s.get_int(b"next_epoch", txn, default=1), in_use + 1)
             s.put_int(txn, b"next_epoch", epoch + 1)
             record = {"pid": os.getpid(), "host": socket.gethostname(), "epoch": epoch, "started": time.time()}
-            txn.put(b"training", json.dumps(record).encode(), db=s.dbs["meta"])
+            txn.put(b"training", json.dumps(record).encode(), db=s.meta_db)
             return epoch, in_use, stale
         epoch, in_use, stale = s.write(claim)
         if stale is not None and stale != in_use:
@@ -131,7 +131,7 @@ class Trainer:
         def release(txn):
             raw = s.get_meta(b"training", txn)
             if raw is not None and json.loads(bytes(raw)).get("epoch") == epoch:
-                txn.delete(b"training", db=s.dbs["meta"])
+                txn.delete(b"training", db=s.meta_db)
         s.write(release)
 
     # ------------------------------------------------------------ 2. snapshot and fit
@@ -198,11 +198,11 @@ class Trainer:
             sel = in_full & (rows // B == b)
             block_lists[rows[sel] % B] = lists[sel]
             block_codes[rows[sel] % B] = codes[sel]
-            txn.put(epoch_key(epoch, b), pack_block(block_lists, block_codes), db=s.dbs["code_blocks"])
+            txn.put(epoch_key(epoch, b), pack_block(block_lists, block_codes), db=s.code_blocks_db)
         rest = np.flatnonzero(~in_full)
         packed = seal_row_codes(pack_codes(lists[rest], codes[rest]))
         for r, value in zip(rows[rest].tolist(), packed):
-            txn.put(epoch_key(epoch, r), value, db=s.dbs["codes"])
+            txn.put(epoch_key(epoch, r), value, db=s.codes_db)
         done = max(sealed, full.stop) if len(full) else sealed
         for b in range(done, hi // B):  # blocks that rows coded one by one completed
             seal_block(txn, s, epoch, b, M)
@@ -225,7 +225,7 @@ class Trainer:
             while True:
                 def delete_some(txn, name=name):
                     n = 0
-                    with txn.cursor(db=s.dbs[name]) as cur:
+                    with txn.cursor(db=s.subdb(name)) as cur:
                         positioned = cur.set_range(epoch_key(epoch, 0))
                         while positioned and n < DELETE_BATCH and epoch_key_split(cur.key())[0] == epoch:
                             cur.delete()
@@ -283,9 +283,9 @@ class Trainer:
                                                                   np.zeros((0, codec.M), np.uint8))
                 self._write_codes(txn, codec, epoch, lo, now, rows, lists, codes, sealed)
                 s.put_meta(txn, b"codec", blob)
-                txn.put(b"codec_trained", trained, db=s.dbs["meta"])
+                txn.put(b"codec_trained", trained, db=s.meta_db)
                 s.put_int(txn, b"codec_epoch", epoch)
-                txn.delete(b"training", db=s.dbs["meta"])
+                txn.delete(b"training", db=s.meta_db)
                 s.bump(txn, b"*", 0)
             s.write(swap)
             swapped = True

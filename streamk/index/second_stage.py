@@ -22,10 +22,7 @@ import numpy as np
 from ..errors import GeometryRecordError
 from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, verify_geometry
 from ..verification.spatial import DEFAULT_MIN_INLIERS
-from ..verification.records import parse_header
-from .integrity import corrupt, describe_rows
 from .search_params import DEFAULT_EXPAND, DEFAULT_VERIFY, EXPANSIONS
-from .store import row_key
 
 
 class Hit(tuple):
@@ -64,25 +61,16 @@ def query_record(vocabulary, features):
 
 
 def records_of(store, txn, rows):
-    """The stored geometry record of each row (bytes), None for a row without one."""
-    db = store.dbs.get("geometry")
-    if db is None or not len(rows):
-        return [None] * len(rows)
-    with txn.cursor(db=db) as cur:
-        found = dict((bytes(k), v) for k, v in cur.getmulti([row_key(int(r)) for r in rows]))
-    return [found.get(row_key(int(r))) for r in rows]
+    """Deprecated in streamk 0.3 (removed after it): ``store.geometry_records(txn, rows)``."""
+    import warnings
+    warnings.warn("streamk.index.second_stage.records_of is deprecated and will be removed after streamk 0.3: "
+                  "use Store.geometry_records(txn, rows)", DeprecationWarning, stacklevel=2)
+    return store.geometry_records(txn, rows)
 
 
 def damaged_records(store, rows, recs):
-    """The IndexCorruptError naming the rows whose stored geometry record fails its checks."""
-    bad = []
-    for r, rec in zip(rows, recs):
-        try:
-            parse_header(rec)
-        except GeometryRecordError:
-            bad.append(int(r))
-    return corrupt(store.path, f"the local-geometry record of {describe_rows(bad or rows)} fails its checks "
-                   "(checksum or layout)", rows=bad or list(rows))
+    """``store.damaged_geometry(rows, recs)`` (the storage owner's)."""
+    return store.damaged_geometry(rows, recs)
 
 
 def verify_top(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT_MIN_INLIERS):
@@ -96,7 +84,7 @@ def verify_top(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT_MIN_IN
     keep = rows >= 0
     rows, scores = rows[keep], scores[keep]
     cand = rows[:verify_r]
-    recs = records_of(view.store, txn, cand)
+    recs = view.store.geometry_records(txn, cand)
     have = [i for i, r in enumerate(recs) if r is not None]
     checks = {}
     if have:
@@ -104,7 +92,7 @@ def verify_top(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT_MIN_IN
             checked = verify_geometry(qrec, [recs[i] for i in have], query_box=box, return_pairs=return_pairs,
                              min_inliers=min_inliers)
         except GeometryRecordError as exc:  # a stored record that fails its checks: damage, named
-            raise damaged_records(view.store, [int(cand[i]) for i in have], [recs[i] for i in have]) from exc
+            raise view.store.damaged_geometry([int(cand[i]) for i in have], [recs[i] for i in have]) from exc
         for i, v in zip(have, checked):
             checks[i] = v
     inliers = np.array([checks[i].inliers if i in checks else -1 for i in range(len(cand))], np.int64)

@@ -49,7 +49,7 @@ from .second_stage import Hit, query_record
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, check_threshold,
                          sharded_duplicate_groups)
 from .metadata import check_field
-from .store import id_key, validate_id
+from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex
 from .retraining import STALE_CODEC_RATIO
 
@@ -138,7 +138,7 @@ class ShardActor:
 
             def run(txn):
                 out = []
-                db = store.dbs["claims"]
+                db = store.claims_db
                 for content, image_id in pairs:
                     owner = txn.get(content, db=db)
                     key = image_id.encode("utf-8")
@@ -156,7 +156,7 @@ class ShardActor:
             store = self.index.store
 
             def run(txn):
-                db = store.dbs["claims"]
+                db = store.claims_db
                 for content, image_id in pairs:
                     if txn.get(content, db=db) == image_id.encode("utf-8"):
                         txn.delete(content, db=db)
@@ -243,7 +243,7 @@ class ShardActor:
             store = self.index.store
 
             def put(txn):
-                txn.put(b"extractor", params_json.encode(), db=store.dbs["meta"])
+                txn.put(b"extractor", params_json.encode(), db=store.meta_db)
             store.write(put)
 
     def close(self):
@@ -518,7 +518,7 @@ class ShardedIndex:
         if stale:  # does the holder still hold that content?
             recs = self.records([holders[p] for p in stale])
             for p, raw in zip(stale, recs):
-                if raw is not None and json.loads(raw).get("content_key") == encoded[p].content.hex():
+                if raw is not None and ImageRecord.decode(raw, self.path, holders[p]).content_key == encoded[p].content:
                     out[p] = DuplicateError(ids[p], holders[p])
             self._claims("claim", [pairs[p] for p in stale if out[p] is None], True)
         todo = [p for p in range(len(encoded)) if out[p] is None]
@@ -530,9 +530,9 @@ class ShardedIndex:
             if isinstance(res, Exception):
                 release.append(pairs[p])  # not written: free its claim
             elif old is not None and res == "added":  # replaced: the old content is free
-                ck = json.loads(old).get("content_key")
-                if ck and ck != encoded[p].content.hex():
-                    release.append((bytes.fromhex(ck), ids[p]))
+                ck = ImageRecord.decode(old, self.path, ids[p]).content_key
+                if ck and ck != encoded[p].content:
+                    release.append((ck, ids[p]))
         if release:
             self._claims("release", release)
         return out
@@ -573,8 +573,8 @@ class ShardedIndex:
         records = self.records(image_ids)
         groups = self._by_shard(image_ids)
         n = sum(self._scatter("remove", {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()}).values())
-        freed = [(bytes.fromhex(json.loads(r)["content_key"]), i) for i, r in zip(image_ids, records)
-                 if json.loads(r).get("content_key")]
+        decoded = [ImageRecord.decode(r, self.path, i) for i, r in zip(image_ids, records)]
+        freed = [(r.content_key, r.image_id) for r in decoded if r.content_key]
         if freed:
             self._claims("release", freed)
         return n

@@ -74,19 +74,24 @@ LMDB keys, never file names: nothing is written outside the index directory.
 
 import json
 import os
-import struct
 import threading
-import unicodedata
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import lmdb
 import numpy as np
 
-from .integrity import (CORRUPTION, check_lmdb_file, check_room, corrupt, disk_full, get_checked_meta,
-                        put_checked_meta, seal, unseal)
+from .integrity import (CORRUPTION, check_lmdb_file, check_room, corrupt, describe_rows, disk_full,
+                        get_checked_meta, put_checked_meta, seal, unseal)
 
-from ..errors import (DiskFullError, IndexExistsError, StreamkError, IndexFormatError, InvalidIdError, NotAnIndexError,
-                     ReadOnlyIndexError)
+from ..errors import (DiskFullError, GeometryRecordError, IndexExistsError, StreamkError, IndexFormatError,
+                      NotAnIndexError, ReadOnlyIndexError, UnknownIdError)
+from ..verification import unpack as unpack_geometry
+from .blocks import mark_removed
+from .keys import (MAX_ID_CHARS, MAX_KEY_BYTES, epoch_key, epoch_key_split, id_key, row_from_key, row_key,  # noqa: F401
+                   rows_from_keys, rows_of_epoch_keys, seq_from_key, seq_key, validate_id)
+from .metadata import delete_metadata
+from .vector_store import VectorStore
 
 FORMAT = "streamk-index"
 FORMAT_VERSION = 3  # 3: CRC32C on vector and code blocks, row codes, blobs (2: none)
@@ -101,70 +106,72 @@ DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 CREATE_ROOM = 1 << 20  # free bytes a new index needs on its disk, beyond its metadata
 CHECKED_META = (b"encoder", b"codec", b"vocabulary")  # metadata blobs stored with their CRC32C
 SEALED_SUBDBS = ("thumbnails", "metadata")  # sub-databases of blobs, each value followed by its CRC32C
-MAX_ID_CHARS = 200
-MAX_KEY_BYTES = 511  # LMDB's default maximum key size
 BLOCK_ROWS = 4096  # default rows per sealed block of codes and per bitmap of removed rows
 LOG_KEEP = 1 << 16  # log entries kept; a reader further behind reloads everything
 LOG_TRIM_EVERY = 1024  # trim the log when seq crosses a multiple of this
 
-
-def validate_id(image_id):
-    """Return ``image_id`` if it is a valid image id, else raise :class:`InvalidIdError`."""
-    if not isinstance(image_id, str):
-        raise InvalidIdError(f"an image id must be a str, got {type(image_id).__name__}")
-    if not 1 <= len(image_id) <= MAX_ID_CHARS:
-        raise InvalidIdError(f"an image id must have 1..{MAX_ID_CHARS} characters, got {len(image_id)}")
-    if image_id in (".", ".."):
-        raise InvalidIdError(f"{image_id!r} is not a valid image id")
-    if "/" in image_id or "\\" in image_id:
-        raise InvalidIdError(f"an image id may not contain '/' or '\\': {image_id!r}")
-    if any(unicodedata.category(c) in ("Cc", "Cs") for c in image_id):
-        raise InvalidIdError(f"an image id may not contain control characters: {image_id!r}")
-    try:
-        key = image_id.encode("utf-8")
-    except UnicodeEncodeError as exc:  # pragma: no cover - surrogates caught above
-        raise InvalidIdError(f"an image id must be valid text: {image_id!r}") from exc
-    if len(key) > MAX_KEY_BYTES:
-        raise InvalidIdError(f"an image id may take at most {MAX_KEY_BYTES} bytes in UTF-8, "
-                             f"got {len(key)}")
-    return image_id
+# What one image owns, written once: whatever removes an image (Store.delete_image) or checks
+# that nothing of a removed image is left reads these lists. A new sub-database of per-image
+# values goes in one of the first two; the last names what is derived from the record.
+IMAGE_BY_ID = ("images", "extras", "thumbnails")  # keyed by the image's id
+IMAGE_BY_ROW = ("row_ids", "geometry", "metadata")  # keyed by the image's row
+IMAGE_DERIVED = {"vectors": "its row of a vector block (zeroed; the block goes with its last row)",
+                 "hashes": "its content key (when it still names this image)",
+                 "postings": "its indexed metadata values (with the metadata)",
+                 "columns": "the range-column records of those values",
+                 "dead": "its row, marked removed", "log": "one removal entry"}
 
 
-def id_key(image_id):
-    return validate_id(image_id).encode("utf-8")
+@dataclass(frozen=True)
+class ImageRecord:
+    """The JSON record of one stored image (sub-database ``images``), decoded and checked
+    once (:meth:`decode`). ``fields`` is the whole JSON object as stored (what
+    :meth:`StreamingIndex.info` answers); the named attributes are its parts that the
+    index itself reads. ``content_key`` is bytes (stored as hex), None in records written
+    before content keys were kept."""
 
+    image_id: str
+    row: int
+    kind: str | None = None
+    source: str | None = None
+    sha256: str | None = None
+    box: list | None = None
+    n_descriptors: int | None = None
+    image_size: list | None = None
+    added: float | None = None
+    seq: int | None = None
+    content_key: bytes | None = None
+    fields: dict = field(default_factory=dict, compare=False, repr=False)
 
-_U64 = struct.Struct(">Q")
-_EPOCH_ROW = struct.Struct(">IQ")
+    @classmethod
+    def decode(cls, raw, path, image_id):
+        """The ImageRecord of the stored bytes ``raw`` of ``image_id`` (str or its key bytes),
+        or an IndexCorruptError naming the index at ``path`` and the id: unreadable JSON, not
+        an object, no integer ``row``, or a content key that is not 32 bytes of hex."""
+        if isinstance(image_id, (bytes, memoryview)):
+            image_id = bytes(image_id).decode("utf-8", "replace")
+        try:
+            fields = json.loads(bytes(raw))
+            row = fields["row"]
+            if isinstance(row, bool) or int(row) != row or int(row) < 0:
+                raise ValueError(f"row {row!r}")
+            ck = fields.get("content_key")
+            content_key = None if ck is None else bytes.fromhex(ck)
+            if content_key is not None and len(content_key) != 32:
+                raise ValueError(f"content key of {len(content_key)} bytes")
+            return cls(image_id, int(row), fields.get("kind"), fields.get("source"), fields.get("sha256"),
+                       fields.get("box"), fields.get("n_descriptors"), fields.get("image_size"),
+                       fields.get("added"), fields.get("seq"), content_key, fields)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise corrupt(path, f"the record of id {image_id!r} is unreadable ({type(exc).__name__})") from exc
 
+    def get(self, name, default=None):
+        """A field of the stored JSON (those without an attribute too), or ``default``."""
+        return self.fields.get(name, default)
 
-def seq_key(seq):
-    return _U64.pack(seq)
-
-
-def seq_from_key(key):
-    return _U64.unpack(bytes(key))[0]
-
-
-row_key = seq_key  # rows, blocks and seqs are all 8-byte big-endian keys (sorted by number)
-row_from_key = seq_from_key
-
-
-def epoch_key(epoch, n):
-    """Key of row (or block) ``n`` of the codes of ``epoch``: sorted by epoch, then by n."""
-    return _EPOCH_ROW.pack(epoch, n)
-
-
-def epoch_key_split(key):
-    return _EPOCH_ROW.unpack(bytes(key))
-
-
-_EPOCH_ROW_DTYPE = np.dtype([("epoch", ">u4"), ("row", ">u8")])
-
-
-def rows_of_epoch_keys(keys):
-    """int64 rows of a list of (epoch, row) keys."""
-    return np.frombuffer(b"".join(keys), dtype=_EPOCH_ROW_DTYPE)["row"].astype(np.int64)
+    def to_dict(self):
+        """The stored JSON object (a copy)."""
+        return dict(self.fields)
 
 
 def removed_rows(txn, store, n_rows):
@@ -172,18 +179,13 @@ def removed_rows(txn, store, n_rows):
     bitmaps (N / block_rows reads)."""
     B = store.block_rows
     dead = np.zeros(max(int(n_rows), 0), np.uint8)
-    with txn.cursor(db=store.dbs["dead"]) as cur:
+    with txn.cursor(db=store.dead_db) as cur:
         for k, bits in cur:
             lo = row_from_key(k) * B
             if lo + B > dead.shape[0]:
                 dead = np.concatenate([dead, np.zeros(lo + B - dead.shape[0], np.uint8)])
             dead[lo:lo + B] = np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")
     return dead
-
-
-def rows_from_keys(keys):
-    """int64 rows of a list of 8-byte big-endian keys, without a Python step per key's bytes."""
-    return np.frombuffer(b"".join(keys), dtype=">u8").astype(np.int64)
 
 
 def _is_index_dir(path):
@@ -258,29 +260,95 @@ class _SharedEnvs:
 _SHARED = _SharedEnvs()
 
 
-class Store:
-    """The LMDB environment of one index directory and its sub-databases.
+def unnumbered_image_fields(raw, path, image_id):
+    """The JSON object of an image record of format 1 (before rows: ``streamk index upgrade``
+    gives it one), or an IndexCorruptError naming the id."""
+    try:
+        fields = json.loads(bytes(raw))
+        if not isinstance(fields, dict):
+            raise TypeError(f"a JSON {type(fields).__name__}")
+        return fields
+    except (ValueError, TypeError) as exc:
+        if isinstance(image_id, bytes):
+            image_id = image_id.decode("utf-8", "replace")
+        raise corrupt(path, f"the record of id {image_id!r} is unreadable ({type(exc).__name__})") from exc
 
-    Use :meth:`create` or :meth:`open`; ``store.dbs[name]`` are the handles.
+
+def _subdb(name, what):
+    """The accessor of sub-database ``name`` (an LMDB handle for ``txn.get(key, db=...)``)."""
+    def handle(self):
+        return self._dbs[name]
+    handle.__doc__ = f"The ``{name}`` sub-database: {what}" + (
+        " (None in an index of an older streamk opened read-only)" if name in OPTIONAL_SUBDBS else "")
+    return property(handle)
+
+
+class Store:
+    """The LMDB environment of one index directory and its sub-databases: the one module that
+    knows the sub-databases and the layout of an image's record.
+
+    Use :meth:`create` or :meth:`open`. Each sub-database has one accessor (``store.images_db``,
+    ``store.row_ids_db``, ...: see the module doc for what each holds); an image's record is
+    read with :meth:`image` (an :class:`ImageRecord`), written with :meth:`put_image` and
+    removed, with everything the image owns, by :meth:`delete_image`.
     """
 
-    def __init__(self, path, env, readonly, create=False, max_map_size=None, env_key=None):
+    meta_db = _subdb("meta", "index metadata (format, encoder, codec, counters)")
+    images_db = _subdb("images", "id -> the image's JSON record (read it with Store.image)")
+    extras_db = _subdb("extras", "id -> .npz display extras")
+    vectors_db = _subdb("vectors", "block -> vectors of its rows (streamk.index.vector_store)")
+    row_ids_db = _subdb("row_ids", "row -> id")
+    hashes_db = _subdb("hashes", "content key -> id")
+    codes_db = _subdb("codes", "(epoch, row) -> the row's code (the block being filled)")
+    code_blocks_db = _subdb("code_blocks", "(epoch, block) -> a sealed block of codes")
+    dead_db = _subdb("dead", "block -> bitmap of removed rows")
+    log_db = _subdb("log", "seq -> op + row")
+    claims_db = _subdb("claims", "content key -> id (a shard's de-duplication claims)")
+    geometry_db = _subdb("geometry", "row -> local-geometry record")
+    thumbnails_db = _subdb("thumbnails", "id -> sealed JPEG thumbnail")
+    metadata_db = _subdb("metadata", "row -> sealed JSON metadata")
+    postings_db = _subdb("postings", "field + value -> rows (dupsort)")
+    columns_db = _subdb("columns", "field + tag + first record -> a chunk of a range column")
+
+    def __init__(self, path, env, readonly, create=False, max_map_size=None, env_key=None, create_optional=None):
         self.path = Path(path)
         self.env = env
         self._env_key = env_key  # its entry in the environments shared in this process
         self.readonly = readonly
         self.max_map_size = None if max_map_size is None else int(max_map_size)
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
+        self._vector_store = None  # made on first use (Store.vector_store)
         if create:
-            self.dbs = {name: env.open_db(name.encode(), create=True, **SUBDB_FLAGS.get(name, {}))
-                        for name in SUBDBS + OPTIONAL_SUBDBS}
-        else:  # never create anything in an existing database (it may not be ours)
-            self.dbs = {name: env.open_db(name.encode(), create=False) for name in SUBDBS}
+            self._dbs = {name: env.open_db(name.encode(), create=True, **SUBDB_FLAGS.get(name, {}))
+                         for name in SUBDBS + OPTIONAL_SUBDBS}
+        else:  # never create anything in an existing database (it may not be ours); create_optional:
+            # whether the OPTIONAL_SUBDBS are made when absent (default: when writing; the upgrade decides)
+            self._dbs = {name: env.open_db(name.encode(), create=False) for name in SUBDBS}
             for name in OPTIONAL_SUBDBS:
                 try:
-                    self.dbs[name] = env.open_db(name.encode(), create=not readonly, **SUBDB_FLAGS.get(name, {}))
+                    self._dbs[name] = env.open_db(name.encode(), create=not readonly if create_optional is None
+                                                  else create_optional, **SUBDB_FLAGS.get(name, {}))
                 except lmdb.NotFoundError:  # read-only, written by an older streamk: nothing stored
-                    self.dbs[name] = None
+                    self._dbs[name] = None
+
+    @property
+    def dbs(self):
+        """Deprecated (streamk 0.3; removed after it): {name: handle}; use the accessors
+        (``store.images_db``, ...) or :meth:`subdbs`."""
+        import warnings
+        warnings.warn("Store.dbs is deprecated and will be removed after streamk 0.3: use the sub-database "
+                      "accessors (store.images_db, ...) or store.subdbs()", DeprecationWarning, stacklevel=2)
+        return self.subdbs()
+
+    def subdbs(self):
+        """{name: handle} of every sub-database (None: absent from an older index opened
+        read-only): for walks over all of them (dumps, sizes, tests that damage bytes)."""
+        return dict(self._dbs)
+
+    def subdb(self, name):
+        """The handle of sub-database ``name`` when the name comes as data (a blob
+        sub-database of SEALED_SUBDBS, a walk over several); KeyError for an unknown name."""
+        return self._dbs[name]
 
     # ------------------------------------------------------------ open / create
     @staticmethod
@@ -460,7 +528,7 @@ class Store:
     def _pages(self, txn):
         """Pages of every sub-database as ``txn`` sees them (what a failed commit needed)."""
         n = 0
-        for db in self.dbs.values():
+        for db in self._dbs.values():
             if db is not None:
                 st = txn.stat(db)
                 n += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
@@ -471,7 +539,7 @@ class Store:
         psize = 4096
         try:
             with self.env.begin() as txn:
-                psize = txn.stat(self.dbs["meta"])["psize"]
+                psize = txn.stat(self.meta_db)["psize"]
                 grown = 0 if pages is None else pages - self._pages(txn)
         except lmdb.Error:
             grown = 0
@@ -510,27 +578,27 @@ class Store:
                 value = self.get_meta(key, t)
                 return None if value is None else bytes(value)
         if key in CHECKED_META:
-            return get_checked_meta(txn, self.dbs["meta"], key, self.path)
-        return txn.get(key, db=self.dbs["meta"])
+            return get_checked_meta(txn, self.meta_db, key, self.path)
+        return txn.get(key, db=self.meta_db)
 
     def put_meta(self, txn, key, value):
         """Store a metadata value (with its CRC32C when it is one of CHECKED_META)."""
         key = key.encode() if isinstance(key, str) else key
         if key in CHECKED_META:
-            put_checked_meta(txn, self.dbs["meta"], key, value)
+            put_checked_meta(txn, self.meta_db, key, value)
         else:
-            txn.put(key, value, db=self.dbs["meta"])
+            txn.put(key, value, db=self.meta_db)
 
     # a sub-database of blobs (thumbnails, and any added later: list it in SEALED_SUBDBS)
     # stores each value followed by its CRC32C, put and read through these two
     def put_blob(self, txn, name, key, value):
         """Store blob ``value`` under ``key`` in sub-database ``name``, sealed with its CRC32C."""
-        txn.put(key, seal(value), db=self.dbs[name])
+        txn.put(key, seal(value), db=self._dbs[name])
 
     def get_blob(self, txn, name, key):
         """The blob under ``key`` in sub-database ``name`` (bytes; None when absent), checked
         against its CRC32C (IndexCorruptError)."""
-        db = self.dbs.get(name)
+        db = self._dbs.get(name)
         raw = None if db is None else txn.get(key, db=db)
         return None if raw is None else self.unseal_blob(name, key, raw)
 
@@ -550,20 +618,20 @@ class Store:
         return int(bytes(raw)) if raw is not None else default
 
     def put_int(self, txn, key, value):
-        txn.put(key.encode() if isinstance(key, str) else key, str(int(value)).encode(), db=self.dbs["meta"])
+        txn.put(key.encode() if isinstance(key, str) else key, str(int(value)).encode(), db=self.meta_db)
 
     def bump(self, txn, op, row):
         """Log one change (op b"+", b"-" or b"*" of row ``row``), increment the change
         counter; every LOG_TRIM_EVERY changes, drop log entries older than LOG_KEEP."""
         seq = self.seq(txn) + 1
-        txn.put(seq_key(seq), op + row_key(row), db=self.dbs["log"])
-        txn.put(b"seq", seq_key(seq), db=self.dbs["meta"])
+        txn.put(seq_key(seq), op + row_key(row), db=self.log_db)
+        txn.put(b"seq", seq_key(seq), db=self.meta_db)
         if seq % LOG_TRIM_EVERY == 0 and seq > LOG_KEEP:
             self._trim_log(txn, seq - LOG_KEEP)
         return seq
 
     def _trim_log(self, txn, below):
-        with txn.cursor(db=self.dbs["log"]) as cur:
+        with txn.cursor(db=self.log_db) as cur:
             positioned = cur.first()
             while positioned and seq_from_key(cur.key()) < below:
                 cur.delete()  # moves to the next entry (unpositioned after the last)
@@ -573,7 +641,7 @@ class Store:
         """[(seq, op, row)] logged after ``seq``, or None when the log no longer reaches
         back that far (it was trimmed: the caller must load everything again)."""
         out = []
-        log = self.dbs["log"]
+        log = self.log_db
         with txn.cursor(db=log) as cur:
             if not cur.set_range(seq_key(seq + 1)):
                 return out
@@ -587,7 +655,7 @@ class Store:
         """{sub-db name: {key: value}} of everything stored (for tests and debugging)."""
         out = {}
         with self.read() as txn:
-            for name, db in self.dbs.items():
+            for name, db in self._dbs.items():
                 if db is None:
                     continue
                 with txn.cursor(db=db) as cur:
@@ -596,4 +664,131 @@ class Store:
 
     def count(self, name="images"):
         with self.read() as txn:
-            return txn.stat(self.dbs[name])["entries"]
+            return txn.stat(self._dbs[name])["entries"]
+
+    # ------------------------------------------------------------ images: records, ids, removal
+    def image(self, txn, image_id):
+        """The :class:`ImageRecord` of ``image_id`` (str, or its key bytes) as ``txn`` sees it,
+        or None when no image has that id; an unreadable record is an IndexCorruptError."""
+        key = image_id if isinstance(image_id, bytes) else id_key(image_id)
+        raw = txn.get(key, db=self.images_db)
+        return None if raw is None else ImageRecord.decode(raw, self.path, key)
+
+    def images(self, txn, image_ids):
+        """:meth:`image` of each id (None for an absent one)."""
+        return [self.image(txn, i) for i in image_ids]
+
+    def raw_image(self, txn, image_id):
+        """The stored JSON bytes of ``image_id``'s record, unread (None when absent)."""
+        raw = txn.get(id_key(image_id), db=self.images_db)
+        return None if raw is None else bytes(raw)
+
+    def has_image(self, txn, image_id):
+        """Whether an image has id ``image_id`` (str or key bytes)."""
+        key = image_id if isinstance(image_id, bytes) else id_key(image_id)
+        return txn.get(key, db=self.images_db) is not None
+
+    def require_image(self, txn, image_id):
+        """The :class:`ImageRecord` of ``image_id``, or :meth:`unknown_id`'s error."""
+        record = self.image(txn, image_id)
+        if record is None:
+            raise self.unknown_id(txn, image_id)
+        return record
+
+    def unknown_id(self, txn, image_id):
+        """The error for an id not found: UnknownIdError, unless the B-tree of records around
+        it is damaged (then IndexCorruptError): its neighbours in key order must be valid ids
+        in order with readable records (a few cursor steps, O(log N)). The one way the index
+        tells an unknown id from a damaged one."""
+        key = id_key(image_id)
+        seen = []
+        with txn.cursor(db=self.images_db) as cur:
+            if cur.set_range(key):
+                seen.append((bytes(cur.key()), bytes(cur.value())))
+                if cur.next():
+                    seen.append((bytes(cur.key()), bytes(cur.value())))
+                cur.set_range(key)
+                if cur.prev():
+                    seen.insert(0, (bytes(cur.key()), bytes(cur.value())))
+            elif cur.last():
+                seen.append((bytes(cur.key()), bytes(cur.value())))
+        try:
+            for k, v in seen:
+                ImageRecord.decode(v, self.path, validate_id(k.decode("utf-8")))
+            ok = all(a[0] < b[0] for a, b in zip(seen, seen[1:])) and key not in (k for k, _ in seen)
+        except (StreamkError, ValueError):
+            ok = False
+        if not ok:
+            return corrupt(self.path, f"the records around id {image_id!r} are unreadable (a damaged B-tree "
+                           "page of 'images'): it may be stored but cannot be read")
+        return UnknownIdError(f"no image {image_id!r} in the index")
+
+    def put_image(self, txn, image_id, fields):
+        """Store the JSON record ``fields`` (a dict with its ``row``) of ``image_id`` (str or key bytes)."""
+        key = image_id if isinstance(image_id, bytes) else id_key(image_id)
+        txn.put(key, json.dumps(fields).encode(), db=self.images_db)
+
+    def vector_store(self, txn=None):
+        """The :class:`~streamk.index.vector_store.VectorStore` of this index (made once)."""
+        if self._vector_store is None:
+            dim = self.get_int(b"dim", txn)
+            dtype = np.dtype(bytes(self.get_meta(b"vector_dtype", txn)).decode())
+            self._vector_store = VectorStore(self, dim, dtype, txn)
+        return self._vector_store
+
+    def delete_image(self, txn, record, salvage=False):
+        """Remove everything ``record`` (an :class:`ImageRecord`) owns (IMAGE_BY_ID,
+        IMAGE_BY_ROW, IMAGE_DERIVED), mark its row removed and log it.
+
+        salvage: the image's data is damaged (``streamk index verify --repair``): its vector
+        block and metadata are not read (the repair rewrites the one and drops the postings
+        of the other itself)."""
+        self.delete_id(txn, record.image_id.encode("utf-8"), record.content_key)  # read from the store: its key
+        self.delete_row(txn, record.row, salvage)
+
+    def delete_id(self, txn, key, content_key=None):
+        """The part of :meth:`delete_image` keyed by id (IMAGE_BY_ID, and ``content_key`` in
+        ``hashes`` when it names this id): for an id whose record is unreadable (a repair)."""
+        if content_key is not None and txn.get(content_key, db=self.hashes_db) == key:
+            txn.delete(content_key, db=self.hashes_db)
+        for name in IMAGE_BY_ID:
+            if self._dbs[name] is not None:
+                txn.delete(key, db=self._dbs[name])
+
+    def delete_row(self, txn, row, salvage=False):
+        """The part of :meth:`delete_image` keyed by row (IMAGE_BY_ROW, the vector, the
+        metadata's postings, the removal mark and log entry): for a row whose record is
+        unreadable, removed by a repair."""
+        if not salvage:
+            self.vector_store(txn).clear(txn, row)
+            delete_metadata(txn, self, row)
+        rk = row_key(row)
+        for name in IMAGE_BY_ROW:
+            if self._dbs[name] is not None:
+                txn.delete(rk, db=self._dbs[name])
+        mark_removed(txn, self, row)
+        self.bump(txn, b"-", row)
+
+    # ------------------------------------------------------------ local geometry
+    def geometry_records(self, txn, rows):
+        """The stored local-geometry record of each row (bytes, or a buffer with
+        ``read(buffers=True)``), None for a row without one (one bulk read)."""
+        db = self.geometry_db
+        if db is None or not len(rows):
+            return [None] * len(rows)
+        keys = [row_key(int(r)) for r in rows]
+        with txn.cursor(db=db) as cur:
+            found = dict((bytes(k), v) for k, v in cur.getmulti(keys))
+        return [found.get(k) for k in keys]
+
+    def damaged_geometry(self, rows, records):
+        """The IndexCorruptError naming those of ``rows`` whose geometry record (``records``,
+        as :meth:`geometry_records` read them) fails its checks."""
+        bad = []
+        for r, rec in zip(rows, records):
+            try:
+                unpack_geometry(rec)
+            except GeometryRecordError:
+                bad.append(int(r))
+        return corrupt(self.path, f"the local-geometry record of {describe_rows(bad or rows)} fails its checks "
+                       "(checksum or layout)", rows=bad or list(rows))

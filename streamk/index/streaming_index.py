@@ -34,7 +34,7 @@ import numpy as np
 
 from ..encoding import Encoder
 from ..errors import (ConfigError, EncoderFileError, EncoderMismatchError, IndexFormatError, NotFittedError,
-                      StaleCodecWarning, StreamkError, UnknownIdError, VocabularyFileError)
+                      StaleCodecWarning, StreamkError, VocabularyFileError)
 from ..verification import Vocabulary
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, duplicate_groups,
                          duplicates_of)
@@ -46,8 +46,7 @@ from .reader import SearchView
 from .retraining import Trainer, codec_staleness, stale_codec_note
 from .search_params import SearchParams
 from .second_stage import Hit, query_record, second_stage, verify_top
-from .integrity import corrupt, image_record
-from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key, validate_id
+from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key
 from .vector_store import rows_per_block
 from .writer import IndexWriter
 
@@ -80,10 +79,17 @@ class StreamingIndex:
         self._encoder = None
         self._vocabulary = None
         self._extractors = StoredExtractor(lambda: StoredExtractor.from_meta(store.get_meta(b"extractor")))
-        self.writer = IndexWriter(store, self.vector_dtype, self.dim, lambda: self.encoder, self._extractors,
-                                  lambda: self.vocabulary)
+        self._writer = None  # made by the first write (a read-only open builds none)
         self.view = SearchView(store, self.dim, self.vector_dtype)
         self.queries = QueryEncoder(lambda: self.encoder, self._extractors.get, self.dim)
+
+    @property
+    def writer(self):
+        """The :class:`IndexWriter` of this index, made on first use (never by searches)."""
+        if self._writer is None:
+            self._writer = IndexWriter(self._store, self.vector_dtype, self.dim, lambda: self.encoder,
+                                       self._extractors, lambda: self.vocabulary)
+        return self._writer
 
     @classmethod
     def create(cls, path, encoder, vector_dtype="float16", extractor=None, map_size=DEFAULT_MAP_SIZE,
@@ -208,13 +214,8 @@ class StreamingIndex:
 
     def geometry(self, image_id):
         """The stored local-geometry record of an image (bytes), or None when it has none."""
-        from .second_stage import records_of
-
         with self._store.read() as txn:
-            raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
-            if raw is None:
-                raise self._unknown(image_id)
-            rec = records_of(self._store, txn, [image_record(raw, self.path, image_id)["row"]])[0]
+            rec = self._store.geometry_records(txn, [self._store.require_image(txn, image_id).row])[0]
             return None if rec is None else bytes(rec)
 
     def thumbnail(self, image_id):
@@ -222,37 +223,8 @@ class StreamingIndex:
         whose writer made one: the HTTP server's uploads)."""
         key = id_key(image_id)
         with self._store.read() as txn:
-            if txn.get(key, db=self._store.dbs["images"]) is None:
-                raise self._unknown(image_id)
+            self._store.require_image(txn, key.decode())
             return self._store.get_blob(txn, "thumbnails", key)
-
-    def _unknown(self, image_id):
-        """The UnknownIdError for an id that is not found, unless the B-tree of records around
-        it is damaged (then IndexCorruptError): its neighbours in key order must be valid ids
-        in order with readable records (a few cursor steps, O(log N))."""
-        key = id_key(image_id)
-        with self._store.read() as txn, txn.cursor(db=self._store.dbs["images"]) as cur:
-            seen = []
-            if cur.set_range(key):
-                seen.append((bytes(cur.key()), bytes(cur.value())))
-                if cur.next():
-                    seen.append((bytes(cur.key()), bytes(cur.value())))
-                cur.set_range(key)
-                if cur.prev():
-                    seen.insert(0, (bytes(cur.key()), bytes(cur.value())))
-            elif cur.last():
-                seen.append((bytes(cur.key()), bytes(cur.value())))
-        try:
-            for k, v in seen:
-                validate_id(k.decode("utf-8"))
-                int(json.loads(v)["row"])
-            ok = all(a[0] < b[0] for a, b in zip(seen, seen[1:])) and key not in (k for k, _ in seen)
-        except (StreamkError, ValueError, KeyError, TypeError):
-            ok = False
-        if not ok:
-            return corrupt(self.path, f"the records around id {image_id!r} are unreadable (a damaged B-tree "
-                           "page of 'images'): it may be stored but cannot be read")
-        return UnknownIdError(f"no image {image_id!r} in the index")
 
     @property
     def path(self):
@@ -275,19 +247,17 @@ class StreamingIndex:
         except StreamkError:
             return False
         with self._store.read() as txn:
-            return txn.get(key, db=self._store.dbs["images"]) is not None
+            return self._store.has_image(txn, key)
 
     def records(self, image_ids):
         """The stored JSON records (bytes) of ``image_ids``, None for an absent id: one
         short read transaction."""
         with self._store.read() as txn:
-            db = self._store.dbs["images"]
-            return [None if raw is None else bytes(raw) for raw in
-                    (txn.get(id_key(i), db=db) for i in image_ids)]
+            return [self._store.raw_image(txn, i) for i in image_ids]
 
     def ids(self):
         """Every image id (sorted): O(N), for listings, not for search."""
-        with self._store.read() as txn, txn.cursor(db=self._store.dbs["images"]) as cur:
+        with self._store.read() as txn, txn.cursor(db=self._store.images_db) as cur:
             return [bytes(k).decode() for k in cur.iternext(keys=True, values=False)]
 
     def vectors_page(self, after_row=-1, n=256):
@@ -300,7 +270,7 @@ class StreamingIndex:
         rows, ids = [], []
         with self._store.read(buffers=True) as txn:
             self.view.refresh(txn)
-            with txn.cursor(db=self._store.dbs["row_ids"]) as cur:  # removed rows have no entry
+            with txn.cursor(db=self._store.row_ids_db) as cur:  # removed rows have no entry
                 if cur.set_range(row_key(int(after_row) + 1)):
                     for k, v in cur:
                         rows.append(row_from_key(k))
@@ -312,19 +282,15 @@ class StreamingIndex:
 
     def info(self, image_id):
         """The stored JSON record of an image (source, sha256, n_descriptors, added, row, ...)."""
-        raw = self.records([image_id])[0]
-        if raw is None:
-            raise self._unknown(image_id)
-        return image_record(raw, self.path, image_id)
+        with self._store.read() as txn:
+            return self._store.require_image(txn, image_id).to_dict()
 
     def extras(self, image_id):
         """{"keypoints": (n, 6), "weights": (n,)} stored for display (may be empty)."""
         key = id_key(image_id)
         with self._store.read() as txn:
-            raw = txn.get(key, db=self._store.dbs["extras"])
-            known = txn.get(key, db=self._store.dbs["images"]) is not None
-        if not known:
-            raise self._unknown(image_id)
+            raw = txn.get(key, db=self._store.extras_db)
+            self._store.require_image(txn, key.decode())
         if raw is None:
             return {}
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
@@ -333,10 +299,7 @@ class StreamingIndex:
     def vector(self, image_id):
         """The stored vector of an image as float32."""
         with self._store.read() as txn:
-            raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
-            if raw is None:
-                raise self._unknown(image_id)
-            return self.view.vectors.get(txn, [image_record(raw, self.path, image_id)["row"]])[0]
+            return self.view.vectors.get(txn, [self._store.require_image(txn, image_id).row])[0]
 
     def check_encoder(self, encoder):
         """Raise EncoderMismatchError unless ``encoder`` encodes as the index's encoder."""
@@ -402,20 +365,15 @@ class StreamingIndex:
     def metadata(self, image_id):
         """The metadata (a dict) of an image; {} when it has none."""
         with self._store.read() as txn:
-            raw = txn.get(id_key(image_id), db=self._store.dbs["images"])
-            if raw is None:
-                raise UnknownIdError(f"no image {image_id!r} in the index")
-            return metadata_of_rows(txn, self._store, [json.loads(raw)["row"]])[0]
+            return metadata_of_rows(txn, self._store, [self._store.require_image(txn, image_id).row])[0]
 
     def metadata_many(self, image_ids):
         """The metadata of each id (None for an absent id), in one read transaction (e.g.
         for the k results of a search)."""
         with self._store.read() as txn:
-            db = self._store.dbs["images"]
-            raws = [txn.get(id_key(i), db=db) for i in image_ids]
-            rows = [json.loads(r)["row"] for r in raws if r is not None]
-            metas = iter(metadata_of_rows(txn, self._store, rows))
-            return [None if r is None else next(metas) for r in raws]
+            records = self._store.images(txn, image_ids)
+            metas = iter(metadata_of_rows(txn, self._store, [r.row for r in records if r is not None]))
+            return [None if r is None else next(metas) for r in records]
 
     def set_metadata(self, image_id, metadata, merge=False):
         """Replace an image's metadata with ``metadata`` (a dict of at most 64 KB as JSON),
@@ -428,7 +386,7 @@ class StreamingIndex:
     def indexed_fields(self):
         """The metadata fields search filters may use (:meth:`index_field`)."""
         with self._store.read() as txn:
-            return indexed_fields(self._store, txn)
+            return indexed_fields(txn, self._store)
 
     def index_field(self, name):
         """Make metadata field ``name`` usable in search filters: posting lists (value ->
@@ -494,7 +452,7 @@ class StreamingIndex:
     def codec(self):
         """The :class:`~streamk.quantization.ivfpq.IVFPQ` codec in use, or None before training."""
         with self._store.read() as txn:
-            return self.writer.codec(txn)[1]
+            return self.view.codec_in_use(txn)
 
     def product_quantizer(self):
         """The ProductQuantizer of a flat-PQ codec (nlist = 1), or None."""

@@ -30,7 +30,7 @@ from .integrity import CORRUPTION, check_lmdb_file, corrupt, disk_full, put_chec
 from ..quantization import IVFPQ
 from ..quantization import ProductQuantizer
 from .store import (BLOCK_ROWS, CHECKED_META, FORMAT, FORMAT_VERSION, OPTIONAL_SUBDBS, SEALED_SUBDBS, SUBDBS,
-                    epoch_key, row_key, seq_key)
+                    Store, epoch_key, row_key, seq_key, unnumbered_image_fields)
 from .vector_store import VectorStore
 
 V1_SUBDBS = ("meta", "images", "extras", "vectors", "codes", "hashes", "log")
@@ -50,11 +50,12 @@ def upgrade(path, progress=None):
                     max_dbs=len(SUBDBS) + len(OPTIONAL_SUBDBS) + 4, create=False, lock=True, readahead=False)
     try:
         try:
-            dbs = {name: env.open_db(name.encode(), create=False) for name in V1_SUBDBS}
+            for name in V1_SUBDBS:  # what every index of format 1 or 2 has
+                env.open_db(name.encode(), create=False)
         except lmdb.NotFoundError as exc:
             raise NotAnIndexError(f"{path} is not a streamk index of format 1 or 2 ({exc})") from exc
         with env.begin() as txn:
-            info = json.loads(txn.get(b"format", db=dbs["meta"]) or b"null")
+            info = json.loads(txn.get(b"format", db=env.open_db(b"meta", create=False)) or b"null")
         if not isinstance(info, dict) or info.get("format") != FORMAT:
             raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index")
         version = info.get("version")
@@ -62,17 +63,13 @@ def upgrade(path, progress=None):
             raise IndexFormatError(f"{path} is already of format {FORMAT_VERSION}")
         if version not in (1, 2):
             raise IndexFormatError(f"{path}: index format {version!r}; this streamk upgrades formats 1 and 2")
-        for name in SUBDBS:
-            dbs[name] = env.open_db(name.encode(), create=True)
-        for name in OPTIONAL_SUBDBS:
-            try:
-                dbs[name] = env.open_db(name.encode(), create=version == 1)
-            except lmdb.NotFoundError:
-                dbs[name] = None
+        for name in SUBDBS:  # format 1 lacks some
+            env.open_db(name.encode(), create=True)
+        store = Store(path, env, readonly=False, create_optional=version == 1)
         while True:
             txn = env.begin(write=True)
             try:
-                n = _convert(txn, dbs, progress, path) if version == 1 else _add_checksums(txn, dbs, progress, path)
+                n = _convert(txn, store, progress) if version == 1 else _add_checksums(txn, store, progress)
                 txn.commit()
                 return n
             except lmdb.MapFullError:
@@ -94,20 +91,6 @@ def upgrade(path, progress=None):
         env.close()
 
 
-class _TxnStore:
-    """What seal_block and VectorStore need of a Store, over raw sub-databases."""
-
-    def __init__(self, dbs, path, txn=None):
-        self.dbs = dbs
-        self.path = path
-        self.txn = txn
-        self.block_rows = BLOCK_ROWS
-
-    def get_int(self, key, txn=None, default=0):
-        raw = None if self.txn is None else self.txn.get(key, db=self.dbs["meta"])
-        return int(bytes(raw)) if raw is not None else default
-
-
 def _rewrite(txn, db, fn, bar):
     """Replace every value of ``db`` by ``fn(key, value)``."""
     with txn.cursor(db=db) as cur:
@@ -117,16 +100,16 @@ def _rewrite(txn, db, fn, bar):
         bar.update(1)
 
 
-def _add_checksums(txn, dbs, progress, path):
+def _add_checksums(txn, store, progress):
     """Format 2 -> 3 in ``txn``; returns the number of images."""
-    meta = dbs["meta"]
+    path, meta = store.path, store.meta_db
     dim = int(bytes(txn.get(b"dim", db=meta)))
     dtype = np.dtype(bytes(txn.get(b"vector_dtype", db=meta)).decode())
-    store = _TxnStore(dbs, path, txn)
-    vectors = VectorStore(store, dim, dtype)  # vector_block_rows as stored: the blocks keep their rows
+    vectors = VectorStore(store, dim, dtype, txn)  # vector_block_rows as stored: the blocks keep their rows
     old_bytes = vectors.block_rows * vectors.row_bytes
-    sealed = [name for name in SEALED_SUBDBS if dbs.get(name) is not None]
-    total = sum(txn.stat(dbs[name])["entries"] for name in ("vectors", "code_blocks", "codes", *sealed))
+    rewritten = [store.subdb(name) for name in ("code_blocks", "codes", *SEALED_SUBDBS)
+                 if store.subdb(name) is not None]
+    total = sum(txn.stat(db)["entries"] for db in (store.vectors_db, *rewritten))
 
     def vector_block(key, value):
         if len(value) != old_bytes:
@@ -134,60 +117,59 @@ def _add_checksums(txn, dbs, progress, path):
                           f"format 2 stores {old_bytes}")
         return vectors.pack_block(np.frombuffer(value, dtype).reshape(vectors.block_rows, dim))
     with tqdm(total=total, desc="checksums", unit="value", disable=progress is False or None) as bar:
-        _rewrite(txn, dbs["vectors"], vector_block, bar)
-        for name in ("code_blocks", "codes", *sealed):
-            _rewrite(txn, dbs[name], lambda key, value: seal(value), bar)
+        _rewrite(txn, store.vectors_db, vector_block, bar)
+        for db in rewritten:
+            _rewrite(txn, db, lambda key, value: seal(value), bar)
     for key in CHECKED_META:
         value = txn.get(key, db=meta)
         if value is not None:
             put_checked_meta(txn, meta, key, bytes(value))
     seq = struct.unpack(">Q", bytes(txn.get(b"seq", db=meta) or seq_key(0)))[0] + 1
-    txn.put(seq_key(seq), b"*" + row_key(0), db=dbs["log"])  # readers load everything again
+    txn.put(seq_key(seq), b"*" + row_key(0), db=store.log_db)  # readers load everything again
     txn.put(b"seq", seq_key(seq), db=meta)
     txn.put(b"format", json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode(), db=meta)
-    return txn.stat(dbs["images"])["entries"]
+    return txn.stat(store.images_db)["entries"]
 
 
-def _convert(txn, dbs, progress, path):
-    meta = dbs["meta"]
+def _convert(txn, store, progress):
+    """Format 1 -> 3 in ``txn``; returns the number of images."""
+    meta = store.meta_db
     encoder = Encoder.from_bytes(bytes(txn.get(b"encoder", db=meta)))
     dtype = np.dtype(bytes(txn.get(b"vector_dtype", db=meta)).decode())
     pq_blob = txn.get(b"pq", db=meta)
     codec = IVFPQ.from_pq(ProductQuantizer.from_bytes(bytes(pq_blob))) if pq_blob is not None else None
-    with txn.cursor(db=dbs["images"]) as cur:
+    with txn.cursor(db=store.images_db) as cur:
         ids = [bytes(k) for k in cur.iternext(keys=True, values=False)]
-    store = _TxnStore(dbs, path)
-    vectors = VectorStore(store, encoder.dim, dtype)
+    vectors = VectorStore(store, encoder.dim, dtype, txn)  # format 1 has no vector_block_rows: 16 pages' worth
     for row, key in enumerate(tqdm(ids, desc="upgrade", unit="img", disable=progress is False or None)):
-        record = json.loads(txn.get(key, db=dbs["images"]))
-        record["row"] = row
-        txn.put(key, json.dumps(record).encode(), db=dbs["images"])
+        store.put_image(txn, key, dict(unnumbered_image_fields(txn.get(key, db=store.images_db), store.path, key),
+                                       row=row))
         rk = row_key(row)
-        vector = txn.get(key, db=dbs["vectors"])
+        vector = txn.get(key, db=store.vectors_db)
         if vector is None:
             raise IndexFormatError(f"image {key.decode()!r} has no vector: the index is damaged")
         vector = bytes(vector)
-        txn.delete(key, db=dbs["vectors"])
+        txn.delete(key, db=store.vectors_db)
         vectors.put(txn, row, np.frombuffer(vector, dtype))
-        txn.put(rk, key, db=dbs["row_ids"])
-        code = txn.get(key, db=dbs["codes"])
+        txn.put(rk, key, db=store.row_ids_db)
+        code = txn.get(key, db=store.codes_db)
         if code is not None:
-            txn.delete(key, db=dbs["codes"])
+            txn.delete(key, db=store.codes_db)
         if codec is not None:
             if code is None or len(code) != codec.M:  # never written: compute it
                 v = np.frombuffer(vector, dtype).astype(np.float32)[None, :]
                 code = codec.encode(v)[1][0].tobytes()
             packed = seal_row_codes(pack_codes([0], np.frombuffer(code, np.uint8)[None, :]))[0]
-            txn.put(epoch_key(1, row), packed, db=dbs["codes"])
+            txn.put(epoch_key(1, row), packed, db=store.codes_db)
             if (row + 1) % BLOCK_ROWS == 0:
                 seal_block(txn, store, 1, row // BLOCK_ROWS, codec.M)
-    with txn.cursor(db=dbs["log"]) as cur:  # a log of ids: replaced by one reload mark
+    with txn.cursor(db=store.log_db) as cur:  # a log of ids: replaced by one reload mark
         positioned = cur.first()
         while positioned:
             cur.delete()
             positioned = bool(cur.key())
     seq = struct.unpack(">Q", bytes(txn.get(b"seq", db=meta) or seq_key(0)))[0] + 1
-    txn.put(seq_key(seq), b"*" + row_key(0), db=dbs["log"])
+    txn.put(seq_key(seq), b"*" + row_key(0), db=store.log_db)
     put = {b"format": json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode(), b"seq": seq_key(seq),
            b"dim": str(encoder.dim).encode(), b"input_dim": str(encoder.input_dim).encode(),
            b"next_row": str(len(ids)).encode(), b"block_rows": str(BLOCK_ROWS).encode(),

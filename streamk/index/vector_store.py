@@ -20,7 +20,7 @@ until it is marked in the ``dead`` bitmaps.
 import numpy as np
 
 from .integrity import CRC_BYTES, corrupt, crc32c, describe_rows
-from .store import row_from_key, row_key
+from .keys import row_from_key, row_key
 
 BLOCK_BYTES = 16 * 4096 - 16  # 16 overflow pages less LMDB's page header
 _CRCS = np.dtype("<u4")
@@ -34,13 +34,13 @@ def rows_per_block(dim, dtype):
 class VectorStore:
     """Put, remove and read vectors by row in the ``vectors`` sub-database of ``store``."""
 
-    def __init__(self, store, dim, dtype):
+    def __init__(self, store, dim, dtype, txn=None):
         self.store = store
         self.dim = int(dim)
         self.dtype = np.dtype(dtype)
         self.row_bytes = self.dim * self.dtype.itemsize
-        self.block_rows = store.get_int(b"vector_block_rows", default=rows_per_block(dim, dtype))
-        self.db = store.dbs["vectors"]
+        self.block_rows = store.get_int(b"vector_block_rows", txn, default=rows_per_block(dim, dtype))
+        self.db = store.vectors_db
         self.data_offset = CRC_BYTES * (1 + self.block_rows)  # block CRC, row CRCs, rows
         self.value_bytes = self.data_offset + self.block_rows * self.row_bytes
         self._zero_crc = crc32c(bytes(self.row_bytes))

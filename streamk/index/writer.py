@@ -35,12 +35,10 @@ from ..errors import ConfigError, IndexCorruptError, DuplicateError, IdExistsErr
 from ..features import file_metadata
 from ..quantization import IVFPQ
 from .describe import describe_context, describe_image
-from .blocks import mark_removed, pack_codes, seal_block, seal_row_codes
-from .integrity import image_record
+from .blocks import pack_codes, seal_block, seal_row_codes
 from .items import AddResult, EncodedImage, checked_vector, normalise_box, npz_bytes, one_source, unit_vector
 from .metadata import delete_metadata, encode_metadata, metadata_of_rows, prepare_metadata, put_metadata
 from .store import epoch_key, id_key, row_key
-from .vector_store import VectorStore
 
 
 class IndexWriter:
@@ -60,7 +58,7 @@ class IndexWriter:
         self.extractors = extractors
         self._codec = None
         self._codec_epoch = -1
-        self.vectors = VectorStore(store, dim, vector_dtype)
+        self.vectors = store.vector_store()
 
     @property
     def encoder(self):
@@ -130,70 +128,52 @@ class IndexWriter:
         with the codec in use) or None; returns "added" or "exists". Every check runs
         before anything is written."""
         s = self.store
-        db = s.dbs
-        old_raw = txn.get(enc.key, db=db["images"])
-        owner = txn.get(enc.content, db=db["hashes"])
+        old = s.image(txn, enc.key)
+        owner = txn.get(enc.content, db=s.hashes_db)
         image_id = enc.key.decode()
         if owner is not None and bytes(owner) != enc.key:
             raise DuplicateError(image_id, bytes(owner).decode())
-        if old_raw is not None and not replace:
+        if old is not None and not replace:
             if owner is not None:  # same id, same content
                 return "exists"
             raise IdExistsError(f"id {image_id!r} already holds other content; use update() to replace it")
-        if replace and old_raw is None:
+        if replace and old is None:
             raise UnknownIdError(f"no image {image_id!r} in the index (use add())")
         metadata = enc.metadata
-        if old_raw is not None:  # replace: the new content keeps the old metadata, updated with its own
-            old_meta = metadata_of_rows(txn, s, [json.loads(old_raw)["row"]])[0]
+        if old is not None:  # replace: the new content keeps the old metadata, updated with its own
+            old_meta = metadata_of_rows(txn, s, [old.row])[0]
             metadata = dict(old_meta, **(metadata or {}))
         prepared = prepare_metadata(txn, s, metadata)  # checked before anything is written
-        if old_raw is not None:  # replace: the old content goes, the new one gets a new row
-            self._delete(txn, enc.key, image_record(old_raw, s.path, image_id))
+        if old is not None:  # replace: the old content goes, the new one gets a new row
+            s.delete_image(txn, old)
         if enc.record["kind"] == "image_path":
             raw = s.get_meta(b"extractor", txn)
             if raw is None or json.loads(raw) is None:  # first image: pin the default extractor
-                txn.put(b"extractor", json.dumps(self.extractors.to_pin).encode(), db=db["meta"])
+                txn.put(b"extractor", json.dumps(self.extractors.to_pin).encode(), db=s.meta_db)
         row = s.get_int(b"next_row", txn)
         s.put_int(txn, b"next_row", row + 1)
         seq = s.bump(txn, b"+", row)
-        record = dict(enc.record, added=time.time(), seq=seq, row=row, content_key=enc.content.hex())
+        s.put_image(txn, enc.key, dict(enc.record, added=time.time(), seq=seq, row=row,
+                                       content_key=enc.content.hex()))
         rk = row_key(row)
-        txn.put(enc.key, json.dumps(record).encode(), db=db["images"])
         self.vectors.put(txn, row, enc.vector)
-        txn.put(rk, enc.key, db=db["row_ids"], append=True)
-        txn.put(enc.content, enc.key, db=db["hashes"])
+        txn.put(rk, enc.key, db=s.row_ids_db, append=True)
+        txn.put(enc.content, enc.key, db=s.hashes_db)
         if enc.extras is not None and self.store.get_int(b"store_extras", txn, default=1):
-            txn.put(enc.key, enc.extras, db=db["extras"])
-        if enc.geometry is not None and db["geometry"] is not None and s.get_int(b"local_features", txn):
-            txn.put(rk, enc.geometry, db=db["geometry"], append=True)
-        if enc.thumbnail is not None and db["thumbnails"] is not None:
+            txn.put(enc.key, enc.extras, db=s.extras_db)
+        if enc.geometry is not None and s.geometry_db is not None and s.get_int(b"local_features", txn):
+            txn.put(rk, enc.geometry, db=s.geometry_db, append=True)
+        if enc.thumbnail is not None and s.thumbnails_db is not None:
             s.put_blob(txn, "thumbnails", enc.key, enc.thumbnail)
         put_metadata(txn, s, row, prepared)
         epoch, codec = self.codec(txn)
         if codec is not None:
             if code is None:  # the codec changed since the batch was encoded
                 code = seal_row_codes(pack_codes(*codec.encode(enc.vector[None, :])))[0]
-            txn.put(epoch_key(epoch, row), code, db=db["codes"])
+            txn.put(epoch_key(epoch, row), code, db=s.codes_db)
             if (row + 1) % s.block_rows == 0:
                 seal_block(txn, s, epoch, row // s.block_rows, codec.M)
         return "added"
-
-    def _delete(self, txn, key, record):
-        db = self.store.dbs
-        ck = record.get("content_key")
-        if ck is not None:
-            ck = bytes.fromhex(ck)
-            if txn.get(ck, db=db["hashes"]) == key:
-                txn.delete(ck, db=db["hashes"])
-        row = int(record["row"])
-        rk = row_key(row)
-        for name, k in (("images", key), ("extras", key), ("row_ids", rk), ("geometry", rk), ("thumbnails", key)):
-            if db[name] is not None:
-                txn.delete(k, db=db[name])
-        self.vectors.clear(txn, row)
-        delete_metadata(txn, self.store, row)
-        mark_removed(txn, self.store, row)
-        self.store.bump(txn, b"-", row)
 
     def write_encoded(self, encoded, replace=False):
         """Write already-encoded images (``EncodedImage``) in ONE transaction.
@@ -223,7 +203,7 @@ class IndexWriter:
         epoch, packed = self._encode_codes([enc])
 
         def run(txn):
-            owner = txn.get(enc.content, db=self.store.dbs["hashes"])
+            owner = txn.get(enc.content, db=self.store.hashes_db)
             if owner is not None and bytes(owner) == enc.key:
                 return "exists"  # same content: nothing to change
             current, _ = self.codec(txn)
@@ -237,15 +217,14 @@ class IndexWriter:
         keys = list(dict.fromkeys(id_key(i) for i in image_ids))
 
         def run(txn):
-            db = self.store.dbs
-            records = [(k, txn.get(k, db=db["images"])) for k in keys]
-            missing = [k.decode() for k, raw in records if raw is None]
+            records = self.store.images(txn, keys)
+            missing = [k.decode() for k, record in zip(keys, records) if record is None]
             if missing:
                 shown = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
                 raise UnknownIdError(f"no image {shown} in the index ({len(missing)} unknown id(s); "
                                      "nothing removed)")
-            for k, raw in records:
-                self._delete(txn, k, image_record(raw, self.store.path, k.decode()))
+            for record in records:
+                self.store.delete_image(txn, record)
             return len(records)
         return self.store.write(run)
 
@@ -257,10 +236,10 @@ class IndexWriter:
             encode_metadata(metadata)  # raises MetadataError
 
         def run(txn):
-            raw = txn.get(key, db=self.store.dbs["images"])
-            if raw is None:
+            record = self.store.image(txn, key)
+            if record is None:
                 raise UnknownIdError(f"no image {image_id!r} in the index")
-            row = int(json.loads(raw)["row"])
+            row = record.row
             new = dict(metadata_of_rows(txn, self.store, [row])[0], **metadata) if merge else dict(metadata)
             prepared = prepare_metadata(txn, self.store, new)
             delete_metadata(txn, self.store, row)
@@ -276,16 +255,12 @@ class IndexWriter:
         items = list(items)
 
         def run(txn):
-            db = self.store.dbs
             n = 0
             for image_id, sha, geometry in items:
-                raw = txn.get(id_key(image_id), db=db["images"])
-                if raw is None:
+                record = self.store.image(txn, image_id)
+                if record is None or record.sha256 != sha:
                     continue
-                record = image_record(raw, self.store.path, image_id)
-                if record.get("sha256") != sha:
-                    continue
-                txn.put(row_key(int(record["row"])), geometry, db=db["geometry"])
+                txn.put(row_key(record.row), geometry, db=self.store.geometry_db)
                 n += 1
             return n
         return self.store.write(run)

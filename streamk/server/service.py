@@ -12,7 +12,6 @@ or killed at any moment loses nothing it reported written.
 """
 
 import asyncio
-import json
 import logging
 import os
 import stat
@@ -23,7 +22,7 @@ from functools import partial
 import numpy as np
 
 from .. import errors
-from ..index import encoded_image_file, encoded_vector, open_index
+from ..index import ImageRecord, encoded_image_file, encoded_vector, open_index
 from .pool import EncodingPool
 from .tasks import describe_image, thumbnail_task
 
@@ -163,10 +162,10 @@ class Service:
         metas = idx.metadata_many(ids) if hits else []
         out = []
         for h, raw, meta in zip(hits, records, metas):
-            rec = json.loads(raw) if raw is not None else {}
+            rec = ImageRecord.decode(raw, idx.path, h.id) if raw is not None else None
             d = h.to_dict(pairs=False)
-            d["image_size"] = rec.get("image_size")
-            d["kind"] = rec.get("kind")
+            d["image_size"] = rec and rec.image_size
+            d["kind"] = rec and rec.kind
             d["metadata"] = self.public_metadata(meta)
             out.append(d)
         return {"query": query, "results": out}
@@ -229,10 +228,10 @@ class Service:
         raw = self.index.records([image_id])[0]
         if raw is None:
             raise errors.UnknownIdError(f"no image {image_id!r} in the index")
-        rec = json.loads(raw)
-        return {"id": image_id, "kind": rec.get("kind"), "sha256": rec.get("sha256"),
-                "n_descriptors": rec.get("n_descriptors"), "image_size": rec.get("image_size"),
-                "box": rec.get("box"), "added": rec.get("added"), "filename": rec.get("filename"),
+        rec = ImageRecord.decode(raw, self.index.path, image_id)
+        return {"id": image_id, "kind": rec.kind, "sha256": rec.sha256,
+                "n_descriptors": rec.n_descriptors, "image_size": rec.image_size,
+                "box": rec.box, "added": rec.added, "filename": rec.get("filename"),
                 "metadata": self.public_metadata(self.index.metadata(image_id))}
 
     def public_metadata(self, meta):
@@ -246,8 +245,8 @@ class Service:
         jpeg = self.index.thumbnail(image_id)
         if jpeg is not None:
             return jpeg, None
-        rec = json.loads(self.index.records([image_id])[0] or b"{}")
-        return None, self._collection_file(rec.get("source"))
+        raw = self.index.records([image_id])[0]
+        return None, self._collection_file(raw and ImageRecord.decode(raw, self.index.path, image_id).source)
 
     def _collection_file(self, source):
         """``source`` if it is a regular file inside one of the collection folders."""

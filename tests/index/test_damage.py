@@ -270,7 +270,7 @@ def damage(path, needle, offset=0, nbytes=None, seed=0):
 
 def stored(path, name, key):
     with StreamingIndex.open(path, readonly=True) as idx, idx.store.read() as txn:
-        return bytes(txn.get(key, db=idx.store.dbs[name]))
+        return bytes(txn.get(key, db=idx.store.subdb(name)))
 
 
 def top1(idx, Q, mode):
@@ -406,9 +406,9 @@ def test_a_damaged_thumbnail_is_named(tmp_path, encoder):
         assert idx.thumbnail("t1") == b"JPEG" * 300 + b"\x01"
 
         def flip(txn):
-            raw = bytearray(txn.get(b"t1", db=idx.store.dbs["thumbnails"]))
+            raw = bytearray(txn.get(b"t1", db=idx.store.thumbnails_db))
             raw[10] ^= 0xFF
-            txn.put(b"t1", bytes(raw), db=idx.store.dbs["thumbnails"])
+            txn.put(b"t1", bytes(raw), db=idx.store.thumbnails_db)
         idx.store.write(flip)
         with pytest.raises(IndexCorruptError, match="thumbnails entry b't1'"):
             idx.thumbnail("t1")
@@ -433,13 +433,13 @@ def downgrade_to_format_2(path):
 
         def strip(txn):
             for name, cut in (("vectors", None), ("code_blocks", 4), ("codes", 4), ("thumbnails", 4), ("metadata", 4)):
-                with txn.cursor(db=s.dbs[name]) as cur:
+                with txn.cursor(db=s.subdb(name)) as cur:
                     items = [(bytes(k), bytes(v)) for k, v in cur]
                 for k, v in items:
-                    txn.put(k, v[vs.data_offset:] if cut is None else v[:-cut], db=s.dbs[name])
+                    txn.put(k, v[vs.data_offset:] if cut is None else v[:-cut], db=s.subdb(name))
             for key in (b"encoder", b"codec", b"vocabulary"):
-                txn.delete(b"crc32c:" + key, db=s.dbs["meta"])
-            txn.put(b"format", json.dumps({"format": "streamk-index", "version": 2}).encode(), db=s.dbs["meta"])
+                txn.delete(b"crc32c:" + key, db=s.meta_db)
+            txn.put(b"format", json.dumps({"format": "streamk-index", "version": 2}).encode(), db=s.meta_db)
         s.write(strip)
     assert lmdb  # (imported for the reader of this helper: LMDB values, nothing else)
 
@@ -480,7 +480,7 @@ def test_an_unreadable_record_says_damaged_not_unknown(tmp_path, built):
     ix = copy_of(path, tmp_path / "ix")
     with StreamingIndex.open(ix) as idx:
         def garble(txn):
-            txn.put(b"i00042", b"\xff{not json", db=idx.store.dbs["images"])
+            txn.put(b"i00042", b"\xff{not json", db=idx.store.images_db)
         idx.store.write(garble)
         for call in (idx.vector, idx.info):
             with pytest.raises(IndexCorruptError, match="record of id 'i00042' is unreadable"):
@@ -505,9 +505,9 @@ def test_damaged_metadata_is_named_and_dropped_by_a_repair(tmp_path, encoder):
 
         def flip(txn):
             key = row.to_bytes(8, "big")
-            raw = bytearray(txn.get(key, db=idx.store.dbs["metadata"]))
+            raw = bytearray(txn.get(key, db=idx.store.metadata_db))
             raw[3] ^= 0x20
-            txn.put(key, bytes(raw), db=idx.store.dbs["metadata"])
+            txn.put(key, bytes(raw), db=idx.store.metadata_db)
         idx.store.write(flip)
         with pytest.raises(IndexCorruptError, match=f"metadata entry of row {row}\\b"):
             idx.metadata("m2")
@@ -532,7 +532,7 @@ def test_a_damaged_range_column_is_named_then_rebuilt(tmp_path, encoder, damage)
             idx.add(f"y{i}", vector=V[i], metadata={"year": 1990 + i})
 
         def hurt(txn):
-            db = idx.store.dbs["columns"]
+            db = idx.store.columns_db
             key, raw = next(iter(txn.cursor(db=db)))
             key, raw = bytes(key), bytes(raw)
             if damage == "drop a record":
@@ -558,9 +558,9 @@ def test_a_write_into_a_damaged_block_is_refused_and_writes_nothing(tmp_path, en
         idx.add_many([{"id": f"w{i}", "vector": v} for i, v in enumerate(V[:10])])
 
         def flip(txn):
-            raw = bytearray(txn.get((0).to_bytes(8, "big"), db=idx.store.dbs["vectors"]))
+            raw = bytearray(txn.get((0).to_bytes(8, "big"), db=idx.store.vectors_db))
             raw[-7] ^= 0x01
-            txn.put((0).to_bytes(8, "big"), bytes(raw), db=idx.store.dbs["vectors"])
+            txn.put((0).to_bytes(8, "big"), bytes(raw), db=idx.store.vectors_db)
         idx.store.write(flip)
         for write in (lambda: idx.add("w10", vector=V[10]), lambda: idx.remove("w3")):
             with pytest.raises(IndexCorruptError, match="vector block of rows 0.."):

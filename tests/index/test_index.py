@@ -316,7 +316,7 @@ def stored_codes(idx):
             for i in range(lists.start[lst], lists.start[lst] + lists.size[lst]):
                 r = int(lists.rows[i])
                 if not view.dead[r]:
-                    out[bytes(txn.get(row_key(r), db=idx.store.dbs["row_ids"])).decode()] = \
+                    out[bytes(txn.get(row_key(r), db=idx.store.row_ids_db)).decode()] = \
                         (lst, lists.codes[i].copy())
     return out
 
@@ -576,7 +576,7 @@ def test_vectors_are_stored_in_blocks_that_fill_lmdb_pages(tmp_path):
     with StreamingIndex.create(tmp_path / "ix", enc, vector_dtype="float16") as idx:
         idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V)], batch_size=250)
         with idx.store.read() as txn:
-            st = txn.stat(idx.store.dbs["vectors"])
+            st = txn.stat(idx.store.vectors_db)
         pages = st["overflow_pages"] + st["leaf_pages"] + st["branch_pages"]
         assert pages <= 33 * 16 + 2, st  # 33 blocks of 16 pages (one vector a value: 1,000 pages)
         idx.remove([f"v{i}" for i in range(0, 1000, 3)])

@@ -339,8 +339,8 @@ def test_one_training_at_a_time_and_a_dead_trainers_leftovers_are_cleared(tmp_pa
         def put_training(pid, epoch):
             def run(txn):
                 txn.put(b"training", json.dumps({"pid": pid, "host": socket.gethostname(), "epoch": epoch,
-                                                 "started": 0}).encode(), db=s.dbs["meta"])
-                txn.put(epoch_key(epoch, 5), b"leftover", db=s.dbs["codes"])  # its half-written codes
+                                                 "started": 0}).encode(), db=s.meta_db)
+                txn.put(epoch_key(epoch, 5), b"leftover", db=s.codes_db)  # its half-written codes
             s.write(run)
         put_training(os.getpid(), 7)  # a live process is training
         with pytest.raises(TrainingInProgressError, match=str(os.getpid())):
@@ -351,6 +351,6 @@ def test_one_training_at_a_time_and_a_dead_trainers_leftovers_are_cleared(tmp_pa
         codec = idx.train(M=4)
         assert s.get_meta(b"training") is None
         with s.read() as txn:
-            assert txn.get(epoch_key(7, 5), db=s.dbs["codes"]) is None
+            assert txn.get(epoch_key(7, 5), db=s.codes_db) is None
         assert idx.codec().M == codec.M == 4
         assert idx.search(V[3], k=1)[0][0] == "v3"

@@ -5,7 +5,6 @@ and removals that split, re-key and empty chunks; the columns stay sorted and ho
 record per (value, row); an index written before columns ranges the slow way until
 ``index_field`` builds them."""
 
-import json
 
 import numpy as np
 import pytest
@@ -14,7 +13,6 @@ from helpers.index import make_encoder, vectors
 from streamk.index import StreamingIndex
 from streamk.index import range_columns
 from streamk.index.metadata import encode_value
-from streamk.index.store import id_key
 
 PREFIX = "2024-05-17 12:34:"  # 17 bytes: strings that share their 16-byte column prefix
 
@@ -83,13 +81,13 @@ def check_ranges(idx, metas, rng, n_ranges=40):
 
 def idx_rows(idx, ids):
     with idx.store.read() as txn:
-        return [json.loads(txn.get(id_key(i), db=idx.store.dbs["images"]))["row"] for i in ids]
+        return [idx.store.image(txn, i).row for i in ids]
 
 
 def check_columns(idx, metas):
     """Every column sorted, well formed, and holding exactly one record per (value prefix, row)."""
     rows = dict(zip(metas, idx_rows(idx, list(metas))))
-    with idx.store.read() as txn, txn.cursor(db=idx.store.dbs["columns"]) as cur:
+    with idx.store.read() as txn, txn.cursor(db=idx.store.columns_db) as cur:
         for field in ("x", "s"):
             for tag in (b"n", b"s"):
                 kp = field.encode() + b"\0" + tag
@@ -149,8 +147,8 @@ def test_an_index_without_columns_ranges_by_its_posting_lists_until_index_field(
     idx.add_many([{"id": i, "vector": V[int(i[1:])], "metadata": m} for i, m in metas.items()])
 
     def forget_columns(txn):
-        txn.delete(b"range_columns", db=idx.store.dbs["meta"])
-        txn.drop(idx.store.dbs["columns"], delete=False)
+        txn.delete(b"range_columns", db=idx.store.meta_db)
+        txn.drop(idx.store.columns_db, delete=False)
     idx.store.write(forget_columns)
     check_ranges(idx, metas, rng, n_ranges=20)
     assert idx.index_field("x") is True and idx.index_field("s") is True

@@ -131,7 +131,7 @@ def test_a_damaged_record_is_an_error_not_a_wrong_answer(collection, tmp_path):
     raw[len(raw) // 2] ^= 0x5A
 
     def damage(txn):
-        txn.put(row.to_bytes(8, "big"), bytes(raw), db=idx.store.dbs["geometry"])
+        txn.put(row.to_bytes(8, "big"), bytes(raw), db=idx.store.geometry_db)
     idx.store.write(damage)
     with pytest.raises(IndexCorruptError, match=f"geometry record of row {row}\\b") as info:
         idx.search(str(collection["view"]), k=3)

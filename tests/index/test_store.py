@@ -4,6 +4,7 @@ import json
 import os
 
 import lmdb
+import numpy as np
 import pytest
 
 from streamk.errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
@@ -88,7 +89,7 @@ def test_map_grows_transparently_and_reruns_the_whole_transaction(tmp_path):
     def fill(txn):
         calls.append(1)
         for i in range(300):
-            txn.put(b"%05d" % i, bytes([i % 256]) * 3000, db=s.dbs["vectors"])
+            txn.put(b"%05d" % i, bytes([i % 256]) * 3000, db=s.vectors_db)
         s.bump(txn, b"+", 7)
         return "done"
 
@@ -100,7 +101,7 @@ def test_map_grows_transparently_and_reruns_the_whole_transaction(tmp_path):
     s.close()
     s = Store.open(tmp_path / "ix")
     with s.read() as txn:
-        assert txn.get(b"00299", db=s.dbs["vectors"]) == bytes([299 % 256]) * 3000
+        assert txn.get(b"00299", db=s.vectors_db) == bytes([299 % 256]) * 3000
     s.close()
 
 
@@ -109,7 +110,7 @@ def test_failed_write_leaves_nothing(tmp_path):
     before = s.dump()
 
     def bad(txn):
-        txn.put(b"a", b"b", db=s.dbs["images"])
+        txn.put(b"a", b"b", db=s.images_db)
         s.bump(txn, b"+", 0)
         raise InvalidIdError("stop")
 
@@ -149,7 +150,7 @@ def test_change_log_is_trimmed_and_a_reader_too_far_behind_is_told(tmp_path, mon
     for row in range(30):
         s.write(lambda txn, row=row: s.bump(txn, b"+", row))
     with s.read() as txn:
-        kept = [seq_from_key(k) for k, _ in txn.cursor(db=s.dbs["log"])]
+        kept = [seq_from_key(k) for k, _ in txn.cursor(db=s.log_db)]
         assert kept == list(range(20, 31))  # trimmed at seq 28 below 28 - 8; never more than 8 + 4 - 1 kept
         assert s.changes_since(txn, 19) == [(q, b"+", q - 1) for q in range(20, 31)]
         assert s.changes_since(txn, 18) is None  # entry 19 is gone: load everything
@@ -170,3 +171,146 @@ def test_invalid_ids(bad):
 def test_valid_ids(good):
     assert validate_id(good) == good
     assert id_key(good) == good.encode("utf-8")
+
+
+# ------------------------------------------------------------ the image record, decoded once
+@pytest.mark.parametrize("raw, why", [
+    (b"\xff{not json", "not JSON"),
+    (b"[1, 2]", "not an object"),
+    (b'{"kind": "vector", "sha256": "ab"}', "no row"),
+    (b'{"row": "7"}', "a row that is not an integer"),
+    (b'{"row": 2.5}', "a fractional row"),
+    (b'{"row": -1}', "a negative row"),
+    (b'{"row": true}', "a boolean row"),
+    (b'{"row": 3, "content_key": "zz"}', "a content key that is not hex"),
+    (b'{"row": 3, "content_key": "abcd"}', "a content key of 2 bytes"),
+])
+def test_a_damaged_or_incomplete_image_record_is_a_named_error(tmp_path, raw, why):
+    from streamk.errors import IndexCorruptError
+    from streamk.index import ImageRecord
+
+    with pytest.raises(IndexCorruptError, match="the record of id 'img-7' is unreadable") as err:
+        ImageRecord.decode(raw, tmp_path, "img-7")
+    assert str(err.value.path) == str(tmp_path), why
+
+
+def test_an_image_record_holds_what_its_json_holds(tmp_path):
+    from streamk.index import ImageRecord
+
+    fields = {"kind": "image_path", "source": "/p/a.jpg", "box": [1.0, 2.0, 30.0, 40.0], "n_descriptors": 812,
+              "sha256": "ab" * 32, "image_size": [640, 480], "added": 1.7e9, "seq": 9, "row": 4,
+              "content_key": "cd" * 32, "filename": "a.jpg"}
+    raw = json.dumps(fields).encode()
+    rec = ImageRecord.decode(raw, tmp_path, id_key("a"))  # the id as its key, as a cursor gives it
+    assert rec.image_id == "a" and rec.row == 4 and rec.content_key == bytes.fromhex("cd" * 32)
+    assert (rec.kind, rec.source, rec.box, rec.n_descriptors, rec.sha256, rec.image_size, rec.added, rec.seq) == \
+        ("image_path", "/p/a.jpg", [1.0, 2.0, 30.0, 40.0], 812, "ab" * 32, [640, 480], 1.7e9, 9)
+    assert rec.to_dict() == json.loads(raw) and rec.get("filename") == "a.jpg" and rec.get("absent") is None
+    old = ImageRecord.decode(b'{"row": 0, "kind": "vector"}', tmp_path, "b")  # before content keys
+    assert old.content_key is None and old.source is None
+
+
+def test_a_damaged_record_in_an_index_is_named_by_every_reader(tmp_path):
+    from helpers.index import make_encoder, vectors
+    from streamk.errors import IndexCorruptError
+    from streamk.index import StreamingIndex
+
+    idx = StreamingIndex.create(tmp_path / "ix", make_encoder())
+    V = vectors(1, 3)
+    for i in range(3):
+        idx.add(f"v{i}", vector=V[i])
+    idx.store.write(lambda txn: txn.put(id_key("v1"), b'{"kind": "vector"}', db=idx.store.images_db))
+    for read in (idx.info, idx.metadata, idx.vector, lambda i: idx.metadata_many([i]), lambda i: idx.remove(i)):
+        with pytest.raises(IndexCorruptError, match="the record of id 'v1' is unreadable"):
+            read("v1")
+    assert idx.info("v0")["row"] == 0
+    idx.close()
+
+
+# ------------------------------------------------------------ removing an image leaves nothing of it
+def _every_subdb(env):
+    """{name: {key: value}} of every named sub-database of ``env``, found by walking LMDB's
+    main database (not the store's list of names)."""
+    out = {}
+    with env.begin() as txn:
+        names = [bytes(k) for k, _ in txn.cursor()]
+        for name in names:
+            db = env.open_db(name, txn=txn, create=False)
+            with txn.cursor(db=db) as cur:  # every (key, value), each duplicate of a dupsort one too
+                out[name.decode()] = {(bytes(k), bytes(v)) for k, v in cur}
+    return out
+
+
+def _everything_of_an_image(idx, image_id, vector, content, geometry, thumbnail, metadata):
+    """Write ``image_id`` owning an entry in every sub-database an image can own."""
+    import dataclasses
+
+    from streamk.index import encoded_vector, npz_bytes
+
+    enc = encoded_vector(image_id, vector, idx.dim, metadata=metadata)
+    enc = enc._replace(content=content, extras=npz_bytes(weights=np.ones(3, np.float32)), geometry=geometry,
+                       thumbnail=thumbnail)
+    assert not dataclasses.is_dataclass(enc)
+    assert idx.write_encoded([enc]) == ["added"]
+
+
+def test_delete_image_leaves_no_trace_in_any_subdb(tmp_path):
+    """Adding an image that owns an entry in every sub-database, then removing it, leaves
+    each sub-database as it was, save the removal's own marks: the change counters, the log,
+    the removed row's bit. Checked by brute force over every sub-database LMDB holds."""
+    from helpers.index import make_encoder, vectors
+    from streamk.index import StreamingIndex
+    from streamk.index.store import IMAGE_BY_ID, IMAGE_BY_ROW, IMAGE_DERIVED, row_key
+
+    idx = StreamingIndex.create(tmp_path / "ix", make_encoder(), indexed_fields=("folder", "n"))
+    idx.store.write(lambda txn: idx.store.put_int(txn, b"local_features", 1))  # geometry is kept
+    V = vectors(2, 6)
+    for i in range(5):
+        _everything_of_an_image(idx, f"k{i}", V[i], bytes([i]) * 32, b"geom%d" % i, b"jpeg%d" % i,
+                                {"folder": f"f{i % 2}", "n": i})
+    before = _every_subdb(idx.store.env)
+    owned = set(IMAGE_BY_ID) | set(IMAGE_BY_ROW) | set(IMAGE_DERIVED)
+    assert owned <= set(before), "every sub-database an image owns exists"
+    # its values sort last in their range columns: the chunks keep their first records (their keys)
+    _everything_of_an_image(idx, "gone", V[5], b"\xee" * 32, b"geom-gone", b"jpeg-gone",
+                            {"folder": "fz-gone", "n": 99.5})
+    row = idx.info("gone")["row"]
+    during = _every_subdb(idx.store.env)
+    touched = {name for name in during if during[name] != before[name]}
+    assert owned - {"dead"} <= touched, "the image owns something in each"
+    assert idx.remove("gone") == 1
+    after = _every_subdb(idx.store.env)
+    assert set(after) == set(before)
+    for name in sorted(before):
+        if name in ("meta", "log", "dead"):
+            continue
+        assert after[name] == before[name], f"{name}: the removed image left a trace"
+    changed_meta = {k for k, v in after["meta"] ^ before["meta"]}
+    assert changed_meta <= {b"seq", b"next_row"}
+    assert len(after["log"] - before["log"]) == 2  # its addition and its removal
+    (block, bits), = after["dead"] - before["dead"]
+    assert block == row_key(row // idx.store.block_rows)
+    assert np.flatnonzero(np.unpackbits(np.frombuffer(bits, np.uint8), bitorder="little")).tolist() == [row]
+    for name, entries in after.items():  # its id, its content key, its values: nowhere
+        if name not in ("meta", "log", "dead"):
+            assert not any(b"gone" in k or b"gone" in v or b"\xee" * 32 in k for k, v in entries), name
+    idx.close()
+
+
+def test_a_read_only_search_builds_no_writer(tmp_path, monkeypatch):
+    from helpers.index import make_encoder, vectors
+    from streamk.index import StreamingIndex
+    from streamk.index import writer as writer_module
+
+    idx = StreamingIndex.create(tmp_path / "ix", make_encoder())
+    V = vectors(3, 20)
+    idx.add_many([{"id": f"r{i}", "vector": v} for i, v in enumerate(V)])
+    idx.close()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a read-only search built an IndexWriter")
+    monkeypatch.setattr(writer_module.IndexWriter, "__init__", refuse)
+    ro = StreamingIndex.open(tmp_path / "ix", readonly=True)
+    assert ro.search(V[4], k=3)[0][0] == "r4"
+    assert ro.info("r4")["row"] == 4 and ro.codec() is None and "r4" in ro and len(ro) == 20
+    ro.close()

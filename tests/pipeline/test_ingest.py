@@ -447,7 +447,7 @@ def test_stale_codec_is_reported_and_retrain_at_retrains(work, tmp_path, capsys)
         assert idx.codec_staleness() == {"trained_on": 706, "added_since": 0, "ratio": 0.0, "stale": False}
         assert idx.codec_params() == {"nlist": 1, "M": 8, "nprobe": 1}
         # a codec trained before streamk recorded it: unknown, never called stale, never retrained
-        idx.store.write(lambda txn: txn.delete(b"codec_trained", db=idx.store.dbs["meta"]))
+        idx.store.write(lambda txn: txn.delete(b"codec_trained", db=idx.store.meta_db))
         idx.add_many([{"id": f"y{i}", "vector": v} for i, v in
                       enumerate(rng.standard_normal((800, idx.encoder.dim)))])
         assert idx.codec_staleness() == {"trained_on": None, "added_since": None, "ratio": None, "stale": False}

@@ -1,0 +1,85 @@
+"""The keys of the index's sub-databases: image ids (checked), rows, blocks and change
+counters (8-byte big-endian, sorted by number), and (epoch, row) pairs of the codes.
+
+Kept apart from :mod:`streamk.index.store` (which re-exports them) so that the modules
+of stored values (vector blocks, code blocks, metadata) use them without importing the
+store that calls them.
+"""
+
+import struct
+import unicodedata
+
+import numpy as np
+
+from ..errors import InvalidIdError
+
+MAX_ID_CHARS = 200
+MAX_KEY_BYTES = 511  # LMDB's default maximum key size
+
+
+def validate_id(image_id):
+    """Return ``image_id`` if it is a valid image id, else raise :class:`InvalidIdError`."""
+    if not isinstance(image_id, str):
+        raise InvalidIdError(f"an image id must be a str, got {type(image_id).__name__}")
+    if not 1 <= len(image_id) <= MAX_ID_CHARS:
+        raise InvalidIdError(f"an image id must have 1..{MAX_ID_CHARS} characters, got {len(image_id)}")
+    if image_id in (".", ".."):
+        raise InvalidIdError(f"{image_id!r} is not a valid image id")
+    if "/" in image_id or "\\" in image_id:
+        raise InvalidIdError(f"an image id may not contain '/' or '\\': {image_id!r}")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in image_id):
+        raise InvalidIdError(f"an image id may not contain control characters: {image_id!r}")
+    try:
+        key = image_id.encode("utf-8")
+    except UnicodeEncodeError as exc:  # pragma: no cover - surrogates caught above
+        raise InvalidIdError(f"an image id must be valid text: {image_id!r}") from exc
+    if len(key) > MAX_KEY_BYTES:
+        raise InvalidIdError(f"an image id may take at most {MAX_KEY_BYTES} bytes in UTF-8, "
+                             f"got {len(key)}")
+    return image_id
+
+
+def id_key(image_id):
+    return validate_id(image_id).encode("utf-8")
+
+
+_U64 = struct.Struct(">Q")
+_EPOCH_ROW = struct.Struct(">IQ")
+
+
+def seq_key(seq):
+    return _U64.pack(seq)
+
+
+def seq_from_key(key):
+    return _U64.unpack(bytes(key))[0]
+
+
+row_key = seq_key  # rows, blocks and seqs are all 8-byte big-endian keys (sorted by number)
+row_from_key = seq_from_key
+
+
+def epoch_key(epoch, n):
+    """Key of row (or block) ``n`` of the codes of ``epoch``: sorted by epoch, then by n."""
+    return _EPOCH_ROW.pack(epoch, n)
+
+
+def epoch_key_split(key):
+    return _EPOCH_ROW.unpack(bytes(key))
+
+
+_EPOCH_ROW_DTYPE = np.dtype([("epoch", ">u4"), ("row", ">u8")])
+
+
+def rows_of_epoch_keys(keys):
+    """int64 rows of a list of (epoch, row) keys."""
+    return np.frombuffer(b"".join(keys), dtype=_EPOCH_ROW_DTYPE)["row"].astype(np.int64)
+
+
+def rows_from_keys(keys):
+    """int64 rows of a list of 8-byte big-endian keys, without a Python step per key's bytes."""
+    return np.frombuffer(b"".join(keys), dtype=">u8").astype(np.int64)
+
+
+__all__ = ["MAX_ID_CHARS", "MAX_KEY_BYTES", "epoch_key", "epoch_key_split", "id_key", "row_from_key", "row_key",
+           "rows_from_keys", "rows_of_epoch_keys", "seq_from_key", "seq_key", "validate_id"]
