@@ -180,6 +180,16 @@ def test_huge_k_is_refused_under_a_memory_limit(work, k):
     assert "limit of 10,000" in line and "MemoryError" not in res.stderr
 
 
+def test_search_parameters_are_checked_before_the_index_is_opened(tmp_path, capsys):
+    """``streamk search`` builds one SearchParams from its arguments: a bad one is refused
+    (usage, 2) before anything is opened, even when the index does not exist."""
+    for argv, words in ((["-k", "10001"], "limit of 10,000"), (["--box", "5", "0", "1", "9"], "x1 < x2"),
+                        (["--where", "{broken"], "")):
+        assert main(["search", str(tmp_path / "nothere"), str(tmp_path / "q.jpg"), *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err and "nothere" not in err, err
+
+
 def test_k_above_the_images_is_capped_under_a_memory_limit(work):
     res = run_python("-c", LIMITED_CLI, "search", work / "ix", work / "imgs" / "img2.png", "-k", "10000", "--json",
                      timeout=120)
@@ -221,6 +231,7 @@ def test_the_defaults_in_help_are_the_packages_own():
     assert defaults.DEFAULT_MAX_FEATURES == features.DEFAULT_MAX_FEATURES
     assert defaults.DEFAULT_DUPLICATE_THRESHOLD == index.DEFAULT_DUPLICATE_THRESHOLD
     assert tuple(defaults.DUPLICATE_POLICIES) == tuple(index.DUPLICATE_POLICIES)
+    assert defaults.SEARCH_MODES == tuple(index.MODES) and defaults.SEARCH_EXPANSIONS == tuple(index.EXPANSIONS)
     assert defaults.DEFAULT_MAX_IMAGES == pipeline.DEFAULT_MAX_IMAGES
     assert defaults.DEFAULT_DESCRIPTORS_PER_IMAGE == pipeline.DEFAULT_DESCRIPTORS_PER_IMAGE
     assert defaults.DEMO_TRANSFORMS == tuple(demo.TRANSFORMS)

@@ -19,6 +19,10 @@ DEFAULT_MAX_FEATURES = 8192
 DEFAULT_DUPLICATE_THRESHOLD = 0.5
 #: streamk.index.DUPLICATE_POLICIES: what ingestion does with a near-duplicate
 DUPLICATE_POLICIES = ("keep", "skip", "report")
+#: streamk.index.MODES: how a search's first stage scans (every vector; the PQ codes)
+SEARCH_MODES = ("exact", "pq")
+#: streamk.index.EXPANSIONS: the query expansions (average; alpha-QE)
+SEARCH_EXPANSIONS = ("aqe", "alpha")
 #: streamk.pipeline.DEFAULT_MAX_IMAGES: images an encoder or the visual words learn from
 DEFAULT_MAX_IMAGES = 1000
 #: streamk.pipeline.DEFAULT_DESCRIPTORS_PER_IMAGE: descriptors sampled from each of them

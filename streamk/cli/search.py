@@ -4,7 +4,7 @@ query image, or like its own images."""
 import json
 import sys
 
-from .defaults import DEFAULT_DUPLICATE_THRESHOLD
+from .defaults import DEFAULT_DUPLICATE_THRESHOLD, SEARCH_EXPANSIONS, SEARCH_MODES
 from .index_commands import open_from_args, stale_note
 from .options import add_limit_options, non_negative_int, positive_int, unit_float
 
@@ -16,15 +16,18 @@ def print_json_rows(rows):
 
 
 def _search(args):
-    box = None if args.box is None else tuple(args.box)
+    from ..index import SearchParams
+
+    # checked once, here, before the index is opened; the index takes it whole
+    params = SearchParams(k=args.k, mode=args.mode, nprobe=args.nprobe, rerank=args.rerank, verify=args.verify,
+                          expand=args.expand, expansion=args.expansion, pairs=args.pairs, where=args.where,
+                          box=None if args.box is None else tuple(args.box))
     with open_from_args(args, readonly=True) as idx:
         idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
         with _stale_codec_noted(args.dir):
-            hits = idx.search(args.image, k=args.k, mode=args.mode, box=box, rerank=args.rerank, nprobe=args.nprobe,
-                              verify=args.verify, expand=args.expand, expansion=args.expansion, pairs=args.pairs,
-                              where=args.where)
+            hits = idx.search(args.image, params=params)
     if args.json:
-        print_json_rows([{"rank": r, **h.to_dict(pairs=args.pairs)} for r, h in enumerate(hits, 1)])
+        print_json_rows([{"rank": r, **h.to_dict(pairs=params.pairs)} for r, h in enumerate(hits, 1)])
     else:
         print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}  id")
         for r, h in enumerate(hits, 1):
@@ -102,7 +105,7 @@ def add_search_commands(sub):
     se.add_argument("image", help="query image file")
     se.add_argument("-k", type=positive_int, default=10, help="results (default 10)")
     se.add_argument("--box", type=float, nargs=4, metavar=("X1", "Y1", "X2", "Y2"), default=None)
-    se.add_argument("--mode", choices=["exact", "pq"], default=None,
+    se.add_argument("--mode", choices=list(SEARCH_MODES), default=None,
                     help="default: pq once the index has a codec (index train), else exact")
     se.add_argument("--nprobe", type=positive_int, default=None, help="with an IVF codec: lists visited")
     se.add_argument("--rerank", type=non_negative_int, default=None,
@@ -113,7 +116,7 @@ def add_search_commands(sub):
                          "0: off)")
     se.add_argument("--expand", type=non_negative_int, default=None, metavar="N",
                     help="query expansion with at most N verified results (default 50; 0: off)")
-    se.add_argument("--expansion", choices=["aqe", "alpha"], default="aqe",
+    se.add_argument("--expansion", choices=list(SEARCH_EXPANSIONS), default="aqe",
                     help="average query expansion (default) or alpha-QE")
     se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
     se.add_argument("--json", action="store_true", help="print JSON (one result per line) instead of a table")
