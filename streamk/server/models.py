@@ -14,8 +14,8 @@ import json
 from typing import Annotated, Any, Literal
 
 from fastapi import UploadFile
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-from pydantic_core import core_schema
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, Json, StrictFloat, ValidationInfo, field_validator,
+                      model_validator)
 
 from ..checks import check_box
 from ..index import MODES, SERVER_LIMITS, SearchParams
@@ -47,19 +47,16 @@ def _json_text(value):
         raise ValueError("not valid JSON") from None
 
 
-class _JsonText:
-    """Marks a form field that holds JSON text, parsed strictly (see ``loads``) and then
-    validated as the type it annotates; documented as a string of that JSON."""
-
-    def __get_pydantic_core_schema__(self, source, handler):
-        return core_schema.no_info_before_validator_function(_json_text, handler(source))
-
-    def __get_pydantic_json_schema__(self, schema, handler):
-        return {"type": "string", "contentMediaType": "application/json", "contentSchema": handler(schema)}
+def _strict_json_text(value):
+    """Form JSON text checked strictly (NaN and Infinity refused), left for pydantic's Json
+    to parse and validate as the type it wraps (which the schema documents)."""
+    if isinstance(value, str):
+        _json_text(value)
+    return value
 
 
-JsonObject = Annotated[dict[str, Any], _JsonText()]
-JsonVector = Annotated[list[float], _JsonText()]
+JsonObject = Annotated[Json[dict[str, Any]], BeforeValidator(_strict_json_text)]
+JsonVector = Annotated[Json[list[StrictFloat]], BeforeValidator(_strict_json_text)]
 
 
 def box_of_text(value):
