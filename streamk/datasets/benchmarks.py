@@ -579,13 +579,14 @@ def load_dataset(name: str, root=None, *, gt=None, image_dir=None, image_ids=Non
                  missing: str = "warn") -> Dataset:
     """Load a benchmark by name (see DATASETS).
 
-    root       the dataset directory (images in ``<root>/jpg``, as :func:`download` leaves them);
-    gt         a ground-truth file (.mat / .pkl) or a directory holding it or the
-               official text files; by default looked up in ``root``, ``root/gt``,
-               ``root/gt_files`` and then the shared data's ``gt/``;
-    image_dir  overrides ``<root>/jpg`` (for UKBench ``<root>/full`` is used when there is no jpg/);
-    image_ids  the database list for text ground truth (default: the image directory's listing, sorted);
-    missing    what to do with text ground-truth images absent from the list ('warn', 'ignore', 'error').
+    Args:
+        root: the dataset directory (images in ``<root>/jpg``, as :func:`download` leaves them);
+        gt: a ground-truth file (.mat / .pkl) or a directory holding it or the
+            official text files; by default looked up in ``root``, ``root/gt``,
+            ``root/gt_files`` and then the shared data's ``gt/``;
+        image_dir: overrides ``<root>/jpg`` (for UKBench ``<root>/full`` is used when there is no jpg/);
+        image_ids: the database list for text ground truth (default: the image directory's listing, sorted);
+        missing: what to do with text ground-truth images absent from the list ('warn', 'ignore', 'error').
 
     Holidays without a .mat and UKBench use the ground truth encoded in file names.
     """
