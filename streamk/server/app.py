@@ -19,9 +19,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from .. import __version__
+from .dependencies import check_token
 from .http_errors import ApiError, error_code, install_error_handlers, status_of
 from .middleware import BodyLimit, ConcurrencyLimit, RequestLog
-from .requests import check_token
 from .routes import ROUTERS
 
 log = logging.getLogger("streamk.server")

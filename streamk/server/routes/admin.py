@@ -2,9 +2,9 @@
 
 from fastapi import APIRouter, Depends, Request
 
+from ..dependencies import may_read, service_of
 from ..http_errors import error_responses
 from ..models import HealthAnswer, StatsAnswer
-from ..requests import may_read, service_of
 
 router = APIRouter()
 

@@ -5,9 +5,9 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse, Response
 from pydantic import TypeAdapter
 
+from ..dependencies import JsonOrForm, Received, may_read, may_write, service_of
 from ..http_errors import ApiError, bad_request, error_responses
 from ..models import AddForm, AddJson, DuplicatesAnswer, ImageAnswer, UpdateForm, UpdateJson, WriteAnswer
-from ..requests import JsonOrForm, Received, may_read, may_write, service_of
 
 router = APIRouter()
 READ, WRITE = [Depends(may_read)], [Depends(may_write)]

@@ -5,9 +5,9 @@ import time
 
 from fastapi import APIRouter, Depends
 
+from ..dependencies import JsonOrForm, Received, may_read, service_of
 from ..http_errors import error_responses
 from ..models import SearchAnswer, SearchForm, SearchJson
-from ..requests import JsonOrForm, Received, may_read, service_of
 
 router = APIRouter(dependencies=[Depends(may_read)])
 SEARCH_BODY = JsonOrForm(SearchJson, SearchForm)
