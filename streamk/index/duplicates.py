@@ -54,7 +54,7 @@ def check_threshold(threshold):
     return t
 
 
-def _verified(store, txn, row, cand_rows, min_inliers):
+def _verified(txn, store, row, cand_rows, min_inliers):
     """Inliers of each candidate row against ``row``'s record (-1: a record is missing)."""
     recs = store.geometry_records(txn, [row] + list(cand_rows))
     out = np.full(len(cand_rows), -1, np.int64)
@@ -92,7 +92,7 @@ def duplicates_of(index, image_id, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify
         scores, rows = view.search(txn, q, max_results + 1, mode=mode)
         keep = (rows[0] >= 0) & (rows[0] != row) & (scores[0] >= threshold)
         rows, scores = rows[0][keep][:max_results], scores[0][keep][:max_results]
-        inliers = _verified(store, txn, row, rows, min_inliers) if verify and len(rows) else None
+        inliers = _verified(txn, store, row, rows, min_inliers) if verify and len(rows) else None
         if inliers is not None:
             ok = inliers >= min_inliers
             rows, scores, inliers = rows[ok], scores[ok], inliers[ok]
@@ -147,7 +147,7 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
                 inl = np.full(len(a), -1, np.int64)
                 starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
                 for lo, hi in zip(starts, np.r_[starts[1:], len(a)]):  # one call per image with pairs
-                    inl[lo:hi] = _verified(store, txn, int(a[lo]), b[lo:hi], min_inliers)
+                    inl[lo:hi] = _verified(txn, store, int(a[lo]), b[lo:hi], min_inliers)
                 ok = inl >= min_inliers
                 a, b, s, inl = a[ok], b[ok], s[ok], inl[ok]
                 if not len(a):

@@ -317,7 +317,7 @@ def _repair(store, s, live_set, report, progress):
 
     def remove_lost(txn):
         for key in lost_keys:  # the image's data is damaged: nothing of it is read but its content key
-            store.delete_id(txn, key, _content_key(store, txn, key))
+            store.delete_id(txn, key, _content_key(txn, store, key))
         for row in drop_rows:
             store.delete_row(txn, row, salvage=True)
         _rewrite_vector_blocks(txn, store, s)
@@ -346,7 +346,7 @@ def _repair(store, s, live_set, report, progress):
         _repair_codes(store, s, live_set - set(drop_rows), report, progress)
 
 
-def _content_key(store, txn, key):
+def _content_key(txn, store, key):
     """The content key of the record under ``key``, None when it has none or is unreadable."""
     try:
         record = store.image(txn, key)

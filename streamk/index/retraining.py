@@ -50,7 +50,7 @@ SWAP_ROWS = 1024  # rows left to code inside the swap transaction, at most
 DELETE_BATCH = 4096  # keys deleted per transaction when dropping an epoch's codes
 
 
-def codec_staleness(store, txn=None):
+def codec_staleness(txn, store):
     """How far the codec in use lags the index: None before any codec; else
     ``{"trained_on": live images it was fitted on, "added_since": rows written since
     (images added or updated), "ratio": added_since / trained_on, "stale": ratio >

@@ -699,7 +699,9 @@ class Store:
         """The error for an id not found: UnknownIdError, unless the B-tree of records around
         it is damaged (then IndexCorruptError): its neighbours in key order must be valid ids
         in order with readable records (a few cursor steps, O(log N)). The one way the index
-        tells an unknown id from a damaged one."""
+        tells an unknown id from a damaged one. ``image_id``: str or its key bytes."""
+        if isinstance(image_id, bytes):
+            image_id = image_id.decode("utf-8", "replace")
         key = id_key(image_id)
         seen = []
         with txn.cursor(db=self.images_db) as cur:
@@ -792,3 +794,29 @@ class Store:
                 bad.append(int(r))
         return corrupt(self.path, f"the local-geometry record of {describe_rows(bad or rows)} fails its checks "
                        "(checksum or layout)", rows=bad or list(rows))
+
+    # ------------------------------------------------------------ test-facing: stored bytes as they are
+    # For tests that damage or inspect what is stored, byte for byte: no checksum is checked or
+    # written, no change is logged. Nothing in streamk calls these.
+    def stored_value(self, name, key):
+        """The bytes under ``key`` in sub-database ``name`` as stored (None when absent)."""
+        with self.read() as txn:
+            raw = txn.get(key, db=self._dbs[name])
+            return None if raw is None else bytes(raw)
+
+    def stored_items(self, name):
+        """[(key, value)] of sub-database ``name`` as stored, in key order."""
+        with self.read() as txn, txn.cursor(db=self._dbs[name]) as cur:
+            return [(bytes(k), bytes(v)) for k, v in cur]
+
+    def overwrite_value(self, name, key, change):
+        """Replace the value under ``key`` in sub-database ``name`` by ``change(old bytes or
+        None)`` (bytes; None deletes it), in one write transaction, bypassing every check."""
+        def run(txn):
+            raw = txn.get(key, db=self._dbs[name])
+            new = change(None if raw is None else bytes(raw))
+            if new is None:
+                txn.delete(key, db=self._dbs[name])
+            else:
+                txn.put(key, new, db=self._dbs[name])
+        self.write(run)

@@ -617,13 +617,13 @@ class StreamingIndex:
         None before training, else the images it was trained on, the images added since,
         their ratio and whether that is past STALE_CODEC_RATIO."""
         with self._store.read() as txn:
-            return codec_staleness(self._store, txn)
+            return codec_staleness(txn, self._store)
 
     def _warn_if_stale(self, txn, mode):
         """A StaleCodecWarning for a PQ search whose codec is stale (O(1): two small reads)."""
         if mode != "pq":
             return
-        st = codec_staleness(self._store, txn)
+        st = codec_staleness(txn, self._store)
         note = stale_codec_note(st, str(self._store.path))
         if note is not None:
             w = StaleCodecWarning(note)

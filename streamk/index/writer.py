@@ -236,10 +236,7 @@ class IndexWriter:
             encode_metadata(metadata)  # raises MetadataError
 
         def run(txn):
-            record = self.store.image(txn, key)
-            if record is None:
-                raise UnknownIdError(f"no image {image_id!r} in the index")
-            row = record.row
+            row = self.store.require_image(txn, key).row
             new = dict(metadata_of_rows(txn, self.store, [row])[0], **metadata) if merge else dict(metadata)
             prepared = prepare_metadata(txn, self.store, new)
             delete_metadata(txn, self.store, row)

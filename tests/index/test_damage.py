@@ -269,8 +269,17 @@ def damage(path, needle, offset=0, nbytes=None, seed=0):
 
 
 def stored(path, name, key):
-    with StreamingIndex.open(path, readonly=True) as idx, idx.store.read() as txn:
-        return bytes(txn.get(key, db=idx.store.subdb(name)))
+    with StreamingIndex.open(path, readonly=True) as idx:
+        return idx.store.stored_value(name, key)
+
+
+def flip_byte(idx, name, key, at, mask=0xFF):
+    """Damage one byte of a stored value (the owner's test-facing overwrite: no check, no log)."""
+    def change(raw):
+        raw = bytearray(raw)
+        raw[at] ^= mask
+        return bytes(raw)
+    idx.store.overwrite_value(name, key, change)
 
 
 def top1(idx, Q, mode):
@@ -405,11 +414,7 @@ def test_a_damaged_thumbnail_is_named(tmp_path, encoder):
                            for i in range(3)])
         assert idx.thumbnail("t1") == b"JPEG" * 300 + b"\x01"
 
-        def flip(txn):
-            raw = bytearray(txn.get(b"t1", db=idx.store.thumbnails_db))
-            raw[10] ^= 0xFF
-            txn.put(b"t1", bytes(raw), db=idx.store.thumbnails_db)
-        idx.store.write(flip)
+        flip_byte(idx, "thumbnails", b"t1", 10)
         with pytest.raises(IndexCorruptError, match="thumbnails entry b't1'"):
             idx.thumbnail("t1")
     report = check_index(tmp_path / "ix", repair=True, progress=False)
@@ -425,22 +430,15 @@ def downgrade_to_format_2(path):
 
     import lmdb
 
-    from streamk.index.vector_store import VectorStore
-
     with StreamingIndex.open(path) as idx:
         s = idx.store
-        vs = VectorStore(s, idx.dim, idx.vector_dtype)
-
-        def strip(txn):
-            for name, cut in (("vectors", None), ("code_blocks", 4), ("codes", 4), ("thumbnails", 4), ("metadata", 4)):
-                with txn.cursor(db=s.subdb(name)) as cur:
-                    items = [(bytes(k), bytes(v)) for k, v in cur]
-                for k, v in items:
-                    txn.put(k, v[vs.data_offset:] if cut is None else v[:-cut], db=s.subdb(name))
-            for key in (b"encoder", b"codec", b"vocabulary"):
-                txn.delete(b"crc32c:" + key, db=s.meta_db)
-            txn.put(b"format", json.dumps({"format": "streamk-index", "version": 2}).encode(), db=s.meta_db)
-        s.write(strip)
+        vs = s.vector_store()
+        for name, cut in (("vectors", None), ("code_blocks", 4), ("codes", 4), ("thumbnails", 4), ("metadata", 4)):
+            for k, _ in s.stored_items(name):
+                s.overwrite_value(name, k, lambda v, cut=cut: v[vs.data_offset:] if cut is None else v[:-cut])
+        for key in (b"encoder", b"codec", b"vocabulary"):
+            s.overwrite_value("meta", b"crc32c:" + key, lambda v: None)
+        s.overwrite_value("meta", b"format", lambda v: json.dumps({"format": "streamk-index", "version": 2}).encode())
     assert lmdb  # (imported for the reader of this helper: LMDB values, nothing else)
 
 
@@ -479,9 +477,7 @@ def test_an_unreadable_record_says_damaged_not_unknown(tmp_path, built):
     path, V = built
     ix = copy_of(path, tmp_path / "ix")
     with StreamingIndex.open(ix) as idx:
-        def garble(txn):
-            txn.put(b"i00042", b"\xff{not json", db=idx.store.images_db)
-        idx.store.write(garble)
+        idx.store.overwrite_value("images", b"i00042", lambda raw: b"\xff{not json")
         for call in (idx.vector, idx.info):
             with pytest.raises(IndexCorruptError, match="record of id 'i00042' is unreadable"):
                 call("i00042")
@@ -503,12 +499,7 @@ def test_damaged_metadata_is_named_and_dropped_by_a_repair(tmp_path, encoder):
             idx.add(f"m{i}", vector=V[i], metadata={"place": f"city {i}", "year": 2000 + i})
         row = idx.info("m2")["row"]
 
-        def flip(txn):
-            key = row.to_bytes(8, "big")
-            raw = bytearray(txn.get(key, db=idx.store.metadata_db))
-            raw[3] ^= 0x20
-            txn.put(key, bytes(raw), db=idx.store.metadata_db)
-        idx.store.write(flip)
+        flip_byte(idx, "metadata", row.to_bytes(8, "big"), 3, 0x20)
         with pytest.raises(IndexCorruptError, match=f"metadata entry of row {row}\\b"):
             idx.metadata("m2")
         assert idx.metadata("m1") == {"place": "city 1", "year": 2001}
@@ -531,18 +522,13 @@ def test_a_damaged_range_column_is_named_then_rebuilt(tmp_path, encoder, damage)
         for i in range(40):
             idx.add(f"y{i}", vector=V[i], metadata={"year": 1990 + i})
 
-        def hurt(txn):
-            db = idx.store.columns_db
-            key, raw = next(iter(txn.cursor(db=db)))
-            key, raw = bytes(key), bytes(raw)
+        def hurt(raw):
             if damage == "drop a record":
-                raw = raw[:24] + raw[48:]
-            elif damage == "truncate":
-                raw = raw[:-5]
-            else:
-                raw = raw[:24] + raw[48:72] + raw[24:48] + raw[72:]
-            txn.put(key, raw, db=db)
-        idx.store.write(hurt)
+                return raw[:24] + raw[48:]
+            if damage == "truncate":
+                return raw[:-5]
+            return raw[:24] + raw[48:72] + raw[24:48] + raw[72:]
+        idx.store.overwrite_value("columns", idx.store.stored_items("columns")[0][0], hurt)
     report = check_index(tmp_path / "ix", progress=False)
     assert not report.ok and any("range column of field 'year' (numbers)" in d for d in report.damaged), report.lines()
     report = check_index(tmp_path / "ix", repair=True, progress=False)
@@ -557,11 +543,7 @@ def test_a_write_into_a_damaged_block_is_refused_and_writes_nothing(tmp_path, en
     with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32") as idx:
         idx.add_many([{"id": f"w{i}", "vector": v} for i, v in enumerate(V[:10])])
 
-        def flip(txn):
-            raw = bytearray(txn.get((0).to_bytes(8, "big"), db=idx.store.vectors_db))
-            raw[-7] ^= 0x01
-            txn.put((0).to_bytes(8, "big"), bytes(raw), db=idx.store.vectors_db)
-        idx.store.write(flip)
+        flip_byte(idx, "vectors", (0).to_bytes(8, "big"), -7, 0x01)
         for write in (lambda: idx.add("w10", vector=V[10]), lambda: idx.remove("w3")):
             with pytest.raises(IndexCorruptError, match="vector block of rows 0.."):
                 write()

@@ -219,7 +219,7 @@ def test_a_damaged_record_in_an_index_is_named_by_every_reader(tmp_path):
     V = vectors(1, 3)
     for i in range(3):
         idx.add(f"v{i}", vector=V[i])
-    idx.store.write(lambda txn: txn.put(id_key("v1"), b'{"kind": "vector"}', db=idx.store.images_db))
+    idx.store.overwrite_value("images", id_key("v1"), lambda raw: b'{"kind": "vector"}')  # no row
     for read in (idx.info, idx.metadata, idx.vector, lambda i: idx.metadata_many([i]), lambda i: idx.remove(i)):
         with pytest.raises(IndexCorruptError, match="the record of id 'v1' is unreadable"):
             read("v1")
