@@ -16,7 +16,8 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
                 (change counter), ``next_row``, ``block_rows``, ``vector_block_rows``,
                 ``store_extras`` (1: keep the
                 display extras), ``created`` (unix time).
-``images``      id -> JSON: kind, source, sha256, box, n_descriptors, added, seq, row.
+``images``      id -> JSON: kind, source, sha256, box, n_descriptors, image_size, added, seq, row,
+                content_key (hex); read only as an :class:`ImageRecord` (:meth:`Store.image`).
 ``extras``      id -> .npz bytes (keypoints, weights) for display; optional.
 ``vectors``     block of ``vector_block_rows`` rows -> their vectors in the index's dtype
                 (:mod:`streamk.index.vector_store`; read for re-ranking and exact search).
@@ -60,6 +61,14 @@ Every change increments ``meta/seq`` and appends to ``log`` in the same
 transaction, so a reader that knows the seq it last saw applies only what
 changed. The log keeps the last LOG_KEEP entries: a reader further behind
 loads everything again.
+
+Ownership. This module is the one that knows the sub-databases and the layout of an image's
+record: every other module reaches a sub-database through its accessor (``store.images_db``,
+... ``store.columns_db``), reads records as :class:`ImageRecord` and removes an image with
+:meth:`Store.delete_image`; what one image owns is listed once (IMAGE_BY_ID, IMAGE_BY_ROW,
+IMAGE_DERIVED). The stored form of vector blocks, code blocks and metadata values is in
+:mod:`~streamk.index.vector_store`, :mod:`~streamk.index.blocks` and
+:mod:`~streamk.index.metadata`, their keys in :mod:`~streamk.index.keys`.
 
 Write transactions go through :meth:`Store.write`, which grows the map when it
 is full (abort, ``set_mapsize`` x2, rerun the whole function): users never see
@@ -120,6 +129,8 @@ IMAGE_DERIVED = {"vectors": "its row of a vector block (zeroed; the block goes w
                  "postings": "its indexed metadata values (with the metadata)",
                  "columns": "the range-column records of those values",
                  "dead": "its row, marked removed", "log": "one removal entry"}
+# Not removed with an image: its PQ code (``codes`` / ``code_blocks``, keyed by epoch and row) stays
+# where it is, hidden by the row's mark in ``dead``, until a training writes the codes of a new epoch.
 
 
 @dataclass(frozen=True)

@@ -314,3 +314,17 @@ def test_a_read_only_search_builds_no_writer(tmp_path, monkeypatch):
     assert ro.search(V[4], k=3)[0][0] == "r4"
     assert ro.info("r4")["row"] == 4 and ro.codec() is None and "r4" in ro and len(ro) == 20
     ro.close()
+
+
+def test_the_old_names_still_answer_with_a_warning(tmp_path):
+    """Store.dbs and second_stage.records_of, kept for 0.3 (CHANGELOG), say what replaced them."""
+    from streamk.index import second_stage
+
+    s = Store.create(tmp_path / "ix", {})
+    with pytest.warns(DeprecationWarning, match="sub-database accessors"):
+        handles = s.dbs
+    assert set(handles) == set(SUBDBS + OPTIONAL_SUBDBS) and handles["images"] is s.images_db
+    s.write(lambda txn: txn.put((3).to_bytes(8, "big"), b"geometry of row 3", db=s.geometry_db))
+    with s.read() as txn, pytest.warns(DeprecationWarning, match="geometry_records"):
+        assert second_stage.records_of(s, txn, [3, 4]) == [b"geometry of row 3", None]
+    s.close()
