@@ -2,11 +2,21 @@
 query image, or like its own images."""
 
 import json
+import os
 import sys
 
 from .defaults import DEFAULT_DUPLICATE_THRESHOLD, SEARCH_EXPANSIONS, SEARCH_MODES
 from .index_commands import open_from_args, stale_note
-from .options import add_limit_options, non_negative_int, positive_int, unit_float
+from .options import add_limit_options, non_negative_int, positive_float, positive_int, unit_float
+
+
+SEARCH_DESCRIPTION = (
+    "The k best images of the index for each query: query photos (several in one process: each is searched as it "
+    "comes, the index opened once), indexed images (--id), or both; photos first. Output: a table per query (named "
+    "when there are several), or with --json the results of one query as a JSON array (one result per line) and "
+    "of several queries JSON lines (one object per query, as --jsonl). A query that fails on its own (an unreadable "
+    "photo, an unknown id) is reported on stderr and the others go on; the exit status is then that error's. "
+    "--server URL sends the queries to a running 'streamk serve' instead (then no index directory is given).")
 
 
 def print_json_rows(rows):
@@ -16,6 +26,20 @@ def print_json_rows(rows):
 
 
 def _search(args):
+    """One or more queries (photos, then indexed images by --id), searched in this process
+    on the index opened once, or sent to a running server (--server); each query's results
+    printed as it is answered. A query that fails on its own (an unreadable photo, an
+    unknown id) is reported on stderr and the others go on; the status is then the first
+    such error's."""
+    _check_queries(args)
+    if args.server is not None:
+        from .remote import RemoteSearch, read_token
+
+        remote = RemoteSearch(args.server, read_token(args.token_file), timeout=args.timeout)
+        options = {"k": args.k, "verify": args.verify, "expand": args.expand, "mode": args.mode,
+                   "box": args.box, "where": _where_object(args.where)}
+        return _answer_each(args, lambda kind, q: (remote.search_image(q, options) if kind == "image"
+                                                   else remote.search_id(q, options)))
     from ..index import SearchParams
 
     # checked once, here, before the index is opened; the index takes it whole
@@ -25,17 +49,117 @@ def _search(args):
     with open_from_args(args, readonly=True) as idx:
         idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
         with _stale_codec_noted(args.dir):
-            hits = idx.search(args.image, params=params)
-    if args.json:
-        print_json_rows([{"rank": r, **h.to_dict(pairs=params.pairs)} for r, h in enumerate(hits, 1)])
+            return _answer_each(args, lambda kind, q: _local_answer(idx, kind, q, params))
+
+
+def _check_queries(args):
+    """Usage errors of the query arguments (before anything is opened or sent)."""
+    from ..errors import ConfigError
+
+    if args.server is not None:  # no index here: every positional argument is a query photo
+        if args.dir is not None and os.path.isdir(args.dir):
+            raise ConfigError(f"with --server, leave out the index directory ({args.dir}): the server has its "
+                              f"index open; give only query photos (or --id)")
+        args.images = ([args.dir] if args.dir is not None else []) + args.images
+        for option, given in (("--nprobe", args.nprobe is not None), ("--rerank", args.rerank is not None),
+                              ("--expansion", args.expansion != "aqe"), ("--pairs", args.pairs),
+                              ("--dask", args.dask is not None)):
+            if given:
+                raise ConfigError(f"{option} is not an option of the server's search API: leave it out with "
+                                  f"--server, or search the index here")
+    elif args.dir is None:
+        args.parser.error("the following arguments are required: dir")
+    if not args.images and not args.ids:
+        args.parser.error("give a query: one or more image files, or --id ID")
+    if args.box is not None and args.ids:
+        raise ConfigError("--box selects a region of a query photo: it does not apply to --id")
+
+
+def _where_object(text):
+    if text is None:
+        return None
+    from ..errors import FilterError
+
+    try:
+        where = json.loads(text)
+    except ValueError as exc:
+        raise FilterError(f"--where is not valid JSON ({exc})") from None
+    if not isinstance(where, dict):
+        raise FilterError("--where must be a JSON object of fields, e.g. '{\"folder\": \"paris\"}'")
+    return where
+
+
+def _local_answer(idx, kind, query, params):
+    """``{"query", "results"}`` of one query searched in ``idx``: a photo, or an indexed
+    image (its stored vector, verified with its stored local geometry, as the server does)."""
+    if kind == "image":
+        hits = idx.search(query, params=params)
+        about = {"kind": "image", "path": str(query)} | ({} if params.box is None else {"box": list(params.box)})
     else:
-        print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}  id")
-        for r, h in enumerate(hits, 1):
-            inliers = "" if h.inliers is None else f"{h.inliers}{'*' if h.verified else ''}"
-            print(f"{r:>4}  {h.score:8.4f}  {inliers:>7}  {h.id}")
-        if any(h.inliers is not None for h in hits):
-            print("(* verified: its local features agree with the query's under one affine map)")
-    return 0
+        vector = idx.vector(query)
+        record = idx.geometry(query) if params.verify != 0 else None
+        hits = idx.search(vector, params=params, record=record)
+        about = {"kind": "id", "id": query}
+    return {"query": about, "results": [h.to_dict(pairs=params.pairs) for h in hits]}
+
+
+def _answer_each(args, answer):
+    """Each query's ``answer(kind, query)`` printed (:func:`print_answer`); the exit status."""
+    from .remote import QUERY_ERRORS
+
+    queries = [("image", q) for q in args.images] + [("id", q) for q in args.ids]
+    output = "jsonl" if args.jsonl or (args.json and len(queries) > 1) else "json" if args.json else "table"
+    status, printed = 0, 0
+    for kind, query in queries:
+        try:
+            got = answer(kind, query)
+        except Exception as exc:  # noqa: BLE001 -- one query's own error: reported, the batch goes on
+            if not (isinstance(exc, QUERY_ERRORS) or getattr(exc, "per_query", False)) or len(queries) == 1:
+                raise
+            from ..errors import printable
+
+            print(f"streamk: error: {' '.join(printable(exc).split())}", file=sys.stderr, flush=True)
+            status = status or getattr(exc, "exit_code", 1)
+            if output == "jsonl":
+                from .remote import error_code
+
+                code = getattr(exc, "code", None) or error_code(type(exc).__name__)
+                print(json.dumps({"query": {"kind": kind, "path" if kind == "image" else "id": _shown(query)},
+                                  "error": {"code": code, "message": str(exc)}}), flush=True)
+            continue
+        print_answer(got, output, first=not printed, named=len(queries) > 1)
+        printed += 1
+    return status
+
+
+def _shown(query):
+    return os.fsdecode(query) if isinstance(query, bytes) else str(query)
+
+
+def print_answer(got, output, first=True, named=False):
+    """One query's answer: a JSON array of its results, one per line (``json``); one JSON
+    object per query on one line (``jsonl``: ``{"query", "results"}``); or a table, under
+    the query's name when ``named``."""
+    rows = [{"rank": r, **hit} for r, hit in enumerate(got["results"], 1)]
+    if output == "json":
+        print_json_rows(rows)
+        return
+    if output == "jsonl":
+        print(json.dumps({"query": got["query"], "results": rows}), flush=True)
+        return
+    if named:
+        from ..errors import printable
+
+        q = got["query"]
+        name = f"query {printable(q['path'])}" if q["kind"] == "image" else f"query id {printable(q['id'])}"
+        print(("" if first else "\n") + name)
+    print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}  id")
+    for hit in rows:
+        inliers = "" if hit.get("inliers") is None else f"{hit['inliers']}{'*' if hit.get('verified') else ''}"
+        print(f"{hit['rank']:>4}  {hit['score']:8.4f}  {inliers:>7}  {hit['id']}")
+    if any(hit.get("inliers") is not None for hit in rows):
+        print("(* verified: its local features agree with the query's under one affine map)")
+    sys.stdout.flush()
 
 
 class _stale_codec_noted:
@@ -100,9 +224,14 @@ def _print_near_duplicates_of(args, hits, how):
 
 
 def add_search_commands(sub):
-    se = sub.add_parser("search", help="the k best images of an index for a query image")
-    se.add_argument("dir", help="index directory")
-    se.add_argument("image", help="query image file")
+    se = sub.add_parser("search", help="the k best images of an index for query images, or for indexed images",
+                        description=SEARCH_DESCRIPTION)
+    se.add_argument("dir", nargs="?", help="index directory (left out with --server)")
+    se.add_argument("images", nargs="*", metavar="image",
+                    help="query image files: several are searched one after the other in this one process")
+    se.add_argument("--id", dest="ids", action="append", default=[], metavar="ID",
+                    help="an indexed image as the query (its stored vector, verified with its stored local "
+                         "geometry); repeatable")
     se.add_argument("-k", type=positive_int, default=10, help="results (default 10)")
     se.add_argument("--box", type=float, nargs=4, metavar=("X1", "Y1", "X2", "Y2"), default=None)
     se.add_argument("--mode", choices=list(SEARCH_MODES), default=None,
@@ -119,15 +248,31 @@ def add_search_commands(sub):
     se.add_argument("--expansion", choices=list(SEARCH_EXPANSIONS), default="aqe",
                     help="average query expansion (default) or alpha-QE")
     se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
-    se.add_argument("--json", action="store_true", help="print JSON (one result per line) instead of a table")
+    se.add_argument("--json", action="store_true",
+                    help="print JSON instead of tables: for one query an array of its results, one per line; for "
+                         "several, JSON lines (as --jsonl)")
+    se.add_argument("--jsonl", action="store_true",
+                    help='print JSON lines: one object per query, {"query": ..., "results": [...]} '
+                         '(or "error": {"code", "message"}), whatever the number of queries')
     se.add_argument("--where", default=None, metavar="JSON",
                     help='a metadata filter on indexed fields, e.g. \'{"folder": "/photos/paris"}\', '
                          '\'{"date": {"gte": "2024-01-01"}}\', \'{"tag": {"in": ["a", "b"]}}\' (fields ANDed)')
     add_limit_options(se)
     se.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="a sharded index: search its shards through their owners on this Dask cluster")
-    se.set_defaults(func=_search)
+    _add_server_options(se)
+    se.set_defaults(func=_search, parser=se)
     _add_duplicates_command(sub)
+
+
+def _add_server_options(se):
+    se.add_argument("--server", default=None, metavar="URL",
+                    help="send the queries to a running 'streamk serve' at URL (e.g. http://127.0.0.1:8000) instead "
+                         "of opening an index here; its search options: -k, --box, --mode, --verify, --expand, --where")
+    se.add_argument("--token-file", default=None, metavar="FILE",
+                    help="with --server: the file holding the server's token (else $STREAMK_TOKEN, else none)")
+    se.add_argument("--timeout", type=positive_float, default=60.0, metavar="S",
+                    help="with --server: seconds to wait for each answer (default 60)")
 
 
 def _add_duplicates_command(sub):

@@ -1,0 +1,209 @@
+"""``streamk search`` with several queries in one process, with an indexed image as the
+query (``--id``), and through a running ``streamk serve`` (``--server``): each checked
+against an independent reference (an indexed photo finds itself first; first-stage
+scores are the inner products of the stored vectors, computed with numpy) and against
+the same search made the other way (one query at a time; in this process)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from streamk.cli import main
+
+pytest.importorskip("cv2")
+from helpers.processes import run_python  # noqa: E402
+from helpers.server import free_port, make_index, make_photos  # noqa: E402
+
+N_INDEXED = 5
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    return make_photos(tmp_path_factory.mktemp("photos"))
+
+
+@pytest.fixture(scope="module")
+def ix(photos, tmp_path_factory):
+    """An index of photos p0..p4, with their local geometry (the second stage)."""
+    return make_index(tmp_path_factory.mktemp("cli-search") / "ix", photos, n=N_INDEXED)
+
+
+@pytest.fixture(scope="module")
+def sharded(photos, tmp_path_factory):
+    """The same photos in a sharded index (2 shards, in this process), ingested as p0.png..p4.png."""
+    import shutil
+
+    from streamk.index import ShardedIndex
+
+    root = tmp_path_factory.mktemp("cli-sharded")
+    (root / "imgs").mkdir()
+    for p in photos["paths"][:N_INDEXED]:
+        shutil.copy(p, root / "imgs")
+    ShardedIndex.create(root / "ix", photos["encoder"], shards=2, vector_dtype="float32", extractor=photos["extractor"],
+                        vocabulary=photos["vocabulary"]).close()
+    assert main(["ingest", str(root / "ix"), str(root / "imgs"), "--workers", "1", "--no-progress", "--no-cache"]) == 0
+    return root / "ix"
+
+
+def run(capsys, *argv):
+    """``streamk ARGV`` in this process: (status, stdout, stderr)."""
+    status = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def tables(out):
+    """{query name: [(rank, id), ...]} of the tables ``streamk search`` printed for several queries."""
+    got, name = {}, None
+    for line in out.splitlines():
+        if line.startswith("query "):
+            name = line.removeprefix("query ")
+            got[name] = []
+        elif line.strip() and line.split()[0].isdigit():
+            got[name].append((int(line.split()[0]), line.split()[-1]))
+    return got
+
+
+def test_many_photos_in_one_process_each_a_named_table(photos, ix, capsys):
+    paths = photos["paths"][:3]
+    status, out, err = run(capsys, "search", ix, *paths, "-k", "3")
+    assert status == 0 and err == "", err
+    got = tables(out)
+    assert list(got) == paths  # in the order given, each named
+    for i, path in enumerate(paths):
+        assert got[path][0] == (1, f"p{i}")  # an indexed photo finds itself first
+        assert [r for r, _ in got[path]] == [1, 2, 3]
+        status, alone, _ = run(capsys, "search", ix, path, "-k", "3")  # one query: the table as before, unnamed
+        assert status == 0 and not alone.startswith("query ")
+        assert "\n".join(out.split(f"query {path}\n", 1)[1].split("\n\n", 1)[0].splitlines()) == alone.rstrip("\n")
+
+
+def test_json_of_one_query_is_an_array_of_several_json_lines(photos, ix, capsys):
+    paths = photos["paths"][:2]
+    _, one, _ = run(capsys, "search", ix, paths[0], "-k", "2", "--json")
+    assert [h["id"] for h in json.loads(one)] == ["p0", json.loads(one)[1]["id"]]
+    for argv in ([*paths, "--json"], [*paths, "--jsonl"]):
+        status, out, _ = run(capsys, "search", ix, *argv, "-k", "2")
+        lines = out.splitlines()
+        assert status == 0 and len(lines) == 2
+        for i, line in enumerate(lines):
+            answer = json.loads(line)
+            assert answer["query"] == {"kind": "image", "path": paths[i]}
+            assert [h["rank"] for h in answer["results"]] == [1, 2] and answer["results"][0]["id"] == f"p{i}"
+            if i == 0:
+                assert answer["results"] == json.loads(one)  # the same results as alone
+    status, out, _ = run(capsys, "search", ix, paths[0], "-k", "2", "--jsonl")  # one query, one line
+    assert status == 0 and len(out.splitlines()) == 1 and json.loads(out)["results"] == json.loads(one)
+
+
+def test_a_failed_query_is_reported_and_the_others_go_on(photos, ix, tmp_path, capsys):
+    bad = tmp_path / "bad.jpg"
+    bad.write_text("not an image\n")
+    status, out, err = run(capsys, "search", ix, photos["paths"][0], bad, "--id", "nope", "--id", "p1", "--jsonl")
+    assert status == 3  # the first failure's: an unreadable image file
+    assert len(err.splitlines()) == 2 and "bad.jpg" in err.splitlines()[0] and "nope" in err.splitlines()[1]
+    answers = [json.loads(line) for line in out.splitlines()]
+    assert [a.get("error", {}).get("code") for a in answers] == [None, "image_read", "unknown_id", None]
+    assert answers[0]["results"][0]["id"] == "p0" and answers[3]["results"][0]["id"] == "p1"
+    assert answers[2]["query"] == {"kind": "id", "id": "nope"}
+    status, out, err = run(capsys, "search", ix, "--id", "nope")  # alone: the one error line, as before
+    assert status == 4 and out == "" and err.startswith("streamk: error: ") and err.count("\n") == 1
+
+
+def stored(ix):
+    from streamk.index import open_index
+
+    with open_index(ix, readonly=True) as idx:
+        ids = sorted(idx.ids())
+        return ids, np.stack([idx.vector(i) for i in ids]).astype(np.float64)
+
+
+@pytest.mark.parametrize("which", ["single", "sharded"])
+def test_an_indexed_image_as_the_query(ix, sharded, which, capsys):
+    """``--id``: the first stage ranks by the inner products of the stored vectors (numpy);
+    the second stage verifies with the image's stored geometry, so it finds itself with
+    every one of its words as inliers."""
+    path, p2 = (ix, "p2") if which == "single" else (sharded, "p2.png")
+    ids, V = stored(path)
+    assert len(ids) == N_INDEXED
+    q = ids.index(p2)
+    status, out, _ = run(capsys, "search", path, "--id", p2, "-k", "5", "--verify", "0", "--expand", "0",
+                         "--mode", "exact", "--json")
+    assert status == 0
+    hits = json.loads(out)
+    expected = np.sort(V @ V[q])[::-1]
+    np.testing.assert_allclose([h["score"] for h in hits], expected, rtol=0, atol=1e-5)
+    assert hits[0]["id"] == p2 and all(h["inliers"] is None for h in hits)
+    status, out, _ = run(capsys, "search", path, "--id", p2, "-k", "5", "--jsonl")
+    answer = json.loads(out)
+    assert status == 0 and answer["query"] == {"kind": "id", "id": p2}
+    top = answer["results"][0]
+    assert top["id"] == p2 and top["verified"] and top["inliers"] >= 8
+
+
+def test_box_does_not_apply_to_an_id_and_a_query_is_needed(ix, capsys):
+    assert run(capsys, "search", ix, "--id", "p1", "--box", "0", "0", "9", "9")[0] == 2
+    with pytest.raises(SystemExit) as e:
+        main(["search", str(ix)])
+    assert e.value.code == 2 and "give a query" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- --server
+def test_error_codes_are_the_servers():
+    pytest.importorskip("fastapi")
+    from streamk import errors
+    from streamk.cli.remote import error_code
+    from streamk.server import error_code as servers
+
+    names = [n for n in dir(errors) if isinstance(getattr(errors, n), type)]
+    assert [error_code(n) for n in names] == [servers(n) for n in names]
+
+
+def test_search_through_a_running_server(photos, ix, tmp_path, capsys):
+    """``--server URL``: the same answers as the same search here (photos and ids), the
+    token from --token-file or $STREAMK_TOKEN, and the server's errors as one line with
+    the status of the same error here."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("httpx")
+    from helpers.server import Server
+
+    server = Server(ix, tmp_path / "srv").start()
+    try:
+        token_file = tmp_path / "srv" / "token.txt"
+        queries = [photos["paths"][3], photos["paths"][6], "--id", "p1"]
+        res = run_python("-m", "streamk.cli", "search", "--server", server.url, "--token-file", token_file, *queries,
+                         "-k", "3", "--jsonl", timeout=120)
+        assert res.returncode == 0, res.stderr + server.log()
+        remote = [json.loads(line) for line in res.stdout.splitlines()]
+        _, out, _ = run(capsys, "search", ix, *queries, "-k", "3", "--jsonl")
+        here = [json.loads(line) for line in out.splitlines()]
+        assert len(remote) == len(here) == 3
+        for r, h in zip(remote, here):
+            assert [x["id"] for x in r["results"]] == [x["id"] for x in h["results"]]
+            np.testing.assert_allclose([x["score"] for x in r["results"]], [x["score"] for x in h["results"]],
+                                       atol=1e-5)
+            assert [x["inliers"] for x in r["results"]] == [x["inliers"] for x in h["results"]]
+            assert r["query"]["kind"] == h["query"]["kind"] and r["query"].get("path") == h["query"].get("path")
+        _check_server_errors(server, token_file)
+    finally:
+        server.stop()
+
+
+def _check_server_errors(server, token_file):
+    def search(*argv, env=None):
+        from helpers.processes import subprocess_env
+
+        res = run_python("-m", "streamk.cli", "search", "--server", *argv, timeout=120,
+                         env=subprocess_env(**(env or {})))
+        assert "Traceback" not in res.stderr
+        return res.returncode, res.stderr
+
+    status, err = search(server.url, "--id", "p1")  # no token
+    assert status == 2 and err.count("\n") == 1 and "401 unauthorized" in err and "--token-file" in err
+    status, err = search(server.url, "--id", "nope", env={"STREAMK_TOKEN": server.token})  # the token from the env
+    assert status == 4 and err.count("\n") == 1 and err.startswith("streamk: error: ") and "unknown_id" in err
+    status, err = search(f"http://127.0.0.1:{free_port()}", "--id", "p1", "--timeout", "5")  # nothing listens
+    assert status == 7 and err.count("\n") == 1 and "no answer from the server" in err
+    status, err = search("not-a-url", "--id", "p1")
+    assert status == 2 and "--server" in err
