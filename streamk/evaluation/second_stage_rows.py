@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..verification import Vocabulary, expand_query, make_query_record, stored_record, verify_geometry
+from ..verification import Vocabulary, expand_query, make_query_record, rerank, stored_record, verify_geometry
 from ..verification.expansion import DEFAULT_TOP
 from ..verification.spatial import DEFAULT_MIN_INLIERS, DEFAULT_R
 
@@ -58,11 +58,8 @@ class SecondStageRows:
         qrec = self.query_record(i) if qrec is None else qrec
         checks = verify_geometry(qrec, [self.records[j] for j in head], query_box=self.boxes[i])
         inliers = np.array([v.inliers for v in checks], np.int64)
-        ok = np.flatnonzero(inliers >= DEFAULT_MIN_INLIERS)
-        ok = ok[np.argsort(-inliers[ok], kind="stable")]
-        rest = np.ones(len(ranking), bool)
-        rest[ok] = False
-        return head[ok], np.asarray(ranking)[rest]
+        ranked, n_verified = rerank(head, inliers, DEFAULT_MIN_INLIERS)  # verified first, by inliers
+        return ranked[:n_verified], np.concatenate([ranked[n_verified:], np.asarray(ranking)[len(head):]])
 
     def rankings(self, mv):
         """{suffix: ((Q, N) ranking, [ms per query])} of the second-stage rows of one method."""

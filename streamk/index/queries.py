@@ -8,6 +8,7 @@ Shared by :class:`~streamk.index.StreamingIndex` and
 
 import json
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFi
 from ..features import default_extractor, extractor_from_params, image_features
 from .items import checked_vector, normalise_box, unit_vector
 from .search_params import INDEX_LIMITS, MODES, SearchParams, check_count
+from .second_stage import query_record
 
 # The most a request may ask for (streamk's limits, :data:`~streamk.index.INDEX_LIMITS`;
 # the reasons beside each in search_params.py), under their 0.2 names.
@@ -65,16 +67,58 @@ class StoredExtractor:
         return json.loads(raw) if raw is not None else None
 
 
+class PreparedQuery(NamedTuple):
+    """A search's query made into what the stages scan: ``batch`` (a batch of vectors:
+    (scores, ids) arrays come back), ``Q`` (nq, D) unit float32 rows, ``qrec`` (the
+    query's geometry record when the second stage runs, else None) and ``R`` (first-stage
+    results it verifies; 0: the first stage alone)."""
+
+    batch: bool
+    Q: np.ndarray
+    qrec: bytes | None
+    R: int
+
+
 class QueryEncoder:
     """Queries -> unit float32 query vectors, encoded as the index encodes its images.
 
     encoder, extractor: callables returning the index's Encoder and Extractor (loaded
-    on first use); dim: the vectors' dimension."""
+    on first use); dim: the vectors' dimension; vocabulary: a callable returning the
+    index's visual words, or None (no second stage)."""
 
-    def __init__(self, encoder, extractor, dim):
+    def __init__(self, encoder, extractor, dim, vocabulary=lambda: None):
         self._encoder = encoder
         self._extractor = extractor
+        self._vocabulary = vocabulary
         self.dim = int(dim)
+
+    def prepare(self, query, params, features=None, record=None):
+        """The :class:`PreparedQuery` of a search (written once for every index kind):
+        ``query`` an image path (described, inside ``params.box``), a descriptor set, a
+        vector or a batch of vectors; ``features`` the query image's Features (already
+        cropped) when the query is its vector, or ``record`` its geometry record. The
+        second stage runs for one query with features or a record, on an index with a
+        vocabulary, when ``params`` verify some (R > 0) and the query has features."""
+        box = params.box
+        batch = self.is_batch(query)
+        if batch and (box is not None or features is not None):
+            raise ConfigError("box and features apply to one query image, not a batch of vectors")
+        if batch:
+            Q = self.vectors(query)
+        elif isinstance(query, (str, os.PathLike)):
+            features = self.features(query, box)
+            Q = unit_vector(self._encoder().encode(features.descriptors))[None, :]
+        else:
+            Q = self.vector(query, box=None if features is not None else box)[None, :]
+        if record is not None and (batch or features is not None):
+            raise ConfigError("record applies to one query vector, without features")
+        vocabulary = None if batch or (features is None and record is None) else self._vocabulary()
+        R = params.verify_count() if vocabulary is not None else 0
+        if record is not None:
+            qrec = record if R else None
+        else:
+            qrec = query_record(vocabulary, features) if R and len(features) else None
+        return PreparedQuery(batch, Q, qrec, R if qrec is not None else 0)
 
     def features(self, path, box=None):
         """The Features of a query image (inside ``box``), or EmptyDescriptorSetError."""
@@ -124,5 +168,6 @@ class QueryEncoder:
                 and query.dtype != object)
 
 
-__all__ = ["MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_RERANK", "MAX_VERIFY", "MODES", "QueryEncoder", "StoredExtractor",
+__all__ = ["MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_RERANK", "MAX_VERIFY", "MODES", "PreparedQuery", "QueryEncoder",
+           "StoredExtractor",
            "check_k", "check_request"]

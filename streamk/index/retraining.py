@@ -60,12 +60,18 @@ def codec_staleness(txn, store):
         return None
     raw = store.get_meta(b"codec_trained", txn)
     if raw is None:
-        return {"trained_on": None, "added_since": None, "ratio": None, "stale": False}
+        return staleness_of(None, None)
     rec = json.loads(bytes(raw))
-    trained_on = int(rec["images"])
-    added = max(0, store.get_int(b"next_row", txn) - int(rec["next_row"]))
-    ratio = added / max(trained_on, 1)
-    return {"trained_on": trained_on, "added_since": added, "ratio": ratio, "stale": ratio > STALE_CODEC_RATIO}
+    return staleness_of(int(rec["images"]), max(0, store.get_int(b"next_row", txn) - int(rec["next_row"])))
+
+
+def staleness_of(trained_on, added_since):
+    """The staleness record of a codec fitted on ``trained_on`` images, ``added_since`` added
+    after it (None, None: not recorded, never stale): one index's or a sharded index's sums."""
+    if trained_on is None or added_since is None:
+        return {"trained_on": None, "added_since": None, "ratio": None, "stale": False}
+    ratio = added_since / max(trained_on, 1)
+    return {"trained_on": trained_on, "added_since": added_since, "ratio": ratio, "stale": ratio > STALE_CODEC_RATIO}
 
 
 def stale_codec_note(staleness, where="INDEX"):

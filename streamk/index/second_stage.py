@@ -17,10 +17,12 @@ unverified. Scores stay inner products: a verified row's is its first-stage scor
 from the second search its score against the expanded query.
 """
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..errors import GeometryRecordError
-from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, verify_geometry
+from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, rerank, verify_geometry
 from ..verification.spatial import DEFAULT_MIN_INLIERS
 from .search_params import DEFAULT_EXPAND, DEFAULT_VERIFY, EXPANSIONS
 
@@ -73,79 +75,113 @@ def damaged_records(store, rows, recs):
     return store.damaged_geometry(rows, recs)
 
 
-def verify_top(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT_MIN_INLIERS):
-    """The first R (``params.verify_count()``) of the first stage's (rows, scores) verified
-    against the query's record (the query's ``params.box`` mapped into each, the inlier
-    pairs with ``params.pairs``): (verified rows by inliers, their scores, the rest of the
-    first stage's rows and scores in order, explanations by row)."""
-    verify_r, box, return_pairs = params.verify_count(), params.box, params.pairs
+class Candidate(NamedTuple):
+    """One first-stage result on its way through the second stage: ``id`` (a row of one
+    index, or an image id across shards), ``score`` (its inner product with the query),
+    ``vector`` (its stored vector, for the expansion: read for the verified ones that
+    may enter it, else None) and ``explanation`` (what verifying it found: {} when it
+    was not verified; the fields of a :class:`Hit`)."""
+
+    id: object
+    score: float
+    vector: object
+    explanation: dict
+
+
+def verify_candidates(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT_MIN_INLIERS):
+    """The first stage's (rows, scores) as [Candidate] in first-stage order, the first R
+    (``params.verify_count()``) verified against the query's record ``qrec`` (the query's
+    ``params.box`` mapped into each, the inlier pairs with ``params.pairs``); rows without
+    a geometry record keep an empty explanation. Vectors are not read here."""
     rows = np.asarray(rows, np.int64)
     scores = np.asarray(scores, np.float32)
     keep = rows >= 0
     rows, scores = rows[keep], scores[keep]
-    cand = rows[:verify_r]
+    cand = rows[:params.verify_count()]
     recs = view.store.geometry_records(txn, cand)
     have = [i for i, r in enumerate(recs) if r is not None]
     checks = {}
     if have:
         try:
-            checked = verify_geometry(qrec, [recs[i] for i in have], query_box=box, return_pairs=return_pairs,
-                             min_inliers=min_inliers)
+            checked = verify_geometry(qrec, [recs[i] for i in have], query_box=params.box,
+                                      return_pairs=params.pairs, min_inliers=min_inliers)
         except GeometryRecordError as exc:  # a stored record that fails its checks: damage, named
             raise view.store.damaged_geometry([int(cand[i]) for i in have], [recs[i] for i in have]) from exc
-        for i, v in zip(have, checked):
-            checks[i] = v
-    inliers = np.array([checks[i].inliers if i in checks else -1 for i in range(len(cand))], np.int64)
-    verified = np.flatnonzero(inliers >= min_inliers)
-    verified = verified[np.argsort(-inliers[verified], kind="stable")]
-    explanations = {int(cand[i]): {"inliers": v.inliers, "verified": v.verified, "region": v.region,
-                                   "affine": v.affine, "pairs": v.pairs,
-                                   "stage": "verified" if v.verified else "first"} for i, v in checks.items()}
-    rest = np.ones(len(rows), bool)
-    rest[verified] = False
-    return cand[verified], scores[:verify_r][verified], rows[rest], scores[rest], explanations
+        checks = dict(zip(have, checked))
+    out = []
+    for i, (r, sc) in enumerate(zip(rows.tolist(), scores.tolist())):
+        v = checks.get(i)
+        out.append(Candidate(r, sc, None, {} if v is None else {
+            "inliers": v.inliers, "verified": v.verified, "region": v.region, "affine": v.affine, "pairs": v.pairs,
+            "stage": "verified" if v.verified else "first"}))
+    return out
 
 
-def merge_after(head_rows, head_scores, tail_rows, tail_scores, k):
-    """The head (verified) rows, then the tail's rows that are not among them: k in all."""
-    taken = set(np.asarray(head_rows).tolist())
-    out_rows, out_scores = list(head_rows[:k]), list(head_scores[:k])
-    for r, s in zip(np.asarray(tail_rows).tolist(), np.asarray(tail_scores).tolist()):
-        if len(out_rows) >= k:
+def verified_first(candidates, min_inliers=DEFAULT_MIN_INLIERS):
+    """(the verified candidates by inliers, the others in their order): ``candidates`` in
+    first-stage order, a candidate verified when its explanation's inliers reach
+    ``min_inliers`` (:func:`streamk.verification.rerank`: ties keep the first-stage order)."""
+    inliers = np.array([-1 if c.explanation.get("inliers") is None else c.explanation["inliers"]
+                        for c in candidates], np.int64)
+    order, n_verified = rerank(np.arange(len(candidates), dtype=np.int64), inliers, min_inliers)
+    return [candidates[i] for i in order[:n_verified]], [candidates[i] for i in order[n_verified:]]
+
+
+def expanded_results(q, head, rest, params, search_again):
+    """The final k results of one query, [(id, score, explanation)], from its candidates
+    split by :func:`verified_first`: the verified ``head`` (by inliers; the first
+    ``params.expand_count()`` with their vectors) and the ``rest`` (first-stage order).
+
+    The verified first; then, when some are averaged into an expanded query (AQE or
+    alpha-QE, ``params.expansion``), the results of ``search_again(q2, n)`` -> [(id, score)]
+    best first, else the rest; an id once only, k in all. Written once for one index (ids
+    are rows) and for the shards of a sharded index (ids are image ids)."""
+    k = params.k
+    n_expand = min(params.expand_count(), len(head))
+    if n_expand:
+        V = np.stack([c.vector for c in head[:n_expand]])
+        q2 = expand_query(q, V, method=params.expansion).astype(np.float32)[None, :]
+        explained = {c.id: c.explanation for c in rest}
+        tail = [Candidate(i, sc, None, {**explained.get(i, {}), "stage": "expanded"})
+                for i, sc in search_again(q2, k + len(head))]
+    else:  # no expansion: the first stage's order after the verified ones
+        tail = rest
+    taken = {c.id for c in head}
+    out = list(head[:k])
+    for c in tail:
+        if len(out) >= k:
             break
-        if r is None or (isinstance(r, (int, np.integer)) and r < 0) or r in taken:
-            continue
-        taken.add(r)
-        out_rows.append(r)
-        out_scores.append(s)
-    return out_rows, out_scores
+        if c.id not in taken:
+            taken.add(c.id)
+            out.append(c)
+    return [(c.id, c.score, c.explanation) for c in out]
 
 
 def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=None, min_inliers=DEFAULT_MIN_INLIERS):
-    """(rows, scores, explanations) of the final k results of one query; see the module doc.
+    """[(row, score, explanation)] of the final k results of one query; see the module doc.
 
     q: (D,) unit query vector; rows, scores: its first-stage top (at least min(R, N)),
     best first; qrec: the query's geometry record; params: the search's
-    :class:`~streamk.index.SearchParams` (k, verify, expand, expansion, box, pairs, nprobe,
-    rerank); mode: the first stage's mode ("exact" or "pq"); allow: the search filter's
-    RowFilter (the expanded search keeps to it)."""
-    k = params.k
-    head_rows, head_scores, rest_rows, rest_scores, explanations = verify_top(
-        view, txn, rows, scores, qrec, params, min_inliers)
-    n_expand = min(params.expand_count(), len(head_rows))
-    if n_expand:
-        V = view.vectors_of(txn, head_rows[:n_expand])
-        q2 = expand_query(q, V, method=params.expansion).astype(np.float32)[None, :]
-        s2, r2 = view.search(txn, q2, k + len(head_rows), mode=mode, nprobe=params.nprobe, rerank=params.rerank,
-                             allow=allow)
-        out_rows, out_scores = merge_after(head_rows, head_scores, r2[0], s2[0], k)
-        for r in out_rows[len(head_rows):]:
-            explanations.setdefault(r, {})["stage"] = "expanded"
-    else:  # no expansion: the first stage's order after the verified ones
-        out_rows, out_scores = merge_after(head_rows, head_scores, rest_rows, rest_scores, k)
-    return np.asarray(out_rows, np.int64), np.asarray(out_scores, np.float32), explanations
+    :class:`~streamk.index.SearchParams`; mode: the first stage's mode ("exact" or "pq");
+    allow: the search filter's RowFilter (the expanded search keeps to it)."""
+    head, rest = verified_first(verify_candidates(view, txn, rows, scores, qrec, params, min_inliers), min_inliers)
+    head = with_vectors(view, txn, head, params.expand_count())
+
+    def search_again(q2, n):
+        s2, r2 = view.search(txn, q2, n, mode=mode, nprobe=params.nprobe, rerank=params.rerank, allow=allow)
+        return [(r, sc) for r, sc in zip(r2[0].tolist(), s2[0].tolist()) if r >= 0]
+    return expanded_results(q, head, rest, params, search_again)
 
 
-__all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Hit",
-           "damaged_records",
-           "merge_after", "query_record", "records_of", "second_stage", "verify_top"]
+def with_vectors(view, txn, head, n):
+    """``head`` with the stored vectors of its first ``n`` candidates (rows) read."""
+    n = min(int(n), len(head))
+    if not n:
+        return head
+    V = view.vectors_of(txn, np.array([c.id for c in head[:n]], np.int64))
+    return [c._replace(vector=v) for c, v in zip(head[:n], V)] + head[n:]
+
+
+__all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
+           "damaged_records", "expanded_results", "query_record", "records_of", "second_stage", "verified_first",
+           "verify_candidates", "with_vectors"]

@@ -28,7 +28,6 @@ once on a sample gathered from every shard (``train``), then installed in each.
 
 import hashlib
 import json
-import os
 import socket
 import threading
 from pathlib import Path
@@ -41,17 +40,16 @@ from ..errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormat
 from ..features import default_extractor, extractor_from_params
 from ..quantization import IVFPQ, default_train_size
 from .items import AddResult, encoded_vector
-from ..verification import Vocabulary, expand_query
-from .items import unit_vector
+from ..verification import Vocabulary
 from .queries import MAX_K, QueryEncoder
 from .search_params import SearchParams
-from .second_stage import Hit, query_record
+from .second_stage import Hit, expanded_results, verified_first
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, check_threshold,
                          sharded_duplicate_groups)
 from .metadata import check_field
 from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex
-from .retraining import STALE_CODEC_RATIO
+from .retraining import staleness_of
 
 MANIFEST = "shards.json"
 FORMAT = "streamk-shards"
@@ -172,10 +170,7 @@ class ShardActor:
 
     def verified_candidates(self, q, qrec, params):
         with self._lock:
-            out = self.index.verified_candidates(q, qrec, params)
-        # plain data across processes: hits as (id, score, explanation) triples
-        return {"verified": [(h.id, h.score, dict(h.__dict__)) for h in out["verified"]],
-                "rest": [(h.id, h.score, dict(h.__dict__)) for h in out["rest"]], "vectors": out["vectors"]}
+            return self.index.verified_candidates(q, qrec, params)
 
     def sample_vectors(self, n, seed):
         with self._lock:
@@ -306,7 +301,7 @@ class ShardedIndex:
         self._encoder = encoder
         self._client, self._own_client = client, own_client
         self._extractor = None
-        self.queries = QueryEncoder(lambda: self._encoder, self.extractor, self.dim)
+        self.queries = QueryEncoder(lambda: self._encoder, self.extractor, self.dim, lambda: self.vocabulary)
 
     # ------------------------------------------------------------ create / open
     @classmethod
@@ -661,27 +656,11 @@ class ShardedIndex:
         sent whole to every shard."""
         params = SearchParams.of(params, k=k, mode=mode, rerank=rerank, box=box, nprobe=nprobe, verify=verify,
                                  expand=expand, expansion=expansion, pairs=pairs, where=where)
-        k, box = params.k, params.box
-        batch = self.queries.is_batch(query)
-        if batch and (box is not None or features is not None):
-            raise ConfigError("box and features apply to one query image, not a batch of vectors")
-        qfeatures = features
-        if batch:
-            Q = self.queries.vectors(query)
-        elif isinstance(query, (str, os.PathLike)):
-            qfeatures = self.queries.features(query, box)
-            Q = unit_vector(self.encoder.encode(qfeatures.descriptors))[None, :]
-        else:
-            Q = self.queries.vector(query, None if features is not None else box)[None, :]
-        if record is not None and (batch or qfeatures is not None):
-            raise ConfigError("record applies to one query vector, without features")
-        vocabulary = None if batch or (qfeatures is None and record is None) else self.vocabulary
-        R = params.verify_count() if vocabulary is not None else 0
-        if R and (record is not None or len(qfeatures)):
-            qrec = record if record is not None else query_record(vocabulary, qfeatures)
-            return self._search_second_stage(Q[0], qrec, params)
-        scores, ids = self._first_stage(Q, k, params)
-        if batch:
+        prepared = self.queries.prepare(query, params, features, record)
+        if prepared.qrec is not None:
+            return self._search_second_stage(prepared.Q[0], prepared.qrec, params)
+        scores, ids = self._first_stage(prepared.Q, params.k, params)
+        if prepared.batch:
             return scores, ids
         return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
 
@@ -693,29 +672,18 @@ class ShardedIndex:
         return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
     def _search_second_stage(self, q, qrec, params):
-        k, n_expand = params.k, params.expand_count()
+        """Each shard's verified candidates merged into one first-stage order (by score,
+        ties by shard, then the shard's order), then the second stage written once
+        (:func:`~streamk.index.second_stage.verified_first`, ``expanded_results``)."""
         parts = self._scatter("verified_candidates", {s: (q, qrec, params) for s in range(self.shards)})
-        verified = [(h, s, v) for s in range(self.shards) for h, v in zip(parts[s]["verified"], parts[s]["vectors"])]
-        verified.sort(key=lambda t: (-t[0][2]["inliers"], -t[0][1], t[1]))  # by inliers, then score, then shard
-        head = [Hit(i, sc, **ex) for (i, sc, ex), _, _ in verified]
-        if n_expand and verified:
-            V = np.stack([v for _, _, v in verified[:n_expand]])
-            q2 = expand_query(q, V, method=params.expansion).astype(np.float32)[None, :]
-            scores, ids = self._first_stage(q2, k + len(head), params)
-            tail = [Hit(i, sc, stage="expanded") for i, sc in zip(ids[0], scores[0]) if i is not None]
-        else:
-            rest = sorted(((i, sc, ex) for s in range(self.shards) for i, sc, ex in parts[s]["rest"]),
-                          key=lambda t: -t[1])
-            tail = [Hit(i, sc, **ex) for i, sc, ex in rest]
-        seen = {h.id for h in head}
-        out = head[:k]
-        for h in tail:
-            if len(out) >= k:
-                break
-            if h.id not in seen:
-                seen.add(h.id)
-                out.append(h)
-        return out
+        candidates = [c for s in range(self.shards) for c in parts[s]]
+        order = np.argsort(-np.array([c.score for c in candidates], np.float32), kind="stable")
+        head, rest = verified_first([candidates[i] for i in order])
+
+        def search_again(q2, n):
+            scores, ids = self._first_stage(q2, n, params)
+            return [(i, sc) for i, sc in zip(ids[0], scores[0].tolist()) if i is not None]
+        return [Hit(i, sc, **expl) for i, sc, expl in expanded_results(q, head, rest, params, search_again)]
 
     def query_vector(self, query, box=None):
         """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
@@ -741,11 +709,7 @@ class ShardedIndex:
         st = self.stats()
         if st.get("codec") is None or "codec_trained_on" not in st:
             return None
-        trained, added = st["codec_trained_on"], st["added_since_training"]
-        if trained is None or added is None:
-            return {"trained_on": None, "added_since": None, "ratio": None, "stale": False}
-        ratio = added / max(trained, 1)
-        return {"trained_on": trained, "added_since": added, "ratio": ratio, "stale": ratio > STALE_CODEC_RATIO}
+        return staleness_of(st["codec_trained_on"], st["added_since_training"])
 
 
 # ---------------------------------------------------------------- Dask helpers

@@ -26,7 +26,6 @@ image or descriptor query, an add), and the codes when the first search runs.
 
 import io
 import json
-import os
 import time
 import warnings
 
@@ -45,7 +44,7 @@ from .queries import MAX_BATCH, QueryEncoder, StoredExtractor
 from .reader import SearchView
 from .retraining import Trainer, codec_staleness, stale_codec_note
 from .search_params import SearchParams
-from .second_stage import Hit, query_record, second_stage, verify_top
+from .second_stage import Hit, second_stage, verified_first, verify_candidates, with_vectors
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key
 from .vector_store import rows_per_block
 from .writer import IndexWriter
@@ -81,7 +80,7 @@ class StreamingIndex:
         self._extractors = StoredExtractor(lambda: StoredExtractor.from_meta(store.get_meta(b"extractor")))
         self._writer = None  # made by the first write (a read-only open builds none)
         self.view = SearchView(store, self.dim, self.vector_dtype)
-        self.queries = QueryEncoder(lambda: self.encoder, self._extractors.get, self.dim)
+        self.queries = QueryEncoder(lambda: self.encoder, self._extractors.get, self.dim, lambda: self.vocabulary)
 
     @property
     def writer(self):
@@ -520,40 +519,21 @@ class StreamingIndex:
         """
         params = SearchParams.of(params, k=k, mode=mode, rerank=rerank, box=box, nprobe=nprobe, verify=verify,
                                  expand=expand, expansion=expansion, pairs=pairs, where=where)
-        k, box = params.k, params.box
+        k = params.k
         clauses = parse_filter(params.where)
-        batch = self.queries.is_batch(query)
-        if batch and (box is not None or features is not None):
-            raise ConfigError("box and features apply to one query image, not a batch of vectors")
-        qfeatures = features
-        if batch:
-            Q = self.query_vectors(query)
-        elif isinstance(query, (str, os.PathLike)):
-            qfeatures = self.queries.features(query, box)
-            Q = unit_vector(self.encoder.encode(qfeatures.descriptors))[None, :]
-        else:
-            Q = self.queries.vector(query, box=None if features is not None else box)[None, :]
-        if record is not None and (batch or qfeatures is not None):
-            raise ConfigError("record applies to one query vector, without features")
-        vocabulary = None if batch or (qfeatures is None and record is None) else self.vocabulary
-        R = params.verify_count() if vocabulary is not None else 0
-        if record is not None:
-            qrec = record if R else None
-        else:
-            qrec = query_record(vocabulary, qfeatures) if R and len(qfeatures) else None
+        prepared = self.queries.prepare(query, params, features, record)
         with self._store.read(buffers=True) as txn:
-            scores, rows, allow, mode = self._view_search(txn, Q, max(k, R) if qrec is not None else k, clauses,
-                                                          params.mode, params.nprobe, params.rerank)
-            explanations = {}
-            if qrec is not None:
-                r, s, explanations = second_stage(self.view, txn, Q[0], rows[0], scores[0], qrec, params, mode,
-                                                  allow=allow)
-                rows, scores = r[None, :], s[None, :]
-            ids = self.view.ids_of(txn, rows)
-        if batch:
-            return scores, ids
-        return [Hit(i, s, **explanations.get(int(r), {})) for i, s, r in zip(ids[0], scores[0], rows[0])
-                if i is not None]
+            scores, rows, allow, mode = self._view_search(txn, prepared.Q, max(k, prepared.R), clauses, params.mode,
+                                                          params.nprobe, params.rerank)
+            if prepared.qrec is None:
+                ids = self.view.ids_of(txn, rows)
+                if prepared.batch:
+                    return scores, ids
+                return [Hit(i, sc) for i, sc in zip(ids[0], scores[0]) if i is not None]
+            results = second_stage(self.view, txn, prepared.Q[0], rows[0], scores[0], prepared.qrec, params, mode,
+                                   allow=allow)
+            ids = self.view.ids_of(txn, np.array([[r for r, _, _ in results]], np.int64).reshape(1, -1))[0]
+        return [Hit(i, sc, **expl) for i, (_, sc, expl) in zip(ids, results) if i is not None]
 
     def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None, params=None):
         """(scores, ids) (nq, <= k) of the unit query rows Q (checked by the caller): the
@@ -576,22 +556,22 @@ class StreamingIndex:
         :class:`~streamk.index.SearchParams`): what a shard of a sharded index answers,
         where its records live.
 
-        Returns {"verified": [Hit] by inliers, "rest": [Hit] the other first-stage
-        results in order, "vectors": (V, D) float32 of the verified ones}."""
+        Returns [Candidate] (:class:`~streamk.index.second_stage.Candidate`, ids as image
+        ids) in first-stage order: the verified ones, the first ``params.expand_count()``
+        of them by inliers with their vectors, and the first k of the others, the rest
+        of what this shard could add to the k results."""
         q = self.queries.vectors(np.asarray(q, np.float32).reshape(1, -1))
         clauses = parse_filter(params.where)
-        k = params.k
         with self._store.read(buffers=True) as txn:
-            scores, rows, _, _ = self._view_search(txn, q, max(k, params.verify_count()), clauses, params.mode,
-                                                   params.nprobe, params.rerank)
-            head_rows, head_scores, rest_rows, rest_scores, expl = verify_top(self.view, txn, rows[0], scores[0],
-                                                                              qrec, params)
-            rest_rows, rest_scores = rest_rows[:k], rest_scores[:k]
-            V = self.view.vectors_of(txn, head_rows) if len(head_rows) else np.zeros((0, self.dim), np.float32)
-            ids = self.view.ids_of(txn, np.concatenate([head_rows, rest_rows]))
-        hits = [Hit(i, s, **expl.get(int(r), {})) for i, s, r in
-                zip(ids, np.concatenate([head_scores, rest_scores]), np.concatenate([head_rows, rest_rows]))]
-        return {"verified": hits[:len(head_rows)], "rest": hits[len(head_rows):], "vectors": V}
+            scores, rows, _, _ = self._view_search(txn, q, max(params.k, params.verify_count()), clauses,
+                                                   params.mode, params.nprobe, params.rerank)
+            candidates = verify_candidates(self.view, txn, rows[0], scores[0], qrec, params)
+            head, rest = verified_first(candidates)
+            keep = with_vectors(self.view, txn, head, params.expand_count()) + rest[:params.k]
+            position = {c.id: p for p, c in enumerate(candidates)}
+            keep.sort(key=lambda c: position[c.id])  # the first-stage order
+            ids = self.view.ids_of(txn, np.array([c.id for c in keep], np.int64))
+        return [c._replace(id=i) for i, c in zip(ids, keep)]
 
     def _view_search(self, txn, Q, k, clauses, mode, nprobe, rerank):
         """The first stage in the read ``txn``: refresh the view, keep to the rows the
