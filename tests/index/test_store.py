@@ -278,6 +278,7 @@ def test_delete_image_leaves_no_trace_in_any_subdb(tmp_path):
     during = _every_subdb(idx.store.env)
     touched = {name for name in during if during[name] != before[name]}
     assert owned - {"dead"} <= touched, "the image owns something in each"
+    assert touched <= owned | {"meta"}, "what an image writes is listed as what it owns (IMAGE_BY_ID, ...)"
     assert idx.remove("gone") == 1
     after = _every_subdb(idx.store.env)
     assert set(after) == set(before)
