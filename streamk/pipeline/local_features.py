@@ -9,12 +9,11 @@ rank). Images added as vectors or descriptor sets have no keypoints: they stay
 first-stage only.
 """
 
-import json
 import sys
 from itertools import islice
 
 from ..errors import ConfigError
-from ..index import StreamingIndex
+from ..index import ImageRecord, StreamingIndex
 from ..parallel import make_executor
 from ..verification import Vocabulary
 from .encoder_training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES, learning_descriptors
@@ -37,9 +36,9 @@ def _file_images(index):
         for image_id, raw in zip(chunk, index.records(chunk)):
             if raw is None:
                 continue
-            rec = json.loads(raw)
-            if rec.get("kind") == "image_path" and rec.get("source") and index.geometry(image_id) is None:
-                yield image_id, rec["source"], rec.get("sha256"), rec.get("box")
+            rec = ImageRecord.decode(raw, index.path, image_id)
+            if rec.kind == "image_path" and rec.source and index.geometry(image_id) is None:
+                yield image_id, rec.source, rec.sha256, rec.box
 
 
 def add_local_features(index, vocabulary=None, train_images=DEFAULT_MAX_IMAGES,
