@@ -14,6 +14,7 @@ first use, so ``import streamk`` is instant.
 import importlib
 import os
 import warnings
+from typing import TYPE_CHECKING
 
 # Per-image work alternates BLAS calls (OpenBLAS threads) and Numba parallel
 # kernels (OpenMP threads).  Threads of either pool that spin-wait after their
@@ -53,6 +54,21 @@ _DEPRECATED.update({name: "streamk.errors" for name in (
     "NonFiniteError", "NotFittedError", "StreamkError")})
 
 __all__ = sorted(_PUBLIC) + ["errors", "__version__"]
+
+# What a type checker sees of the lazy names above (streamk ships py.typed). From the
+# modules that define them: a package's lazy __getattr__ would give a checker Any.
+if TYPE_CHECKING:
+    from .datasets.benchmarks import load_dataset as load_dataset
+    from .encoding.encoder import Encoder as Encoder
+    from .evaluation.metrics import evaluate as evaluate
+    from .features.cache import extract as extract
+    from .features.extractors import make_extractor as make_extractor
+    from .index.sharded import ShardedIndex as ShardedIndex, open_index as open_index
+    from .index.search_params import SearchParams as SearchParams
+    from .index.streaming_index import StreamingIndex as StreamingIndex
+    from .pipeline.encoder_training import train_encoder as train_encoder
+    from .pipeline.index_setup import create_index as create_index
+    from .pipeline.ingest import Ingester as Ingester
 
 
 def __getattr__(name):

@@ -36,8 +36,10 @@ published, sizes against the server's length, resume by HTTP Range on
 links; the archives' own CRCs checked as members are read).
 """
 
+import os
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -543,9 +545,9 @@ def load_paris6k_subset(gt=None, image_dir=None) -> Dataset:
     if gt is None or image_dir is None:
         if data is None:
             raise GroundTruthError("shared data not found (set STREAMK_SHARED_DATA or pass gt= and image_dir=)")
-    gt = Path(gt) if gt is not None else data / "gt"
+    gt = Path(gt) if gt is not None else data / "gt"  # type: ignore[operator]  # data: not None (above)
     mat = gt / "gnd_paris6k.mat" if gt.is_dir() else gt
-    image_dir = Path(image_dir) if image_dir is not None else data / "paris6k-subset" / "jpg"
+    image_dir = Path(image_dir) if image_dir is not None else data / "paris6k-subset" / "jpg"  # type: ignore[operator]
     full = load_mat_ground_truth(mat, name="paris6k")
     present = _list_image_ids(image_dir)
     return full.restrict(present, name="paris6k-subset", root=image_dir.parent, image_dir=image_dir)
@@ -575,7 +577,8 @@ def _find_gt(key: str, spec: _Spec, root: Path | None, gt) -> tuple[str, Path] |
     return None
 
 
-def load_dataset(name: str, root=None, *, gt=None, image_dir=None, image_ids=None,
+def load_dataset(name: str, root: str | os.PathLike[str] | None = None, *, gt: str | os.PathLike[str] | None = None,
+                 image_dir: str | os.PathLike[str] | None = None, image_ids: Sequence[str] | None = None,
                  missing: str = "warn") -> Dataset:
     """Load a benchmark by name (see DATASETS).
 

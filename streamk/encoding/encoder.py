@@ -10,9 +10,13 @@ loading never unpickles anything.
 import hashlib
 import io
 import json
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from tqdm.auto import tqdm
 
 from . import aggregation as agg
@@ -80,7 +84,7 @@ class Encoder:
     >>> v, alpha = enc.encode(X, return_weights=True)
     """
 
-    def __init__(self, config=None, **overrides):
+    def __init__(self, config: EncoderConfig | dict[str, Any] | None = None, **overrides: Any) -> None:
         config = EncoderConfig() if config is None else config
         if isinstance(config, dict):
             config = EncoderConfig(**config)
@@ -99,7 +103,7 @@ class Encoder:
         X = as_descriptor_set(X, dim=dim, what=what)
         return rootsift(X) if self.config.rootsift else X
 
-    def fit(self, descriptor_sets, verbose=False):
+    def fit(self, descriptor_sets: Iterable[ArrayLike], verbose: bool = False) -> "Encoder":
         """Learn the embedding (and RN) on learning-set images' descriptors.
 
         ``descriptor_sets``: a list of (n_i, d) arrays, one per learning image.
@@ -121,7 +125,8 @@ class Encoder:
     # options that change the aggregated vectors RN is learned on
     _RN_INPUT_OPTIONS = ("aggregation", "gamma", "n_iter", "lam", "tol", "max_iter", "rn_components")
 
-    def derive(self, learning_sets=None, aggregated=None, **overrides):
+    def derive(self, learning_sets: Iterable[ArrayLike] | None = None,
+               aggregated: Sequence[ArrayLike] | None = None, **overrides: Any) -> "Encoder":
         """A new encoder sharing this one's fitted embedding, with other
         aggregation or post-processing options (RN, if on, is refitted on
         ``learning_sets``: it is learned on aggregated vectors; or directly on
@@ -146,7 +151,7 @@ class Encoder:
         enc._fitted = True
         return enc
 
-    def fit_rn(self, learning_sets, verbose=False):
+    def fit_rn(self, learning_sets: Iterable[ArrayLike], verbose: bool = False) -> "Encoder":
         """(Re)learn RN on the aggregated vectors of the learning images."""
         if self.rn is None:
             raise ConfigError("this encoder has rn=False")
@@ -155,7 +160,7 @@ class Encoder:
         xis = [self._aggregate(X)[0] for X in tqdm(sets, desc="RN learning vectors", disable=not verbose)]
         return self.fit_rn_vectors(xis)
 
-    def fit_rn_vectors(self, aggregated):
+    def fit_rn_vectors(self, aggregated: Sequence[ArrayLike]) -> "Encoder":
         """(Re)learn RN on the learning images' aggregated vectors xi (before any
         post-processing: what :meth:`aggregate_methods` gives for this encoder's
         aggregation), e.g. computed on a cluster (:mod:`streamk.training`)."""
@@ -171,7 +176,7 @@ class Encoder:
 
     # ------------------------------------------------------------ encode
     @property
-    def fitted(self):
+    def fitted(self) -> bool:
         return self._fitted
 
     def _check_fitted(self):
@@ -179,12 +184,12 @@ class Encoder:
             raise NotFittedError("Encoder is not fitted: call fit() or Encoder.load()")
 
     @property
-    def input_dim(self):
+    def input_dim(self) -> int:
         self._check_fitted()
         return self.embedding.d_
 
     @property
-    def dim(self):
+    def dim(self) -> int:
         """Dimension of the image vectors this encoder produces."""
         self._check_fitted()
         return self.rn.output_dim if self.rn is not None else self.embedding.dim
@@ -198,14 +203,21 @@ class Encoder:
                                   n_iter=c.n_iter, lam=c.lam if lam is None else lam, tol=c.tol,
                                   max_iter=c.max_iter)
 
-    def aggregate_methods(self, X, methods=agg.METHODS, gamma=None, lam=None):
+    def aggregate_methods(self, X: ArrayLike, methods: Iterable[str] = agg.METHODS, gamma: float | None = None,
+                          lam: float | None = None) -> dict[str, tuple[NDArray[Any], NDArray[Any]]]:
         """{method: (xi, alpha)} before post-processing, for several aggregation
         methods of one descriptor set, embedded once and sharing one Gram.
         gamma, lam: other values than the encoder's (None: its own)."""
         self._check_fitted()
         return self._aggregate_many(self._preprocess(X, dim=self.input_dim), tuple(methods), gamma, lam)
 
-    def encode(self, X, return_weights=False):
+    @overload
+    def encode(self, X: ArrayLike, return_weights: Literal[False] = ...) -> NDArray[np.float32]: ...
+    @overload
+    def encode(self, X: ArrayLike, return_weights: Literal[True]) -> tuple[NDArray[np.float32], NDArray[Any]]: ...
+
+    def encode(self, X: ArrayLike, return_weights: bool = False
+               ) -> NDArray[np.float32] | tuple[NDArray[np.float32], NDArray[Any]]:
         """Image vector (float32, unit L2 norm) of one descriptor set (n, d).
 
         With ``return_weights`` also returns alpha (n,), the per-descriptor
@@ -225,7 +237,7 @@ class Encoder:
         v = postprocess(xi, self.config.power, self.rn).astype(np.float32)
         return (v, alpha) if return_weights else v
 
-    def encode_many(self, descriptor_sets, verbose=False):
+    def encode_many(self, descriptor_sets: Iterable[ArrayLike], verbose: bool = False) -> NDArray[np.float32]:
         """(N, dim) float32 matrix of image vectors."""
         sets = list(descriptor_sets)
         out = np.empty((len(sets), self.dim), dtype=np.float32)
@@ -245,19 +257,19 @@ class Encoder:
             arrays.update({f"rn.{k}": v for k, v in rn_arrays.items()})
         return meta, arrays
 
-    def to_bytes(self):
+    def to_bytes(self) -> bytes:
         """The encoder as the bytes of an .npz file (config JSON + arrays)."""
         meta, arrays = self._state()
         buf = io.BytesIO()
         np.savez(buf, __meta__=np.array(json.dumps(meta, sort_keys=True)), **arrays)
         return buf.getvalue()
 
-    def save(self, path):
+    def save(self, path: str | os.PathLike[str]) -> None:
         with open(path, "wb") as fh:
             fh.write(self.to_bytes())
 
     @classmethod
-    def from_bytes(cls, data):
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> "Encoder":
         data = bytes(data)
         if not data.startswith(_ZIP_MAGIC):  # what np.load would take for a pickle, or a .npy
             raise EncoderFileError(f"not a streamk encoder file ({_what_file(data)}): expected the .npz that "
@@ -290,7 +302,7 @@ class Encoder:
         return enc
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path: str | os.PathLike[str]) -> "Encoder":
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
@@ -302,7 +314,7 @@ class Encoder:
             raise EncoderFileError(f"{path}: {exc}") from exc
 
     @property
-    def fingerprint(self):
+    def fingerprint(self) -> str:
         """SHA-256 of the config and learned arrays: equal iff encoders encode alike."""
         if "_fingerprint" not in self.__dict__:
             meta, arrays = self._state()

@@ -39,11 +39,18 @@ database: a shortlist).  Indices must be in range and not repeated.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import GroundTruthError, RankingError
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
+    from ..datasets import Dataset
 
 __all__ = [
     "average_precision", "ap_from_positions", "positive_positions", "precision_recall", "query_precision_recall",
@@ -289,7 +296,7 @@ class EvaluationResult:
     def to_dict(self) -> dict:
         """Plain JSON-able dict (NaN APs become None)."""
         f = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)  # noqa: E731
-        out = {"dataset": self.dataset, "protocol": self.protocol, "map": f(self.map),
+        out: dict[str, Any] = {"dataset": self.dataset, "protocol": self.protocol, "map": f(self.map),
                "n_queries": self.n_queries, "n_skipped": self.n_skipped,
                "aps": {n: f(a) for n, a in zip(self.query_names, self.aps.tolist())}}
         if self.protocols:
@@ -302,7 +309,7 @@ class EvaluationResult:
         return out
 
 
-def evaluate(ranks, dataset, ks=DEFAULT_KS) -> EvaluationResult:
+def evaluate(ranks: ArrayLike | Sequence[ArrayLike], dataset: Dataset, ks: Sequence[int] = DEFAULT_KS) -> EvaluationResult:
     """Score rankings on a :class:`streamk.datasets.Dataset` with its official protocol.
 
     ranks: (n_queries, n_db) int array of database indices in ranked order, or

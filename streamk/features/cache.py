@@ -3,14 +3,15 @@ processes; and the features of one image file through it."""
 
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
 
 from ..errors import ConfigError
 from .descriptor_files import atomic_write
-from .extractors import default_extractor
+from .extractors import Extractor, default_extractor
 from .images import MAX_PIXELS, check_pixels
-from .local_features import crop_to_box, features_from_npz, save_features
+from .local_features import Features, crop_to_box, features_from_npz, save_features
 
 class FeatureCache:
     """Features on disk, keyed by the image's content (sha256 of the file bytes) and the
@@ -105,7 +106,8 @@ def features_of_bytes(data, path, extractor, cache, sha256_hex=None):
 
 
 
-def extract(path, extractor=None, cache=None):
+def extract(path: str | os.PathLike[str], extractor: Extractor | None = None,
+            cache: FeatureCache | str | os.PathLike[str] | None = None) -> Features:
     """Features of one image file.
 
     extractor: an :class:`Extractor` (None: :func:`default_extractor`).

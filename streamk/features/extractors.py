@@ -45,6 +45,7 @@ options, whatever order the detector (threaded in OpenCV) emits.
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -352,7 +353,7 @@ def available_extractors():
     return out
 
 
-def make_extractor(name=None, **options):
+def make_extractor(name: str | None = None, **options: Any) -> Extractor:
     """An extractor by name: ``"hesaff"`` (Hessian-affine + SIFT, pyhesaff) or ``"sift"`` (OpenCV).
 
     name None is the default: ``"hesaff"``; if pyhesaff cannot be imported here it

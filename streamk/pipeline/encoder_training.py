@@ -31,7 +31,9 @@ images' descriptor sets.
 
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -124,9 +126,13 @@ def learning_descriptors(paths, extractor=None, executor=None, max_images=DEFAUL
         info.seconds = time.monotonic() - t0
 
 
-def train_encoder(paths, config=None, extractor=None, executor=None, workers=None, max_images=DEFAULT_MAX_IMAGES,
-                  descriptors_per_image=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0, cache_dir=None, report=None,
-                  progress=False, vocabulary=False):
+def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
+                  extractor: Any = None, executor: Any = None, workers: int | None = None,
+                  max_images: int | None = DEFAULT_MAX_IMAGES,
+                  descriptors_per_image: int | None = DEFAULT_DESCRIPTORS_PER_IMAGE, seed: int = 0,
+                  cache_dir: str | os.PathLike[str] | None = None,
+                  report: Callable[[str, str], object] | None = None, progress: bool = False,
+                  vocabulary: bool = False) -> tuple[Encoder, TrainingInfo]:
     """(fitted :class:`Encoder`, :class:`TrainingInfo`) from a sample of the images at
     ``paths``; see the module doc.
 

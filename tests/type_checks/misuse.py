@@ -1,0 +1,10 @@
+"""Calls that a type checker must refuse (tests/test_packaging.py expects each line marked
+``# error`` to be reported): the public names are typed, not Any."""
+
+import streamk
+
+streamk.Encoder.load(3.5)  # error
+name: str = streamk.make_extractor("sift")  # error
+vector = streamk.Encoder().encode([[0.0]], return_weights=True)
+vector.shape  # error
+streamk.load_dataset("paris6k", image_ids=7)  # error

@@ -1,0 +1,38 @@
+"""A user's code calling the names streamk exports, as its README and docstrings show them.
+Never run: tests/test_packaging.py type-checks it with ``mypy --strict``, so each call here
+type-checks as written against streamk's annotations (py.typed)."""
+
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+import streamk
+
+
+def encode_photos(paths: list[Path], learning: list[NDArray[np.uint8]]) -> NDArray[np.float32]:
+    extractor = streamk.make_extractor("sift", max_features=500)
+    sets = [streamk.extract(p, extractor, cache=Path("features")).descriptors for p in paths]
+    encoder = streamk.Encoder(embedding="temb", k=16, aggregation="gmp").fit(learning)
+    vector: NDArray[np.float32] = encoder.encode(sets[0])
+    weighted, alpha = encoder.encode(sets[0], return_weights=True)
+    assert vector.shape == weighted.shape and alpha.ndim == 1
+    encoder.save(Path("encoder.npz"))
+    same = streamk.Encoder.load("encoder.npz")
+    same = streamk.Encoder.from_bytes(encoder.to_bytes())
+    assert same.fingerprint == encoder.fingerprint and same.dim == vector.shape[0] and same.fitted
+    gmp = encoder.derive(aggregation="democratic", gamma=0.5)
+    by_method = gmp.aggregate_methods(sets[0], ("sum", "gmp"))
+    assert set(by_method) == {"sum", "gmp"}
+    return encoder.encode_many(sets)
+
+
+def score(root: Path, ranks: NDArray[np.int64]) -> float:
+    dataset = streamk.load_dataset("paris6k", root, missing="ignore")
+    result = streamk.evaluate(ranks, dataset, ks=(1, 10))
+    return float(result.map)
+
+
+def learn(paths: list[str]) -> int:
+    encoder, info = streamk.train_encoder(paths, {"k": 16}, max_images=50, report=lambda p, why: print(p, why))
+    return info.images + encoder.dim
