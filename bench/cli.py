@@ -15,6 +15,10 @@ expansion).
   Start-up overhead = as typed - warm (target <= 1.0 s).
 - "batch": ``streamk search IDX q1 ... qN`` (one process) against N warm searches of the
   same photos (target <= 1.2x).
+- "--server": ``streamk search --server URL q.jpg`` in a new process, sent to a running
+  ``streamk serve`` of the same index (1 encoding worker, started once, warm), against the
+  same request sent from this (warm) process; CPU counts the client alone (``--no-server``:
+  left out).
 - floors: ``python -c pass`` and ``streamk --version`` (Python and the parser alone).
 
 Each measure is the median of ``--repeats`` runs, the kinds alternated run by run so that
@@ -38,7 +42,7 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_model, load_str, log, table  # noqa: E402
-from serve import CACHE, build_index  # noqa: E402
+from serve import CACHE, Server, build_index  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 600  # seconds: a child that takes longer is a failure of the run, not a figure
@@ -80,16 +84,33 @@ def timed_warm(idx, queries, params):
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def measure(index, queries, repeats):
+def timed_request(remote, query):
+    """(wall, CPU) seconds of one search sent to the server from this process."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    remote.search_image(query, {"k": 10})
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def measure(index, queries, repeats, server=None):
     """{measure name: [(wall, CPU) seconds per run]}, the kinds alternated run by run."""
+    from streamk.cli.remote import RemoteSearch
     from streamk.index import SearchParams, StreamingIndex
 
     params = SearchParams()
     runs = {name: [] for name in ("python", "version", "typed", "warm", "typed batch", "warm batch")}
     streamk = command()
+    remote = None if server is None else RemoteSearch(server.url, server.token, timeout=TIMEOUT)
     with StreamingIndex.open(index, readonly=True) as idx:
         timed_warm(idx, queries[:2], params)  # the index read, the kernels loaded: warm
+        if remote is not None:
+            timed_request(remote, queries[1])  # the server's workers warm
         for r in range(repeats):
+            if remote is not None:
+                os.environ["STREAMK_TOKEN"] = server.token
+                runs.setdefault("typed server", []).append(
+                    timed_run([*streamk, "search", "--server", server.url, queries[0]]))
+                del os.environ["STREAMK_TOKEN"]
+                runs.setdefault("warm server", []).append(timed_request(remote, queries[0]))
             runs["python"].append(timed_run([sys.executable, "-c", "pass"]))
             runs["version"].append(timed_run([*streamk, "--version"]))
             runs["typed"].append(timed_run([*streamk, "search", index, queries[0]]))
@@ -105,6 +126,7 @@ def main():
     ap.add_argument("--images", type=int, default=40)
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--no-server", action="store_true", help="leave out the search through a running server")
     args = ap.parse_args()
 
     from streamk.datasets import load_dataset
@@ -115,15 +137,23 @@ def main():
     queries = photos[args.images:args.images + args.queries]
     load_before = load_str()
     log(f"index {index}: {args.images} photos; {len(queries)} query photos; load {load_before}")
-    runs = measure(index, queries, args.repeats)
+    server = None if args.no_server else Server(index, 1)
+    try:
+        runs = measure(index, queries, args.repeats, server)
+    finally:
+        if server is not None:
+            server.stop()
     wall = {name: statistics.median(w for w, _ in times) for name, times in runs.items()}
     cpu = {name: statistics.median(c for _, c in times) for name, times in runs.items()}
     n = len(queries)
     rows = [["python -c pass", "", f"{wall['python']:.2f}", "", f"{cpu['python']:.2f}", "", ""],
             ["streamk --version", "", f"{wall['version']:.2f}", "", f"{cpu['version']:.2f}", "", ""]]
-    for name, typed, warm in (("streamk search IDX q.jpg", "typed", "warm"),
-                              (f"streamk search IDX q1 ... q{n}", "typed batch", "warm batch")):
-        if warm == "warm":
+    pairs = [("streamk search IDX q.jpg", "typed", "warm"),
+             (f"streamk search IDX q1 ... q{n}", "typed batch", "warm batch")]
+    if "typed server" in runs:
+        pairs.append(("streamk search --server URL q.jpg", "typed server", "warm server"))
+    for name, typed, warm in pairs:
+        if warm != "warm batch":
             wall_cmp, cpu_cmp = (f"+{wall[typed] - wall[warm]:.2f} s", f"+{cpu[typed] - cpu[warm]:.2f} s")
         else:
             wall_cmp, cpu_cmp = f"{wall[typed] / wall[warm]:.2f}x", f"{cpu[typed] / cpu[warm]:.2f}x"
@@ -134,7 +164,7 @@ def main():
     table(["command", "warm wall s", "as typed wall s", "warm CPU s", "as typed CPU s", "wall: overhead / ratio",
            "CPU: overhead / ratio"], rows,
           title=f"streamk search: a new process against a warm one ({args.images}-photo index, default search; "
-                f"targets: start-up overhead <= 1.0 s, a batch of {n} <= 1.2x)")
+                f"targets: start-up overhead <= 1.0 s, a batch of {n} <= 1.2x; --server: CPU of the client alone)")
 
 if __name__ == "__main__":
     main()

@@ -207,3 +207,14 @@ def _check_server_errors(server, token_file):
     assert status == 7 and err.count("\n") == 1 and "no answer from the server" in err
     status, err = search("not-a-url", "--id", "p1")
     assert status == 2 and "--server" in err
+
+
+def test_a_search_through_a_server_imports_no_stage():
+    """``--server``: nothing of numpy, Numba or the index is loaded here (the server has
+    them), so the command starts in the time of Python itself."""
+    stages = ("numpy", "numba", "lmdb", "streamk.index", "streamk.features", "streamk.encoding", "streamk.server")
+    code = ("import sys\nfrom streamk.cli import main\n"
+            f"status = main(['search', '--server', 'http://127.0.0.1:{free_port()}', '--id', 'p1', '--timeout', '5'])\n"
+            f"print(status, [m for m in {stages!r} if m in sys.modules])")
+    res = run_python("-c", code, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "7 []", res.stdout + res.stderr

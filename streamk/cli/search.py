@@ -47,7 +47,8 @@ def _search(args):
                           expand=args.expand, expansion=args.expansion, pairs=args.pairs, where=args.where,
                           box=None if args.box is None else tuple(args.box))
     with open_from_args(args, readonly=True) as idx:
-        idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
+        if args.images:  # (queries by --id alone need no extractor: its library is not even imported)
+            idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
         with _stale_codec_noted(args.dir):
             return _answer_each(args, lambda kind, q: _local_answer(idx, kind, q, params))
 
