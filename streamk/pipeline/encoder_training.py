@@ -80,8 +80,8 @@ def _run(executor, fn, items, spec, info, report, bar):
     for _, r in results(executor.map_unordered(fn, items, spec)):
         bar.update(1)
         if r["error"] is not None:
-            info.failed[r["path"]] = r["error"]
-            report(r["path"], r["error"])
+            info.failed[r["path"]] = str(r["error"])
+            report(r["path"], str(r["error"]))
         else:
             out[r["path"]] = r
     return out

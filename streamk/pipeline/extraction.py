@@ -25,7 +25,7 @@ def iter_extract(paths, extractor=None, cache_dir=None, workers=None, progress=F
     :mod:`streamk.parallel` executor to run on instead (e.g. a Dask cluster's).
     Each file is read once, in the worker, which serves cache hits too.
     Failures are yielded as results with ``error`` set, never raised; an image
-    that crashes a worker process is isolated and reported as ``WorkerCrashed``.
+    that crashes a worker process is isolated and reported as ``WorkerCrashedError``.
     With workers > 1 the processes are *spawned*: a script calling this must
     guard its entry point with ``if __name__ == "__main__":``.
     """
@@ -47,7 +47,8 @@ def iter_extract(paths, extractor=None, cache_dir=None, workers=None, progress=F
     try:
         items = ((p, os.path.abspath(p)) for p in paths)  # a Dask worker's working folder is not ours
         for _, r in results(executor.map_unordered(extract_task, items, context)):
-            result = ExtractionResult(r["path"], r.get("features"), r["error"], bool(r.get("cached")))
+            error = None if r["error"] is None else str(r["error"])  # "ErrorType: reason"
+            result = ExtractionResult(r["path"], r.get("features"), error, bool(r.get("cached")))
             counts["failed"] += result.error is not None
             counts["cached"] += result.cached
             bar.update(1)

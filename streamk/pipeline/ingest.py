@@ -37,7 +37,7 @@ sent to the workers as they are found, a bounded number at a time):
    encodes (with temb k=64 encoding costs ~10x the extraction). The sha256
    stored is that of the very bytes the features came from. An image that
    kills its worker is retried alone in a fresh process and reported as
-   WorkerCrashed only if it kills that one too.
+   WorkerCrashedError only if it kills that one too.
 5. **Write** in this single process, ``batch_size`` images per LMDB write
    transaction (or sooner, every ``commit_interval`` seconds), through the same
    checks as :meth:`StreamingIndex.add`: each image is either fully stored or
@@ -85,7 +85,7 @@ from ..errors import (ConfigError, DuplicateError, IngestInterruptedError, Metad
                       TooFewImagesError, TrainingInProgressError, describe, printable)
 from ..features import FeatureCache
 from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
-                     encoded_image_file, image_content_key, nearest_of_vectors)
+                     image_content_key, nearest_of_vectors)
 from ..parallel import make_executor
 from ..index import validate_id
 from .tasks import ingest_task, results, task_context
@@ -483,7 +483,7 @@ class Ingester:
     def _handle(self, r):
         path = r["path"]
         if r["error"] is not None:
-            self._fail(path, r["error"])
+            self._fail(path, str(r["error"]))
             return
         given = self.metadata.get(r["id"]) or self.metadata.get(os.path.abspath(path))
         if r.get("stored_sha256") is not None:  # the id was stored: only hashed
@@ -500,8 +500,7 @@ class Ingester:
             return
         try:
             meta = dict(r.get("metadata") or {}, **(given or {}))
-            enc = encoded_image_file(r["id"], path, r["sha256"], r["vector"], r["keypoints"],
-                                     r["weights"], r["image_size"], geometry=r.get("geometry"), metadata=meta or None)
+            enc = r["description"].encoded(r["id"], path, metadata=meta or None)
         except StreamkError as exc:
             self._fail(path, describe(exc))
             return

@@ -76,8 +76,8 @@ def add_local_features(index, vocabulary=None, train_images=DEFAULT_MAX_IMAGES,
             for _, r in results(executor.map_unordered(geometry_task, _file_images(index), context)):
                 bar.update(1)
                 if r["error"] is not None:
-                    failed[r["path"]] = r["error"]
-                    report(r["path"], r["error"])
+                    failed[r["path"]] = str(r["error"])
+                    report(r["path"], str(r["error"]))
                     continue
                 pending.append((r["id"], r["sha256"], r["geometry"]))
                 if len(pending) >= batch_size:

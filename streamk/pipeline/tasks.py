@@ -1,11 +1,13 @@
-"""The per-image tasks that run on the executors (:mod:`streamk.parallel`), and the
-context they share: the encoder, the extractor, the feature cache.
+"""The per-image tasks that run on the executors (:mod:`streamk.parallel`), with the
+context of :func:`streamk.index.describe_context` (the encoder, the extractor, the visual
+words, the feature cache), built once per worker.
 
 Each task is a module-level function ``task(context, item) -> dict`` that reads
 its image once and never raises: a bad file comes back as ``{"path": ...,
-"error": "ErrorType: reason"}``. :func:`results` turns what an executor yields
-into those dicts, a task that never returned (a crashed worker) included, so
-that every caller handles one kind of result.
+"error": ImageFailure}`` (:class:`streamk.index.ImageFailure`, whose ``str()`` is
+"ErrorType: reason"). :func:`results` turns what an executor yields into those dicts,
+a task that never returned (a crashed worker) included, so that every caller handles
+one kind of result.
 
     context = task_context(encoder, extractor, cache_dir, executor)
     for r in results(executor.map_unordered(ingest_task, items, context)): ...
@@ -15,67 +17,20 @@ import hashlib
 
 import numpy as np
 
-from ..errors import EmptyDescriptorSetError, ImageReadError, describe
-from ..features import FeatureCache, crop_to_box, features_of_bytes, file_metadata
-from ..parallel import TaskContext, TaskFailure, in_worker_process
-from ..verification import stored_record
+from ..errors import EmptyDescriptorSetError, ImageReadError
+from ..features import crop_to_box, features_of_bytes, file_metadata
+from ..index import ImageFailure, describe_image, describe_task_context, geometry_record
+from ..parallel import TaskFailure
 
-
-# ---------------------------------------------------------------- the shared context
-def build_context(encoder=None, extractor=None, cache_dir=None, vocabulary=None):
-    """Built once per worker process: the encoder decoded (and its Numba kernels
-    loaded, in a worker, before the first image), the extractor, the cache, and the
-    vocabulary of local geometry (None: no geometry records)."""
-    from ..encoding import Encoder
-    from ..verification import Vocabulary
-
-    if isinstance(encoder, (bytes, bytearray)):
-        encoder = Encoder.from_bytes(bytes(encoder))
-    if isinstance(vocabulary, (bytes, bytearray)):
-        vocabulary = Vocabulary.from_bytes(bytes(vocabulary))
-    ctx = {"encoder": encoder, "extractor": extractor, "vocabulary": vocabulary,
-           "cache": None if cache_dir is None else FeatureCache(cache_dir)}
-    if encoder is not None and in_worker_process():
-        warm(encoder)
-    return ctx
-
-
-def warm(encoder):
-    """Load (or compile once, cache=True) the Numba kernels this encoder calls, before
-    the first image: a few random descriptors through the whole encoder."""
-    rng = np.random.default_rng(0)
-    try:
-        encoder.encode(rng.integers(0, 256, (16, encoder.input_dim)).astype(np.float32))
-    except Exception:  # a warm-up only: a real image reports its own errors
-        pass
-
-
-def task_context(encoder=None, extractor=None, cache_dir=None, executor=None, vocabulary=None):
-    """The TaskContext of a run. In this process (``executor.name == "in-process"``)
-    the Encoder and Vocabulary themselves are used; elsewhere their bytes travel, once
-    per worker."""
-    in_process = executor is not None and executor.name == "in-process"
-    key = None
-    if in_process and (encoder is not None or vocabulary is not None):
-        key = f"{getattr(encoder, 'fingerprint', None)}:{id(encoder)}:{id(vocabulary)}"
-    else:
-        if encoder is not None and not isinstance(encoder, (bytes, bytearray)):
-            encoder = encoder.to_bytes()
-        if vocabulary is not None and not isinstance(vocabulary, (bytes, bytearray)):
-            vocabulary = vocabulary.to_bytes()
-    params = {"encoder": encoder, "extractor": extractor, "vocabulary": vocabulary,
-              "cache_dir": None if cache_dir is None else str(cache_dir)}
-    if key is not None:  # the in-process objects stand for themselves; the rest is small
-        key += ":" + hashlib.sha256(repr((extractor, params["cache_dir"])).encode()).hexdigest()
-    return TaskContext(build_context, params, key)
+task_context = describe_task_context  # the context of every task below
 
 
 def results(pairs):
     """(item, result dict) for the (item, result) pairs of ``map_unordered``: a
-    TaskFailure becomes ``{"path": <the item's path>, "error": reason}``."""
+    TaskFailure becomes ``{"path": <the item's path>, "error": ImageFailure}``."""
     for item, r in pairs:
         if isinstance(r, TaskFailure):
-            r = {"path": item_path(item), "error": r.reason}
+            r = {"path": item_path(item), "error": ImageFailure.of_task(r)}
         yield item, r
 
 
@@ -102,14 +57,15 @@ def extract_task(ctx, item):
                                           ctx["cache"])
         return {"path": path, "error": None, "features": features, "cached": hit}
     except Exception as exc:  # reported per file, never raised mid-run
-        return {"path": path, "error": describe(exc)}
+        return {"path": path, "error": ImageFailure.of(exc, path)}
 
 
 def ingest_task(ctx, task):
-    """Read, hash, extract (or take from the cache) and encode one image file.
+    """Read, hash and describe (:func:`streamk.index.describe_image`) one image file.
 
     ``task`` = (path, id, stored sha256 or None, absolute path); with a stored
-    sha256 (the id is already in the index), only read and hash."""
+    sha256 (the id is already in the index), only read and hash. The result holds the
+    ImageDescription (its features not sent back) and the file's metadata."""
     path, image_id, stored_sha, read_path = task
     out = {"path": path, "id": image_id, "error": None, "stored_sha256": stored_sha}
     try:
@@ -117,24 +73,11 @@ def ingest_task(ctx, task):
         sha = out["sha256"] = hashlib.sha256(data).hexdigest()
         if stored_sha is not None:
             return out
-        f, _, _ = image_features(ctx, path, sha, data)
-        if len(f) == 0:
-            raise EmptyDescriptorSetError("no local features")
-        v, alpha = ctx["encoder"].encode(f.descriptors, return_weights=True)
-        out.update(vector=np.asarray(v, np.float32), weights=np.asarray(alpha, np.float32),
-                   keypoints=f.keypoints, n=len(f), image_size=[int(x) for x in f.image_size],
-                   geometry=geometry_of(ctx, f), metadata=file_metadata(read_path, data))
+        out["description"] = describe_image(ctx, data, path, sha256=sha)
+        out["metadata"] = file_metadata(read_path, data)
     except Exception as exc:  # reported per file
-        out["error"] = describe(exc)
+        out["error"] = ImageFailure.of(exc, path)
     return out
-
-
-def geometry_of(ctx, features):
-    """The stored local-geometry record (bytes) of an image's features, or None when the
-    run keeps none."""
-    if ctx.get("vocabulary") is None:
-        return None
-    return stored_record(ctx["vocabulary"], features.keypoints, features.descriptors, features.image_size)
 
 
 def geometry_task(ctx, task):
@@ -147,9 +90,9 @@ def geometry_task(ctx, task):
         if sha != stored_sha:
             raise ImageReadError(path, "the file changed since it was indexed (its sha256 differs)")
         out["sha256"] = sha
-        out["geometry"] = geometry_of(ctx, f if box is None else crop_to_box(f, box))
+        out["geometry"] = geometry_record(ctx, f if box is None else crop_to_box(f, box))
     except Exception as exc:
-        out["error"] = describe(exc)
+        out["error"] = ImageFailure.of(exc, path)
     return out
 
 
@@ -169,7 +112,7 @@ def sample_task(ctx, task):
         return {"path": path, "error": None, "n": len(f),
                 "descriptors": f.descriptors[sample_rows(len(f), per_image, seed, sha)]}
     except Exception as exc:
-        return {"path": path, "error": describe(exc)}
+        return {"path": path, "error": ImageFailure.of(exc, path)}
 
 
 def aggregate_task(ctx, path):
@@ -181,7 +124,7 @@ def aggregate_task(ctx, path):
         method = enc.config.aggregation
         return {"path": path, "error": None, "xi": enc.aggregate_methods(f.descriptors, (method,))[method][0]}
     except Exception as exc:
-        return {"path": path, "error": describe(exc)}
+        return {"path": path, "error": ImageFailure.of(exc, path)}
 
 
 def sample_rows(n, k, seed, sha256_hex):
@@ -192,6 +135,5 @@ def sample_rows(n, k, seed, sha256_hex):
     return np.sort(rng.choice(n, int(k), replace=False))
 
 
-__all__ = ["aggregate_task", "build_context", "extract_task", "geometry_of", "geometry_task", "image_features",
-           "ingest_task", "item_path",
-           "results", "sample_rows", "sample_task", "task_context", "warm"]
+__all__ = ["aggregate_task", "extract_task", "geometry_task", "image_features", "ingest_task", "item_path", "results",
+           "sample_rows", "sample_task", "task_context"]

@@ -17,9 +17,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from ..errors import ConfigError
-from ..parallel import TaskContext
+from ..index import describe_task_context
 from ..parallel.worker_process import pool_worker_init, run_task
-from .tasks import build_context
 
 CRASHED = ("WorkerCrashedError", "the worker process died on this image (a crash in a native library); "
                                  "the image was not used")
@@ -34,9 +33,8 @@ class EncodingPool:
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {workers}")
         self.workers = workers
-        self.context = TaskContext(build_context, {"encoder": bytes(encoder_bytes), "extractor": extractor,
-                                                   "vocabulary": None if vocabulary_bytes is None
-                                                   else bytes(vocabulary_bytes)})
+        self.context = describe_task_context(bytes(encoder_bytes), extractor, vocabulary=None if vocabulary_bytes
+                                             is None else bytes(vocabulary_bytes))
         self._token = self.context.token()
         self._lock = threading.Lock()
         self._pool = None
@@ -75,7 +73,7 @@ class EncodingPool:
         tasks it holds, then ends."""
         with self._lock:
             params = dict(self.context.params, vocabulary=bytes(vocabulary_bytes))
-            self.context = TaskContext(build_context, params)
+            self.context = self.context._replace(params=params)
             self._token = self.context.token()
             if self._pool is not None:
                 self._swap(cancel=False)

@@ -24,7 +24,7 @@ import numpy as np
 from .. import errors
 from ..index import ImageRecord, encoded_image_file, encoded_vector, open_index
 from .pool import EncodingPool
-from .tasks import describe_image, thumbnail_task
+from .tasks import describe_upload, thumbnail_task
 
 log = logging.getLogger("streamk.server")
 
@@ -139,7 +139,7 @@ class Service:
     async def describe(self, data, box=None, purpose="query", name="upload"):
         if purpose == "add" and not self.has_local_features:  # its stored geometry needs the words
             await self.call(self.local_features_now)
-        return raise_worker_error(await self.pool.run(describe_image, (data, box, purpose, name)))
+        return raise_worker_error(await self.pool.run(describe_upload, (data, box, purpose, name)))
 
     def local_features_now(self):
         """Whether the index keeps local geometry now (in the index thread): another process

@@ -9,6 +9,7 @@ import hashlib
 import os
 import signal
 import subprocess
+import threading
 import uuid
 
 import numpy as np
@@ -124,21 +125,32 @@ def test_a_dask_worker_killed_mid_ingestion_loses_nothing(work, tmp_path, client
     gates = tmp_path / "gates"
     gates.mkdir()
 
+    def kill_a_holder(client):
+        held = poll(lambda: sorted(gates.glob("held-*")), 60, "a Dask worker holding an image")
+        killed["pid"] = int(held[0].name.split("-")[1])
+        worker = next(w for w, pid in client.run(os.getpid).items() if pid == killed["pid"])
+        killed["tasks"] = client.processing(workers=[worker])[worker]
+        os.kill(killed["pid"], signal.SIGKILL)
+        (gates / "release").touch()
+
     class KillingExecutor(DaskExecutor):
         """After the first result, kills (SIGKILL) a worker while it holds an image (the
-        tasks started from then on wait for the release), then releases the others."""
+        tasks started from then on wait for the release), then releases the others. The
+        kill waits beside the run, which goes on sending tasks: the ones in flight at the
+        first result may all be past the gate already."""
 
         def map_unordered(self, *args, **kwargs):
-            for n, out in enumerate(super().map_unordered(*args, **kwargs)):
-                if n == 0:
-                    (gates / "gate").touch()
-                    held = poll(lambda: sorted(gates.glob("held-*")), 60, "a Dask worker holding an image")
-                    killed["pid"] = int(held[0].name.split("-")[1])
-                    worker = next(w for w, pid in self.client.run(os.getpid).items() if pid == killed["pid"])
-                    killed["tasks"] = self.client.processing(workers=[worker])[worker]
-                    os.kill(killed["pid"], signal.SIGKILL)
-                    (gates / "release").touch()
-                yield out
+            killer = None
+            try:
+                for n, out in enumerate(super().map_unordered(*args, **kwargs)):
+                    if n == 0:
+                        (gates / "gate").touch()
+                        killer = threading.Thread(target=kill_a_holder, args=(self.client,), daemon=True)
+                        killer.start()
+                    yield out
+            finally:
+                if killer is not None:
+                    killer.join(timeout=120)
 
     pids_before = set(client.run(_gated_sift, str(gates)).values())
     failures, report = quiet()
