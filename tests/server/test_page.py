@@ -124,9 +124,10 @@ def wait_searched(page):
 
 # ---------------------------------------------------------------- what a person does
 
-def accept_token(page, srv, tmp_path):
-    """The landing page asks for the token (no broken image beside "pick one"); once given,
-    the status says so and what comes next."""
+def accept_token(page, srv, tmp_path, console):
+    """The landing page asks for the token (no broken image beside "pick one"); a wrong
+    one is refused in the status; once the right one is given, the status says so and what
+    comes next."""
     page.goto(srv.url + "/", wait_until="domcontentloaded")
     page.locator("#token").wait_for(state="visible")
     assert "needs its token" in status(page)
@@ -135,6 +136,11 @@ def accept_token(page, srv, tmp_path):
     landing = tmp_path / "server-page-landing.png"
     page.screenshot(path=str(landing), full_page=True)
     save_artifact(landing)
+    page.fill("#token", srv.token[::-1])  # a wrong one: refused, and said so
+    page.locator("#token").dispatch_event("change")
+    page.wait_for_function("() => document.querySelector('#status').classList.contains('error')")
+    assert "refused this token" in status(page)
+    console[:] = [e for e in console if "status of 401" not in e]  # the browser logs the refusal
     page.fill("#token", srv.token)
     page.locator("#token").dispatch_event("change")
     page.wait_for_function("() => /images/.test(document.querySelector('#stats').textContent)")
@@ -197,7 +203,7 @@ def test_the_page_searches_by_photo_box_and_click(example, make_server, tmp_path
                  example["queries"][0])
     shot = tmp_path / "server-page.png"
     with open_page(srv, tmp_path) as (page, console):
-        accept_token(page, srv, tmp_path)
+        accept_token(page, srv, tmp_path, console)
         assert not page.locator("#where").is_visible()  # the demo index has no indexed field to filter on
 
         # a photo picked: results with thumbnails, scores, inliers and the matched region
@@ -264,7 +270,7 @@ def test_the_filter_names_an_indexed_field_and_works_as_shown(browser_available,
     index = make_index(tmp_path / "idx", photos, n=4)
     srv = make_server(index, args=["--workers", "1", "--images", str(photos["root"] / "imgs")])
     with open_page(srv, tmp_path) as (page, console):
-        accept_token(page, srv, tmp_path)
+        accept_token(page, srv, tmp_path, console)
         assert page.locator("#where").is_visible()
         assert '"album"' in page.locator("#where").get_attribute("placeholder")
         pick_photo(page, photos["paths"][1], k=4)
