@@ -218,3 +218,39 @@ def test_a_search_through_a_server_imports_no_stage():
             f"print(status, [m for m in {stages!r} if m in sys.modules])")
     res = run_python("-c", code, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == "7 []", res.stdout + res.stderr
+
+
+def test_a_redirect_is_not_followed_and_a_large_file_not_sent(photos, monkeypatch, capsys):
+    """A server answering with a redirect: refused as one line (urllib would resend the
+    token there); a photo over --max-file-size: refused here, before any request."""
+    import http.server
+    import threading
+
+    seen = []
+
+    class Redirecting(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            seen.append((self.path, self.headers.get("Authorization")))
+            self.send_response(302 if self.path == "/search" else 200)
+            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/elsewhere")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), Redirecting)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("STREAMK_TOKEN", "a-token-of-enough-characters")
+        url = f"http://127.0.0.1:{httpd.server_port}"
+        status, out, err = run(capsys, "search", "--server", url, "--id", "p1", "--timeout", "10")
+        assert status == 2 and out == "" and err.count("\n") == 1 and "redirect" in err
+        assert seen == [("/search", "Bearer a-token-of-enough-characters")]  # not resent to /elsewhere
+        status, _, err = run(capsys, "search", "--server", url, photos["paths"][0], "--max-file-size", "100")
+        assert status == 3 and "--max-file-size" in err and len(seen) == 1  # nothing sent
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=30)

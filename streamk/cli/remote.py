@@ -82,15 +82,24 @@ class RemoteSearch:
     """Searches sent to the server at ``url`` (see the module's docstring); ``options``:
     the search options the API takes (k, verify, expand, mode, box, where), None left out."""
 
-    def __init__(self, url, token=None, timeout=60.0):
+    def __init__(self, url, token=None, timeout=60.0, max_file_size=None):
         self.url = server_url(url)
         self.token = token
         self.timeout = float(timeout)
+        self.max_file_size = max_file_size
+        # no redirects: urllib would resend the token to wherever a redirect points
+        self._opener = urllib.request.build_opener(_NoRedirect)
 
     def search_image(self, path, options):
-        """The answer (``{"query", "results"}``) for the photo at ``path``."""
+        """The answer (``{"query", "results"}``) for the photo at ``path`` (a file over
+        ``max_file_size`` bytes is refused before it is read, as a search here does)."""
         try:
             with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if self.max_file_size is not None and size > self.max_file_size:
+                    raise errors.ImageTooLargeError(
+                        path, f"{size:,} bytes, over the limit of {self.max_file_size:,} (--max-file-size)",
+                        limit="max_file_size")
                 data = fh.read()
         except OSError as exc:
             raise errors.ImageReadError(path, exc.strerror or str(exc)) from None
@@ -112,7 +121,7 @@ class RemoteSearch:
             headers["Authorization"] = f"Bearer {self.token}"
         request = urllib.request.Request(self.url + route, data=body, headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 (http(s) only)
+            with self._opener.open(request, timeout=self.timeout) as response:  # (http and https only)
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             raise _answered(exc, self.url) from None
@@ -122,8 +131,20 @@ class RemoteSearch:
                                     f"running there? (--timeout {self.timeout:g} s)") from None
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed (it stays an HTTPError, reported by :func:`_answered`)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
 def _answered(exc, url):
     """The ServerAnswerError of an HTTP error answer: the server's code and message."""
+    if 300 <= exc.code < 400:
+        where = errors.printable(exc.headers.get("Location", "?"))
+        return ServerAnswerError(f"the server at {url} answered {exc.code}, a redirect to {where}: not followed "
+                                 f"(the token would go along); give the URL of 'streamk serve' itself as --server",
+                                 f"http_{exc.code}", exc.code, errors.ConfigError.exit_code)
     try:
         detail = json.loads(exc.read())["error"]
         code, message = str(detail["code"]), str(detail["message"])

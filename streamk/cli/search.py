@@ -35,7 +35,8 @@ def _search(args):
     if args.server is not None:
         from .remote import RemoteSearch, read_token
 
-        remote = RemoteSearch(args.server, read_token(args.token_file), timeout=args.timeout)
+        remote = RemoteSearch(args.server, read_token(args.token_file), timeout=args.timeout,
+                              max_file_size=args.max_file_size)
         options = {"k": args.k, "verify": args.verify, "expand": args.expand, "mode": args.mode,
                    "box": args.box, "where": _where_object(args.where)}
         return _answer_each(args, lambda kind, q: (remote.search_image(q, options) if kind == "image"
