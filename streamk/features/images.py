@@ -42,6 +42,9 @@ from ..errors import ExtractorUnavailableError, ImageReadError, ImageTooLargeErr
 MAX_FILE_SIZE = 50 * 2**20
 #: Most pixels (width x height, from the header) decoded. ``max_pixels=`` / ``--max-pixels`` change it.
 MAX_PIXELS = 128_000_000
+#: Most bytes an image decodes to (pixels x channels x bytes per sample, from the header):
+#: 512 MiB, an 8-bit 4-channel image at MAX_PIXELS; a 16-bit RGB one stops at 89 megapixels.
+MAX_DECODED_BYTES = 512 * 2**20
 
 
 def _check_limit(value, name):
@@ -125,7 +128,8 @@ def _to_gray(img):
     if mode == "L":
         return np.asarray(img, dtype=np.uint8)
     if mode.startswith("I;16"):
-        a = np.asarray(img).astype(np.float64) / 257.0
+        a = np.asarray(img).astype(np.float64)
+        a /= 257.0  # in place: one float64 copy, not two
     elif mode == "I":
         a = np.asarray(img).astype(np.float64)
         if a.size and a.max() > 255:
@@ -165,10 +169,37 @@ def _open(data, path, max_pixels):
         raise ImageReadError(path, f"corrupt image ({str(exc) or type(exc).__name__})") from exc
     try:
         check_pixels(img.size, path, max_pixels)
+        check_decoded_bytes(img, path)
     except ImageTooLargeError:
         img.close()
         raise
     return img
+
+
+def decoded_bytes(img):
+    """The bytes an opened image takes decoded, from its header alone: pixels x channels x
+    bytes per sample, where a sample is as wide as the file stores it (a 16-bit PNG: 2
+    bytes) and one-band images of more than 8 bits (16-bit, 32-bit, float grey) count the
+    8 bytes of the float64 copy that turns them grey."""
+    w, h = img.size
+    bands = len(img.getbands())
+    raw = img.tile[0][3] if getattr(img, "tile", None) else img.mode
+    raw = raw[0] if isinstance(raw, tuple) else str(raw)
+    bits = 32 if ";32" in raw or img.mode in ("I", "F") else 16 if ";16" in raw or img.mode.startswith("I;16") else 8
+    per_sample = 8 if bands == 1 and bits > 8 else bits // 8
+    return w * h * bands * per_sample
+
+
+def check_decoded_bytes(img, path, limit=None):
+    """ImageTooLargeError when an opened image decodes to more than ``limit`` bytes
+    (:data:`MAX_DECODED_BYTES`): the pixel limit alone lets a 16-bit image cost several times more."""
+    limit = MAX_DECODED_BYTES if limit is None else limit
+    n = decoded_bytes(img)
+    if n > limit:
+        w, h = img.size
+        raise ImageTooLargeError(path, f"{w} x {h} pixels of {img.mode} ({len(img.getbands())} channels) decode to "
+                                       f"{_mib(n)}, over the limit of {_mib(limit)}: send it at 8 bits per channel "
+                                       f"or fewer pixels", limit="max_decoded_bytes")
 
 
 def check_pixels(size, path, max_pixels=MAX_PIXELS):
@@ -325,6 +356,6 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE):
         raise ImageReadError(name, f"cannot make a thumbnail ({str(exc) or type(exc).__name__})") from exc
 
 
-__all__ = ["MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_pixels", "decode_gray", "decode_gray_scaled",
-           "exif_date", "file_metadata", "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size",
-           "thumbnail_jpeg"]
+__all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes",
+           "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "exif_date", "file_metadata",
+           "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]

@@ -59,21 +59,31 @@ def unit_vector(v):
 
 
 def checked_vector(vector, dim, what="vector"):
-    """A user's image vector as a unit float32 vector of dimension ``dim``, or a named error."""
+    """A user's image vector as a unit float32 vector of dimension ``dim``, or a named error.
+    The one check of a vector given to add and to search: numbers too large for a float
+    (a 400-digit integer) are NonFiniteError; the norm is taken after scaling by the
+    largest |x|, so [1e300] * D is a unit vector, not zeros; the result is checked finite
+    and non-zero after its conversion to float32 (a unit vector stays finite in float16)."""
     if isinstance(vector, (str, bytes, os.PathLike)):
         raise ConfigError(f"{what}: takes an array; pass image files as image_path=")
     try:
         v = np.asarray(vector, dtype=np.float64)
+    except OverflowError as exc:
+        raise NonFiniteError(f"{what} holds a number too large for a float ({exc})") from None
     except (TypeError, ValueError) as exc:
         raise DimensionError(f"{what}: not a numeric array ({exc})") from exc
     if v.ndim != 1 or v.shape[0] != dim:
         raise DimensionError(f"{what}: expected shape ({dim},), got {v.shape}")
     if not np.isfinite(v).all():
         raise NonFiniteError(f"{what} contains NaN or infinite values")
-    n = np.linalg.norm(v)
-    if not n > 0:
+    largest = float(np.abs(v).max()) if v.size else 0.0
+    if not largest > 0:
         raise ZeroVectorError(f"{what} has zero norm")
-    return (v / n).astype(np.float32)
+    v = v / largest  # no overflow (or underflow to 0) in the norm below
+    out = (v / np.linalg.norm(v)).astype(np.float32)
+    if not (np.isfinite(out).all() and out.any()):  # pragma: no cover - |out| max >= 1/sqrt(dim)
+        raise NonFiniteError(f"{what} is not finite once stored as float32")
+    return out
 
 
 def image_content_key(sha256_hex, box=None):

@@ -21,14 +21,14 @@ from fastapi import FastAPI
 from .. import __version__
 from .dependencies import check_token
 from .http_errors import ApiError, error_code, install_error_handlers, status_of
-from .middleware import BodyLimit, ConcurrencyLimit, RequestLog
+from .middleware import BodyLimit, ConcurrencyLimit, HeadAsGet, RequestLog
+from .models import MAX_JSON_DEPTH
 from .routes import ROUTERS
 
 log = logging.getLogger("streamk.server")
 
 DEFAULT_MAX_UPLOAD = 20 << 20  # bytes of one request body
 DEFAULT_MAX_REQUESTS = 64  # requests served at once (each holds at most one body in memory); more: 503 busy
-MAX_JSON_DEPTH = 8
 
 
 @asynccontextmanager
@@ -48,7 +48,8 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_
         raise RuntimeError("create_app needs an opened Service (Service.open())")
     app = FastAPI(title="streamk", version=__version__, lifespan=_lifespan,
                   description="Image search over a streamk index: search by photo, id or vector; add, update, "
-                              "delete images; thumbnails; stats.", docs_url=None, redoc_url=None)
+                              "delete images; thumbnails; stats.", docs_url=None, redoc_url=None,
+                  openapi_url=None)  # /openapi.json is a route of its own, under the token (routes/admin.py)
     app.state.service = service
     app.state.token = token
     install_error_handlers(app)
@@ -61,9 +62,10 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(BodyLimit, limit=max_upload)
     app.add_middleware(ConcurrencyLimit, limit=max_requests)
+    app.add_middleware(HeadAsGet)
     app.add_middleware(RequestLog)
     return app
 
 
-__all__ = ["ApiError", "DEFAULT_MAX_REQUESTS", "DEFAULT_MAX_UPLOAD", "check_token", "create_app", "error_code",
+__all__ = ["ApiError", "DEFAULT_MAX_REQUESTS", "DEFAULT_MAX_UPLOAD", "MAX_JSON_DEPTH", "check_token", "create_app", "error_code",
            "status_of"]

@@ -6,10 +6,13 @@ invalid input, whichever model or parameter refused it, is 400 ``bad_request``.
 """
 
 import logging
+import os
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from .. import errors
 from .models import ErrorAnswer
@@ -87,6 +90,44 @@ def invalid(exc, fields=()):
     return bad_request("; ".join(parts[:5]) or "invalid request")
 
 
+# What a client is told of the errors that are the server's trouble, not the request's: the
+# log keeps the full message (the index's path, the command that repairs it).
+SERVER_SIDE = {
+    "DiskFullError": "the server's disk is full: nothing of this write was stored; try again later "
+                     "(the server's operator has the details in its log)",
+    "IndexCorruptError": "the index is damaged; the server's operator has the details in its log",
+}
+GENERIC_SERVER_SIDE = "the server could not answer this request; its operator has the details in its log"
+
+
+def public_message(exc, status, index_path):
+    """The message a client gets for a streamk error: a fixed one for the server's own
+    troubles (5xx: they name files and commands of the server), else the error's message
+    with the index's path, should it appear, replaced by 'the index'."""
+    if status >= 500:
+        return SERVER_SIDE.get(type(exc).__name__, GENERIC_SERVER_SIDE)
+    message = str(exc)
+    for path in sorted({str(index_path), os.path.realpath(index_path)}, key=len, reverse=True):
+        message = message.replace(path, "the index")
+    return message
+
+
+def allowed_methods(app, path):
+    """The methods some route of ``app`` answers at ``path`` (HEAD with GET), sorted: each
+    asked of the router as a request would be."""
+    methods = set()
+    for method in METHODS:
+        scope = {"type": "http", "path": path, "method": method, "root_path": "", "headers": []}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            methods.add(method)
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
+
+
+METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
+
+
 def install_error_handlers(app):
     @app.exception_handler(ApiError)
     async def api_error(request, exc):
@@ -97,10 +138,19 @@ def install_error_handlers(app):
         status = status_of(exc)
         if status >= 500:
             log.error("%s %s: %s", request.method, request.url.path, errors.describe(exc))
-        return error_response(status, error_code(type(exc).__name__), str(exc))
+        message = public_message(exc, status, request.app.state.service.path)
+        return error_response(status, error_code(type(exc).__name__), message)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_disconnect(request, exc):  # nobody reads the answer; the log says what happened
+        log.info("%s %s: the client disconnected before sending the whole body", request.method, request.url.path)
+        return error_response(499, "client_disconnected", "the client disconnected before sending the whole body")
 
     @app.exception_handler(WorkerError)
     async def worker_error(request, exc):
+        if exc.http_status >= 500:
+            log.error("%s %s: a worker: %s", request.method, request.url.path, exc)
+            return error_response(exc.http_status, error_code(exc.name), SERVER_SIDE.get(exc.name, GENERIC_SERVER_SIDE))
         return error_response(exc.http_status, error_code(exc.name), exc.message)
 
     @app.exception_handler(RequestValidationError)
@@ -110,7 +160,10 @@ def install_error_handlers(app):
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc):
         code = HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-        return error_response(exc.status_code, code, exc.detail or code, getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:  # every method of every route of this path, not the first route's
+            headers = {**(headers or {}), "Allow": ", ".join(allowed_methods(request.app, request.url.path))}
+        return error_response(exc.status_code, code, exc.detail or code, headers)
 
     @app.exception_handler(Exception)
     async def internal_error(request, exc):  # a bug: logged with its traceback, answered without
@@ -118,5 +171,5 @@ def install_error_handlers(app):
         return error_response(500, "internal", "internal server error (the server log has the details)")
 
 
-__all__ = ["ALWAYS", "ApiError", "UploadTooLargeError", "bad_request", "error_code", "error_response",
-           "error_responses", "install_error_handlers", "invalid", "status_of"]
+__all__ = ["ALWAYS", "ApiError", "UploadTooLargeError", "allowed_methods", "bad_request", "error_code",
+           "error_response", "error_responses", "install_error_handlers", "invalid", "public_message", "status_of"]

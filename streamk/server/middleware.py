@@ -67,6 +67,26 @@ class ConcurrencyLimit:
             self.active -= 1
 
 
+class HeadAsGet:
+    """HEAD answered as GET would be, headers only (Content-Length that of the body not
+    sent); on a path without GET, the 405 of GET, whose Allow lists what the path takes."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "HEAD":
+            return await self.app(scope, receive, send)
+
+        async def headers_only(message):
+            if message["type"] == "http.response.body":
+                if message.get("more_body"):
+                    return
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+        return await self.app(dict(scope, method="GET"), receive, headers_only)
+
+
 class RequestLog:
     """One log line per request: method, path, status, milliseconds."""
 
@@ -91,4 +111,4 @@ class RequestLog:
                      1000 * (time.perf_counter() - t0))
 
 
-__all__ = ["BodyLimit", "ConcurrencyLimit", "RequestLog"]
+__all__ = ["BodyLimit", "ConcurrencyLimit", "HeadAsGet", "RequestLog"]

@@ -11,8 +11,10 @@ whole. Answers are validated by FastAPI against their model before they are sent
 """
 
 import json
+import math
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from fastapi import UploadFile
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, Json, StrictFloat, ValidationInfo, field_validator,
                       model_validator)
@@ -29,22 +31,63 @@ def id_field(*default):
 
 
 # ---------------------------------------------------------------- JSON, strictly
+MAX_JSON_DEPTH = 8  # arrays and objects nested in a JSON body, the body itself counted
+MAX_NUMBER_DIGITS = 300  # digits of a JSON integer: 1e300 and below convert to a float without overflow
+_STRUCTURE = np.zeros(256, np.int8)  # the bytes that matter to nesting: +1 [ {, -1 ] }, 2 a quote
+_STRUCTURE[[ord("["), ord("{")]], _STRUCTURE[[ord("]"), ord("}")]], _STRUCTURE[ord('"')] = 1, -1, 2
+
+
+def json_depth(raw):
+    """How deep the arrays and objects of JSON text nest (0 for a scalar), scanned over
+    its bytes before any parser recurses, at C speed (under 0.1 s for 20 MB): escaped
+    backslashes and quotes removed, then only brackets and quotes kept; brackets inside
+    strings (after an odd count of quotes) ignored; the depth is the largest running sum
+    of the brackets left."""
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8", "surrogatepass")
+    bare = bytes(raw).replace(b"\\\\", b"").replace(b'\\"', b"")
+    kind = _STRUCTURE[np.frombuffer(bare, np.uint8)]
+    kind = kind[kind != 0]
+    quote = kind == 2
+    outside = (np.cumsum(quote, dtype=np.int64) & 1) == 0
+    step = np.where(outside & ~quote, kind, 0)
+    return max(0, int(np.cumsum(step, dtype=np.int64).max())) if step.size else 0
+
+
 def _no_constant(name):
     raise ValueError(f"{name} is not JSON")
 
 
-def loads(text):
-    """JSON, strictly: NaN and Infinity refused (ValueError)."""
-    return json.loads(text, parse_constant=_no_constant)
+def _bounded_int(text):
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a number of over {MAX_NUMBER_DIGITS} digits")
+    return int(text)
+
+
+def _finite_float(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:20]} is too large for a float")
+    return value
+
+
+def loads(text, max_depth=MAX_JSON_DEPTH):
+    """JSON, strictly: NaN and Infinity refused, numbers bounded (an integer of at most
+    MAX_NUMBER_DIGITS digits, a float that is finite), nested at most ``max_depth``
+    deep (checked before parsing); ValueError otherwise."""
+    depth = json_depth(text)
+    if depth > max_depth:
+        raise ValueError(f"nested {depth} deep; at most {max_depth} (arrays and objects in one another)")
+    return json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_finite_float)
 
 
 def _json_text(value):
     if not isinstance(value, str):
         return value
     try:
-        return loads(value)
-    except ValueError:
-        raise ValueError("not valid JSON") from None
+        return loads(value, MAX_JSON_DEPTH - 1)  # as deep as inside a JSON body
+    except ValueError as exc:
+        raise ValueError(f"not valid JSON ({exc})") from None
 
 
 def _strict_json_text(value):
@@ -267,5 +310,6 @@ class HealthAnswer(Answer):
 
 
 __all__ = ["AddForm", "AddJson", "DuplicatesAnswer", "ErrorAnswer", "HealthAnswer", "ImageAnswer", "LIMITS",
-           "SearchAnswer", "SearchForm", "SearchJson", "StatsAnswer", "UpdateForm", "UpdateJson", "WriteAnswer",
-           "loads"]
+           "MAX_JSON_DEPTH", "SearchAnswer", "SearchForm", "SearchJson", "StatsAnswer", "UpdateForm",
+           "UpdateJson", "WriteAnswer",
+           "json_depth", "loads"]

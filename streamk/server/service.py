@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 
 from .. import errors
-from ..index import ImageRecord, encoded_image_file, encoded_vector, open_index
+from ..index import ImageRecord, checked_vector, encoded_image_file, encoded_vector, open_index
 from .pool import EncodingPool
 from .tasks import describe_upload, thumbnail_task
 
@@ -174,7 +174,7 @@ class Service:
         """The results of one query vector under ``params`` (a SearchParams: its filter
         selects among the images), with its image's Features, or a stored image's geometry
         record, for the second stage."""
-        hits = self.index.search(np.asarray(vector, np.float32), params=params, features=features, record=record)
+        hits = self.index.search(checked_vector(vector, self.dim), params=params, features=features, record=record)
         return self._hits(hits, query or {})
 
     def search_id(self, image_id, params):

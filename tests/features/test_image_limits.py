@@ -4,6 +4,7 @@ decoded (a PNG decompression bomb too), a large JPEG is reduced while decoding (
 small one, keypoints in original pixels), features are capped; each limit says how to
 raise it."""
 
+import io
 import json
 import os
 import struct
@@ -22,13 +23,14 @@ from helpers.processes import run_python  # noqa: E402
 from PIL import Image  # noqa: E402
 
 
-def png_header_bomb(path, width, height):
-    """A valid PNG whose header says width x height (8-bit grey) with almost no data: a few
-    hundred bytes that would decode to width * height bytes."""
+def png_header_bomb(path, width, height, bits=8, color=0):
+    """A valid PNG whose header says width x height (8-bit grey unless told: ``bits`` per
+    sample, PNG ``color`` type 0 grey, 2 RGB, 6 RGBA) with almost no data: a few hundred
+    bytes that would decode to width * height pixels."""
     def chunk(kind, data):
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    ihdr = struct.pack(">IIBBBBB", width, height, bits, color, 0, 0, 0)
     idat = zlib.compress(b"\0" * 4096, 9)  # the start of the rows: all zeros
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
     return path
@@ -97,6 +99,40 @@ def test_an_image_over_the_pixel_limit_is_refused_from_its_header(tmp_path):
     assert F.extract(p, ex, cache=tmp_path / "cache").image_size == (300, 40)
     with pytest.raises(ImageTooLargeError):
         F.extract(p, ex.set_limits(max_pixels=1000), cache=tmp_path / "cache")
+
+
+def test_decoded_bytes_count_channels_and_bit_depth(tmp_path):
+    """The bytes an image decodes to, from its header: pixels x channels x bytes per sample
+    (numpy's itemsize of the array written), one-band images of over 8 bits counting the
+    float64 copy that turns them grey."""
+    import cv2
+
+    for shape, dtype in [((30, 40), np.uint8), ((30, 40, 3), np.uint8), ((30, 40, 4), np.uint8),
+                         ((30, 40, 3), np.uint16), ((30, 40, 4), np.uint16), ((30, 40), np.uint16)]:
+        a = np.zeros(shape, dtype)
+        ok, buf = cv2.imencode(".png", a)
+        img = Image.open(io.BytesIO(buf.tobytes()))
+        expected = a.size * a.itemsize if a.ndim == 3 or a.itemsize == 1 else a.size * 8
+        assert F.decoded_bytes(img) == expected, (shape, dtype, img.mode)
+
+
+@pytest.mark.parametrize("side, bits, color, refused", [
+    (10_000, 16, 2, True),  # 100 Mpx, under the pixel limit, 16-bit RGB: 600 MB decoded
+    (10_000, 16, 0, True),  # 16-bit grey: 800 MB with its float64 copy
+    (10_000, 8, 2, False),  # 8-bit RGB: 300 MB
+    (8_000, 16, 0, False),  # 16-bit grey: 512 MB, at the limit
+])
+def test_an_image_over_the_decoded_bytes_limit_is_refused_from_its_header(tmp_path, side, bits, color, refused):
+    p = png_header_bomb(tmp_path / "deep.png", side, side, bits, color)
+    assert side * side <= F.MAX_PIXELS
+    if refused:
+        with pytest.raises(ImageTooLargeError) as e:
+            F.decode_gray_scaled(p.read_bytes(), p, max_side=1024)
+        assert e.value.limit == "max_decoded_bytes" and "8 bits per channel" in str(e.value)
+    else:  # over no limit: decoding starts and fails on the missing rows
+        with pytest.raises(ImageReadError) as e:
+            F.decode_gray_scaled(p.read_bytes(), p, max_side=1024)
+        assert not isinstance(e.value, ImageTooLargeError)
 
 
 @pytest.mark.parametrize("side", [12_000, 100_000])  # 144 Mpx: Pillow warns; 10^10 px: Pillow refuses

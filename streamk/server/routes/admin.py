@@ -1,6 +1,8 @@
-"""Health (no token needed) and the index's counts."""
+"""Health (no token needed), the index's counts, and the API's schema (under the token
+when reads need it)."""
 
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
 
 from ..dependencies import may_read, service_of
 from ..http_errors import error_responses
@@ -20,6 +22,13 @@ async def health(request: Request):
 async def stats(service=Depends(service_of)):
     """Counts and sizes of the index."""
     return await service.call(service.stats)
+
+
+
+@router.get("/openapi.json", include_in_schema=False, dependencies=[Depends(may_read)])
+async def openapi(request: Request):
+    """The OpenAPI schema, generated from the routes and models (a read like any other)."""
+    return JSONResponse(request.app.openapi())
 
 
 __all__ = ["router"]
