@@ -388,6 +388,14 @@ class ClusterError(StreamkError, ConnectionError):
         return (type(self), (self.args[0] if self.args else "", self.address))
 
 
+class WorkerCrashedError(StreamkError, RuntimeError):
+    """A worker process died on an item twice (a crash in a native library, an OOM kill):
+    the item was not used (streamk.parallel's ``CRASHED``)."""
+
+    exit_code = 3
+    http_status = 422
+
+
 def printable(text):
     """``text`` (e.g. a file name) safe on one line of a report: control characters
     escaped as ``repr`` escapes them (``\\n``, ``\\t``, ``\\x1b``) and the bytes of a name

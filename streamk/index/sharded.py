@@ -721,7 +721,7 @@ def _client(dask):
 
     if isinstance(dask, Client):
         return dask, False
-    from ..parallel.dask_executor import DaskExecutor
+    from ..parallel import DaskExecutor
 
     ex = DaskExecutor(dask)
     client = ex.client

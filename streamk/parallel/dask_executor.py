@@ -30,7 +30,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..config import dask_connect_timeout
 from ..errors import ClusterError
-from .executors import CRASHED, Executor, TaskFailure, parse_dask_address
+from .executors import Executor, parse_dask_address
+from .worker_pool import CRASHED, TaskFailure
 from .worker_process import prepare_worker_process, run_task
 
 PLUGIN_NAME = "streamk-worker-setup"

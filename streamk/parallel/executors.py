@@ -1,11 +1,11 @@
-"""Executors for per-image tasks: in this process, a local crash-isolating process
-pool, or a Dask cluster (:mod:`streamk.parallel.dask_executor`) -- one code path
-for all three.
+"""Executors for per-image tasks: in this process, or a local crash-isolating process
+pool; the Dask cluster's is :mod:`streamk.parallel.dask_executor`, and
+:func:`~streamk.parallel.make_executor` picks one -- one code path for all three.
 
 A task is a module-level function ``fn(context, item) -> result`` that never
 raises for a bad input (it returns the error as its result). The *context* is
 what every task of a run shares, described once by a
-:class:`~streamk.parallel.worker_process.TaskContext` and built once per worker.
+:class:`~streamk.parallel.TaskContext` and built once per worker.
 
     ex = make_executor(workers=2)                    # or make_executor(dask="local:2")
     for item, result in ex.map_unordered(fn, items, context):
@@ -18,38 +18,20 @@ read lazily) only when fewer than ``max_inflight`` tasks are running
 killed its worker process (a segfault in a C++ detector, an OOM kill, a
 ``kill -9``) is retried; only an item that kills a fresh worker again gets a
 :class:`TaskFailure` of kind ``"crashed"`` as its result, so a killed worker
-loses nothing. A task whose result could not come back gets kind ``"failed"``.
+loses nothing (:mod:`streamk.parallel.worker_pool`). A task whose result could not
+come back gets kind ``"failed"``.
 
 Local pool workers die with their parent, even when the parent is killed with
-SIGKILL (:func:`~streamk.parallel.worker_process.exit_with_parent`).
+SIGKILL (:func:`~streamk.parallel.exit_with_parent`).
 """
 
 import os
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
-from collections import deque
-from typing import NamedTuple
 
 from ..errors import ClusterError, ConfigError
-from .worker_process import pool_worker_init, run_task
-
-CRASHED = "WorkerCrashedError: the worker process died on this item (a crash in a native library, or killed)"
-
-
-class TaskFailure(NamedTuple):
-    """The result of an item whose task did not return a result of its own.
-
-    kind: "crashed" (its worker process died, twice) or "failed" (the task raised,
-    or its result could not be sent back); reason: "ErrorType: message"."""
-
-    kind: str
-    reason: str
-
-    @classmethod
-    def of(cls, exc):
-        from ..errors import describe
-
-        return cls("failed", describe(exc))
+from .worker_pool import TaskFailure, WorkerPool, retry_alone
+from .worker_process import run_task
 
 
 # --------------------------------------------------------------------------- executors
@@ -96,8 +78,9 @@ class InlineExecutor(Executor):
 
 
 class LocalPoolExecutor(Executor):
-    """``workers`` spawned processes on this machine; see the module doc (crash
-    isolation, death with the parent). A pool lives for one ``map_unordered``."""
+    """``workers`` spawned processes on this machine (a :class:`WorkerPool`); see the
+    module doc (crash isolation, death with the parent). A pool lives for one
+    ``map_unordered``."""
 
     name = "local pool"
 
@@ -107,79 +90,47 @@ class LocalPoolExecutor(Executor):
             raise ConfigError(f"workers must be >= 1, got {workers}")
         self.workers = workers
 
-    def _pool(self, n, token, context):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        # spawn: fork after OpenCV / OpenMP / Numba threads have run can deadlock the child
-        mp = multiprocessing.get_context("spawn")
-        parent_alive, keep_open = mp.Pipe(duplex=False)  # children get the read end only
-        pool = ProcessPoolExecutor(max_workers=n, mp_context=mp, initializer=pool_worker_init,
-                                   initargs=(parent_alive, os.getpid(), token, context))
-        return pool, (parent_alive, keep_open)
-
-    @staticmethod
-    def _shutdown(pool, pipe):
-        pool.shutdown(wait=True, cancel_futures=True)
-        for conn in pipe:  # after the workers are gone: closing the write end ends them
-            conn.close()
-
     def map_unordered(self, fn, items, context, max_inflight=None):
         """Yield ``(item, result)`` in completion order; see the module doc. An item
-        that killed a worker twice (alone in a fresh process the second time) gets
-        ``TaskFailure("crashed", ...)``; one whose future raised something else (e.g.
-        a result that cannot be sent back) ``TaskFailure("failed", ...)``."""
-        token = context.token()
+        that killed a worker twice (alone in a fresh process the second time,
+        :func:`retry_alone`) gets ``TaskFailure("crashed", ...)``; one whose future raised
+        something else (e.g. a result that cannot be sent back) ``TaskFailure("failed", ...)``."""
         items = iter(items)
         limit = max_inflight or 2 * self.workers
-        retry = deque()  # items whose worker died: each re-run alone in a fresh process
+        pool = WorkerPool(self.workers, context)
+        inflight = {}
         exhausted = False
-        while not exhausted or retry:
-            while retry:
-                item = retry.popleft()
-                pool, pipe = self._pool(1, token, context)
-                try:
-                    result = pool.submit(run_task, token, None, fn, item).result()
-                except BrokenProcessPool:
-                    result = TaskFailure("crashed", CRASHED)
-                except Exception as exc:
-                    result = TaskFailure.of(exc)
-                finally:
-                    self._shutdown(pool, pipe)
-                yield item, result
-            if exhausted:
-                break
-            pool, pipe = self._pool(self.workers, token, context)
-            try:
-                inflight = {}
-                while True:
-                    while not exhausted and len(inflight) < limit:
-                        try:
-                            item = next(items)
-                        except StopIteration:
-                            exhausted = True
-                            break
-                        inflight[pool.submit(run_task, token, None, fn, item)] = item
-                    if not inflight:
+        try:
+            while True:
+                while not exhausted and len(inflight) < limit:
+                    try:
+                        item = next(items)
+                    except StopIteration:
+                        exhausted = True
                         break
-                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
-                    broken = False
-                    for fut in done:
-                        item = inflight.pop(fut)
-                        try:
-                            result = fut.result()
-                        except BrokenProcessPool:
-                            retry.append(item)
-                            broken = True
-                            continue
-                        except Exception as exc:
-                            result = TaskFailure.of(exc)
-                        yield item, result
-                    if broken:  # every item in flight is a suspect: retried one by one
-                        retry.extend(inflight.values())
-                        break
-            finally:
-                self._shutdown(pool, pipe)
+                    inflight[pool.submit(fn, item)[0]] = item
+                if not inflight:
+                    return
+                done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                suspects = []
+                for fut in done:
+                    item = inflight.pop(fut)
+                    try:
+                        result = fut.result()
+                    except BrokenProcessPool:
+                        suspects.append(item)
+                        continue
+                    except Exception as exc:
+                        result = TaskFailure.of(exc)
+                    yield item, result
+                if suspects:  # a worker died: every item in flight is a suspect, each retried alone
+                    suspects.extend(inflight.values())
+                    inflight.clear()
+                    pool.close()  # the broken pool ends; the next task starts a fresh one
+                    for item in suspects:
+                        yield item, retry_alone(context, fn, item)
+        finally:
+            pool.close()
 
 
 def parse_dask_address(text):
@@ -218,31 +169,5 @@ def check_scheduler_address(text):
     return text
 
 
-def make_executor(workers=None, dask=None):
-    """The executor for ``workers`` local processes (None: all cores; 1: in this process),
-    or for a Dask cluster: ``dask`` = a scheduler address, ``"local:N"`` (a LocalCluster of
-    N single-threaded worker processes started here), or a ``distributed.Client``."""
-    if dask is not None:
-        from .dask_executor import DaskExecutor
-
-        return DaskExecutor(dask)
-    workers = default_workers() if workers is None else int(workers)
-    if workers < 1:
-        raise ConfigError(f"workers must be >= 1, got {workers}")
-    if workers > max_workers():
-        raise ConfigError(f"workers = {workers:,} is over streamk's limit of {max_workers():,} local processes "
-                          f"(4 per core, at least {MAX_WORKERS}); a Dask cluster (--dask) spreads more")
-    return InlineExecutor() if workers == 1 else LocalPoolExecutor(workers)
-
-
-MAX_WORKERS = 64  # local worker processes allowed whatever the cores (more: 4 per core)
-
-
-def max_workers():
-    """The most local worker processes one executor starts: 4 per core, at least MAX_WORKERS."""
-    return max(MAX_WORKERS, 4 * (os.cpu_count() or 1))
-
-
-__all__ = ["CRASHED", "MAX_WORKERS", "Executor", "InlineExecutor", "LocalPoolExecutor", "TaskFailure", "default_workers",
-           "max_workers",
-           "make_executor", "parse_dask_address"]
+__all__ = ["Executor", "InlineExecutor", "LocalPoolExecutor", "check_scheduler_address", "default_workers",
+           "parse_dask_address"]

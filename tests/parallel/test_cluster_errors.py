@@ -11,7 +11,7 @@ pytest.importorskip("distributed")
 
 from streamk.errors import ClusterError, ConfigError  # noqa: E402
 from streamk.parallel import make_executor  # noqa: E402
-from streamk.parallel.executors import parse_dask_address  # noqa: E402
+from streamk.parallel import parse_dask_address  # noqa: E402
 
 from helpers.processes import run_python, subprocess_env  # noqa: E402
 

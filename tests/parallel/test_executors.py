@@ -15,7 +15,7 @@ def _square(ctx, x):
 
 @pytest.mark.parametrize("kind", ["inline", "pool", "dask"])
 def test_executors_read_the_input_lazily_with_a_bound_in_flight(kind, client):
-    from streamk.parallel.dask_executor import DaskExecutor
+    from streamk.parallel import DaskExecutor
 
     executor = {"inline": InlineExecutor, "pool": lambda: LocalPoolExecutor(2),
                 "dask": lambda: DaskExecutor(client)}[kind]()
@@ -54,3 +54,43 @@ def test_dask_addresses(text, expected):
 def test_bad_dask_addresses(text):
     with pytest.raises(ConfigError):
         parse_dask_address(text)
+
+
+def _pid(ctx, item):
+    import os
+
+    return os.getpid()
+
+
+def _die(ctx, item):
+    import os
+
+    os._exit(3)
+
+
+def _context_value(ctx, item):
+    return ctx.get("value")
+
+
+def test_a_worker_pool_replaced_after_a_death_and_an_item_that_dies_twice_is_crashed():
+    from concurrent.futures.process import BrokenProcessPool
+
+    from streamk.parallel import CRASHED, WorkerPool, retry_alone
+
+    pool = WorkerPool(1, SPEC)
+    try:
+        before, _ = pool.submit(_pid, None)
+        before = before.result(timeout=120)
+        future, generation = pool.submit(_die, None)
+        with pytest.raises(BrokenProcessPool):
+            future.result(timeout=120)
+        pool.replace(generation)
+        pool.replace(generation)  # once, whoever notices first: the fresh pool is kept
+        after = pool.submit(_pid, None)[0].result(timeout=120)
+        assert isinstance(after, int) and after != before
+        assert retry_alone(SPEC, _die, None) == TaskFailure("crashed", CRASHED)
+        assert retry_alone(SPEC, _pid, None) not in (before, after)  # alone, in a process of its own
+        pool.use_context(TaskContext(dict, {"value": 7}))  # the next tasks see the new context
+        assert pool.submit(_context_value, None)[0].result(timeout=120) == 7
+    finally:
+        pool.close()

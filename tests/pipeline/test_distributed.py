@@ -68,7 +68,7 @@ def quiet():
 
 # --------------------------------------------------------------------------- same results
 def test_dask_ingestion_gives_the_local_pools_vectors(work, tmp_path, client):
-    from streamk.parallel.dask_executor import DaskExecutor
+    from streamk.parallel import DaskExecutor
 
     runs = {}
     for name, kwargs in (("pool", {"workers": 2}), ("dask", {"executor": DaskExecutor(client)})):
@@ -119,7 +119,7 @@ def _fast_sift():
 
 
 def test_a_dask_worker_killed_mid_ingestion_loses_nothing(work, tmp_path, client):
-    from streamk.parallel.dask_executor import DaskExecutor
+    from streamk.parallel import DaskExecutor
 
     killed = {}
     gates = tmp_path / "gates"
@@ -309,7 +309,7 @@ def test_training_on_every_image_and_descriptor_is_encoder_fit(config, work):
 
 
 def test_training_sample_through_dask_matches_in_process(work, client):
-    from streamk.parallel.dask_executor import DaskExecutor
+    from streamk.parallel import DaskExecutor
 
     paths = sorted(str(p) for p in (work / "imgs").glob("img*.png"))
     ex = F.make_extractor("sift")

@@ -1,0 +1,150 @@
+"""The local worker processes and their crash-and-retry, written once: the local pool
+executor (:class:`~streamk.parallel.LocalPoolExecutor`) and the server's encoding workers
+are both built on :class:`WorkerPool` and :func:`retry_alone`.
+
+A :class:`WorkerPool` is ``workers`` spawned processes, each started by
+:func:`~streamk.parallel.worker_process.pool_worker_init`: one thread per library, the
+run's context built once, and death with the parent even when the parent is killed
+with SIGKILL (:func:`~streamk.parallel.worker_process.exit_with_parent`). A worker
+that dies (a segfault in a native library, an OOM kill, a ``kill -9``) breaks the
+pool: every task in flight fails with ``BrokenProcessPool`` and is a suspect; each is
+run again alone in a fresh process (:func:`retry_alone`), and only an item that kills
+that one too gets ``TaskFailure("crashed", CRASHED)``, so a killed worker loses nothing.
+"""
+
+import multiprocessing
+import os
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import NamedTuple
+
+from ..errors import WorkerCrashedError
+from .worker_process import pool_worker_init, run_task
+
+CRASHED = f"{WorkerCrashedError.__name__}: the worker process died on this item (a crash in a native library, " \
+          "or killed)"
+
+
+class TaskFailure(NamedTuple):
+    """The result of an item whose task did not return a result of its own.
+
+    kind: "crashed" (its worker process died, twice) or "failed" (the task raised,
+    or its result could not be sent back); reason: "ErrorType: message"."""
+
+    kind: str
+    reason: str
+
+    @classmethod
+    def of(cls, exc):
+        from ..errors import describe
+
+        return cls("failed", describe(exc))
+
+
+class WorkerPool:
+    """``workers`` spawned processes for the tasks of one TaskContext (see the module
+    doc), started at the first task; thread-safe. ``submit`` runs ``fn(context, item)``
+    in one of them; ``replace`` starts a fresh pool after a break; ``use_context`` one for
+    another context; the old pool ends in the background, after the tasks it holds."""
+
+    def __init__(self, workers, context):
+        self.workers = int(workers)
+        self.context = context
+        self._token = context.token()
+        self._lock = threading.Lock()
+        self._pool = None
+        self._pipe = None
+        self._generation = 0
+
+    def _start(self):
+        """(Under the lock.) A fresh pool of processes, started as tasks come."""
+        mp = multiprocessing.get_context("spawn")  # fork after Numba / OpenMP / OpenCV threads ran can deadlock
+        parent_alive, keep_open = mp.Pipe(duplex=False)  # workers hold the read end: EOF when we die
+        self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp, initializer=pool_worker_init,
+                                         initargs=(parent_alive, os.getpid(), self._token, self.context))
+        self._pipe = (parent_alive, keep_open)
+        self._generation += 1
+
+    def submit(self, fn, item):
+        """(future of ``fn(context, item)`` in a worker, the pool's generation). The future
+        raises BrokenProcessPool when a worker of the pool died (then :meth:`replace`)."""
+        with self._lock:
+            if self._pool is None:
+                self._start()
+            pool, generation, token = self._pool, self._generation, self._token
+        try:
+            return pool.submit(run_task, token, None, fn, item), generation
+        except BrokenProcessPool as exc:  # broke before this task was sent: one way to handle both
+            future = Future()
+            future.set_exception(exc)
+            return future, generation
+
+    def start(self, warm=True):
+        """Start the processes now (``warm``: and wait until each has built its context)."""
+        if warm:  # one no-op task per worker: each process starts and builds its context now
+            futures = [self.submit(_noop, i)[0] for i in range(self.workers)]
+            for f in futures:
+                f.result()
+        else:
+            with self._lock:
+                if self._pool is None:
+                    self._start()
+        return self
+
+    def replace(self, generation):
+        """A fresh pool after the one of ``generation`` broke (once, whoever notices first);
+        the tasks queued in the broken one are cancelled."""
+        with self._lock:
+            if self._generation == generation and self._pool is not None:
+                self._swap(cancel=True)
+
+    def use_context(self, context):
+        """Run the next tasks with ``context``: a fresh pool; the old one finishes the
+        tasks it holds, then ends."""
+        with self._lock:
+            self.context, self._token = context, context.token()
+            if self._pool is not None:
+                self._swap(cancel=False)
+
+    def _swap(self, cancel):
+        """(Under the lock.) A fresh pool; the old one ends in the background, its queued
+        tasks cancelled or (``cancel`` False) run first."""
+        old, pipe = self._pool, self._pipe
+        self._start()
+        threading.Thread(target=_shutdown, args=(old, pipe, cancel), daemon=True).start()
+
+    def close(self, cancel=True):
+        """End the processes (waited for); a later task starts a fresh pool."""
+        with self._lock:
+            pool, pipe, self._pool, self._pipe = self._pool, self._pipe, None, None
+        if pool is not None:
+            _shutdown(pool, pipe, cancel)
+
+
+def retry_alone(context, fn, item):
+    """The result of ``fn(context, item)`` run again alone in a fresh worker process (its
+    first one died): ``TaskFailure("crashed", CRASHED)`` when it dies again,
+    ``TaskFailure.of(exc)`` when its future raised anything else."""
+    pool = WorkerPool(1, context)
+    try:
+        return pool.submit(fn, item)[0].result()
+    except BrokenProcessPool:
+        return TaskFailure("crashed", CRASHED)
+    except Exception as exc:
+        return TaskFailure.of(exc)
+    finally:
+        pool.close()
+
+
+def _noop(ctx, item):
+    return item
+
+
+def _shutdown(pool, pipe, cancel):
+    pool.shutdown(wait=True, cancel_futures=cancel)
+    for conn in pipe:  # after the workers are gone: closing our end ends any straggler
+        conn.close()
+
+
+__all__ = ["CRASHED", "TaskFailure", "WorkerPool", "retry_alone"]
