@@ -76,24 +76,8 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
             f"(a sample of {len(paths)}; {executor.name})")
         if save_encoder:
             encoder.save(save_encoder)
-    existed = path.exists()
-    try:
-        if shards is not None:
-            with make_executor(dask=dask) if dask else _Nothing() as executor:
-                ShardedIndex.create(path, encoder, shards, vector_dtype=vector_dtype, extractor=extractor,
-                                    dask=getattr(executor, "client", None), store_extras=store_extras,
-                                    vocabulary=vocabulary, indexed_fields=indexed_fields).close()
-        else:
-            StreamingIndex.create(path, encoder, vector_dtype=vector_dtype, extractor=extractor,
-                                  store_extras=store_extras, vocabulary=vocabulary,
-                                  indexed_fields=indexed_fields).close()
-    except BaseException:
-        if not existed and path.is_dir():  # ours: leave nothing behind
-            shutil.rmtree(path, ignore_errors=True)
-        elif existed:
-            for child in path.iterdir():
-                shutil.rmtree(child) if child.is_dir() else os.unlink(child)
-        raise
+    _create_empty(path, encoder, shards, dask, vector_dtype=vector_dtype, extractor=extractor,
+                  store_extras=store_extras, vocabulary=vocabulary, indexed_fields=indexed_fields)
     where = f" in {shards} shards" if shards is not None else ""
     second = (f"local geometry for spatial verification ({vocabulary.n_words} visual words)" if vocabulary is not None
               else "no local geometry (first stage only; streamk index add-local-features adds it)")
@@ -101,6 +85,25 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
         f"({encoder.config.aggregation}), dim {encoder.dim}, {vector_dtype} vectors, extractor {extractor.name}; "
         f"{second}")
     return path
+
+
+def _create_empty(path, encoder, shards, dask, **options):
+    """The empty index (S shards, on ``dask`` when given) at ``path``; on failure nothing
+    is left behind (a folder made here removed, a given empty one emptied)."""
+    existed = path.exists()
+    try:
+        if shards is not None:
+            with make_executor(dask=dask) if dask else _Nothing() as executor:
+                ShardedIndex.create(path, encoder, shards, dask=getattr(executor, "client", None), **options).close()
+        else:
+            StreamingIndex.create(path, encoder, **options).close()
+    except BaseException:
+        if not existed and path.is_dir():  # ours: leave nothing behind
+            shutil.rmtree(path, ignore_errors=True)
+        elif existed:
+            for child in path.iterdir():
+                shutil.rmtree(child) if child.is_dir() else os.unlink(child)
+        raise
 
 
 def _train_vocabulary(train, extractor, workers, dask, train_images, train_descriptors, seed, cache_dir, report,
