@@ -4,34 +4,59 @@ Every package of streamk lists its public names in its ``__init__`` and imports 
 its modules there: ``from streamk.index import StreamingIndex`` loads the index's
 modules, ``import streamk.features`` alone loads nothing. Other packages import only
 these names (tests/test_layout.py checks it), so a package's modules are its own to
-move, and an import costs only what it uses. ::
+move, and an import costs only what it uses.
 
-    __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-        ".cache": ("FeatureCache", "extract"),
-        ".metadata": ("FILTER_GRAMMAR=GRAMMAR",),     # public name = the module's name
-    }, renamed={"verify_index": "check_index"})       # old name -> new, for one release
+The list is written once, as the imports a type checker reads::
+
+    from typing import TYPE_CHECKING
+
+    from ..exports import lazy_exports
+
+    if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
+        from .cache import FeatureCache as FeatureCache, extract as extract
+        from .metadata import GRAMMAR as FILTER_GRAMMAR
+
+    __all__, __getattr__, __dir__ = lazy_exports(__name__, renamed={"verify_index": "check_index"})
+
+``lazy_exports`` reads that block from the package's source (``X as X``: the name is
+re-exported for a type checker too) and answers each name from its module on first use;
+``renamed`` keeps an old name for one release, with a DeprecationWarning.
 """
 
+import ast
 import importlib
 import pkgutil
 import sys
 import warnings
 
 
-def lazy_exports(package, exports, renamed=None):
-    """(``__all__``, ``__getattr__``, ``__dir__``) of ``package`` from {".module": names}.
+def _type_checking_imports(path):
+    """{public name: (relative module, name in it)} of the ``if TYPE_CHECKING:`` block."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    where = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for statement in node.body:
+                if not (isinstance(statement, ast.ImportFrom) and statement.level):
+                    raise ValueError(f"{path}: the TYPE_CHECKING block holds relative imports only")
+                module = "." * statement.level + (statement.module or "")
+                for alias in statement.names:
+                    public = alias.asname or alias.name
+                    if public in where:
+                        raise ValueError(f"{path}: {public} is exported twice")
+                    where[public] = (module, alias.name)
+    return where
+
+
+def lazy_exports(package, renamed=None):
+    """(``__all__``, ``__getattr__``, ``__dir__``) of ``package``, from its TYPE_CHECKING block.
 
     A name equal to one of the package's submodules is bound at once (importing the
     submodule would otherwise replace it with the module)."""
-    where = {}
-    for module, names in exports.items():
-        for entry in names:
-            public, _, source = entry.partition("=")
-            if public in where:
-                raise ValueError(f"{package}: {public} is exported twice")
-            where[public] = (module, source or public)
-    renamed = dict(renamed or {})
     namespace = sys.modules[package].__dict__
+    where = _type_checking_imports(namespace["__file__"])
+    renamed = dict(renamed or {})
     submodules = {m.name for m in pkgutil.iter_modules(namespace.get("__path__", []))}
 
     def load(name):

@@ -5,14 +5,28 @@
     v = enc.encode(sift)
 """
 
+from typing import TYPE_CHECKING
+
 from ..exports import lazy_exports
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".aggregation": ("DEFAULT_GAMMA", "DEFAULT_LAMBDA", "DEFAULT_N_ITER", "METHODS", "ConvergenceWarning",
-        "aggregate", "aggregate_many", "check_params", "contributions", "democratic_weights", "gmp_primal",
-        "gmp_weights", "gram"),
-    ".embeddings": ("EMBEDDINGS", "BagOfWords", "BlockEmbedding", "Embedding", "FisherVector",
-        "TriangulationEmbedding", "VLAD", "embedding_spec", "make_embedding", "rootsift", "subsample_rows"),
-    ".encoder": ("Encoder", "EncoderConfig"),
-    ".postprocessing": ("DEFAULT_POWER", "RotationNormalisation", "l2_normalize", "postprocess", "power_law"),
-})
+if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
+    from .aggregation import (
+        DEFAULT_GAMMA as DEFAULT_GAMMA, DEFAULT_LAMBDA as DEFAULT_LAMBDA, DEFAULT_N_ITER as DEFAULT_N_ITER,
+        METHODS as METHODS, ConvergenceWarning as ConvergenceWarning, aggregate as aggregate,
+        aggregate_many as aggregate_many, check_params as check_params, contributions as contributions,
+        democratic_weights as democratic_weights, gmp_primal as gmp_primal, gmp_weights as gmp_weights,
+        gram as gram,
+    )
+    from .embeddings import (
+        EMBEDDINGS as EMBEDDINGS, BagOfWords as BagOfWords, BlockEmbedding as BlockEmbedding,
+        Embedding as Embedding, FisherVector as FisherVector, TriangulationEmbedding as TriangulationEmbedding,
+        VLAD as VLAD, embedding_spec as embedding_spec, make_embedding as make_embedding, rootsift as rootsift,
+        subsample_rows as subsample_rows,
+    )
+    from .encoder import Encoder as Encoder, EncoderConfig as EncoderConfig
+    from .postprocessing import (
+        DEFAULT_POWER as DEFAULT_POWER, RotationNormalisation as RotationNormalisation,
+        l2_normalize as l2_normalize, postprocess as postprocess, power_law as power_law,
+    )
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__)

@@ -9,13 +9,24 @@ encoding workers are built on them. Importing this package loads no module; Dask
 loaded only with ``DaskExecutor``.
 """
 
+from typing import TYPE_CHECKING
+
 from ..exports import lazy_exports
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, {
-    ".dask_executor": ("DaskExecutor", "StreamkWorkerSetup"),
-    ".executors": ("Executor", "InlineExecutor", "LocalPoolExecutor", "check_scheduler_address", "default_workers",
-                   "parse_dask_address"),
-    ".make": ("MAX_WORKERS", "make_executor", "max_workers"),
-    ".worker_pool": ("CRASHED", "TaskFailure", "WorkerPool", "retry_alone"),
-    ".worker_process": ("TaskContext", "exit_with_parent", "in_worker_process", "prepare_worker_process"),
-})
+if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
+    from .dask_executor import DaskExecutor as DaskExecutor, StreamkWorkerSetup as StreamkWorkerSetup
+    from .executors import (
+        Executor as Executor, InlineExecutor as InlineExecutor, LocalPoolExecutor as LocalPoolExecutor,
+        check_scheduler_address as check_scheduler_address, default_workers as default_workers,
+        parse_dask_address as parse_dask_address,
+    )
+    from .make import MAX_WORKERS as MAX_WORKERS, make_executor as make_executor, max_workers as max_workers
+    from .worker_pool import (
+        CRASHED as CRASHED, TaskFailure as TaskFailure, WorkerPool as WorkerPool, retry_alone as retry_alone,
+    )
+    from .worker_process import (
+        TaskContext as TaskContext, exit_with_parent as exit_with_parent, in_worker_process as in_worker_process,
+        prepare_worker_process as prepare_worker_process,
+    )
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__)
