@@ -8,7 +8,12 @@ def _serve(args):
 
     return serve(args.dir, host=args.host, port=args.port, workers=args.workers, token_file=args.token_file,
                  cors=args.cors or (), dask=args.dask, max_upload=int(args.max_upload * (1 << 20)),
-                 images=args.images or (), max_requests=args.max_requests, show_paths=args.show_paths)
+                 images=args.images or (), max_requests=args.max_requests, show_paths=args.show_paths,
+                 limits={"max_uploads": args.max_uploads, "body_timeout": args.body_timeout,
+                         "min_body_rate": args.min_body_rate * 1024, "request_timeout": args.request_timeout},
+                 connection_limits={"header_timeout": args.header_timeout,
+                                    "keep_alive_timeout": args.keep_alive_timeout,
+                                    "max_connections": args.max_connections})
 
 
 def add_serve_command(sub):
@@ -38,4 +43,20 @@ def add_serve_command(sub):
                     help="largest request body accepted, in MB (default 20)")
     sv.add_argument("--max-requests", type=positive_int, default=64, metavar="N",
                     help="requests answered at once; one more gets 503 busy (default 64)")
+    sv.add_argument("--max-uploads", type=positive_int, default=8, metavar="N",
+                    help="uploads (photos, writes) answered at once, in slots apart from --max-requests so that "
+                         "slow uploads never hold up searches; one more gets 503 busy (default 8)")
+    sv.add_argument("--header-timeout", type=positive_float, default=10.0, metavar="S",
+                    help="seconds a client has to send a request's headers; then the connection is closed (default 10)")
+    sv.add_argument("--body-timeout", type=positive_float, default=10.0, metavar="S",
+                    help="seconds between two parts of a request body; then 408 body_timeout (default 10)")
+    sv.add_argument("--min-body-rate", type=positive_float, default=64.0, metavar="KB/S",
+                    help="the least rate of a whole request body, in KiB/s, beyond --body-timeout: a 20 MiB body may "
+                         "take 10 + 320 s (default 64)")
+    sv.add_argument("--request-timeout", type=positive_float, default=300.0, metavar="S",
+                    help="seconds from a request's headers to its answer; then 503 timeout (default 300)")
+    sv.add_argument("--keep-alive-timeout", type=positive_int, default=5, metavar="S",
+                    help="seconds an idle kept-alive connection stays open (default 5)")
+    sv.add_argument("--max-connections", type=positive_int, default=512, metavar="N",
+                    help="connections at once; a request on one more is answered 503 (default 512)")
     sv.set_defaults(func=_serve)

@@ -21,14 +21,18 @@ from fastapi import FastAPI
 from .. import __version__
 from .dependencies import check_token
 from .http_errors import ApiError, error_code, install_error_handlers, status_of
-from .middleware import BodyLimit, ConcurrencyLimit, HeadAsGet, RequestLog
+from .middleware import BodyLimit, ConcurrencyLimit, Deadlines, HeadAsGet, RequestLog
 from .models import MAX_JSON_DEPTH
 from .routes import ROUTERS
 
 log = logging.getLogger("streamk.server")
 
 DEFAULT_MAX_UPLOAD = 20 << 20  # bytes of one request body
-DEFAULT_MAX_REQUESTS = 64  # requests served at once (each holds at most one body in memory); more: 503 busy
+DEFAULT_MAX_REQUESTS = 64  # cheap requests served at once (each holds at most one body in memory); more: 503 busy
+DEFAULT_MAX_UPLOADS = 8  # uploads (multipart bodies, writes) at once, in slots of their own; more: 503 busy
+DEFAULT_BODY_TIMEOUT = 10.0  # seconds between two parts of a body; then 408 body_timeout
+DEFAULT_MIN_BODY_RATE = 64 << 10  # bytes per second a whole body must reach (20 MiB: 10 s + 320 s)
+DEFAULT_REQUEST_TIMEOUT = 300.0  # seconds from a request's headers to its answer; then 503 timeout
 
 
 @asynccontextmanager
@@ -41,9 +45,12 @@ async def _lifespan(app):
         log.info("stopped")
 
 
-def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_requests=DEFAULT_MAX_REQUESTS):
+def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_requests=DEFAULT_MAX_REQUESTS,
+               max_uploads=DEFAULT_MAX_UPLOADS, body_timeout=DEFAULT_BODY_TIMEOUT,
+               min_body_rate=DEFAULT_MIN_BODY_RATE, request_timeout=DEFAULT_REQUEST_TIMEOUT):
     """The FastAPI app serving ``service`` (opened), which it closes at shutdown. token:
-    None (a read-only server) or the token every write, and every read, needs."""
+    None (a read-only server) or the token every write, and every read, needs; the limits:
+    see streamk/server/middleware.py and connections.py."""
     if service.dim is None:
         raise RuntimeError("create_app needs an opened Service (Service.open())")
     app = FastAPI(title="streamk", version=__version__, lifespan=_lifespan,
@@ -61,11 +68,14 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_
         app.add_middleware(CORSMiddleware, allow_origins=list(cors), allow_methods=["GET", "POST", "PUT", "DELETE"],
                            allow_headers=["Authorization", "Content-Type"])
     app.add_middleware(BodyLimit, limit=max_upload)
-    app.add_middleware(ConcurrencyLimit, limit=max_requests)
+    app.add_middleware(Deadlines, body_timeout=body_timeout, min_rate=min_body_rate, request_timeout=request_timeout,
+                       max_body=max_upload)
+    app.add_middleware(ConcurrencyLimit, limit=max_requests, uploads=max_uploads)
     app.add_middleware(HeadAsGet)
     app.add_middleware(RequestLog)
     return app
 
 
-__all__ = ["ApiError", "DEFAULT_MAX_REQUESTS", "DEFAULT_MAX_UPLOAD", "MAX_JSON_DEPTH", "check_token", "create_app", "error_code",
-           "status_of"]
+__all__ = ["ApiError", "DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_REQUESTS", "DEFAULT_MAX_UPLOAD", "DEFAULT_MAX_UPLOADS",
+           "DEFAULT_MIN_BODY_RATE", "DEFAULT_REQUEST_TIMEOUT", "MAX_JSON_DEPTH", "check_token", "create_app",
+           "error_code", "status_of"]

@@ -1,10 +1,12 @@
-"""The outer layers of the app, pure ASGI: a body size limit, a limit on the requests
-answered at once, and one log line per request."""
+"""The outer layers of the app, pure ASGI: a body size limit, time limits on reading the
+body and on the whole request, limits on the requests answered at once (uploads apart from
+the cheap ones), HEAD as GET, and one log line per request."""
 
+import asyncio
 import logging
 import time
 
-from .http_errors import UploadTooLargeError, error_response
+from .http_errors import ApiError, UploadTooLargeError, error_response
 
 log = logging.getLogger("streamk.server")
 
@@ -43,28 +45,102 @@ class BodyLimit:
         return await self.app(scope, limited, send)
 
 
-class ConcurrencyLimit:
-    """At most ``limit`` requests at once (so at most that many bodies in memory and
-    images queued for the workers); one more is answered 503 ``busy`` with Retry-After at
-    once. /health is always answered."""
+def is_upload(scope):
+    """Whether a request is an upload (a multipart body, or a write under /images), whose
+    slots are apart from those of the cheap requests (/health, /stats, reads, searches by
+    id or vector, which a JSON body of at most the body limit asks)."""
+    if scope.get("method") not in ("POST", "PUT"):
+        return False
+    if scope.get("path", "").startswith("/images"):
+        return True
+    ctype = next((v for k, v in scope.get("headers", ()) if k == b"content-type"), b"")
+    return ctype.lower().startswith(b"multipart/")
 
-    def __init__(self, app, limit):
+
+class ConcurrencyLimit:
+    """At most ``limit`` cheap requests and ``uploads`` uploads (:func:`is_upload`) at once,
+    each kind in slots of its own, so that stalled uploads cannot starve searches (and at
+    most that many bodies in memory and images queued for the workers); one more of a kind
+    is answered 503 ``busy`` with Retry-After at once. /health is always answered."""
+
+    def __init__(self, app, limit, uploads):
         self.app = app
-        self.limit = int(limit)
-        self.active = 0
+        self.limits = {False: int(limit), True: int(uploads)}
+        self.active = {False: 0, True: 0}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope.get("path") == "/health":
             return await self.app(scope, receive, send)
-        if self.active >= self.limit:
-            resp = error_response(503, "busy", f"the server is answering {self.limit} requests already "
-                                               f"(--max-requests); try again shortly", {"Retry-After": "1"})
+        upload = is_upload(scope)
+        if self.active[upload] >= self.limits[upload]:
+            option = "--max-uploads" if upload else "--max-requests"
+            what = "uploads" if upload else "requests"
+            resp = error_response(503, "busy", f"the server is answering {self.limits[upload]} {what} already "
+                                               f"({option}); try again shortly", {"Retry-After": "1"})
             return await resp(scope, receive, send)
-        self.active += 1
+        self.active[upload] += 1
         try:
             return await self.app(scope, receive, send)
         finally:
-            self.active -= 1
+            self.active[upload] -= 1
+
+
+class Deadlines:
+    """Time limits on a request: each part of its body within ``body_timeout`` seconds of
+    the one before, the whole body within ``body_timeout`` + its length / ``min_rate``
+    (bytes per second; a body of unknown length: ``max_body`` / ``min_rate``), else 408
+    ``body_timeout``; the answer started within ``request_timeout`` of the request, else
+    503 ``timeout``. Either closes the connection; the request's slot is free again."""
+
+    def __init__(self, app, body_timeout, min_rate, request_timeout, max_body):
+        self.app = app
+        self.body_timeout = float(body_timeout)
+        self.min_rate = float(min_rate)
+        self.request_timeout = float(request_timeout)
+        self.max_body = int(max_body)
+
+    def _body_deadline(self, scope, start):
+        length = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), None)
+        size = int(length) if length is not None and length.isdigit() else self.max_body
+        return start + self.body_timeout + size / self.min_rate
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = self._body_deadline(scope, start)
+        body_done, answered = False, False
+
+        async def timed_receive():
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            wait = min(self.body_timeout, deadline - loop.time())
+            try:
+                message = await asyncio.wait_for(receive(), max(wait, 0.0))
+            except asyncio.TimeoutError:
+                raise ApiError(408, "body_timeout", f"the request body came too slowly: each part within "
+                                                    f"{self.body_timeout:g} s, at least {self.min_rate:,.0f} "
+                                                    f"bytes/s (--body-timeout, --min-body-rate)",
+                               {"Connection": "close"}) from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def sending(message):
+            nonlocal answered
+            answered = True
+            await send(message)
+        try:
+            await asyncio.wait_for(self.app(scope, timed_receive, sending), self.request_timeout)
+        except asyncio.TimeoutError:
+            log.warning("%s %s: no answer within %g s (--request-timeout)", scope.get("method"), scope.get("path"),
+                        self.request_timeout)
+            if not answered:
+                resp = error_response(503, "timeout", f"no answer within {self.request_timeout:g} s "
+                                                      f"(--request-timeout); a write may have been done: check "
+                                                      f"before sending it again", {"Connection": "close"})
+                await resp(scope, receive, send)
 
 
 class HeadAsGet:
@@ -111,4 +187,4 @@ class RequestLog:
                      1000 * (time.perf_counter() - t0))
 
 
-__all__ = ["BodyLimit", "ConcurrencyLimit", "HeadAsGet", "RequestLog"]
+__all__ = ["BodyLimit", "ConcurrencyLimit", "Deadlines", "HeadAsGet", "RequestLog", "is_upload"]

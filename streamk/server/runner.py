@@ -9,6 +9,7 @@ import sys
 
 from ..errors import ConfigError
 from .app import DEFAULT_MAX_REQUESTS, DEFAULT_MAX_UPLOAD, create_app
+from .connections import uvicorn_limits
 from .service import Service
 
 TOKEN_ENV = "STREAMK_TOKEN"
@@ -49,13 +50,16 @@ def configure_logging(level="info"):
 
 def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=(), dask=None,
           max_upload=DEFAULT_MAX_UPLOAD, images=(), log_level="info", max_requests=DEFAULT_MAX_REQUESTS,
-          show_paths=False):
+          show_paths=False, limits=None, connection_limits=None):
     """Serve the index at ``path`` until SIGTERM / SIGINT; see the module doc.
 
     workers: encoding processes; images: the collection folders whose files may be read
     for thumbnails; show_paths: answers include the metadata fields ``path`` and ``folder``
-    (where ingestion found each file on this machine; hidden by default). Returns 0 after a stop without a signal (a signal ends the process
-    once the server has stopped, as uvicorn re-raises it)."""
+    (where ingestion found each file on this machine; hidden by default); limits: more
+    keyword arguments of :func:`create_app` (max_uploads, body_timeout, min_body_rate,
+    request_timeout); connection_limits: of :func:`~streamk.server.connections.uvicorn_limits`
+    (header_timeout, keep_alive_timeout, max_connections). Returns 0 after a stop without a
+    signal (a signal ends the process once the server has stopped, as uvicorn re-raises it)."""
     import uvicorn
 
     log = configure_logging(log_level)
@@ -65,12 +69,14 @@ def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=()
     service = Service(path, workers=workers, dask=dask, writable=token is not None, collection=images,
                       show_paths=show_paths).open()
     try:
-        app = create_app(service, token=token, max_upload=max_upload, cors=cors, max_requests=max_requests)
+        app = create_app(service, token=token, max_upload=max_upload, cors=cors, max_requests=max_requests,
+                         **(limits or {}))
     except BaseException:
         service.close()
         raise
     config = uvicorn.Config(app, host=host, port=int(port), log_config=None, access_log=False,
-                            timeout_graceful_shutdown=30, lifespan="on", server_header=False)
+                            timeout_graceful_shutdown=30, lifespan="on", server_header=False,
+                            **uvicorn_limits(**(connection_limits or {})))
     server = uvicorn.Server(config)
     log.info("serving %s (%d images, %d encoding workers%s) on http://%s:%d/", path,
              service.run_sync(service.stats)["images"], workers, "" if token else "; read-only: no token", host,
