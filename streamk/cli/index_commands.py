@@ -124,6 +124,15 @@ def _index_verify(args):
     return 0 if report.ok else IndexCorruptError.exit_code
 
 
+def _index_backup(args):
+    from ..index import backup
+
+    r = backup(args.dir, args.dest, progress=None if sys.stderr.isatty() else False)
+    print(f"backed up {args.dir} to {args.dest}: {r.images:,} images, {r.bytes / 1e6:,.1f} MB in "
+          f"{len(r.shards)} environment(s), verified, {r.seconds:.1f} s")
+    return 0
+
+
 # ---------------------------------------------------------------- their arguments
 def add_index_commands(sub):
     ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
@@ -151,6 +160,11 @@ def add_index_commands(sub):
                     help="rebuild codes and lists, drop unreadable rows (listed as lost), then verify again")
     ve.add_argument("--json", action="store_true", help="the report as JSON")
     ve.set_defaults(func=_index_verify)
+    bk = ix_sub.add_parser("backup", help="a consistent, compacted copy of an index taken while it is written "
+                                          "and searched, verified, then renamed into place (a backup is an index)")
+    bk.add_argument("dir", help="index directory (a sharded one: every shard, with its manifest)")
+    bk.add_argument("dest", help="the backup's folder (must not exist)")
+    bk.set_defaults(func=_index_backup)
 
 
 def _add_create_command(ix_sub):

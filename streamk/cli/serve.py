@@ -13,7 +13,8 @@ def _serve(args):
                          "min_body_rate": args.min_body_rate * 1024, "request_timeout": args.request_timeout},
                  connection_limits={"header_timeout": args.header_timeout,
                                     "keep_alive_timeout": args.keep_alive_timeout,
-                                    "max_connections": args.max_connections})
+                                    "max_connections": args.max_connections},
+                 backup_dir=args.backup_dir)
 
 
 def add_serve_command(sub):
@@ -59,4 +60,7 @@ def add_serve_command(sub):
                     help="seconds an idle kept-alive connection stays open (default 5)")
     sv.add_argument("--max-connections", type=positive_int, default=512, metavar="N",
                     help="connections at once; a request on one more is answered 503 (default 512)")
+    sv.add_argument("--backup-dir", default=None, metavar="DIR",
+                    help="folder where POST /backup writes backups of the index (named by the server; default: "
+                         "no backups)")
     sv.set_defaults(func=_serve)

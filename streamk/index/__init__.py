@@ -20,13 +20,14 @@ from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, ImageRecord, Sto
 from .streaming_index import StreamingIndex
 from .upgrade import upgrade
 from .integrity_check import IntegrityReport, check_index
+from .backup import BackupReport, backup
 
 __all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUPLICATE_POLICIES", "FILTER_GRAMMAR", "MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_METADATA_BYTES", "MAX_RERANK", "MAX_VERIFY", "MODES", "RowFilter", "STALE_CODEC_RATIO", "VECTOR_DTYPES", "AddResult", "EncodedImage", "Hit", "ImageRecord",
            "QueryEncoder", "ShardedIndex", "Store", "StreamingIndex", "check_k", "check_request", "checked_vector",
            "encode_metadata", "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "nearest_of_vectors", "normalise_box",
            "npz_bytes", "open_index", "parse_filter", "shard_of", "stale_codec_note", "unit_vector", "upgrade", "validate_id",
            "check_index", "IntegrityReport", "EXPANSIONS", "INDEX_LIMITS", "SERVER_LIMITS", "SearchLimits", "SearchParams",
-           "check_count"]
+           "check_count", "BackupReport", "backup"]
 __all__ += ["ImageDescription", "ImageFailure", "describe_context", "describe_image", "describe_task_context",
             "geometry_record"]
 

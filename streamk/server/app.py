@@ -24,6 +24,7 @@ from .http_errors import ApiError, error_code, install_error_handlers, status_of
 from .middleware import BodyLimit, ConcurrencyLimit, Deadlines, HeadAsGet, RequestLog
 from .models import MAX_JSON_DEPTH
 from .routes import ROUTERS
+from .routes import backup as backup_routes
 
 log = logging.getLogger("streamk.server")
 
@@ -62,6 +63,7 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
+    app.include_router(backup_routes.router)  # POST /backup (answers 404 backups_off unless app.state.backup_dir)
     if cors:
         from starlette.middleware.cors import CORSMiddleware
 

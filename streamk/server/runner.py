@@ -10,6 +10,7 @@ import sys
 from ..errors import ConfigError
 from .app import DEFAULT_MAX_REQUESTS, DEFAULT_MAX_UPLOAD, create_app
 from .connections import uvicorn_limits
+from .routes.backup import backup_folder
 from .service import Service
 
 TOKEN_ENV = "STREAMK_TOKEN"
@@ -50,7 +51,7 @@ def configure_logging(level="info"):
 
 def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=(), dask=None,
           max_upload=DEFAULT_MAX_UPLOAD, images=(), log_level="info", max_requests=DEFAULT_MAX_REQUESTS,
-          show_paths=False, limits=None, connection_limits=None):
+          show_paths=False, limits=None, connection_limits=None, backup_dir=None):
     """Serve the index at ``path`` until SIGTERM / SIGINT; see the module doc.
 
     workers: encoding processes; images: the collection folders whose files may be read
@@ -71,6 +72,7 @@ def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=()
     try:
         app = create_app(service, token=token, max_upload=max_upload, cors=cors, max_requests=max_requests,
                          **(limits or {}))
+        app.state.backup_dir = None if backup_dir is None else backup_folder(backup_dir, path)  # POST /backup
     except BaseException:
         service.close()
         raise

@@ -447,7 +447,7 @@ def test_the_schema_describes_every_endpoint(served):
     with served.client() as c:  # the schema is a read: under the token when reads need it
         schema = c.get("/openapi.json").json()
     assert set(schema["paths"]) == {"/health", "/stats", "/search", "/images", "/images/{image_id}",
-                                    "/images/{image_id}/thumbnail", "/images/{image_id}/duplicates"}
+                                    "/images/{image_id}/thumbnail", "/images/{image_id}/duplicates", "/backup"}
     body = schema["paths"]["/search"]["post"]["requestBody"]["content"]
     assert set(body) == {"application/json", "multipart/form-data"}
     assert json.dumps(schema).count("Traceback") == 0

@@ -1,0 +1,168 @@
+"""Online backups: a consistent, compacted copy of an index taken while it is written and
+searched, verified, then put in place atomically.
+
+    backup("my-index", "backups/my-index-monday")     # streamk index backup IDX DEST
+
+One index: LMDB copies the environment as one read transaction sees it (``env.copy(...,
+compact=True, txn=...)``): every image committed before that transaction began, nothing
+committed after, free pages left out. Writers and readers go on meanwhile (LMDB readers never
+block writers; the copy holds the pages of its snapshot until it ends, so the index's file may
+grow by what is written during the copy). The index's change counter (``meta/seq``) read in the
+same transaction says which point the copy holds: exactly the changes numbered 1..seq.
+
+A sharded index: every shard is copied in turn, each at one consistent point of its own (a
+shard's writes are independent of the others'), with its manifest (``shards.json``, the shards
+then on this machine), encoder and vocabulary.
+
+The copy is written into a new folder beside ``dest`` (``.NAME.partial-XXXX``), checked with
+:func:`~streamk.index.integrity_check.check_index`, then renamed to ``dest``: ``dest`` either
+does not exist or is a whole, verified backup. ``dest/backup.json`` records when the backup
+was taken and each shard's point (seq), images and bytes.
+
+Restore: a backup is an index. Open it (``open_index(dest)``), serve it (``streamk serve
+dest``), or move it where the index was while nothing has it open.
+"""
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lmdb
+
+from ..errors import ConfigError, IndexCorruptError, IndexExistsError, NotAnIndexError
+from .integrity import CORRUPTION, corrupt, disk_full
+from .integrity_check import check_index
+from .store import Store
+
+BACKUP_FILE = "backup.json"
+BACKUP_FORMAT = "streamk-backup"
+BACKUP_VERSION = 1
+
+
+@dataclass
+class BackupReport:
+    """What :func:`backup` wrote: ``path`` (the backup), ``shards`` (one dict per shard, or
+    one for a single index: ``dir`` ('' for a single index), ``seq`` (the last change the copy
+    holds), ``images``, ``bytes``), ``seconds`` (copy and verification)."""
+
+    path: str
+    source: str
+    created: str
+    seconds: float = 0.0
+    shards: list = field(default_factory=list)
+
+    @property
+    def images(self):
+        return sum(s["images"] for s in self.shards)
+
+    @property
+    def bytes(self):
+        return sum(s["bytes"] for s in self.shards)
+
+    def to_dict(self):
+        return {"format": BACKUP_FORMAT, "version": BACKUP_VERSION, "source": self.source, "created": self.created,
+                "seconds": round(self.seconds, 3), "images": self.images, "bytes": self.bytes,
+                "shards": self.shards}
+
+
+def _copy_environment(src, dest_dir):
+    """Copy the index at ``src`` into the empty folder ``dest_dir`` as one read transaction
+    sees it (compacted); returns {seq, images, bytes} of the copy."""
+    store = Store.open(src, readonly=True)  # this process's environment on it when it has one
+    try:
+        with store.read() as txn:
+            seq = store.seq(txn)
+            images = txn.stat(store.images_db)["entries"]
+            try:
+                store.env.copy(str(dest_dir), compact=True, txn=txn)
+            except CORRUPTION as exc:
+                raise corrupt(src, f"LMDB, while copying it: {exc}") from exc
+            except (lmdb.Error, OSError) as exc:
+                full = disk_full(dest_dir, exc, (Path(src) / "data.mdb").stat().st_size)
+                if full is not None:
+                    raise full from exc
+                raise
+    finally:
+        store.close()
+    return {"seq": int(seq), "images": int(images), "bytes": (Path(dest_dir) / "data.mdb").stat().st_size}
+
+
+def _copy_sharded(src, tmp, progress):
+    """Copy the sharded index at ``src`` into ``tmp``: each shard at its own consistent point,
+    then the manifest (last: a folder without it is not an index), encoder and vocabulary."""
+    from tqdm.auto import tqdm
+
+    from .sharded import MANIFEST, read_manifest
+
+    manifest = read_manifest(src)
+    here = socket.gethostname()
+    away = [s for s, h in enumerate(manifest["hosts"]) if h not in (None, here)]
+    if away:
+        raise ConfigError(f"{src}: shard(s) {away} live on other hosts ({manifest['hosts'][away[0]]}, ...): back "
+                          f"up each shard on its host (streamk index backup SHARD_DIR DEST)")
+    for name in sorted(os.listdir(src)):  # encoder.npz, vocabulary.npz: written once, at create
+        if name != MANIFEST and name.endswith(".npz") and (src / name).is_file():
+            shutil.copy2(src / name, tmp / name)
+    shards = []
+    for d in tqdm(manifest["dirs"], desc="backup", unit="shard", disable=progress is False):
+        (tmp / d).mkdir()
+        shards.append({"dir": d, **_copy_environment(src / d, tmp / d)})
+    manifest = dict(manifest, hosts=[None] * len(manifest["dirs"]))  # the backup is on this machine
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return shards
+
+
+def backup(path, dest, progress=None):
+    """Back up the index at ``path`` (single or sharded) to ``dest`` (a new folder) while it is
+    written and searched: a compacted copy at one consistent point (per shard), verified, then
+    renamed into place. Returns a :class:`BackupReport`. ``dest`` must not exist
+    (IndexExistsError); a copy that does not verify is removed (IndexCorruptError) and nothing
+    is left at ``dest``; a disk without room is a DiskFullError, nothing left either."""
+    from .sharded import is_sharded
+
+    path, dest = Path(path), Path(dest)
+    sharded = is_sharded(path)
+    if not sharded and not (path / "data.mdb").is_file():
+        raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
+    if os.path.lexists(dest):
+        raise IndexExistsError(f"{dest} exists: a backup goes into a new folder (choose another name)")
+    if dest.resolve() == path.resolve() or path.resolve() in dest.resolve().parents:
+        raise ConfigError(f"{dest}: a backup cannot go inside the index it copies")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.partial-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    started = time.time()
+    report = BackupReport(str(dest), str(path.resolve()), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)))
+    try:
+        if sharded:
+            report.shards = _copy_sharded(path, tmp, progress)
+        else:
+            report.shards = [{"dir": "", **_copy_environment(path, tmp)}]
+        check = check_index(tmp, progress=progress)
+        if not check.ok:
+            found = [d for r in (check.shards or [check]) for d in r.damaged]
+            raise IndexCorruptError(f"{path}: its backup does not verify ({'; '.join(found[:3])}): nothing was "
+                                    f"placed at {dest}; run `streamk index verify {path}`", path=path)
+        report.seconds = time.time() - started
+        (tmp / BACKUP_FILE).write_text(json.dumps(report.to_dict(), indent=1))
+        os.rename(tmp, dest)  # atomic: dest is whole or absent (refused if a folder appeared there)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return report
+
+
+def read_backup_info(path):
+    """The ``backup.json`` of a backup (a dict), or None when ``path`` holds none."""
+    try:
+        return json.loads((Path(path) / BACKUP_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+__all__ = ["BACKUP_FILE", "BackupReport", "backup", "read_backup_info"]

@@ -1,0 +1,138 @@
+"""Online backups (issue 25, item 6): a copy taken while another process adds images verifies
+clean and holds exactly a prefix of the acknowledged writes; a sharded index backs up every
+shard with its manifest; dest is whole or absent; the CLI."""
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from helpers.index import make_encoder, vectors
+from helpers.processes import run_python, start_python
+from streamk.errors import IndexExistsError, NotAnIndexError
+from streamk.index import ShardedIndex, StreamingIndex, backup, check_index, open_index
+
+WRITER = r"""
+import sys
+import numpy as np
+from helpers.index import vectors
+from streamk.index import StreamingIndex
+
+V = vectors(5, int(sys.argv[2]))
+with StreamingIndex.open(sys.argv[1]) as idx:
+    print("open", flush=True)
+    for i, v in enumerate(V):
+        idx.add(f"w{i:05d}", vector=v)
+        print(f"w{i:05d}", flush=True)  # acknowledged: committed before this line is written
+"""
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return make_encoder()
+
+
+def test_a_backup_during_an_ingest_holds_exactly_a_prefix_of_the_acknowledged_writes(tmp_path, encoder):
+    path = tmp_path / "ix"
+    V0 = vectors(1, 300)
+    with StreamingIndex.create(path, encoder, vector_dtype="float32") as idx:
+        idx.add_many([{"id": f"a{i:05d}", "vector": v} for i, v in enumerate(V0)], batch_size=100)
+    n_writes = 4000  # bounded: the writer stops after these, the test after its timeout
+    child = start_python("-c", WRITER, path, n_writes, stdout=-1, stderr=-1)
+    acked, lock = [], threading.Lock()
+
+    def read_acks():
+        for line in child.stdout:
+            with lock:
+                acked.append(line.strip())
+    reader = threading.Thread(target=read_acks, daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while len(acked) < 150 and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.01)
+        assert len(acked) >= 150, child.stderr.read() if child.poll() is not None else "writer too slow"
+        with lock:
+            before = [a for a in acked if a != "open"]
+        report = backup(path, tmp_path / "bk" / "copy1", progress=False)
+        with lock:
+            after = [a for a in acked if a != "open"]
+    finally:
+        child.kill()
+        child.wait(30)
+    written = [f"w{i:05d}" for i in range(n_writes)]
+    assert after == written[:len(after)]  # the writer acknowledged in order
+    with StreamingIndex.open(tmp_path / "bk" / "copy1", readonly=True) as copy:
+        ids = set(copy.ids())
+        seqs = {i: copy.info(i)["seq"] for i in ids}
+    got = sorted(i for i in ids if i.startswith("w"))
+    n = len(got)
+    assert len(before) <= n <= len(after), (len(before), n, len(after))
+    assert got == written[:n]  # a prefix: every write acknowledged before is in, nothing unacknowledged
+    assert ids == {f"a{i:05d}" for i in range(300)} | set(got)
+    # the copy's point: every change up to its seq, nothing after
+    assert report.shards[0]["seq"] == max(seqs.values()) and report.shards[0]["images"] == len(ids)
+    assert sorted(seqs.values()) == list(range(1, len(ids) + 1))
+    assert check_index(tmp_path / "bk" / "copy1", progress=False).ok
+    assert not [p for p in (tmp_path / "bk").iterdir() if p.name != "copy1"]  # no partial folder left
+    info = json.loads((tmp_path / "bk" / "copy1" / "backup.json").read_text())
+    assert info["shards"][0]["seq"] == report.shards[0]["seq"] and info["images"] == len(ids)
+
+
+def test_a_backup_searches_like_the_index_and_is_smaller_after_removals(tmp_path, encoder):
+    path = tmp_path / "ix"
+    V = vectors(2, 600)
+    with StreamingIndex.create(path, encoder, vector_dtype="float32") as idx:
+        idx.add_many([{"id": f"i{i:04d}", "vector": v} for i, v in enumerate(V)], batch_size=200)
+        idx.remove([f"i{i:04d}" for i in range(0, 600, 2)])
+        want = idx.search(V[:20], k=5, mode="exact")[1].tolist()
+        report = backup(path, tmp_path / "copy", progress=False)
+    assert report.images == 300
+    with open_index(tmp_path / "copy", readonly=True) as copy:  # a backup is an index: restore is opening it
+        got = copy.search(V[:20], k=5, mode="exact")[1].tolist()
+    assert got == want
+    assert report.bytes <= (path / "data.mdb").stat().st_size
+
+
+def test_a_sharded_backup_copies_every_shard_and_the_manifest(tmp_path, encoder):
+    V = vectors(3, 200)
+    with ShardedIndex.create(tmp_path / "sh", encoder, shards=3) as idx:
+        idx.add_many([{"id": f"s{i}", "vector": v} for i, v in enumerate(V)])
+        want = idx.search(V[:10], k=4, mode="exact")[1].tolist()
+    report = backup(tmp_path / "sh", tmp_path / "shcopy", progress=False)
+    manifest = json.loads((tmp_path / "shcopy" / "shards.json").read_text())
+    original = json.loads((tmp_path / "sh" / "shards.json").read_text())
+    assert manifest["dirs"] == original["dirs"] and manifest["shards"] == 3
+    assert [s["dir"] for s in report.shards] == original["dirs"] and report.images == 200
+    for s in report.shards:  # each shard's own point: its changes 1..seq
+        with StreamingIndex.open(tmp_path / "shcopy" / s["dir"], readonly=True) as shard:
+            assert len(shard) == s["images"]
+            assert max(shard.info(i)["seq"] for i in shard.ids()) == s["seq"]
+    assert check_index(tmp_path / "shcopy", progress=False).ok
+    with open_index(tmp_path / "shcopy", readonly=True) as copy:
+        assert copy.search(V[:10], k=4, mode="exact")[1].tolist() == want
+
+
+def test_dest_is_whole_or_absent(tmp_path, encoder):
+    with StreamingIndex.create(tmp_path / "ix", encoder) as idx:
+        idx.add_many([{"id": f"i{i}", "vector": v} for i, v in enumerate(vectors(4, 20))])
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(IndexExistsError):
+        backup(tmp_path / "ix", tmp_path / "taken")
+    with pytest.raises(NotAnIndexError):
+        backup(tmp_path / "taken", tmp_path / "other")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ix", "taken"]
+
+
+def test_the_cli_backs_up_and_the_copy_verifies(tmp_path, encoder):
+    with StreamingIndex.create(tmp_path / "ix", encoder) as idx:
+        idx.add_many([{"id": f"i{i}", "vector": v} for i, v in enumerate(vectors(6, 50))])
+    proc = run_python("-m", "streamk.cli", "index", "backup", tmp_path / "ix", tmp_path / "b", timeout=120)
+    assert proc.returncode == 0 and "50 images" in proc.stdout, proc
+    proc = run_python("-m", "streamk.cli", "index", "verify", tmp_path / "b", timeout=120)
+    assert proc.returncode == 0 and ": clean;" in proc.stdout, proc
+    proc = run_python("-m", "streamk.cli", "index", "backup", tmp_path / "ix", tmp_path / "b", timeout=120)
+    assert proc.returncode != 0 and "exists" in proc.stderr, proc
+    assert np.isfinite(json.loads((tmp_path / "b" / "backup.json").read_text())["seconds"])
