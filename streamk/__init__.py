@@ -35,6 +35,7 @@ _PUBLIC = {
     "ShardedIndex": "streamk.index",
     "open_index": "streamk.index",
     "SearchParams": "streamk.index",
+    "Index": "streamk.index",
     "Ingester": "streamk.pipeline",
     "train_encoder": "streamk.pipeline",
     "create_index": "streamk.pipeline",

@@ -50,7 +50,7 @@ def _index_field(args):
         for name in args.names:
             added = idx.index_field(name)
             print(f"{name}: {'indexed' if added else 'already indexed'}")
-        print(f"indexed fields: {', '.join(idx.indexed_fields)}")
+        print(f"indexed fields: {', '.join(idx.indexed_fields())}")
     return 0
 
 

@@ -18,6 +18,8 @@ from .search_params import EXPANSIONS, INDEX_LIMITS, MODES, SERVER_LIMITS, Searc
 from .sharded import ShardedIndex, is_sharded, open_index, shard_of
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, ImageRecord, Store, id_key, validate_id
 from .streaming_index import StreamingIndex
+from .base import Index
+from .queries import PreparedQuery
 from .upgrade import upgrade
 from .integrity_check import IntegrityReport, check_index
 from .backup import BackupReport, backup
@@ -28,6 +30,7 @@ __all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUP
            "npz_bytes", "open_index", "parse_filter", "shard_of", "stale_codec_note", "unit_vector", "upgrade", "validate_id",
            "check_index", "IntegrityReport", "EXPANSIONS", "INDEX_LIMITS", "SERVER_LIMITS", "SearchLimits", "SearchParams",
            "check_count", "BackupReport", "backup"]
+__all__ += ["Index", "PreparedQuery"]
 __all__ += ["ImageDescription", "ImageFailure", "describe_context", "describe_image", "describe_task_context",
             "geometry_record"]
 

@@ -213,17 +213,16 @@ def sharded_duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, neigh
     bar = tqdm(total=len(index), desc="duplicates", unit="img", file=sys.stderr, dynamic_ncols=True,
                disable=True if progress is False else (None if progress is None else False))
     try:
-        for shard in range(index.shards):
-            after = -1
-            while True:
-                page, Q, after = index.vectors_page(shard, after, batch_size)
-                if not page:
-                    break
-                scores, cand = index.search(Q, k=neighbours + 1, verify=0, expand=0)
-                found = cand != None  # noqa: E711 (elementwise: ids, None where a shard had fewer)
-                for part, x in zip((pa, pb, ps), _page_pairs(np.asarray(page, object), cand, scores, found, threshold)):
-                    part.append(x)
-                bar.update(len(page))
+        after = None
+        while True:  # every shard's images in turn, page by page (Index.vectors_page's cursor)
+            page, Q, after = index.vectors_page(after, batch_size)
+            if not page:
+                break
+            scores, cand = index.search(Q, k=neighbours + 1, verify=0, expand=0)
+            found = cand != None  # noqa: E711 (elementwise: ids, None where a shard had fewer)
+            for part, x in zip((pa, pb, ps), _page_pairs(np.asarray(page, object), cand, scores, found, threshold)):
+                part.append(x)
+            bar.update(len(page))
     finally:
         bar.close()
     if not any(len(x) for x in pa):

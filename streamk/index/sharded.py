@@ -28,8 +28,10 @@ once on a sample gathered from every shard (``train``), then installed in each.
 
 import hashlib
 import json
+import os
 import socket
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +45,7 @@ from .items import AddResult, encoded_vector
 from ..verification import Vocabulary
 from .queries import MAX_K, QueryEncoder
 from .search_params import SearchParams
+from .base import Index
 from .second_stage import Hit, expanded_results, verified_first
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, check_threshold,
                          sharded_duplicate_groups)
@@ -231,7 +234,7 @@ class ShardActor:
 
     def indexed_fields(self):
         with self._lock:
-            return self.index.indexed_fields
+            return self.index.indexed_fields()
 
     def set_extractor(self, params_json):
         with self._lock:
@@ -248,16 +251,17 @@ class ShardActor:
 
 
 class _Local:
-    """Calls on a ShardActor in this process: ``call(name, *args)`` returns the result."""
+    """Typed calls on a ShardActor in this process: ``call(ShardActor.method, *args)``
+    returns the result, ``start(...)`` a callable that gives it (as :class:`_Remote`)."""
 
     def __init__(self, path, readonly):
         self.actor = ShardActor(path, readonly)
 
-    def call(self, name, *args):
-        return getattr(self.actor, name)(*args)
+    def call(self, method, *args):
+        return method(self.actor, *args)
 
-    def start(self, name, *args):  # the same interface as _Remote: a "future" of the result
-        value = self.call(name, *args)
+    def start(self, method, *args):
+        value = self.call(method, *args)
         return lambda: value
 
     def close(self):
@@ -265,19 +269,19 @@ class _Local:
 
 
 class _Remote:
-    """Calls on a ShardActor held by a Dask worker."""
+    """Typed calls on a ShardActor held by a Dask worker (a method of ShardActor, run by
+    the actor under its name): as :class:`_Local`."""
 
     def __init__(self, client, path, readonly, worker):
         self.future = client.submit(ShardActor, path, readonly, actor=True, workers=[worker],
                                     allow_other_workers=False, pure=False)
         self.actor = self.future.result()
 
-    def call(self, name, *args):
-        return getattr(self.actor, name)(*args).result()
+    def call(self, method, *args):
+        return self.start(method, *args)()
 
-    def start(self, name, *args):
-        fut = getattr(self.actor, name)(*args)
-        return fut.result
+    def start(self, method, *args):
+        return getattr(self.actor, method.__name__)(*args).result  # the actor's ActorFuture
 
     def close(self):
         try:
@@ -288,8 +292,9 @@ class _Remote:
 
 
 # ---------------------------------------------------------------- the sharded index
-class ShardedIndex:
-    """S StreamingIndex shards behind the StreamingIndex interface; see the module doc."""
+class ShardedIndex(Index):
+    """S StreamingIndex shards behind the one :class:`~streamk.index.Index` interface; see
+    the module doc."""
 
     def __init__(self, path, manifest, owners, encoder, client=None, own_client=False):
         self.path = Path(path)
@@ -388,12 +393,6 @@ class ShardedIndex:
             self._client.close()
             self._client = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     # ------------------------------------------------------------ what ingestion and search need
     @property
     def encoder(self):
@@ -412,22 +411,19 @@ class ShardedIndex:
             self._extractor = extractor_from_params(self.manifest["extractor"])
         return self._extractor
 
-    def check_encoder(self, encoder):
-        StreamingIndex.check_encoder(self, encoder)
-
     def _by_shard(self, image_ids):
         groups = {}
         for pos, i in enumerate(image_ids):
             groups.setdefault(shard_of(i, self.shards), []).append(pos)
         return groups
 
-    def _scatter(self, name, per_shard):
-        """Run ``name`` on the shards given {shard: args} at once; {shard: result}."""
-        pending = {s: self._owners[s].start(name, *args) for s, args in per_shard.items()}
+    def _scatter(self, method, per_shard):
+        """Run ``method`` (of ShardActor) on the shards given {shard: args} at once; {shard: result}."""
+        pending = {s: self._owners[s].start(method, *args) for s, args in per_shard.items()}
         return {s: get() for s, get in pending.items()}
 
     def __len__(self):
-        return sum(self._scatter("count", {s: () for s in range(self.shards)}).values())
+        return sum(self._scatter(ShardActor.count, {s: () for s in range(self.shards)}).values())
 
     def __contains__(self, image_id):
         try:
@@ -438,7 +434,7 @@ class ShardedIndex:
     def records(self, image_ids):
         image_ids = list(image_ids)
         groups = self._by_shard(image_ids)
-        got = self._scatter("records", {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()})
+        got = self._scatter(ShardActor.records, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()})
         out = [None] * len(image_ids)
         for s, pos in groups.items():
             for p, raw in zip(pos, got[s]):
@@ -446,50 +442,69 @@ class ShardedIndex:
         return out
 
     def info(self, image_id):
-        return self._owners[shard_of(image_id, self.shards)].call("info", image_id)
+        return self._owners[shard_of(image_id, self.shards)].call(ShardActor.info, image_id)
 
     def vector(self, image_id):
-        return self._owners[shard_of(image_id, self.shards)].call("vector", image_id)
+        return self._owners[shard_of(image_id, self.shards)].call(ShardActor.vector, image_id)
 
-    def vectors_page(self, shard, after_row=-1, n=256):
-        """A page of shard ``shard``'s images (see :meth:`StreamingIndex.vectors_page`), read where it lives."""
-        if not 0 <= int(shard) < self.shards:
-            raise ConfigError(f"shard must be in 0..{self.shards - 1}, got {shard!r}")
-        return self._owners[int(shard)].call("vectors_page", after_row, n)
+    def vectors_page(self, after=None, n=256, *old):
+        """As :meth:`StreamingIndex.vectors_page` over every shard in turn, each page read
+        where its shard lives: the cursor is (shard, its last row). ``vectors_page(shard,
+        after_row, n)`` (0.2's form) still works, with a DeprecationWarning."""
+        if isinstance(after, (int, np.integer)) and not isinstance(after, bool) and after != -1:
+            warnings.warn("ShardedIndex.vectors_page(shard, after_row, n) is deprecated and will be removed after "
+                          "streamk 0.3: use vectors_page(after=(shard, after_row), n=n)", DeprecationWarning,
+                          stacklevel=2)
+            shard = self._shard_number(after)
+            row, n = (n, old[0]) if old else (-1 if n == 256 else n, 256)
+            return self._owners[shard].call(ShardActor.vectors_page, row, n)  # that shard's page, as in 0.2
+        shard, row = (0, -1) if after is None or after == -1 else (self._shard_number(after[0], self.shards), after[1])
+        while shard < self.shards:
+            ids, V, last = self._owners[shard].call(ShardActor.vectors_page, row, n)
+            if ids:
+                return ids, V, (shard, last)
+            shard, row = shard + 1, -1
+        return [], np.zeros((0, self.dim), np.float32), (self.shards, -1)
+
+    def _shard_number(self, shard, last=None):
+        last = self.shards - 1 if last is None else last
+        if isinstance(shard, bool) or not isinstance(shard, (int, np.integer)) or not 0 <= shard <= last:
+            raise ConfigError(f"shard must be in 0..{last}, got {shard!r}")
+        return int(shard)
 
     def geometry(self, image_id):
         """The stored local-geometry record of an image (bytes), or None (see StreamingIndex.geometry)."""
-        return self._owners[shard_of(image_id, self.shards)].call("geometry", image_id)
+        return self._owners[shard_of(image_id, self.shards)].call(ShardActor.geometry, image_id)
 
     def thumbnail(self, image_id):
         """The small JPEG stored with an image, or None (see StreamingIndex.thumbnail)."""
-        return self._owners[shard_of(image_id, self.shards)].call("thumbnail", image_id)
+        return self._owners[shard_of(image_id, self.shards)].call(ShardActor.thumbnail, image_id)
 
     def ids(self):
-        return sorted(i for ids in self._scatter("ids", {s: () for s in range(self.shards)}).values() for i in ids)
+        return sorted(i for ids in self._scatter(ShardActor.ids, {s: () for s in range(self.shards)}).values() for i in ids)
 
     # ------------------------------------------------------------ writing
     def _content_shard(self, content):
         return int.from_bytes(content[:8], "big") % self.shards
 
-    def _claims(self, name, pairs, *extra):
+    def _claims(self, method, pairs, *extra):
         """Run claim / release on the shards of the content keys of (content, id) pairs;
         the per-pair results, in order."""
         groups = {}
         for pos, (content, _) in enumerate(pairs):
             groups.setdefault(self._content_shard(content), []).append(pos)
-        got = self._scatter(name, {s: ([pairs[p] for p in pos], *extra) for s, pos in groups.items()})
+        got = self._scatter(method, {s: ([pairs[p] for p in pos], *extra) for s, pos in groups.items()})
         out = [None] * len(pairs)
         for s, pos in groups.items():
             for p, r in zip(pos, got[s] or [None] * len(pos)):
                 out[p] = r
         return out
 
-    def _routed(self, name, items, key_of, *extra):
-        """Run ``name`` on the shard of each item (by its id), one call per shard; the
+    def _routed(self, method, items, key_of, *extra):
+        """Run ``method`` on the shard of each item (by its id), one call per shard; the
         per-item results, in order."""
         groups = self._by_shard([key_of(i) for i in items])
-        got = self._scatter(name, {s: ([items[p] for p in pos], *extra) for s, pos in groups.items()})
+        got = self._scatter(method, {s: ([items[p] for p in pos], *extra) for s, pos in groups.items()})
         out = [None] * len(items)
         for s, pos in groups.items():
             for p, r in zip(pos, got[s]):
@@ -507,7 +522,7 @@ class ShardedIndex:
         encoded = list(encoded)
         ids = [e.key.decode() for e in encoded]
         pairs = [(e.content, i) for e, i in zip(encoded, ids)]
-        holders = self._claims("claim", pairs)
+        holders = self._claims(ShardActor.claim, pairs)
         out = [None] * len(encoded)
         stale = [p for p, h in enumerate(holders) if h is not None]
         if stale:  # does the holder still hold that content?
@@ -515,10 +530,10 @@ class ShardedIndex:
             for p, raw in zip(stale, recs):
                 if raw is not None and ImageRecord.decode(raw, self.path, holders[p]).content_key == encoded[p].content:
                     out[p] = DuplicateError(ids[p], holders[p])
-            self._claims("claim", [pairs[p] for p in stale if out[p] is None], True)
+            self._claims(ShardActor.claim, [pairs[p] for p in stale if out[p] is None], True)
         todo = [p for p in range(len(encoded)) if out[p] is None]
         before = self.records([ids[p] for p in todo]) if replace else [None] * len(todo)
-        written = self._routed("write_encoded", [encoded[p] for p in todo], lambda e: e.key.decode(), replace)
+        written = self._routed(ShardActor.write_encoded, [encoded[p] for p in todo], lambda e: e.key.decode(), replace)
         release = []
         for p, old, res in zip(todo, before, written):
             out[p] = res
@@ -529,18 +544,34 @@ class ShardedIndex:
                 if ck and ck != encoded[p].content:
                     release.append((ck, ids[p]))
         if release:
-            self._claims("release", release)
+            self._claims(ShardActor.release, release)
         return out
 
-    def add(self, image_id, vector, metadata=None):
-        """Add an image vector (images and descriptor sets: encode them, or ingest)."""
+    def add(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+        """As :meth:`StreamingIndex.add`, for an image given as its ``vector`` (image files
+        and descriptor sets go through ingestion, :class:`streamk.pipeline.Ingester`, which
+        describes them where the workers are). ``add(id, vector)`` (0.2's form, the vector
+        second) still works, with a DeprecationWarning."""
+        vector = _vector_only("add", image_path, descriptors, vector, box)
         out = self.write_encoded([encoded_vector(image_id, vector, self.dim, metadata)])[0]
         if isinstance(out, Exception):
             raise out
         return image_id
 
-    def add_many(self, items, batch_size=1024):
-        """Add {"id", "vector"} items (and "metadata"), batch_size per round of shard transactions."""
+    def update(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+        """As :meth:`StreamingIndex.update`, for an image given as its ``vector``: its content
+        replaced (UnknownIdError if absent), its metadata kept, updated with ``metadata``."""
+        vector = _vector_only("update", image_path, descriptors, vector, box)
+        merged = dict(self.metadata(image_id), **(metadata or {}))  # UnknownIdError first
+        out = self.write_encoded([encoded_vector(image_id, vector, self.dim, merged)], replace=True)[0]
+        if isinstance(out, Exception):
+            raise out
+        return image_id
+
+    def add_many(self, items, batch_size=None):
+        """Add {"id", "vector"} items (and "metadata"), ``batch_size`` per round of shard
+        transactions (None: 1024); one AddResult per item."""
+        batch_size = 1024 if batch_size is None else int(batch_size)
         results, batch = [], []
 
         def flush():
@@ -567,11 +598,11 @@ class ShardedIndex:
                                  "nothing removed)")
         records = self.records(image_ids)
         groups = self._by_shard(image_ids)
-        n = sum(self._scatter("remove", {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()}).values())
+        n = sum(self._scatter(ShardActor.remove, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()}).values())
         decoded = [ImageRecord.decode(r, self.path, i) for i, r in zip(image_ids, records)]
         freed = [(r.content_key, r.image_id) for r in decoded if r.content_key]
         if freed:
-            self._claims("release", freed)
+            self._claims(ShardActor.release, freed)
         return n
 
     # ------------------------------------------------------------ metadata
@@ -580,7 +611,7 @@ class ShardedIndex:
 
     def metadata(self, image_id):
         """As :meth:`StreamingIndex.metadata`, from the image's shard."""
-        return self._owner_of(image_id).call("metadata", image_id)
+        return self._owner_of(image_id).call(ShardActor.metadata, image_id)
 
     def metadata_many(self, image_ids):
         """The metadata of each id (None for an absent id)."""
@@ -594,17 +625,16 @@ class ShardedIndex:
 
     def set_metadata(self, image_id, metadata, merge=False):
         """As :meth:`StreamingIndex.set_metadata`, on the image's shard."""
-        return self._owner_of(image_id).call("set_metadata", image_id, metadata, merge)
+        return self._owner_of(image_id).call(ShardActor.set_metadata, image_id, metadata, merge)
 
     def index_field(self, name):
         """As :meth:`StreamingIndex.index_field`, on every shard."""
         check_field(name)
-        done = self._scatter("index_field", {s: (name,) for s in range(self.shards)})
+        done = self._scatter(ShardActor.index_field, {s: (name,) for s in range(self.shards)})
         return any(done.values())
 
-    @property
-    def indexed_fields(self):
-        return self._owners[0].call("indexed_fields")
+    def _indexed_fields(self):
+        return self._owners[0].call(ShardActor.indexed_fields)
 
     def duplicates(self, image_id=None, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
                    max_results=MAX_DUPLICATES, neighbours=DEFAULT_NEIGHBOURS, progress=None):
@@ -623,74 +653,61 @@ class ShardedIndex:
         return [h for h in hits if h.id != image_id and h.score >= threshold][:int(max_results)]
 
     # ------------------------------------------------------------ codec
-    def train(self, nlist=1, M=16, seed=0, train_size=None, nprobe=None, codec=None):
+    def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None, progress=None):
         """One codec for every shard: fitted here on a sample gathered from the shards
         (each gives its share of ``train_size``, in proportion to its size), or the
         given trained ``codec``; then installed in each shard (its codes computed
-        there, while it goes on serving)."""
+        there, while it goes on serving). ``progress``: unused (each shard trains where
+        it lives). 0.2's positional order (..., train_size, nprobe, codec) still works,
+        with a DeprecationWarning."""
+        if isinstance(nprobe, IVFPQ) or (codec is not None and not isinstance(codec, IVFPQ)):
+            warnings.warn("ShardedIndex.train(nlist, M, seed, train_size, nprobe, codec) is deprecated and will be "
+                          "removed after streamk 0.3: give codec= and nprobe= by name (StreamingIndex's order)",
+                          DeprecationWarning, stacklevel=2)
+            codec, nprobe = nprobe, codec
         if codec is None:
             n_total = train_size or default_train_size(nlist)
-            counts = self._scatter("count", {s: () for s in range(self.shards)})
+            counts = self._scatter(ShardActor.count, {s: () for s in range(self.shards)})
             total = sum(counts.values())
             share = {s: int(np.ceil(n_total * c / max(total, 1))) for s, c in counts.items()}
-            parts = self._scatter("sample_vectors", {s: (share[s], seed + s) for s in range(self.shards)})
+            parts = self._scatter(ShardActor.sample_vectors, {s: (share[s], seed + s) for s in range(self.shards)})
             V = np.concatenate([parts[s] for s in range(self.shards)])
             codec = IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe).fit(V)
         elif nprobe is not None:
             codec.nprobe = int(nprobe)
         blob = codec.to_bytes()
-        self._scatter("train", {s: (blob,) for s in range(self.shards)})
+        self._scatter(ShardActor.train, {s: (blob,) for s in range(self.shards)})
         return codec
 
-    # ------------------------------------------------------------ search
-    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None, where=None, record=None, params=None):
-        """As :meth:`StreamingIndex.search`: one query (image path, descriptor set, vector)
-        -> [Hit]; a batch (nq, D) -> (scores, ids) arrays. Scattered to every shard, merged
-        by score. The second stage runs where each shard lives: every shard verifies its
-        own first-stage top ``verify`` and sends back its verified images' vectors; the
-        expanded query is searched on every shard again. ``where``: a metadata filter,
-        applied inside each shard's scan. ``record``: the query's local-geometry record
-        instead of features (:meth:`geometry` of an indexed image, whichever shard holds it).
-        ``params``: a :class:`~streamk.index.SearchParams` instead of the keyword arguments,
-        sent whole to every shard."""
-        params = SearchParams.of(params, k=k, mode=mode, rerank=rerank, box=box, nprobe=nprobe, verify=verify,
-                                 expand=expand, expansion=expansion, pairs=pairs, where=where)
-        prepared = self.queries.prepare(query, params, features, record)
-        if prepared.qrec is not None:
-            return self._search_second_stage(prepared.Q[0], prepared.qrec, params)
-        scores, ids = self._first_stage(prepared.Q, params.k, params)
-        if prepared.batch:
-            return scores, ids
-        return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
-
-    def _first_stage(self, Q, k, params):
-        parts = self._scatter("search", {s: (Q, k, params) for s in range(self.shards)})
+    # ------------------------------------------------------------ search (Index.search: scattered here)
+    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None, params=None):
+        """As :meth:`StreamingIndex.first_stage`: scattered to every shard (``params`` sent
+        whole), each shard's top k merged by score."""
+        if params is None:
+            params = SearchParams(mode=mode, nprobe=nprobe, rerank=rerank, where=where)
+        parts = self._scatter(ShardActor.search, {s: (Q, k, params) for s in range(self.shards)})
         scores = np.concatenate([parts[s][0] for s in range(self.shards)], axis=1)
         ids = np.concatenate([parts[s][1] for s in range(self.shards)], axis=1)
         order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # ties: by shard, then the shard's order
         return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
-    def _search_second_stage(self, q, qrec, params):
-        """Each shard's verified candidates merged into one first-stage order (by score,
+    def _second_stage(self, q, qrec, params):
+        """The second stage where each shard lives: every shard verifies its own first-stage
+        top R and sends back its verified images' vectors; their candidates merged into one first-stage order (by score,
         ties by shard, then the shard's order), then the second stage written once
         (:func:`~streamk.index.second_stage.verified_first`, ``expanded_results``)."""
-        parts = self._scatter("verified_candidates", {s: (q, qrec, params) for s in range(self.shards)})
+        parts = self._scatter(ShardActor.verified_candidates, {s: (q, qrec, params) for s in range(self.shards)})
         candidates = [c for s in range(self.shards) for c in parts[s]]
         order = np.argsort(-np.array([c.score for c in candidates], np.float32), kind="stable")
         head, rest = verified_first([candidates[i] for i in order])
 
         def search_again(q2, n):
-            scores, ids = self._first_stage(q2, n, params)
+            scores, ids = self.first_stage(q2, n, params=params)
             return [(i, sc) for i, sc in zip(ids[0], scores[0].tolist()) if i is not None]
         return [Hit(i, sc, **expl) for i, sc, expl in expanded_results(q, head, rest, params, search_again)]
 
-    def query_vector(self, query, box=None):
-        """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
-        return self.queries.vector(query, box)
-
     def stats(self):
-        per = self._scatter("stats", {s: () for s in range(self.shards)})
+        per = self._scatter(ShardActor.stats, {s: () for s in range(self.shards)})
         out = {"images": sum(p["images"] for p in per.values()), "shards": self.shards,
                "codec": per[0]["codec"], "reader_memory": sum(p["reader_memory"] for p in per.values())}
         for key in ("codec_trained_on", "added_since_training"):  # every shard's codec is trained at once
@@ -702,7 +719,7 @@ class ShardedIndex:
 
     def codec_params(self):
         """As :meth:`StreamingIndex.codec_params` (every shard has the same codec)."""
-        return self._owners[0].call("codec_params")
+        return self._owners[0].call(ShardActor.codec_params)
 
     def codec_staleness(self):
         """As :meth:`StreamingIndex.codec_staleness`, over every shard (one call to each)."""
@@ -759,6 +776,23 @@ def _create_shard(path, encoder_bytes, vector_dtype, extractor_params, store_ext
                           extractor=extractor_from_params(extractor_params), store_extras=store_extras,
                           vocabulary=vocabulary).close()
     return socket.gethostname()
+
+
+def _vector_only(what, image_path, descriptors, vector, box):
+    """The vector of a sharded index's add / update: image files and descriptor sets are
+    described by ingestion; ``add(id, vector)`` (0.2's form) is taken with a DeprecationWarning."""
+    if image_path is not None and not isinstance(image_path, (str, bytes, os.PathLike)) and vector is None:
+        warnings.warn(f"ShardedIndex.{what}(image_id, vector) is deprecated and will be removed after streamk 0.3: "
+                      f"give vector= by name (the same signature as StreamingIndex.{what})", DeprecationWarning,
+                      stacklevel=3)
+        image_path, vector = None, image_path
+    if image_path is not None or descriptors is not None or box is not None:
+        raise ConfigError(f"a sharded index's {what} takes vector=: add image files and descriptor sets with "
+                          "ingestion (streamk.pipeline.Ingester, or `streamk ingest`), which describes them "
+                          "where its workers are")
+    if vector is None:
+        raise ConfigError(f"{what}: give vector= (an image vector of the encoder's dimension)")
+    return vector
 
 
 def open_index(path, readonly=False, dask=None):

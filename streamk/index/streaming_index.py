@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 
 from ..encoding import Encoder
-from ..errors import (ConfigError, EncoderFileError, EncoderMismatchError, IndexFormatError, NotFittedError,
+from ..errors import (ConfigError, EncoderFileError, IndexFormatError, NotFittedError,
                       StaleCodecWarning, StreamkError, VocabularyFileError)
 from ..verification import Vocabulary
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, duplicate_groups,
@@ -43,7 +43,7 @@ from .metadata import (add_indexed_field, allowed_rows, check_field, indexed_fie
 from .queries import MAX_BATCH, QueryEncoder, StoredExtractor
 from .reader import SearchView
 from .retraining import Trainer, codec_staleness, stale_codec_note
-from .search_params import SearchParams
+from .base import Index
 from .second_stage import Hit, second_stage, verified_first, verify_candidates, with_vectors
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key
 from .vector_store import rows_per_block
@@ -58,7 +58,7 @@ def _vocabulary_meta(vocabulary):
     return {"vocabulary": vocabulary.to_bytes(), "local_features": b"1"}
 
 
-class StreamingIndex:
+class StreamingIndex(Index):
     """Image vectors and their PQ / IVF-PQ codes in an LMDB directory; see the module doc.
 
     Not thread-safe: use one StreamingIndex per thread, or a lock. Several
@@ -157,12 +157,6 @@ class StreamingIndex:
     def close(self):
         self._store.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     @property
     def encoder(self):
         """The index's Encoder (loaded from the store on first use)."""
@@ -259,10 +253,12 @@ class StreamingIndex:
         with self._store.read() as txn, txn.cursor(db=self._store.images_db) as cur:
             return [bytes(k).decode() for k in cur.iternext(keys=True, values=False)]
 
-    def vectors_page(self, after_row=-1, n=256):
-        """Up to ``n`` (<= MAX_BATCH) images stored after row ``after_row``, in row order:
-        (ids, their vectors (m, D) float32, the last row given or -1 when none). A pass over
-        the whole index page by page, in bounded memory (a sharded index's duplicate groups)."""
+    def vectors_page(self, after=None, n=256):
+        """Up to ``n`` (<= MAX_BATCH) images stored after row ``after`` (None or -1: from the
+        start), in row order: (ids, their vectors (m, D) float32, the last row given -- the
+        next page's cursor -- or -1 when none). A pass over the whole index page by page, in
+        bounded memory, ends at an empty page."""
+        after_row = -1 if after is None else int(after)
         n = int(n)
         if not 1 <= n <= MAX_BATCH:
             raise ConfigError(f"n must be in 1..{MAX_BATCH}, got {n}")
@@ -270,7 +266,7 @@ class StreamingIndex:
         with self._store.read(buffers=True) as txn:
             self.view.refresh(txn)
             with txn.cursor(db=self._store.row_ids_db) as cur:  # removed rows have no entry
-                if cur.set_range(row_key(int(after_row) + 1)):
+                if cur.set_range(row_key(after_row + 1)):
                     for k, v in cur:
                         rows.append(row_from_key(k))
                         ids.append(bytes(v).decode())
@@ -299,13 +295,6 @@ class StreamingIndex:
         """The stored vector of an image as float32."""
         with self._store.read() as txn:
             return self.view.vectors.get(txn, [self._store.require_image(txn, image_id).row])[0]
-
-    def check_encoder(self, encoder):
-        """Raise EncoderMismatchError unless ``encoder`` encodes as the index's encoder."""
-        if encoder.fingerprint != self.fingerprint:
-            raise EncoderMismatchError(
-                f"encoder fingerprint {encoder.fingerprint[:12]}... differs from the index's "
-                f"{self.fingerprint[:12]}...: vectors would not be comparable")
 
     def extractor(self):
         """The extractor for image files (from the stored params, or the default)."""
@@ -336,10 +325,10 @@ class StreamingIndex:
             raise out
         return image_id
 
-    def add_many(self, items, batch_size=64):
-        """Add many images, ``batch_size`` per transaction; one AddResult per item
+    def add_many(self, items, batch_size=None):
+        """Add many images, ``batch_size`` per transaction (None: 64); one AddResult per item
         (see :meth:`IndexWriter.add_many`)."""
-        return self.writer.add_many(items, batch_size)
+        return self.writer.add_many(items, 64 if batch_size is None else batch_size)
 
     def write_encoded(self, encoded, replace=False):
         """Write already-encoded images (``EncodedImage``) in one transaction; per image
@@ -381,9 +370,7 @@ class StreamingIndex:
         leave the index as it was."""
         return self.writer.set_metadata(image_id, metadata, merge)
 
-    @property
-    def indexed_fields(self):
-        """The metadata fields search filters may use (:meth:`index_field`)."""
+    def _indexed_fields(self):
         with self._store.read() as txn:
             return indexed_fields(txn, self._store)
 
@@ -465,73 +452,14 @@ class StreamingIndex:
         with self._store.read(buffers=True) as txn:
             return self.view.refresh(txn)
 
-    def query_vector(self, query, box=None):
-        """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
-        return self.queries.vector(query, box)
-
-    def query_vectors(self, Q):
-        """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
-        return self.queries.vectors(Q)
-
-    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None, where=None, record=None, params=None):
-        """The k best images by decreasing inner product with the query, then (second
-        stage) spatially verified and expanded.
-
-        One query (an image path, a descriptor set (n, d) or a vector (D,)): a list of
-        :class:`~streamk.index.Hit`, best first: each is the pair ``(id, score)`` (it
-        unpacks as one) with ``inliers``, ``verified``, ``region``, ``affine`` and, with
-        ``pairs=True``, the inlier ``pairs``. A batch of vectors (nq, D) (a (1, D) array
-        too): ``(scores, ids)``, arrays of shape (nq, k) -- float32 and object (str) --
-        best first, as faiss returns them; slots past the number of images hold -inf
-        and None (first stage only).
-
-        Bounded cost: k, rerank, verify, expand and a batch's size are checked against
-        streamk's maxima (MAX_K = 10,000 results, MAX_RERANK = 10,000 candidates,
-        MAX_VERIFY = MAX_EXPAND = 1,000, MAX_BATCH = 1,000 queries; ConfigError above)
-        before anything is allocated; k and the candidate counts are then capped at the
-        number of images in the index (a batch's arrays have min(k, images) columns).
-
-        mode "exact": every stored vector. mode "pq": the codes (flat PQ, or the
-        ``nprobe`` nearest IVF lists), then the best ``rerank`` (default max(4k, 100);
-        0: none) re-scored with the stored vectors. Default: "pq" once a codec is
-        trained, else "exact". Ties go to the image added first.
-
-        Second stage (an index with local features, a query image or its ``features``):
-        ``verify`` = R first-stage results verified by RANSAC on their local geometry
-        (default 100; 0: off), verified ones first by inliers; ``expand`` = N verified
-        results averaged into the query (``expansion`` "aqe", or "alpha" for alpha-QE),
-        searched once more (default 50; 0: off). ``box`` maps the query's box into each
-        verified result (``region``). ``features``: the query image's Features (already
-        cropped to ``box``) when the query is given as its vector. ``record``: instead of
-        features, the query's local-geometry record (bytes), e.g. a stored image's
-        (:meth:`geometry`) to search with an indexed image: one word per feature, so fewer
-        tentative matches than a query image's multiple assignment gives.
-
-        where: a metadata filter (:mod:`streamk.index.metadata`), e.g. ``{"folder": "x"}``,
-        ``{"year": {"gte": 2020}}``, ``{"tag": {"in": ["a", "b"]}}``, on indexed fields
-        (:meth:`index_field`): only the images it selects are scanned (a row bitmap given
-        to the exact / PQ / IVF scans), so k results come back whenever k images match.
-
-        params: a :class:`~streamk.index.SearchParams` (k, mode, nprobe, rerank, verify,
-        expand, expansion, box, where, pairs: checked once, where it was built) instead of
-        those keyword arguments; ``query``, ``features`` and ``record`` are the query.
-        """
-        params = SearchParams.of(params, k=k, mode=mode, rerank=rerank, box=box, nprobe=nprobe, verify=verify,
-                                 expand=expand, expansion=expansion, pairs=pairs, where=where)
-        k = params.k
+    def _second_stage(self, q, qrec, params):
+        """The second stage of one query (:mod:`streamk.index.second_stage`), in one read
+        transaction: its first stage (top max(k, R)), verified, expanded, as [Hit]."""
         clauses = parse_filter(params.where)
-        prepared = self.queries.prepare(query, params, features, record)
         with self._store.read(buffers=True) as txn:
-            scores, rows, allow, mode = self._view_search(txn, prepared.Q, max(k, prepared.R), clauses, params.mode,
-                                                          params.nprobe, params.rerank)
-            if prepared.qrec is None:
-                ids = self.view.ids_of(txn, rows)
-                if prepared.batch:
-                    return scores, ids
-                return [Hit(i, sc) for i, sc in zip(ids[0], scores[0]) if i is not None]
-            results = second_stage(self.view, txn, prepared.Q[0], rows[0], scores[0], prepared.qrec, params, mode,
-                                   allow=allow)
+            scores, rows, allow, mode = self._view_search(txn, q[None, :], max(params.k, params.verify_count()),
+                                                          clauses, params.mode, params.nprobe, params.rerank)
+            results = second_stage(self.view, txn, q, rows[0], scores[0], qrec, params, mode, allow=allow)
             ids = self.view.ids_of(txn, np.array([[r for r, _, _ in results]], np.int64).reshape(1, -1))[0]
         return [Hit(i, sc, **expl) for i, (_, sc, expl) in zip(ids, results) if i is not None]
 

@@ -278,8 +278,7 @@ class Service:
                 "indexed_fields": sorted(self._indexed_fields())}
 
     def _indexed_fields(self):
-        fields = self.index.indexed_fields  # a property of StreamingIndex, a method of ShardedIndex
-        return fields() if callable(fields) else fields
+        return self.index.indexed_fields()  # a method of every streamk.index.Index
 
 
 def _read(path):

@@ -12,7 +12,8 @@ from helpers.index import DIM, make_encoder, vectors  # noqa: F401
 from streamk import Encoder
 from streamk.errors import ConfigError, DuplicateError, IndexExistsError, UnknownIdError
 from streamk.index import StreamingIndex, encoded_vector
-from streamk.index.sharded import ShardedIndex, is_sharded, open_index, shard_of
+from streamk.index.sharded import ShardActor, ShardedIndex, is_sharded, open_index, shard_of
+from streamk.quantization import IVFPQ
 
 @pytest.fixture(scope="module")
 def encoder():
@@ -39,7 +40,7 @@ def test_sharded_equals_one_index(tmp_path, encoder):
         one.add_many(items)
         assert [r.status for r in many.add_many(items, batch_size=128)] == ["added"] * 600
         for s in range(3):  # each image in its shard, and only there
-            assert all(shard_of(i, 3) == s for i in many._owners[s].call("ids"))
+            assert all(shard_of(i, 3) == s for i in many._owners[s].call(ShardActor.ids))
         assert len(many) == 600 and many.ids() == one.ids()
         # updates and removals routed the same way
         for idx in (one, many):
@@ -57,7 +58,7 @@ def test_sharded_equals_one_index(tmp_path, encoder):
         one.remove(["v10"])
         # a claim whose holder never stored the content (a crash between claim and write)
         ghost = encoded_vector("ghost", V[20] + 1.0, many.dim)
-        many._claims("claim", [(ghost.content, "ghost")])
+        many._claims(ShardActor.claim, [(ghost.content, "ghost")])
         assert many.write_encoded([encoded_vector("real", V[20] + 1.0, many.dim)]) == ["added"]
         many.remove(["real"])
         Q = vectors(2, 20)
@@ -234,3 +235,32 @@ def test_duplicate_groups_of_a_sharded_index_equal_every_pair_compared(tmp_path,
     finally:
         many.close()
         one.close()
+
+
+# ---------------------------------------------------------------- one signature (streamk.index.Index), 0.2's forms kept
+def test_the_0_2_call_forms_still_work_with_a_deprecation_warning(tmp_path, encoder):
+    V = vectors(21, 300)
+    with ShardedIndex.create(tmp_path / "old", encoder, shards=2, vector_dtype="float32") as idx:
+        with pytest.warns(DeprecationWarning, match="give vector= by name"):
+            assert idx.add("a", V[0]) == "a"  # add(id, vector): the vector second
+        assert idx.add("b", vector=V[1], metadata={"x": 1}) == "b"
+        assert np.allclose(idx.vector("a"), V[0], atol=1e-6)
+        with pytest.raises(ConfigError, match="ingestion"):
+            idx.add("c", image_path="photo.jpg")
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V[2:], 2)])
+        shard = shard_of("a", 2)
+        with pytest.warns(DeprecationWarning, match="vectors_page"):
+            ids, Q, last = idx.vectors_page(shard, -1, 500)  # (shard, after_row, n): that shard's page
+        assert "a" in ids and all(shard_of(i, 2) == shard for i in ids) and isinstance(last, int)
+        codec = IVFPQ(nlist=1, M=8, seed=0).fit(V)
+        with pytest.warns(DeprecationWarning, match="codec= and nprobe= by name"):
+            assert idx.train(1, 8, 0, None, None, codec) is codec  # (..., train_size, nprobe, codec)
+        assert idx.codec_params() == {"nlist": 1, "M": 8, "nprobe": 1}
+        assert idx.indexed_fields() == []
+        with pytest.warns(DeprecationWarning, match="indexed_fields is a method"):
+            assert list(idx.indexed_fields) == []  # 0.2's property form
+        w = vectors(22, 1)[0]
+        assert idx.update("b", vector=w) == "b" and idx.metadata("b") == {"x": 1}  # kept, as on one index
+        assert np.allclose(idx.vector("b"), w, atol=1e-6)
+        with pytest.raises(UnknownIdError):
+            idx.update("nope", vector=w)

@@ -1,0 +1,296 @@
+"""The one interface of a streamk index, :class:`Index`: what every caller (Python, the
+CLI, the widgets, the server) may use, whichever index it holds.
+
+    Index
+    ├── StreamingIndex   one LMDB environment, in this process
+    └── ShardedIndex     S StreamingIndex shards, each opened by one owner (this process,
+                         or a Dask actor where its disk is), searched by scatter / gather
+
+As faiss's ``IndexShards`` *is an* ``Index`` and qdrant-client's local and remote clients
+both implement ``QdrantBase``: a caller never needs to know which one it holds, and the
+congruence suite (``tests/index/test_congruence.py``) checks that both give the same
+answers on the same images.
+
+Written once, here: the search (parameters checked once as a
+:class:`~streamk.index.SearchParams`, the query prepared by
+:meth:`~streamk.index.QueryEncoder.prepare`, then the first stage, or the second stage
+whose ordering and expansion live in :mod:`streamk.index.second_stage`), the query
+vectors, the encoder check and the context manager. Each implementation provides the
+rest with the same signatures.
+
+Members only on :class:`~streamk.index.StreamingIndex` (one LMDB environment's own):
+``create(..., map_size, block_rows, max_map_size)``, ``open(..., max_map_size)``,
+``store``, ``view``, ``writer``, ``readonly``, ``refresh``, ``extras``, ``allowed``,
+``add_local_features``, ``has_local_features``, ``train_pq``, ``sample_vectors``,
+``codec``, ``product_quantizer``, ``vector_dtype``, ``unit_vector``, ``verified_candidates``
+(what a shard answers). Only on
+:class:`~streamk.index.ShardedIndex`: ``shards``, ``manifest``, ``create(..., shards,
+dask, hosts)``, ``open(..., dask)``.
+"""
+
+import warnings
+from abc import ABC, abstractmethod
+
+from ..errors import EncoderMismatchError
+from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES
+from .search_params import SearchParams
+from .second_stage import Hit
+
+
+class Index(ABC):
+    """An image index: add, update and remove images, search them (first stage and
+    second stage), their metadata and filters, near-duplicates, the PQ / IVF-PQ codec.
+    See the module doc for who implements it and what is written once here.
+
+    Attributes every index has: ``path``, ``dim`` (the vectors' dimension),
+    ``fingerprint`` (its encoder's), ``queries`` (its
+    :class:`~streamk.index.QueryEncoder`), ``encoder`` and ``vocabulary`` (None: no
+    second stage)."""
+
+    # ------------------------------------------------------------ life
+    @abstractmethod
+    def close(self):
+        """Close the index (every shard); further calls fail."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------ what it holds
+    @abstractmethod
+    def __len__(self):
+        """The number of images."""
+
+    @abstractmethod
+    def __contains__(self, image_id):
+        """Whether ``image_id`` is stored (False for an invalid id)."""
+
+    @abstractmethod
+    def ids(self):
+        """Every image id, sorted: O(N), for listings, not for search."""
+
+    @abstractmethod
+    def records(self, image_ids):
+        """The stored JSON records (bytes) of ``image_ids``, None for an absent id."""
+
+    @abstractmethod
+    def info(self, image_id):
+        """The stored record of an image (source, sha256, n_descriptors, row, ...), or UnknownIdError."""
+
+    @abstractmethod
+    def vector(self, image_id):
+        """The stored vector of an image (float32, unit norm)."""
+
+    @abstractmethod
+    def geometry(self, image_id):
+        """The stored local-geometry record of an image (bytes), or None when it has none."""
+
+    @abstractmethod
+    def thumbnail(self, image_id):
+        """The small JPEG stored with an image (bytes), or None when it has none."""
+
+    @abstractmethod
+    def vectors_page(self, after=None, n=256):
+        """Up to ``n`` (<= MAX_BATCH) images after the cursor ``after`` (None or -1: from the
+        start; else what the previous page returned): (ids, their vectors (m, D) float32,
+        the cursor of the next page). A pass over the whole index in bounded memory ends
+        at an empty page."""
+
+    # ------------------------------------------------------------ writing
+    @abstractmethod
+    def add(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+        """Add one image from exactly one source (an image file inside ``box``, a
+        descriptor set or a vector) with its ``metadata``; returns its id once durable and
+        searchable. Same content under the same id: nothing written."""
+
+    @abstractmethod
+    def add_many(self, items, batch_size=None):
+        """Add many ({"id", and one of "image_path", "descriptors", "vector"; "metadata"}),
+        ``batch_size`` per transaction (None: the index's default); one AddResult per item."""
+
+    @abstractmethod
+    def write_encoded(self, encoded, replace=False):
+        """Write already-encoded images (EncodedImage); per image "added", "exists" or the
+        named error that kept it out."""
+
+    @abstractmethod
+    def update(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+        """Replace the content of an existing image (UnknownIdError if absent); its
+        metadata is kept, updated with ``metadata``."""
+
+    @abstractmethod
+    def remove(self, image_ids):
+        """Remove one id or many, all or none (UnknownIdError names an absent one);
+        returns the number removed."""
+
+    # ------------------------------------------------------------ metadata and filters
+    @abstractmethod
+    def metadata(self, image_id):
+        """The metadata (a dict) of an image; {} when it has none."""
+
+    @abstractmethod
+    def metadata_many(self, image_ids):
+        """The metadata of each id (None for an absent id)."""
+
+    @abstractmethod
+    def set_metadata(self, image_id, metadata, merge=False):
+        """Replace (or with ``merge``, update) an image's metadata; returns what is stored."""
+
+    @property
+    def indexed_fields(self):
+        """The metadata fields search filters may use (:meth:`index_field`): call it,
+        ``index.indexed_fields()`` -> a list (0.2's property form, without the call, works
+        for one release with a DeprecationWarning)."""
+        return FieldNames(self._indexed_fields())
+
+    @abstractmethod
+    def _indexed_fields(self):
+        """The indexed fields, a list (what :attr:`indexed_fields` returns)."""
+
+    @abstractmethod
+    def index_field(self, name):
+        """Make metadata field ``name`` usable in search filters; False if it already was."""
+
+    # ------------------------------------------------------------ codec and facts
+    @abstractmethod
+    def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None, progress=None):
+        """Train (or retrain) the PQ / IVF-PQ codec, or install the trained ``codec``;
+        returns it. Searches and ingestion go on meanwhile."""
+
+    @abstractmethod
+    def codec_params(self):
+        """{"nlist", "M", "nprobe"} of the codec in use, or None before training."""
+
+    @abstractmethod
+    def codec_staleness(self):
+        """How far the codec lags the index (trained_on, added_since, ratio, stale), or None."""
+
+    @abstractmethod
+    def stats(self):
+        """Counts and sizes: images, codec, reader memory, and the codec's staleness."""
+
+    # ------------------------------------------------------------ search
+    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
+               expansion="aqe", pairs=False, features=None, where=None, record=None, params=None):
+        """The k best images by decreasing inner product with the query, then (second
+        stage) spatially verified and expanded.
+
+        One query (an image path, a descriptor set (n, d) or a vector (D,)): a list of
+        :class:`~streamk.index.Hit`, best first: each is the pair ``(id, score)`` (it
+        unpacks as one) with ``inliers``, ``verified``, ``region``, ``affine`` and, with
+        ``pairs=True``, the inlier ``pairs``. A batch of vectors (nq, D) (a (1, D) array
+        too): ``(scores, ids)``, arrays of shape (nq, k) -- float32 and object (str) --
+        best first, as faiss returns them; slots past the number of images hold -inf
+        and None (first stage only).
+
+        Bounded cost: k, rerank, verify, expand and a batch's size are checked against
+        streamk's maxima (MAX_K = 10,000 results, MAX_RERANK = 10,000 candidates,
+        MAX_VERIFY = MAX_EXPAND = 1,000, MAX_BATCH = 1,000 queries; ConfigError above)
+        before anything is allocated; k and the candidate counts are then capped at the
+        number of images in the index (a batch's arrays have min(k, images) columns).
+
+        mode "exact": every stored vector. mode "pq": the codes (flat PQ, or the
+        ``nprobe`` nearest IVF lists), then the best ``rerank`` (default max(4k, 100);
+        0: none) re-scored with the stored vectors. Default: "pq" once a codec is
+        trained, else "exact". Ties go to the image added first.
+
+        Second stage (an index with local features, a query image or its ``features``):
+        ``verify`` = R first-stage results verified by RANSAC on their local geometry
+        (default 100; 0: off), verified ones first by inliers; ``expand`` = N verified
+        results averaged into the query (``expansion`` "aqe", or "alpha" for alpha-QE),
+        searched once more (default 50; 0: off). ``box`` maps the query's box into each
+        verified result (``region``). ``features``: the query image's Features (already
+        cropped to ``box``) when the query is given as its vector. ``record``: instead of
+        features, the query's local-geometry record (bytes), e.g. a stored image's
+        (:meth:`geometry`) to search with an indexed image: one word per feature, so fewer
+        tentative matches than a query image's multiple assignment gives.
+
+        where: a metadata filter (:mod:`streamk.index.metadata`), e.g. ``{"folder": "x"}``,
+        ``{"year": {"gte": 2020}}``, ``{"tag": {"in": ["a", "b"]}}``, on indexed fields
+        (:meth:`index_field`): only the images it selects are scanned (a row bitmap given
+        to the exact / PQ / IVF scans), so k results come back whenever k images match.
+
+        params: a :class:`~streamk.index.SearchParams` (k, mode, nprobe, rerank, verify,
+        expand, expansion, box, where, pairs: checked once, where it was built) instead of
+        those keyword arguments; ``query``, ``features`` and ``record`` are the query.
+        """
+        params = SearchParams.of(params, k=k, mode=mode, rerank=rerank, box=box, nprobe=nprobe, verify=verify,
+                                 expand=expand, expansion=expansion, pairs=pairs, where=where)
+        prepared = self.queries.prepare(query, params, features, record)
+        if prepared.qrec is not None:
+            return self._second_stage(prepared.Q[0], prepared.qrec, params)
+        scores, ids = self.first_stage(prepared.Q, params.k, params=params)
+        if prepared.batch:
+            return scores, ids
+        return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
+
+    @abstractmethod
+    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None, params=None):
+        """(scores, ids) (nq, <= k) of the unit query rows Q: the first stage alone (k
+        checked by the caller, capped at the number of images); ``params``: mode, nprobe,
+        rerank and where from a SearchParams."""
+
+    @abstractmethod
+    def _second_stage(self, q, qrec, params):
+        """[Hit]: the second stage of the unit query vector ``q`` with geometry record ``qrec``."""
+
+    def query_vector(self, query, box=None):
+        """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
+        return self.queries.vector(query, box)
+
+    def query_vectors(self, Q):
+        """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
+        return self.queries.vectors(Q)
+
+    @abstractmethod
+    def duplicates(self, image_id=None, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
+                   max_results=MAX_DUPLICATES, neighbours=DEFAULT_NEIGHBOURS, progress=None):
+        """Near-duplicates: of ``image_id`` ([Hit] best first), or the groups of the whole
+        index ([{"ids", "pairs"}])."""
+
+    # ------------------------------------------------------------ encoding
+    @abstractmethod
+    def extractor(self):
+        """The extractor for image files (the index's stored parameters)."""
+
+    def check_encoder(self, encoder):
+        """Raise EncoderMismatchError unless ``encoder`` encodes as the index's encoder."""
+        if encoder.fingerprint != self.fingerprint:
+            raise EncoderMismatchError(
+                f"encoder fingerprint {encoder.fingerprint[:12]}... differs from the index's "
+                f"{self.fingerprint[:12]}...: vectors would not be comparable")
+
+
+class FieldNames(list):
+    """What :meth:`Index.indexed_fields` returns: a list. Still usable without the call (the
+    0.2 property) for one release, with a DeprecationWarning."""
+
+    def __call__(self):
+        return self[:]  # a plain list (no warning)
+
+    def _old(self):
+        warnings.warn("indexed_fields is a method since streamk 0.3: call it, index.indexed_fields()",
+                      DeprecationWarning, stacklevel=3)
+
+    def __iter__(self):
+        self._old()
+        return super().__iter__()
+
+    def __len__(self):
+        self._old()
+        return super().__len__()
+
+    def __contains__(self, item):
+        self._old()
+        return super().__contains__(item)
+
+    def __eq__(self, other):
+        self._old()
+        return list.__eq__(self, other)
+
+    __hash__ = None
+
+
+__all__ = ["FieldNames", "Index"]
