@@ -1,0 +1,278 @@
+"""The congruence suite (as scikit-learn's ``check_estimator`` and qdrant-client's
+congruence tests): one set of behavioural checks run against every implementation of
+:class:`streamk.index.Index` -- a StreamingIndex, a ShardedIndex opened in this process
+and a ShardedIndex whose shards are Dask actors on a LocalCluster -- each holding the
+same images, each expected to give the same answers: search (exact and PQ, one query and
+a batch), filters, the second stage (verification and expansion), near-duplicates,
+metadata and removal. Each answer is also checked against a numpy reference where one
+exists (brute force over the vectors and the metadata).
+
+Small synthetic data (seconds): 300 clustered vectors, and 6 "scenes" of random
+keypoints seen in 3 views each (a scale and a shift of the same features), so that the
+second stage verifies the views of a scene and nothing else."""
+
+import json
+
+import numpy as np
+import pytest
+
+from streamk.errors import UnknownIdError
+from streamk.features import Features
+from streamk.index import Index, SearchParams, ShardedIndex, StreamingIndex, encoded_vector
+from streamk.verification import stored_record
+
+from helpers.index import DIM, make_encoder, vectors  # noqa: E402
+
+N_VECTORS = 300  # enough to train flat PQ (256 centroids per sub-quantiser)
+N_SCENES, VIEWS, N_FEATURES = 6, 3, 120
+SIZE = (400, 300)
+KINDS = ["one", "sharded-local", "sharded-dask"]
+
+
+# ---------------------------------------------------------------- the same images for every index
+def scene_views(seed=0):
+    """{image id: (vector, Features)} of N_SCENES x VIEWS images: view v of a scene is its
+    features scaled by 1 / (1 + v / 2) and shifted (the frames scaled alike), its vector
+    near the scene's own."""
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(7).standard_normal((N_SCENES, DIM))
+    out = {}
+    for s in range(N_SCENES):
+        xy = rng.uniform((20, 20), (380, 280), (N_FEATURES, 2))
+        scale = rng.uniform(3, 8, N_FEATURES)
+        theta = rng.uniform(-np.pi, np.pi, N_FEATURES)
+        desc = rng.integers(0, 120, (N_FEATURES, 128)).astype(np.uint8)
+        for v in range(VIEWS):
+            f = 1 / (1 + v / 2)
+            kp = np.column_stack([xy * f + 10 * v, scale * f, np.zeros(N_FEATURES), scale * f, theta])
+            vec = centres[s] + 0.3 * rng.standard_normal(DIM)
+            out[f"scene{s}-view{v}"] = ((vec / np.linalg.norm(vec)).astype(np.float32),
+                                        Features(kp.astype(np.float32), desc, SIZE))
+    return out
+
+
+def items(vocabulary):
+    """The EncodedImage of every image (vectors with metadata; scenes with their geometry)."""
+    V = vectors(11, N_VECTORS)
+    out = [encoded_vector(f"v{i:03d}", V[i], DIM, {"group": f"g{i % 4}", "n": int(i)}) for i in range(N_VECTORS)]
+    out.append(encoded_vector("v000-copy", V[0] + 1e-3 * np.ones(DIM), DIM, {"group": "copies", "n": -1}))
+    for image_id, (vec, f) in scene_views().items():
+        rec = stored_record(vocabulary, f.keypoints, f.descriptors, f.image_size)
+        out.append(encoded_vector(image_id, vec, DIM, {"group": "scenes", "n": 1000})._replace(geometry=rec))
+    return out
+
+
+def stored_vectors():
+    V = vectors(11, N_VECTORS)
+    ids = [f"v{i:03d}" for i in range(N_VECTORS)] + ["v000-copy"] + list(scene_views())
+    copy = V[0] + 1e-3 * np.ones(DIM)
+    rows = [*V, copy / np.linalg.norm(copy), *(v for v, _ in scene_views().values())]
+    return ids, np.asarray(rows, np.float32)
+
+
+# ---------------------------------------------------------------- the indexes
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, random_vocabulary):
+    """{kind: index} holding the same images and the same trained codec."""
+    tmp = tmp_path_factory.mktemp("congruence")
+    encoder = make_encoder()
+    enc = items(random_vocabulary)
+    out = {"one": StreamingIndex.create(tmp / "one", encoder, vector_dtype="float32", vocabulary=random_vocabulary,
+                                        indexed_fields=["group", "n"]),
+           "sharded-local": ShardedIndex.create(tmp / "local", encoder, shards=3, vector_dtype="float32",
+                                                vocabulary=random_vocabulary, indexed_fields=["group", "n"])}
+    for idx in out.values():
+        assert idx.write_encoded(enc) == ["added"] * len(enc)
+    codec = out["one"].train(nlist=1, M=8, seed=0, progress=False)
+    out["sharded-local"].train(codec=codec)
+    out["codec"] = codec
+    out["tmp"], out["encoder"], out["enc"] = tmp, encoder, enc
+    yield out
+    for kind in KINDS:
+        if kind in out:
+            out[kind].close()
+
+
+@pytest.fixture(scope="module")
+def dask_index(built, request):
+    """The Dask kind, built on the module's LocalCluster only when a test asks for it."""
+    client = request.getfixturevalue("client")
+    idx = ShardedIndex.create(built["tmp"] / "dask", built["encoder"], shards=3, vector_dtype="float32",
+                              vocabulary=built["one"].vocabulary, indexed_fields=["group", "n"], dask=client)
+    assert idx.write_encoded(built["enc"]) == ["added"] * len(built["enc"])
+    idx.train(codec=built["codec"])
+    built["sharded-dask"] = idx
+    return idx
+
+
+@pytest.fixture(params=KINDS)
+def index(request, built):
+    if request.param == "sharded-dask":
+        return request.getfixturevalue("dask_index")
+    return built[request.param]
+
+
+@pytest.fixture
+def reference(built):
+    return built["one"]
+
+
+def hits_of(hits):
+    """What a list of Hit says, comparable across index kinds."""
+    return [(h.id, round(h.score, 5), h.inliers, bool(h.verified), h.stage,
+             None if h.region is None else np.round(h.region, 3).tolist()) for h in hits]
+
+
+# ---------------------------------------------------------------- the checks
+def test_every_kind_is_an_index(index):
+    assert isinstance(index, Index)
+
+
+def test_what_it_holds(index, reference):
+    ids, V = stored_vectors()
+    assert len(index) == len(ids)
+    assert index.ids() == sorted(ids)
+    assert "scene0-view1" in index and "nope" not in index and "bad\0id" not in index
+    assert np.allclose(index.vector("v005"), V[5], atol=1e-6)
+    assert index.geometry("scene2-view0") == reference.geometry("scene2-view0") is not None
+    assert index.geometry("v001") is None
+    assert index.info("v007")["sha256"] == reference.info("v007")["sha256"]
+    assert [json.loads(r)["sha256"] if r else None for r in index.records(["v001", "nope"])] == \
+        [reference.info("v001")["sha256"], None]
+    with pytest.raises(UnknownIdError):
+        index.info("nope")
+    assert sorted(index.indexed_fields()) == ["group", "n"]
+    st = index.stats()
+    assert st["images"] == len(ids) and st["codec_trained_on"] == len(ids) and st["added_since_training"] == 0
+    assert index.codec_params() == reference.codec_params() == {"nlist": 1, "M": 8, "nprobe": 1}
+
+
+def test_a_pass_over_every_vector_page_by_page(index):
+    ids, V = stored_vectors()
+    seen, after = {}, None
+    while True:
+        page, Q, after = index.vectors_page(after, 64)
+        if not page:
+            break
+        assert len(page) <= 64
+        seen.update(zip(page, Q))
+    assert sorted(seen) == sorted(ids)
+    assert all(np.allclose(seen[i], v, atol=1e-6) for i, v in zip(ids, V))
+
+
+@pytest.mark.parametrize("mode, rerank", [("exact", None), ("pq", 0), ("pq", None)])
+def test_search_one_query_and_a_batch(index, reference, mode, rerank):
+    ids, V = stored_vectors()
+    Q = vectors(12, 5)
+    p = SearchParams(k=10, mode=mode, rerank=rerank)
+    for q in Q:
+        got = index.search(q, params=p)
+        assert hits_of(got) == hits_of(reference.search(q, params=p))
+        if mode == "exact" or rerank is None:  # every candidate re-scored: the brute-force ranking
+            order = np.argsort(-(V @ q), kind="stable")[:10]
+            assert [h.id for h in got] == [ids[i] for i in order]
+            assert np.allclose([h.score for h in got], (V @ q)[order], atol=1e-5)
+    scores, got_ids = index.search(Q, params=p)
+    ref_scores, ref_ids = reference.search(Q, params=p)
+    assert got_ids.tolist() == ref_ids.tolist()
+    assert np.allclose(scores, ref_scores, atol=1e-6)
+
+
+@pytest.mark.parametrize("where", [{"group": "g1"}, {"n": {"gte": 100, "lt": 120}}, {"group": {"in": ["g0", "g3"]}},
+                                   {"group": "scenes"}, {"group": "none-such"}])
+@pytest.mark.parametrize("mode", ["exact", "pq"])
+def test_filters(index, reference, built, where, mode):
+    ids, V = stored_vectors()
+    meta = {e.key.decode(): e.metadata for e in built["enc"]}
+
+    def selected(i):
+        m, (field, cond) = meta[i], next(iter(where.items()))
+        if not isinstance(cond, dict):
+            return m[field] == cond
+        if "in" in cond:
+            return m[field] in cond["in"]
+        return cond["gte"] <= m[field] < cond["lt"]
+    q = vectors(13, 1)[0]
+    p = SearchParams(k=8, mode=mode, where=where)
+    got = index.search(q, params=p)
+    assert hits_of(got) == hits_of(reference.search(q, params=p))
+    order = [i for i in np.argsort(-(V @ q), kind="stable") if selected(ids[i])][:8]
+    assert [h.id for h in got] == [ids[i] for i in order]
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"expand": 0}, {"verify": 4, "expand": 1, "k": 3},
+                                    {"box": (50, 40, 300, 250), "pairs": True}, {"expansion": "alpha", "k": 12},
+                                    {"where": {"group": "scenes"}, "k": 5}, {"mode": "pq", "rerank": 0}])
+def test_the_second_stage_verifies_the_views_of_a_scene(index, reference, kwargs):
+    views = scene_views()
+    for s in (0, 3):
+        vec, f = views[f"scene{s}-view1"]
+        p = SearchParams(**{"k": 8, "mode": "exact", **kwargs})
+        got = index.search(vec, features=f, params=p)
+        assert hits_of(got) == hits_of(reference.search(vec, features=f, params=p))
+        verified = [h.id for h in got if h.verified]
+        assert verified and set(verified) <= {f"scene{s}-view{v}" for v in range(VIEWS)}
+        assert got[0].id == f"scene{s}-view1" and got[0].inliers == N_FEATURES
+        assert [h.stage for h in got[:len(verified)]] == ["verified"] * len(verified)
+        if kwargs.get("pairs"):
+            assert all(h.pairs.shape == (h.inliers, 4) for h in got if h.verified)
+
+
+def test_the_second_stage_with_a_stored_record(index, reference):
+    q, rec = index.vector("scene4-view2"), index.geometry("scene4-view2")
+    got = index.search(q, record=rec, k=6, mode="exact")
+    assert hits_of(got) == hits_of(reference.search(q, record=rec, k=6, mode="exact"))
+    assert {h.id for h in got if h.verified} == {f"scene4-view{v}" for v in range(VIEWS)}
+
+
+def test_near_duplicates(index, reference):
+    assert [h.id for h in index.duplicates("v000", threshold=0.99)] == ["v000-copy"]
+    got = index.duplicates("v000")
+    assert [(h.id, round(h.score, 4)) for h in got] == [(h.id, round(h.score, 4)) for h in reference.duplicates("v000")]
+    assert all(h.score >= 0.5 for h in got) and len(got) > 1  # the default threshold: v000's cluster
+    groups = index.duplicates(threshold=0.99, progress=False)
+    assert [sorted(g["ids"]) for g in groups] == [["v000", "v000-copy"]]
+    groups = index.duplicates(progress=False)
+    assert sorted(sorted(g["ids"]) for g in groups) == sorted(sorted(g["ids"]) for g in reference.duplicates(progress=False))
+
+
+def test_metadata(index, reference):
+    assert index.metadata("v010") == reference.metadata("v010") == {"group": "g2", "n": 10}
+    assert index.metadata_many(["v011", "nope"]) == [{"group": "g3", "n": 11}, None]
+    with pytest.raises(UnknownIdError):
+        index.metadata("nope")
+    q = index.vector("v020")
+    try:
+        assert index.set_metadata("v020", {"group": "moved"}, merge=True) == {"group": "moved", "n": 20}
+        assert [h.id for h in index.search(q, k=3, mode="exact", where={"group": "moved"})] == ["v020"]
+    finally:
+        index.set_metadata("v020", {"group": "g0", "n": 20})
+    assert index.search(q, k=3, mode="exact", where={"group": "moved"}) == []
+
+
+def test_add_and_remove(index, reference):
+    V = vectors(14, 3)
+    new = [f"tmp{i}" for i in range(3)]
+    n = len(index)
+    for i, v in zip(new, V):
+        assert index.add(i, vector=v, metadata={"group": "tmp"}) == i
+    try:
+        assert len(index) == n + 3
+        assert [h.id for h in index.search(V[1], k=1, mode="exact")] == ["tmp1"]
+        assert index.remove(new[:2]) == 2
+        assert "tmp0" not in index and "tmp2" in index
+        assert [h.id for h in index.search(V[1], k=10, mode="exact", where={"group": "tmp"})] == ["tmp2"]
+        with pytest.raises(UnknownIdError):
+            index.remove(["tmp2", "tmp0"])  # all or none
+        assert "tmp2" in index
+        w = vectors(16, 1)[0]
+        assert index.update("tmp2", vector=w, metadata={"n": 2}) == "tmp2"
+        assert index.metadata("tmp2") == {"group": "tmp", "n": 2}  # kept, updated
+        assert [h.id for h in index.search(w, k=1, mode="exact")] == ["tmp2"]
+        with pytest.raises(UnknownIdError):
+            index.update("tmp0", vector=vectors(17, 1)[0])
+    finally:
+        index.remove([i for i in new if i in index])
+    assert len(index) == n
+    q = vectors(15, 1)[0]
+    assert hits_of(index.search(q, k=10, mode="exact")) == hits_of(reference.search(q, k=10, mode="exact"))
