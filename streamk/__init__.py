@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from .features.cache import extract as extract
     from .features.extractors import make_extractor as make_extractor
     from .index.sharded import ShardedIndex as ShardedIndex, open_index as open_index
+    from .index.base import Index as Index
     from .index.search_params import SearchParams as SearchParams
     from .index.streaming_index import StreamingIndex as StreamingIndex
     from .pipeline.encoder_training import train_encoder as train_encoder
