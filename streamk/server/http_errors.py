@@ -44,8 +44,14 @@ def status_of(error):
     return getattr(error, "http_status", 400)
 
 
+MAX_MESSAGE_CHARS = 1000  # of an error message: one may quote a value of the request, which may be 20 MB
+
+
 def error_response(status, code, message, headers=None):
-    body = ErrorAnswer(error={"code": code, "message": " ".join(str(message).split())})
+    message = str(message)
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + " [...]"
+    body = ErrorAnswer(error={"code": code, "message": " ".join(message.split())})
     return JSONResponse(body.model_dump(), status_code=status, headers=headers)
 
 

@@ -119,3 +119,10 @@ def test_huge_and_tiny_vectors_are_unit_vectors_on_add_and_search_alike(served):
         for i in range(4):
             c.delete(f"/images/scaled-{i}")
         assert_error(c.post("/search", json={"vector": [0.0] * DIM}), 400, "zero_vector")
+
+
+def test_an_error_quoting_a_large_value_is_short(served):
+    """A filter error quotes the value it refuses: a 1 MB value is not sent back whole."""
+    with served.client() as c:
+        r = c.post("/search", json={"id": "p0", "where": {"s": "x" * (1 << 20)}})
+        assert r.status_code == 400 and len(r.content) < 2000, len(r.content)
