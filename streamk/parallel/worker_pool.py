@@ -15,6 +15,7 @@ that one too gets ``TaskFailure("crashed", CRASHED)``, so a killed worker loses 
 import multiprocessing
 import os
 import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
@@ -56,6 +57,7 @@ class WorkerPool:
         self._pool = None
         self._pipe = None
         self._generation = 0
+        self._others = set()  # (pool, pipe) still ending after a swap, and retry_alone's pools: close ends them
 
     def _start(self):
         """(Under the lock.) A fresh pool of processes, started as tasks come."""
@@ -79,6 +81,12 @@ class WorkerPool:
             future = Future()
             future.set_exception(exc)
             return future, generation
+
+    @property
+    def generation(self):
+        """The generation of the pool the next task goes to (see :meth:`replace`)."""
+        with self._lock:
+            return self._generation
 
     def start(self, warm=True):
         """Start the processes now (``warm``: and wait until each has built its context)."""
@@ -110,30 +118,53 @@ class WorkerPool:
     def _swap(self, cancel):
         """(Under the lock.) A fresh pool; the old one ends in the background, its queued
         tasks cancelled or (``cancel`` False) run first."""
-        old, pipe = self._pool, self._pipe
+        old = (self._pool, self._pipe)
         self._start()
-        threading.Thread(target=_shutdown, args=(old, pipe, cancel), daemon=True).start()
+        self._others.add(old)
+        threading.Thread(target=self._end_other, args=(old, cancel), daemon=True).start()
 
-    def close(self, cancel=True):
-        """End the processes (waited for); a later task starts a fresh pool."""
+    def _end_other(self, other, cancel):
+        _shutdown(*other, cancel)
+        with self._lock:
+            self._others.discard(other)
+
+    def close(self, cancel=True, timeout=None):
+        """End the processes (waited for); a later task starts a fresh pool. ``timeout``
+        (seconds, None: none): the running tasks have that long to finish, then every
+        process of this pool (those of older pools still ending and of :func:`retry_alone`
+        for it included) is made to end: closing the pipe the workers watch, then SIGKILL."""
         with self._lock:
             pool, pipe, self._pool, self._pipe = self._pool, self._pipe, None, None
-        if pool is not None:
-            _shutdown(pool, pipe, cancel)
+            others = list(self._others) if timeout is not None else []
+        ending = ([(pool, pipe)] if pool is not None else []) + others
+        if timeout is None:
+            for p in ending:
+                _shutdown(*p, cancel)
+            return
+        _end_within(ending, timeout)
 
 
-def retry_alone(context, fn, item):
+def retry_alone(context, fn, item, owner=None):
     """The result of ``fn(context, item)`` run again alone in a fresh worker process (its
     first one died): ``TaskFailure("crashed", CRASHED)`` when it dies again,
-    ``TaskFailure.of(exc)`` when its future raised anything else."""
+    ``TaskFailure.of(exc)`` when its future raised anything else. ``owner``: a WorkerPool
+    whose ``close(timeout=)`` ends this process too."""
     pool = WorkerPool(1, context)
+    pool.start(warm=False)
+    entry = (pool._pool, pool._pipe)
+    if owner is not None:
+        with owner._lock:
+            owner._others.add(entry)
     try:
         return pool.submit(fn, item)[0].result()
     except BrokenProcessPool:
         return TaskFailure("crashed", CRASHED)
-    except Exception as exc:
+    except Exception as exc:  # RuntimeError: the owner was closed meanwhile
         return TaskFailure.of(exc)
     finally:
+        if owner is not None:
+            with owner._lock:
+                owner._others.discard(entry)
         pool.close()
 
 
@@ -145,6 +176,29 @@ def _shutdown(pool, pipe, cancel):
     pool.shutdown(wait=True, cancel_futures=cancel)
     for conn in pipe:  # after the workers are gone: closing our end ends any straggler
         conn.close()
+
+
+def _end_within(ending, timeout):
+    """End the (pool, pipe) pairs of ``ending`` within about ``timeout`` + 2 s: queued
+    tasks cancelled, running ones given ``timeout``; then the pipe the workers watch
+    closed (each exits at EOF, :func:`~streamk.parallel.worker_process.exit_with_parent`),
+    then SIGKILL for any left."""
+    processes = []
+    for pool, _ in ending:
+        processes += list((getattr(pool, "_processes", None) or {}).values())  # before shutdown forgets them
+        pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for _, pipe in ending:
+        for conn in pipe:
+            conn.close()
+    deadline = time.monotonic() + 1.0
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
 
 
 __all__ = ["CRASHED", "TaskFailure", "WorkerPool", "retry_alone"]

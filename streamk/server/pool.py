@@ -1,34 +1,50 @@
 """The server's encoding workers: an adapter of :class:`streamk.parallel.WorkerPool` to
-the event loop, so that the loop never waits on a CPU-bound step.
+the event loop, so that the loop never waits on a CPU-bound step, nor on a process.
 
-The processes, their set-up (one thread per library, the context of
-:func:`streamk.index.describe_context` built once per process, death with the server even
-when the server is killed with SIGKILL) and the crash-and-retry are streamk.parallel's,
-as for ingestion: a worker that dies on an image breaks the pool; a fresh pool is
-started and the image tried once more, alone in a fresh process
-(:func:`streamk.parallel.retry_alone`); a second death is the image's error
+The processes, their set-up (one thread per library, the describing context built once
+per process, death with the server even when the server is killed with SIGKILL) and the
+crash-and-retry are streamk.parallel's, as for ingestion: a worker that dies on an image
+breaks the pool; a fresh pool is started and the image tried once more, alone in a fresh
+process (:func:`streamk.parallel.retry_alone`); a second death is the image's error
 (``WorkerCrashedError``), never the server's.
+
+Nothing large crosses a pipe to start a worker: each loads the encoder and the visual
+words from the index itself (:func:`~streamk.server.tasks.index_describe_context`), and
+is sent the index's path, the extractor's parameters and a fingerprint (a few hundred
+bytes; the encoder pickled into every start was ~16 MB, and a worker that died before
+reading it all left the write, and the event loop, blocked for good). Every step that
+may wait on a process -- a submit (which starts a worker), replacing a broken pool, a
+retry -- runs in a thread, never on the event loop, the submit with a bounded wait.
 """
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from ..errors import ConfigError
-from ..index import ImageFailure, describe_task_context
-from ..parallel import TaskFailure, WorkerPool, retry_alone
+from ..index import ImageFailure
+from ..parallel import CRASHED, TaskFailure, WorkerPool, retry_alone
+from .tasks import index_task_context
+
+SUBMIT_TIMEOUT = 30.0  # s: a submit (it may start a worker process) that takes longer is a crashed start
+CLOSE_TIMEOUT = 10.0  # s: the running tasks' time to finish at close, before their workers are ended
 
 
 class EncodingPool:
-    """``workers`` processes describing images for an index's encoder, extractor and
-    vocabulary. ``await pool.run(fn, item)`` runs ``fn(context, item)`` in one of them."""
+    """``workers`` processes describing images for the index at ``index_path`` (its
+    encoder, of ``fingerprint``; its visual words when ``local_features``) with
+    ``extractor``. ``await pool.run(fn, item)`` runs ``fn(context, item)`` in one of them."""
 
-    def __init__(self, encoder_bytes, extractor, vocabulary_bytes=None, workers=2):
+    def __init__(self, index_path, extractor, fingerprint, local_features=False, workers=2,
+                 submit_timeout=SUBMIT_TIMEOUT):
         workers = int(workers)
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {workers}")
         self.workers = workers
-        vocabulary = None if vocabulary_bytes is None else bytes(vocabulary_bytes)
-        self._pool = WorkerPool(workers, describe_task_context(bytes(encoder_bytes), extractor, vocabulary=vocabulary))
+        self.submit_timeout = float(submit_timeout)
+        self._pool = WorkerPool(workers, index_task_context(index_path, extractor, fingerprint, local_features))
+        # submits and replacements (each may start a process); retries wait in the loop's default threads
+        self._threads = ThreadPoolExecutor(max_workers=workers + 2, thread_name_prefix="streamk-workers")
 
     @property
     def context(self):
@@ -40,27 +56,36 @@ class EncodingPool:
         self._pool.start(warm)
         return self
 
-    def use_vocabulary(self, vocabulary_bytes):
-        """Describe images with these visual words from now on (the index was given local
-        geometry by another process): a fresh pool of workers; the old one finishes the
-        tasks it holds, then ends."""
+    def use_vocabulary(self):
+        """Describe images with the index's visual words from now on (another process gave
+        the index local geometry): a fresh pool of workers, which load them; the old one
+        finishes the tasks it holds, then ends."""
         context = self._pool.context
-        self._pool.use_context(context._replace(params=dict(context.params, vocabulary=bytes(vocabulary_bytes))))
+        self._pool.use_context(context._replace(params=dict(context.params, local_features=True)))
 
     async def run(self, fn, item):
-        """``fn(context, item)`` in a worker; a worker that died on it twice gives
-        ``{"error": ImageFailure("WorkerCrashedError", ...)}``."""
+        """``fn(context, item)`` in a worker; a worker that died on it twice (or did not
+        start in time) gives ``{"error": ImageFailure("WorkerCrashedError", ...)}``."""
         loop = asyncio.get_running_loop()
-        future, generation = self._pool.submit(fn, item)
+        generation = None
         try:
+            future, generation = await asyncio.wait_for(
+                loop.run_in_executor(self._threads, self._pool.submit, fn, item), self.submit_timeout)
             return await asyncio.wrap_future(future, loop=loop)
         except BrokenProcessPool:
-            self._pool.replace(generation)
-        result = await loop.run_in_executor(None, retry_alone, self._pool.context, fn, item)
+            await loop.run_in_executor(self._threads, self._pool.replace, generation)
+        except asyncio.TimeoutError:  # the submit is stuck starting a process: a fresh pool for the next ones
+            generation = self._pool.generation
+            await loop.run_in_executor(self._threads, self._pool.replace, generation)
+            return {"error": ImageFailure.of_task(TaskFailure("crashed", CRASHED))}
+        result = await loop.run_in_executor(None, retry_alone, self._pool.context, fn, item, self._pool)
         return {"error": ImageFailure.of_task(result)} if isinstance(result, TaskFailure) else result
 
-    def close(self):
-        self._pool.close()
+    def close(self, timeout=CLOSE_TIMEOUT):
+        """End the workers: the running tasks have ``timeout`` s to finish, then their
+        processes are ended (bounded: a stop never waits on a worker for good)."""
+        self._pool.close(timeout=timeout)
+        self._threads.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["EncodingPool"]
+__all__ = ["CLOSE_TIMEOUT", "EncodingPool", "SUBMIT_TIMEOUT"]

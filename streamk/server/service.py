@@ -95,8 +95,8 @@ class Service:
         self.has_local_features = vocabulary is not None
         self.dim = int(self.index.encoder.dim)
         extractor = self.index.extractor()  # the stored one, or the default (pinned by the first write)
-        self.pool = EncodingPool(self.index.encoder.to_bytes(), extractor,
-                                 None if vocabulary is None else vocabulary.to_bytes(), self.workers)
+        self.pool = EncodingPool(self.path, extractor, self.index.encoder.fingerprint, vocabulary is not None,
+                                 self.workers)
         self._warm()
 
     def _warm(self):
@@ -149,7 +149,7 @@ class Service:
         if not self.has_local_features:
             vocabulary = self.index.vocabulary
             if vocabulary is not None:
-                self.pool.use_vocabulary(vocabulary.to_bytes())
+                self.pool.use_vocabulary()
                 self.has_local_features = True
         return self.has_local_features
 

@@ -9,8 +9,50 @@ exception, so that an error class whose constructor takes other arguments still 
 the process boundary; the server maps the name to its HTTP answer.
 """
 
+import os
+
 from ..features import THUMBNAIL_SIDE, exif_date, thumbnail_jpeg
-from ..index import ImageFailure, describe_image, unit_vector
+from ..index import ImageFailure, describe_context, describe_image, open_index, unit_vector
+from ..parallel import TaskContext
+
+# Test hook (tests/server/test_worker_faults.py): a worker whose context is built while
+# this variable names an existing file dies in its initialiser (the file is removed
+# first, so that only one worker dies): a death at start-up, on demand. Never set it
+# in production.
+DIE_AT_START_ENV = "STREAMK_TEST_WORKER_DIE_AT_START"
+
+
+def index_describe_context(index_path, extractor, fingerprint, local_features):
+    """The :func:`streamk.index.describe_context` of the index at ``index_path``, built in
+    a worker process from the index itself (its encoder, and its visual words when
+    ``local_features``), so that what a worker is sent to start is a path and a few
+    small values, never the encoder's megabytes. ``fingerprint``: the encoder the server
+    serves (an encoder changed since is an error, not a silent mismatch)."""
+    _maybe_die_at_start()
+    with open_index(index_path, readonly=True) as idx:
+        encoder = idx.encoder
+        vocabulary = idx.vocabulary if local_features else None
+    if encoder.fingerprint != fingerprint:
+        raise RuntimeError(f"the index's encoder changed since the server started ({encoder.fingerprint[:12]}... "
+                           f"is not {fingerprint[:12]}...): restart the server")
+    return describe_context(encoder, extractor, vocabulary)
+
+
+def index_task_context(index_path, extractor, fingerprint, local_features=False):
+    """The TaskContext of :func:`index_describe_context` (what each worker is sent)."""
+    return TaskContext(index_describe_context, {"index_path": os.path.realpath(index_path), "extractor": extractor,
+                                                "fingerprint": str(fingerprint),
+                                                "local_features": bool(local_features)})
+
+
+def _maybe_die_at_start():
+    marker = os.environ.get(DIE_AT_START_ENV)
+    if marker:
+        try:
+            os.remove(marker)
+        except OSError:  # another worker took it (or none was asked for)
+            return
+        os._exit(3)
 
 
 def describe_upload(ctx, item):
@@ -51,4 +93,4 @@ def thumbnail_task(ctx, item):
         return {"error": ImageFailure.of(exc, name)}
 
 
-__all__ = ["THUMBNAIL_SIDE", "describe_upload", "thumbnail_jpeg", "thumbnail_task", "upload_metadata"]
+__all__ = ["DIE_AT_START_ENV", "THUMBNAIL_SIDE", "describe_upload", "index_describe_context", "index_task_context", "thumbnail_jpeg", "thumbnail_task", "upload_metadata"]
