@@ -57,20 +57,15 @@ _DEPRECATED.update({name: "streamk.errors" for name in (
 __all__ = sorted(_PUBLIC) + ["errors", "__version__"]
 
 # What a type checker sees of the lazy names above (streamk ships py.typed). From the
-# modules that define them: a package's lazy __getattr__ would give a checker Any.
+# packages' TYPE_CHECKING blocks (streamk.exports).
 if TYPE_CHECKING:
-    from .datasets.benchmarks import load_dataset as load_dataset
-    from .encoding.encoder import Encoder as Encoder
-    from .evaluation.metrics import evaluate as evaluate
-    from .features.cache import extract as extract
-    from .features.extractors import make_extractor as make_extractor
-    from .index.sharded import ShardedIndex as ShardedIndex, open_index as open_index
-    from .index.base import Index as Index
-    from .index.search_params import SearchParams as SearchParams
-    from .index.streaming_index import StreamingIndex as StreamingIndex
-    from .pipeline.encoder_training import train_encoder as train_encoder
-    from .pipeline.index_setup import create_index as create_index
-    from .pipeline.ingest import Ingester as Ingester
+    from .datasets import load_dataset as load_dataset
+    from .encoding import Encoder as Encoder
+    from .evaluation import evaluate as evaluate
+    from .features import extract as extract, make_extractor as make_extractor
+    from .index import (Index as Index, SearchParams as SearchParams, ShardedIndex as ShardedIndex,
+                        StreamingIndex as StreamingIndex, open_index as open_index)
+    from .pipeline import Ingester as Ingester, create_index as create_index, train_encoder as train_encoder
 
 
 def __getattr__(name):

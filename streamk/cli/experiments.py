@@ -17,7 +17,7 @@ def _demo(args):
 
 
 def _eval(args):
-    from ..evaluation.report import run_eval
+    from ..evaluation import run_eval
 
     report = run_eval(
         args.dataset, args.root, method=args.method, embeddings=args.embedding, ks=args.vocab_size,

@@ -106,7 +106,7 @@ def _index_upgrade(args):
     from ..index import upgrade
 
     n = upgrade(args.dir, progress=None if sys.stderr.isatty() else False)
-    from ..index.store import FORMAT_VERSION
+    from ..index import FORMAT_VERSION
 
     print(f"upgraded {args.dir} to index format {FORMAT_VERSION} ({n:,} images)")
     return 0

@@ -43,11 +43,10 @@ import numpy as np
 
 from .. import features as feat
 from . import transforms as tf
-from ..encoding.encoder import Encoder
+from ..encoding import Encoder, postprocess
 from ..errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
-from ..evaluation.metrics import compute_map
+from ..evaluation import compute_map
 from ..index import MAX_K, StreamingIndex, encoded_image_file
-from ..encoding.postprocessing import postprocess
 from ..pipeline import extract_many, scan
 from ..index import validate_id
 from ..verification import stored_record

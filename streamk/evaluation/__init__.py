@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         ns_scores as ns_scores, positive_positions as positive_positions, precision_at_k as precision_at_k,
         precision_recall as precision_recall, query_precision_recall as query_precision_recall,
     )
+    from .report import run_eval as run_eval
     from .sweep import DEFAULT_CONFIGS as DEFAULT_CONFIGS, SweepResult as SweepResult, run_sweep as run_sweep
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__)

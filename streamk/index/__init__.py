@@ -16,7 +16,7 @@ from .retraining import STALE_CODEC_RATIO, stale_codec_note
 from .queries import MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY, QueryEncoder, check_k, check_request
 from .search_params import EXPANSIONS, INDEX_LIMITS, MODES, SERVER_LIMITS, SearchLimits, SearchParams, check_count
 from .sharded import ShardedIndex, is_sharded, open_index, shard_of
-from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, ImageRecord, Store, id_key, validate_id
+from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, FORMAT_VERSION, VECTOR_DTYPES, ImageRecord, Store, id_key, validate_id
 from .streaming_index import StreamingIndex
 from .base import Index
 from .queries import PreparedQuery

@@ -2,14 +2,25 @@
 into an index, an encoder trained on a sample of images, features of many images, re-aggregation.
 """
 
-from .encoder_training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES, TrainingInfo, train_encoder
-from .extraction import ExtractionResult, extract_many, iter_extract
-from .index_setup import create_index
-from .local_features import add_local_features
-from .ingest import (IMAGE_EXTENSIONS, Ingester, IngestStats, collect_images, id_for, is_image_name, iter_scan,
-                     retrain_if_stale, run_ingest, scan)
-from .reaggregation import Reaggregator, Settings
+from typing import TYPE_CHECKING
 
-__all__ = ["add_local_features", "DEFAULT_DESCRIPTORS_PER_IMAGE", "DEFAULT_MAX_IMAGES", "IMAGE_EXTENSIONS", "ExtractionResult",
-           "IngestStats", "Ingester", "Reaggregator", "Settings", "TrainingInfo", "collect_images", "create_index", "extract_many", "id_for", "is_image_name",
-           "iter_extract", "iter_scan", "retrain_if_stale", "run_ingest", "scan", "train_encoder"]
+from ..exports import lazy_exports
+
+if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
+    from .encoder_training import (
+        DEFAULT_DESCRIPTORS_PER_IMAGE as DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES as DEFAULT_MAX_IMAGES,
+        TrainingInfo as TrainingInfo, train_encoder as train_encoder,
+    )
+    from .extraction import (
+        ExtractionResult as ExtractionResult, extract_many as extract_many, iter_extract as iter_extract,
+    )
+    from .index_setup import create_index as create_index
+    from .local_features import add_local_features as add_local_features
+    from .ingest import (
+        IMAGE_EXTENSIONS as IMAGE_EXTENSIONS, Ingester as Ingester, IngestStats as IngestStats,
+        collect_images as collect_images, id_for as id_for, is_image_name as is_image_name,
+        iter_scan as iter_scan, retrain_if_stale as retrain_if_stale, run_ingest as run_ingest, scan as scan,
+    )
+    from .reaggregation import Reaggregator as Reaggregator, Settings as Settings
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__)

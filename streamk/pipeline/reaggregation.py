@@ -26,7 +26,7 @@ import numpy as np
 from .. import features as feat
 from .extraction import iter_extract
 from ..errors import ConfigError, DatasetImageError, NotFittedError
-from ..encoding.postprocessing import RotationNormalisation, l2_normalize, postprocess
+from ..encoding import RotationNormalisation, l2_normalize, postprocess
 from ..index import Hit, check_request
 
 MAX_IMAGES = 5000  # beyond this, re-aggregating the whole database is not interactive

@@ -19,8 +19,7 @@ import ipywidgets as W
 import numpy as np
 
 from ..errors import StreamkError
-from ..evaluation.metrics import query_precision_recall
-from ..evaluation.sweep import DEFAULT_CONFIGS, run_sweep
+from ..evaluation import DEFAULT_CONFIGS, query_precision_recall, run_sweep
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, figure_png, guarded, new_figure, placeholder_svg
 
 METHOD_NAMES = {"sum": "sum", "democratic": "democratic", "gmp": "GMP"}

@@ -28,7 +28,7 @@ from .. import features as feat
 from ..pipeline import extract_many
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError, ImageTooLargeError
 from ..index import SearchParams
-from ..pipeline.reaggregation import Reaggregator, Settings
+from ..pipeline import Reaggregator, Settings
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
 from .weights import WeightsView
 
