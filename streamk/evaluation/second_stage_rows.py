@@ -21,7 +21,7 @@ import numpy as np
 
 from ..verification import Vocabulary, expand_query, make_query_record, rerank, stored_record, verify_geometry
 from ..verification.expansion import DEFAULT_TOP
-from ..verification.spatial import DEFAULT_MIN_INLIERS, DEFAULT_R
+from ..verification.spatial import DEFAULT_R
 
 DEFAULT_VERIFY = DEFAULT_R
 DEFAULT_EXPAND = DEFAULT_TOP
@@ -57,8 +57,7 @@ class SecondStageRows:
         head = np.asarray(ranking[:self.verify_r])
         qrec = self.query_record(i) if qrec is None else qrec
         checks = verify_geometry(qrec, [self.records[j] for j in head], query_box=self.boxes[i])
-        inliers = np.array([v.inliers for v in checks], np.int64)
-        ranked, n_verified = rerank(head, inliers, DEFAULT_MIN_INLIERS)  # verified first, by inliers
+        ranked, n_verified = rerank(head, checks)  # verified first (verification's decision), by inliers
         return ranked[:n_verified], np.concatenate([ranked[n_verified:], np.asarray(ranking)[len(head):]])
 
     def rankings(self, mv):

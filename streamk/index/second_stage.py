@@ -5,7 +5,7 @@ query expanded with them and searched once more.
     first stage: top max(k, R) rows of the query vector q
     verify:      the R rows' geometry records (one read each, from ``geometry``) against
                  the query's record (streamk.verification: tentative matches + RANSAC)
-    re-rank:     verified rows (inliers >= min_inliers) first, by inliers
+    re-rank:     verified rows (verification's decision) first, by inliers
     expand:      q' = normalise(q + sum of the first N verified rows' vectors) (AQE; or alpha-QE)
     again:       top k + V of q'; the result: the V verified rows, then the rows of the
                  second search that are not among them, k in all
@@ -119,11 +119,12 @@ def verify_candidates(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT
 
 def verified_first(candidates, min_inliers=DEFAULT_MIN_INLIERS):
     """(the verified candidates by inliers, the others in their order): ``candidates`` in
-    first-stage order, a candidate verified when its explanation's inliers reach
-    ``min_inliers`` (:func:`streamk.verification.rerank`: ties keep the first-stage order)."""
-    inliers = np.array([-1 if c.explanation.get("inliers") is None else c.explanation["inliers"]
-                        for c in candidates], np.int64)
-    order, n_verified = rerank(np.arange(len(candidates), dtype=np.int64), inliers, min_inliers)
+    first-stage order, a candidate verified when its explanation says so (verification's
+    decision, which ``min_inliers`` only sets under the rule before 0.3;
+    :func:`streamk.verification.rerank`: ties keep the first-stage order)."""
+    inliers = np.array([c.explanation["inliers"] if c.explanation.get("verified") else -1
+                        for c in candidates], np.int64)  # verified ones have >= 4 inliers
+    order, n_verified = rerank(np.arange(len(candidates), dtype=np.int64), inliers, 1)
     return [candidates[i] for i in order[:n_verified]], [candidates[i] for i in order[n_verified:]]
 
 

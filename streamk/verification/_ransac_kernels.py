@@ -93,12 +93,92 @@ def frame_hypothesis(F1, T1, F2, T2, k, cos_r, sin_r, P1, P2, model):
 
 
 @njit(cache=True)
-def scale_ok(model, max_scale):
-    det = model[0] * model[3] - model[1] * model[2]
-    if not (det > 0.0):
+def _shoelace(P, n):
+    a = 0.0
+    for i in range(n):
+        j = (i + 1) % n
+        a += P[i, 0] * P[j, 1] - P[j, 0] * P[i, 1]
+    return 0.5 * a
+
+
+@njit(cache=True)
+def _clip_half_plane(P, n, axis, bound, keep_below, out):
+    """Sutherland-Hodgman: the polygon P[:n] cut to coordinate ``axis`` <= bound
+    (keep_below) or >= bound; writes out, returns its vertex count."""
+    m = 0
+    for i in range(n):
+        a = P[i]
+        b = P[(i + 1) % n]
+        ina = (a[axis] <= bound) if keep_below else (a[axis] >= bound)
+        inb = (b[axis] <= bound) if keep_below else (b[axis] >= bound)
+        if ina:
+            out[m, 0] = a[0]
+            out[m, 1] = a[1]
+            m += 1
+        if ina != inb:
+            t = (bound - a[axis]) / (b[axis] - a[axis])
+            out[m, 0] = a[0] + t * (b[0] - a[0])
+            out[m, 1] = a[1] + t * (b[1] - a[1])
+            m += 1
+    return m
+
+
+@njit(cache=True)
+def region_ok(model, region, w, h, min_overlap):
+    """The query region mapped by the model: a convex quadrilateral in the same turning
+    order as the region (not crossed, not folded, not flat), and its overlap with the
+    candidate image [-0.5, w - 0.5] x [-0.5, h - 0.5] at least ``min_overlap`` of the
+    smaller of the two (the mapped region mostly inside the image, or the image mostly
+    inside the mapped region when the query shows more than the candidate)."""
+    Q = np.empty((4, 2))
+    for i in range(4):
+        Q[i, 0] = model[0] * region[i, 0] + model[1] * region[i, 1] + model[4]
+        Q[i, 1] = model[2] * region[i, 0] + model[3] * region[i, 1] + model[5]
+    sign = 1.0 if _shoelace(region, 4) >= 0.0 else -1.0
+    for i in range(4):
+        a = Q[(i + 1) % 4, 0] - Q[i, 0]
+        b = Q[(i + 1) % 4, 1] - Q[i, 1]
+        c = Q[(i + 2) % 4, 0] - Q[(i + 1) % 4, 0]
+        d = Q[(i + 2) % 4, 1] - Q[(i + 1) % 4, 1]
+        if not (sign * (a * d - b * c) > 0.0):  # a turn the wrong way (or none): crossed or flat
+            return False
+    area = sign * _shoelace(Q, 4)
+    if not (area > 0.0) or not math.isfinite(area):
+        return False
+    if min_overlap <= 0.0:
+        return True
+    A = np.empty((8, 2))
+    B = np.empty((8, 2))
+    n = _clip_half_plane(Q, 4, 0, -0.5, False, A)
+    n = _clip_half_plane(A, n, 0, w - 0.5, True, B)
+    n = _clip_half_plane(B, n, 1, -0.5, False, A)
+    n = _clip_half_plane(A, n, 1, h - 0.5, True, B)
+    inside = abs(_shoelace(B, n)) if n >= 3 else 0.0
+    return inside >= min_overlap * min(area, float(w) * float(h))
+
+
+@njit(cache=True)
+def plausible(model, max_scale, max_aniso, max_tilt_tan, region, w, h, min_overlap):
+    """A model that can be a view of the same scene (ransac.py's docstring): orientation
+    kept (det > 0), scale change within max_scale, singular values within a ratio of
+    max_aniso, the vertical turned by at most atan(max_tilt_tan) (upright features), and,
+    when ``region`` has its 4 corners, :func:`region_ok`."""
+    a, b, c, d = model[0], model[1], model[2], model[3]
+    det = a * d - b * c
+    if not (det > 0.0) or not math.isfinite(det):
         return False
     s = math.sqrt(det)
-    return s <= max_scale and s * max_scale >= 1.0
+    if not (s <= max_scale and s * max_scale >= 1.0):
+        return False
+    f2 = a * a + b * b + c * c + d * d
+    s1 = 0.5 * (f2 + math.sqrt(max(f2 * f2 - 4.0 * det * det, 0.0)))  # largest singular value, squared
+    if s1 > max_aniso * det:  # s1 / s2 = s1^2 / det
+        return False
+    if max_tilt_tan < np.inf and not (abs(b) <= max_tilt_tan * d):  # M (0, 1) = (b, d): still pointing down
+        return False
+    if region.shape[0] == 4:
+        return region_ok(model, region, w, h, min_overlap)
+    return True
 
 
 @njit(cache=True)
@@ -157,11 +237,12 @@ def fit_affine(P1, P2, idx, n, model):
 
 @njit(cache=True)
 def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot_sin, max_hypotheses,
-                lo_iterations, max_scale, confidence, stamp_q, stamp_d, stamp0, best_model):
+                lo_iterations, limits, region, img_w, img_h, confidence, stamp_q, stamp_d, stamp0, best_model):
     """Best model of one pair of images: hypotheses from single correspondences (in order of
     Hamming distance, then correspondence order), each turned by every extra rotation;
     local optimisation (iterated least squares on the inliers) whenever a hypothesis beats
-    the best so far; stops when ``confidence`` is reached for the best inlier ratio.
+    the best so far; stops when ``confidence`` is reached for the best inlier ratio. Only
+    :func:`plausible` models count (limits: max_scale, max_aniso, max_tilt_tan, min_overlap).
     Returns (inliers, next stamp). best_model is filled (NaN when no model has 3 inliers)."""
     T = P1.shape[0]
     s = stamp0
@@ -176,13 +257,15 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
     model = np.empty(6, np.float64)
     inv = np.empty(6, np.float64)
     best = 0
+    max_scale, max_aniso, max_tilt_tan, min_overlap = limits[0], limits[1], limits[2], limits[3]
     n_hyp = min(T, max_hypotheses)
     log_fail = math.log(1.0 - confidence) if confidence < 1.0 else -np.inf  # 1: never stop early
     for h in range(n_hyp):
         k = order[h]
         for r in range(rot_cos.shape[0]):
             frame_hypothesis(F1, T1, F2, T2, k, rot_cos[r], rot_sin[r], P1, P2, model)
-            if not scale_ok(model, max_scale) or not invert(model, inv):
+            if not plausible(model, max_scale, max_aniso, max_tilt_tan, region, img_w, img_h, min_overlap) \
+                    or not invert(model, inv):
                 continue
             s += 1
             n = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
@@ -196,7 +279,8 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
             for it in range(lo_iterations):
                 if not fit_affine(P1, P2, cur, ncur, model):
                     break
-                if not scale_ok(model, max_scale) or not invert(model, inv):
+                if not plausible(model, max_scale, max_aniso, max_tilt_tan, region, img_w, img_h, min_overlap) \
+                    or not invert(model, inv):
                     break
                 s += 1
                 n2 = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx2)
@@ -226,7 +310,8 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
             nt = count_inliers(model, inv, P1, P2, cq, cd, thr_q2 * f, thr_d2 * f, stamp_q, stamp_d, s, idx)
             if not fit_affine(P1, P2, idx, nt, model):
                 break
-            if not scale_ok(model, max_scale) or not invert(model, inv):
+            if not plausible(model, max_scale, max_aniso, max_tilt_tan, region, img_w, img_h, min_overlap) \
+                    or not invert(model, inv):
                 break
             s += 1
             n2 = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx2)
@@ -241,10 +326,55 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
 
 
 @njit(cache=True)
+def log10_binomial_tail(n, k, p):
+    """log10 P[X >= k] for X ~ Binomial(n, p): the first term by log-gamma, the next ones by
+    the ratio of consecutive terms, summed (in units of the first) until they stop counting."""
+    if k <= 0:
+        return 0.0
+    if k > n or p <= 0.0:
+        return -np.inf
+    if p >= 1.0 or k <= n * p:  # the tail is then at least 1/2 (a binomial's median is >= floor(n p))
+        return 0.0
+    lp = math.log(p)
+    lq = math.log1p(-p)
+    first = math.lgamma(n + 1.0) - math.lgamma(k + 1.0) - math.lgamma(n - k + 1.0) + k * lp + (n - k) * lq
+    total = 1.0
+    term = 1.0
+    odds = p / (1.0 - p)
+    for j in range(k, n):
+        term *= (n - j) / (j + 1.0) * odds
+        total += term
+        if term < 1e-17 * total and (n - j - 1.0) / (j + 2.0) * odds < 1.0:  # and decreasing from here on
+            break
+    return (first + math.log(total)) / math.log(10.0)
+
+
+MINIMAL_SAMPLE = 3  # correspondences that determine an affine map
+
+
+@njit(cache=True)
+def log10_nfa(k, n, p):
+    """log10 of the number of false alarms of k one-to-one inliers among n tentative
+    correspondences, each a chance inlier with probability p (spatial.py's docstring):
+    (n - 3) C(n, 3) tests (ORSA's count for a model of 3 correspondences), times
+    P[Binomial(n - 3, p) >= k - 3]. +inf when k <= 3 (no affine map is tested by fewer
+    than 4 correspondences)."""
+    m = MINIMAL_SAMPLE
+    if k <= m or n <= m:
+        return np.inf
+    tests = (math.log(n - m) + math.lgamma(n + 1.0) - math.lgamma(m + 1.0) - math.lgamma(n - m + 1.0)) / math.log(10.0)
+    return tests + log10_binomial_tail(n - m, k - m, p)
+
+
+@njit(cache=True)
 def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr_q2, thr_d2s, ht, cap, min_tentative,
-                 rot_cos, rot_sin, max_hypotheses, lo_iterations, max_scale, confidence, inliers, models, tentative):
+                 rot_cos, rot_sin, max_hypotheses, lo_iterations, limits, tilt_tans, region, sizes, confidence,
+                 inliers, models, tentative, log_nfa):
     """Match and verify the query against each candidate c (features offsets[c]:offsets[c+1]
-    of the concatenated candidate arrays). Fills inliers[c], models[c] (6), tentative[c]."""
+    of the concatenated candidate arrays, image sizes[c] = (w, h)). Fills inliers[c],
+    models[c] (6), tentative[c] and log_nfa[c] (:func:`log10_nfa` of the count, with the
+    tolerance disc of the candidate's threshold). limits: max_scale, max_aniso, (unused),
+    min_overlap; tilt_tans[c] the candidate's max_tilt_tan."""
     C = offsets.shape[0] - 1
     nq = qw.shape[0]
     nfq = 1
@@ -256,12 +386,14 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
         max_nd = max(max_nd, offsets[c + 1] - offsets[c])
     stamp_d = np.full(max(max_nd, 1), -1, np.int64)
     s = 0
+    lim = limits.copy()
     for c in range(C):
         o0 = offsets[c]
         o1 = offsets[c + 1]
         for r in range(6):
             models[c, r] = np.nan
         inliers[c] = 0
+        log_nfa[c] = np.inf
         dw = cw[o0:o1]
         bound, block = match_bound(qw, dw, cap)
         out_q = np.empty(bound, np.int64)
@@ -293,10 +425,13 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
         gq = np.empty(T, np.int64)
         for k in range(T):
             gq[k] = qid[out_q[k]]
+        lim[2] = tilt_tans[c]
         n, s = ransac_pair(P1, P2, F1, T1, F2, T2, gq, out_d[:T], out_h[:T], thr_q2, thr_d2s[c],
-                           rot_cos, rot_sin, max_hypotheses, lo_iterations, max_scale, confidence,
-                           stamp_q, stamp_d, s, models[c])
+                           rot_cos, rot_sin, max_hypotheses, lo_iterations, lim, region, sizes[c, 0], sizes[c, 1],
+                           confidence, stamp_q, stamp_d, s, models[c])
         inliers[c] = n
+        area = float(sizes[c, 0]) * float(sizes[c, 1])
+        log_nfa[c] = log10_nfa(n, T, min(math.pi * thr_d2s[c] / area, 1.0))
 
 
 @njit(cache=True)

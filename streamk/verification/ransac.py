@@ -29,8 +29,29 @@ and T correspondences.
   within 1/2, then 1/4 of the thresholds (kept when it retains >= 95 % of the inliers):
   the loose counting threshold admits correspondences a few pixels off, which would bias
   the map (a 2x-downscaled view: box 1.8 px off without it, 0.4 px with it).
-- Degenerate hypotheses (a scale change beyond ``max_scale_change`` or a reflection)
-  are skipped.
+- Only plausible models count, hypotheses and refits alike (``_ransac_kernels.plausible``):
+  a model that no view of the same scene gives is skipped, and the search goes on for
+  the best plausible one (refusing it only afterwards would leave true pairs whose best
+  model strays with nothing). From the problem's geometry, not from any query:
+
+  - orientation kept (det M > 0): a photo is never a mirror image of another view;
+  - scale change sqrt(det M) within ``max_scale_change`` (10) either way;
+  - anisotropy, the ratio of M's singular values (the "transition tilt" between the two
+    views, 1 / cos of the viewing angle between them for a plane), at most
+    ``max_anisotropy`` (4). Hessian-affine features stop matching near a transition tilt
+    of 2.5 (Morel & Yu, "ASIFT", SIAM J. Imaging Sciences 2009, section 5), so a map that
+    squeezes one direction 4 times more than the other is not what the matches can
+    support: it is shear or collapse fitted to chance matches;
+  - the vertical stays near vertical: with upright features (no orientations stored) the
+    image's down direction M (0, 1) turns by at most ``max_tilt`` degrees. Upright SIFT
+    descriptors stop matching beyond about 20-30 degrees of rotation (the gravity
+    assumption of Philbin et al. 2007, which makes every single-correspondence hypothesis
+    keep the vertical exactly), so the default is 30 degrees plus the largest extra
+    hypothesis rotation; none when the features carry orientations;
+  - with a ``region`` (the query box, or the whole query image) and the candidate's size:
+    the mapped region a convex quadrilateral turning as the region does (not crossed,
+    folded or flat), whose overlap with the candidate image covers at least
+    ``min_overlap`` (one half: "mostly") of the smaller of the two.
 """
 
 from __future__ import annotations
@@ -47,6 +68,10 @@ DEFAULT_ERROR_THRESHOLD = 0.02  # of the image's longer side: 20 px at 1,024 px
 DEFAULT_MAX_HYPOTHESES = 100
 DEFAULT_LO_ITERATIONS = 10
 DEFAULT_MAX_SCALE_CHANGE = 10.0
+DEFAULT_MAX_ANISOTROPY = 4.0  # singular-value ratio; Hessian-affine matches up to ~2.5 (see above)
+DEFAULT_MAX_TILT = 30.0  # degrees the vertical may turn, beyond the extra rotations (upright SIFT)
+DEFAULT_MIN_OVERLAP = 0.5  # of the smaller of the mapped region and the candidate image
+NO_REGION = np.zeros((0, 2))
 DEFAULT_CONFIDENCE = 0.99
 DEFAULT_ROTATIONS = (0.0,)
 
@@ -73,6 +98,32 @@ def apply_affine(affine, points):
     A = np.asarray(affine, np.float64)
     P = np.asarray(points, np.float64).reshape(-1, 2)
     return P @ A[:, :2].T + A[:, 2]
+
+
+def check_plausibility_params(max_anisotropy, max_tilt, min_overlap):
+    """Validated (max_anisotropy, max_tilt, min_overlap); max_tilt None stays None (the default rule)."""
+    try:
+        aniso = float(max_anisotropy)
+        tilt = None if max_tilt is None else float(max_tilt)
+        overlap = float(min_overlap)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"bad plausibility parameter ({exc})") from exc
+    if not aniso >= 1.0:
+        raise ConfigError(f"max_anisotropy must be >= 1 (inf: no bound), got {max_anisotropy!r}")
+    if tilt is not None and not tilt > 0.0:
+        raise ConfigError(f"max_tilt must be a positive angle in degrees (>= 90: no bound), got {max_tilt!r}")
+    if not 0.0 <= overlap <= 1.0:
+        raise ConfigError(f"min_overlap must lie in [0, 1] (0: no bound), got {min_overlap!r}")
+    return aniso, tilt, overlap
+
+
+def max_tilt_tan(max_tilt, rotations_rad, oriented):
+    """tan of the largest turn of the vertical a model may make (inf: no bound): none with
+    oriented features, else max_tilt (default: DEFAULT_MAX_TILT + the largest extra rotation)."""
+    if oriented:
+        return np.inf
+    tilt = DEFAULT_MAX_TILT + float(np.rad2deg(np.abs(rotations_rad).max())) if max_tilt is None else max_tilt
+    return np.inf if tilt >= 90.0 else math.tan(math.radians(tilt))
 
 
 def check_ransac_params(max_hypotheses, lo_iterations, max_scale_change, confidence, rotations):
@@ -121,14 +172,18 @@ def ransac_affine(query_xy, candidate_xy, query_frames, candidate_frames, thresh
                   query_theta=None, candidate_theta=None, query_ids=None, candidate_ids=None, order=None,
                   rotations=DEFAULT_ROTATIONS, max_hypotheses=DEFAULT_MAX_HYPOTHESES,
                   lo_iterations=DEFAULT_LO_ITERATIONS, max_scale_change=DEFAULT_MAX_SCALE_CHANGE,
-                  confidence=DEFAULT_CONFIDENCE):
-    """Best affine map of T correspondences, one per row of each array.
+                  confidence=DEFAULT_CONFIDENCE, max_anisotropy=DEFAULT_MAX_ANISOTROPY, max_tilt=None,
+                  region=None, candidate_size=None, min_overlap=DEFAULT_MIN_OVERLAP):
+    """Best plausible affine map of T correspondences, one per row of each array.
 
     query_xy, candidate_xy: (T, 2) positions; query_frames, candidate_frames: (T, 3)
     (a11, a21, a22); thetas: (T,) or None (upright); thresholds in pixels of each image;
     query_ids / candidate_ids: the feature of each side (one-to-one counting; default:
     every row its own feature); order: (T,) integer priority of the rows as hypotheses
-    (lower first, e.g. the Hamming distance; default: row order).
+    (lower first, e.g. the Hamming distance; default: row order); max_anisotropy, max_tilt
+    (degrees; None: 30 + the largest rotation, no bound with thetas), and with ``region``
+    ((4, 2) corners in query pixels) and ``candidate_size`` ((w, h)) min_overlap: the
+    plausibility rules of the module docstring.
     """
     P1 = _array(query_xy, np.shape(query_xy), "query_xy")
     T = P1.shape[0] if P1.ndim == 2 else -1
@@ -152,11 +207,21 @@ def ransac_affine(query_xy, candidate_xy, query_frames, candidate_frames, thresh
     tc = check_threshold(threshold_candidate, "threshold_candidate")
     max_h, lo, max_scale, conf, rc, rs = check_ransac_params(max_hypotheses, lo_iterations, max_scale_change,
                                                              confidence, rotations)
+    aniso, tilt, overlap = check_plausibility_params(max_anisotropy, max_tilt, min_overlap)
+    oriented = bool(np.any(T1 != 0) or np.any(T2 != 0))
+    limits = np.array([max_scale, aniso, max_tilt_tan(tilt, np.arctan2(rs, rc), oriented), overlap])
+    poly, (w, h) = NO_REGION, (1, 1)
+    if region is not None:
+        poly = _array(region, (4, 2), "region")
+        if candidate_size is None:
+            raise ConfigError("a region needs the candidate_size (w, h) it must fall in")
+        w, h = (int(v) for v in candidate_size)
     nq = int(ids[0].max()) + 1 if T else 1
     nd = int(ids[1].max()) + 1 if T else 1
     model = np.empty(6, np.float64)
     n, _ = _k.ransac_pair(P1, P2, F1, T1, F2, T2, ids[0], ids[1], key, tq * tq, tc * tc, rc, rs, max_h, lo,
-                          max_scale, conf, np.full(nq, -1, np.int64), np.full(nd, -1, np.int64), 0, model)
+                          limits, poly, w, h, conf, np.full(nq, -1, np.int64), np.full(nd, -1, np.int64), 0,
+                          model)
     pos = _k.inlier_positions(model, P1, P2, ids[0], ids[1], tq * tq, tc * tc, nq, nd) if n >= 3 \
         else np.zeros(0, np.int64)
     return RansacResult(int(n), model_to_affine(model), pos)

@@ -94,7 +94,8 @@ def test_the_second_stage_equals_a_numpy_reference(index, collection, expand):
     qrec = make_query_record(collection["vocabulary"], f.keypoints, f.descriptors, f.image_size)
     checks = verify_geometry(qrec, [index.geometry(ids[j]) for j in cand])
     inl = np.array([c.inliers for c in checks])
-    ver = cand[np.flatnonzero(inl >= 12)[np.argsort(-inl[inl >= 12], kind="stable")]]
+    ok = np.array([c.verified for c in checks])  # verification's decision (significance), ranked by inliers
+    ver = cand[np.flatnonzero(ok)[np.argsort(-inl[ok], kind="stable")]]
     if expand and len(ver):
         q2 = expand_query(q, V[ver[:expand]])
         tail = np.argsort(-(V @ q2), kind="stable")

@@ -98,16 +98,18 @@ def test_upright_frames_of_a_rotated_view_need_rotation_hypotheses():
     assert len(set(r.inlier_positions.tolist()) & set(np.flatnonzero(inl))) >= 38
 
 
-def brute_force_best(P1, P2, F1, F2, qid, did, tq, tc, max_scale=10.0):
-    """Every single-correspondence hypothesis (upright frames), counted with the rule
-    written plainly: symmetric transfer error, one-to-one greedy in row order."""
+def brute_force_best(P1, P2, F1, F2, qid, did, tq, tc, max_scale=10.0, max_anisotropy=4.0):
+    """Every single-correspondence hypothesis (upright frames) that is plausible (scale
+    change and singular-value ratio; upright hypotheses keep the vertical), counted with
+    the rule written plainly: symmetric transfer error, one-to-one greedy in row order."""
     best = 0
     for k in range(len(P1)):
         A1 = np.array([[F1[k, 0], 0], [F1[k, 1], F1[k, 2]]])
         A2 = np.array([[F2[k, 0], 0], [F2[k, 1], F2[k, 2]]])
         M = A2 @ np.linalg.inv(A1)
         s = math.sqrt(np.linalg.det(M))
-        if not (1 / max_scale <= s <= max_scale):
+        sv = np.linalg.svd(M, compute_uv=False)
+        if not (1 / max_scale <= s <= max_scale) or sv[0] > max_anisotropy * sv[1]:
             continue
         t = P2[k] - M @ P1[k]
         Mi = np.linalg.inv(M)
