@@ -124,13 +124,14 @@ def _clip_half_plane(P, n, axis, bound, keep_below, out):
 
 
 @njit(cache=True)
-def region_ok(model, region, w, h, min_overlap):
+def region_ok(model, region, w, h, min_overlap, scratch):
     """The query region mapped by the model: a convex quadrilateral in the same turning
     order as the region (not crossed, not folded, not flat), and its overlap with the
     candidate image [-0.5, w - 0.5] x [-0.5, h - 0.5] at least ``min_overlap`` of the
     smaller of the two (the mapped region mostly inside the image, or the image mostly
-    inside the mapped region when the query shows more than the candidate)."""
-    Q = np.empty((4, 2))
+    inside the mapped region when the query shows more than the candidate). scratch: a
+    (20, 2) float64 array (no allocation per hypothesis)."""
+    Q = scratch[0:4]
     for i in range(4):
         Q[i, 0] = model[0] * region[i, 0] + model[1] * region[i, 1] + model[4]
         Q[i, 1] = model[2] * region[i, 0] + model[3] * region[i, 1] + model[5]
@@ -147,8 +148,8 @@ def region_ok(model, region, w, h, min_overlap):
         return False
     if min_overlap <= 0.0:
         return True
-    A = np.empty((8, 2))
-    B = np.empty((8, 2))
+    A = scratch[4:12]
+    B = scratch[12:20]
     n = _clip_half_plane(Q, 4, 0, -0.5, False, A)
     n = _clip_half_plane(A, n, 0, w - 0.5, True, B)
     n = _clip_half_plane(B, n, 1, -0.5, False, A)
@@ -158,7 +159,7 @@ def region_ok(model, region, w, h, min_overlap):
 
 
 @njit(cache=True)
-def plausible(model, max_scale, max_aniso, max_tilt_tan, region, w, h, min_overlap):
+def plausible(model, max_scale, max_aniso, max_tilt_tan, region, w, h, min_overlap, scratch):
     """A model that can be a view of the same scene (ransac.py's docstring): orientation
     kept (det > 0), scale change within max_scale, singular values within a ratio of
     max_aniso, the vertical turned by at most atan(max_tilt_tan) (upright features), and,
@@ -177,7 +178,7 @@ def plausible(model, max_scale, max_aniso, max_tilt_tan, region, w, h, min_overl
     if max_tilt_tan < np.inf and not (abs(b) <= max_tilt_tan * d):  # M (0, 1) = (b, d): still pointing down
         return False
     if region.shape[0] == 4:
-        return region_ok(model, region, w, h, min_overlap)
+        return region_ok(model, region, w, h, min_overlap, scratch)
     return True
 
 
@@ -257,14 +258,15 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
     model = np.empty(6, np.float64)
     inv = np.empty(6, np.float64)
     best = 0
-    max_scale, max_aniso, max_tilt_tan, min_overlap = limits[0], limits[1], limits[2], limits[3]
+    max_scale, aniso, tilt, overlap = limits[0], limits[1], limits[2], limits[3]
+    scratch = np.empty((20, 2))
     n_hyp = min(T, max_hypotheses)
     log_fail = math.log(1.0 - confidence) if confidence < 1.0 else -np.inf  # 1: never stop early
     for h in range(n_hyp):
         k = order[h]
         for r in range(rot_cos.shape[0]):
             frame_hypothesis(F1, T1, F2, T2, k, rot_cos[r], rot_sin[r], P1, P2, model)
-            if not plausible(model, max_scale, max_aniso, max_tilt_tan, region, img_w, img_h, min_overlap) \
+            if not plausible(model, max_scale, aniso, tilt, region, img_w, img_h, overlap, scratch) \
                     or not invert(model, inv):
                 continue
             s += 1
@@ -279,7 +281,7 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
             for it in range(lo_iterations):
                 if not fit_affine(P1, P2, cur, ncur, model):
                     break
-                if not plausible(model, max_scale, max_aniso, max_tilt_tan, region, img_w, img_h, min_overlap) \
+                if not plausible(model, max_scale, aniso, tilt, region, img_w, img_h, overlap, scratch) \
                     or not invert(model, inv):
                     break
                 s += 1
@@ -310,7 +312,7 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
             nt = count_inliers(model, inv, P1, P2, cq, cd, thr_q2 * f, thr_d2 * f, stamp_q, stamp_d, s, idx)
             if not fit_affine(P1, P2, idx, nt, model):
                 break
-            if not plausible(model, max_scale, max_aniso, max_tilt_tan, region, img_w, img_h, min_overlap) \
+            if not plausible(model, max_scale, aniso, tilt, region, img_w, img_h, overlap, scratch) \
                     or not invert(model, inv):
                 break
             s += 1

@@ -24,7 +24,8 @@ def model(M, t=(0.0, 0.0)):
 
 def plausible(m, region=WHOLE, size=(W, H)):
     scale, aniso, tilt, overlap = LIMITS
-    return _k.plausible(m, scale, aniso, tilt, np.ascontiguousarray(region, np.float64), size[0], size[1], overlap)
+    return _k.plausible(m, scale, aniso, tilt, np.ascontiguousarray(region, np.float64), size[0], size[1], overlap,
+                        np.empty((20, 2)))
 
 
 def rotation(deg, s=1.0):
@@ -88,8 +89,9 @@ def test_the_region_of_the_issue_is_refused():
 def test_a_crossed_quadrilateral_is_refused():
     """Corners in a crossed order (a bow tie) are not a view of the region, whatever the map."""
     crossed = WHOLE[[0, 1, 3, 2]]
-    assert not _k.region_ok(model(np.eye(2)), crossed, W, H, 0.5)
-    assert _k.region_ok(model(np.eye(2)), WHOLE, W, H, 0.5)
+    scratch = np.empty((20, 2))
+    assert not _k.region_ok(model(np.eye(2)), crossed, W, H, 0.5, scratch)
+    assert _k.region_ok(model(np.eye(2)), WHOLE, W, H, 0.5, scratch)
 
 
 def test_the_mapped_region_falls_mostly_inside_the_result():
