@@ -159,11 +159,10 @@ def region_ok(model, region, w, h, min_overlap, scratch):
 
 
 @njit(cache=True)
-def plausible(model, max_scale, max_aniso, max_tilt_tan, region, w, h, min_overlap, scratch):
-    """A model that can be a view of the same scene (ransac.py's docstring): orientation
-    kept (det > 0), scale change within max_scale, singular values within a ratio of
-    max_aniso, the vertical turned by at most atan(max_tilt_tan) (upright features), and,
-    when ``region`` has its 4 corners, :func:`region_ok`."""
+def map_ok(model, max_scale, max_aniso, max_tilt_tan):
+    """The linear part of a model can map a view of the scene onto another (ransac.py's
+    docstring): orientation kept (det > 0), scale change within max_scale, singular values
+    within a ratio of max_aniso, the vertical turned by at most atan(max_tilt_tan)."""
     a, b, c, d = model[0], model[1], model[2], model[3]
     det = a * d - b * c
     if not (det > 0.0) or not math.isfinite(det):
@@ -176,6 +175,16 @@ def plausible(model, max_scale, max_aniso, max_tilt_tan, region, w, h, min_overl
     if s1 > max_aniso * det:  # s1 / s2 = s1^2 / det
         return False
     if max_tilt_tan < np.inf and not (abs(b) <= max_tilt_tan * d):  # M (0, 1) = (b, d): still pointing down
+        return False
+    return True
+
+
+@njit(cache=True)
+def plausible(model, max_scale, max_aniso, max_tilt_tan, region, w, h, min_overlap, scratch):
+    """:func:`map_ok` and, when ``region`` has its 4 corners, :func:`region_ok`. (The search
+    checks the region only of a model about to become the best: same answer, and the
+    clipping runs a few times per pair instead of once per hypothesis.)"""
+    if not map_ok(model, max_scale, max_aniso, max_tilt_tan):
         return False
     if region.shape[0] == 4:
         return region_ok(model, region, w, h, min_overlap, scratch)
@@ -243,7 +252,8 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
     Hamming distance, then correspondence order), each turned by every extra rotation;
     local optimisation (iterated least squares on the inliers) whenever a hypothesis beats
     the best so far; stops when ``confidence`` is reached for the best inlier ratio. Only
-    :func:`plausible` models count (limits: max_scale, max_aniso, max_tilt_tan, min_overlap).
+    :func:`plausible` models count (limits: max_scale, max_aniso, max_tilt_tan, min_overlap; the
+    region is checked only of a model about to become the best).
     Returns (inliers, next stamp). best_model is filled (NaN when no model has 3 inliers)."""
     T = P1.shape[0]
     s = stamp0
@@ -260,18 +270,18 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
     best = 0
     max_scale, aniso, tilt, overlap = limits[0], limits[1], limits[2], limits[3]
     scratch = np.empty((20, 2))
+    no_region = region.shape[0] != 4
     n_hyp = min(T, max_hypotheses)
     log_fail = math.log(1.0 - confidence) if confidence < 1.0 else -np.inf  # 1: never stop early
     for h in range(n_hyp):
         k = order[h]
         for r in range(rot_cos.shape[0]):
             frame_hypothesis(F1, T1, F2, T2, k, rot_cos[r], rot_sin[r], P1, P2, model)
-            if not plausible(model, max_scale, aniso, tilt, region, img_w, img_h, overlap, scratch) \
-                    or not invert(model, inv):
+            if not map_ok(model, max_scale, aniso, tilt) or not invert(model, inv):
                 continue
             s += 1
             n = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
-            if n <= best:
+            if n <= best or not (no_region or region_ok(model, region, img_w, img_h, overlap, scratch)):
                 continue
             best = n
             best_model[:] = model
@@ -281,12 +291,11 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
             for it in range(lo_iterations):
                 if not fit_affine(P1, P2, cur, ncur, model):
                     break
-                if not plausible(model, max_scale, aniso, tilt, region, img_w, img_h, overlap, scratch) \
-                    or not invert(model, inv):
+                if not map_ok(model, max_scale, aniso, tilt) or not invert(model, inv):
                     break
                 s += 1
                 n2 = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx2)
-                if n2 <= best:
+                if n2 <= best or not (no_region or region_ok(model, region, img_w, img_h, overlap, scratch)):
                     break
                 best = n2
                 best_model[:] = model
@@ -312,12 +321,13 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
             nt = count_inliers(model, inv, P1, P2, cq, cd, thr_q2 * f, thr_d2 * f, stamp_q, stamp_d, s, idx)
             if not fit_affine(P1, P2, idx, nt, model):
                 break
-            if not plausible(model, max_scale, aniso, tilt, region, img_w, img_h, overlap, scratch) \
-                    or not invert(model, inv):
+            if not map_ok(model, max_scale, aniso, tilt) or not invert(model, inv):
                 break
             s += 1
             n2 = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx2)
             if n2 < best - best // 20:  # keeps (nearly) all: within 5 %
+                break
+            if not (no_region or region_ok(model, region, img_w, img_h, overlap, scratch)):
                 break
             best = n2
             best_model[:] = model
