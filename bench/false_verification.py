@@ -1,0 +1,179 @@
+"""False verifications per 1,000 pairs of photos of different places, beside the share of
+true pairs verified, before (the fixed 12 inliers) and after (the significance test and the
+plausibility checks of ``streamk.verification``), measured in one run.
+
+    python bench/false_verification.py [--draws 4] [--collections large,small]
+
+Pairs: paris6k-subset's 250 photos with the official Paris6k ground truth
+(``streamk.verification.pairs``): *different places* are ordered pairs of positives
+(good/ok) of different landmarks, neither junk for the other's landmark; *true pairs* are
+ordered pairs of positives of one landmark. Junk and images that are no landmark's
+positive take part in no pair. Each pair is one verification: the first photo's query
+record (every feature, 3 words each, the whole image) against the second's stored record.
+
+Collections, each with its own visual words (``Vocabulary(seed=0)``, the defaults, learned
+on the collection's own photos as ``streamk index create`` does; cached in
+~/.cache/streamk/bench/):
+
+- large: the 250 photos;
+- small: a new user's first index, 50 photos: 8 positives of each of the five landmarks and
+  10 photos that are none of theirs (junk, Arc de Triomphe, unlabelled), spread evenly over
+  the names; ``--draws`` different selections (shifted along the names), each learning
+  its own words, their pairs pooled.
+
+Prints, never asserts; the CPU model (lscpu) and the load average are in the title. The
+95 % bound is the one-sided Clopper-Pearson upper bound of the rate; CPU ms per pair is the
+thread's CPU time of the verifications (query records excluded), BLAS and Numba on one thread.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import cpu_model, load_str, log, table  # noqa: E402
+
+import streamk  # noqa: E402,F401  (thread policies before numpy's BLAS loads)
+
+CACHE = Path(os.path.expanduser("~/.cache/streamk/bench"))
+LANDMARKS = ("defense", "eiffel", "invalides", "louvre", "moulinrouge")
+PER_LANDMARK, OTHERS = 8, 10
+
+
+def lscpu_model():
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return cpu_model()
+
+
+def paris():
+    """(image ids, Features of the 250 photos, the full Paris6k ground truth)."""
+    from streamk.config import default_cache_dir
+    from streamk.datasets import load_dataset
+    from streamk.datasets.benchmarks import default_data_dir, load_mat_ground_truth
+    from streamk.evaluation.experiment import dataset_features
+
+    ds = load_dataset("paris6k-subset")
+    db, _ = dataset_features(ds, None, default_cache_dir(), 2, False)
+    full = load_mat_ground_truth(default_data_dir() / "gt" / "gnd_paris6k.mat", name="paris6k")
+    return list(ds.image_ids), db, full
+
+
+def small_collection(ids, full, draw, draws):
+    """Positions in ``ids`` of a 50-photo collection (module docstring), draw ``draw`` of ``draws``."""
+    from streamk.verification.pairs import landmark_labels
+
+    names, positive, _ = landmark_labels(full, ids)
+    chosen = []
+    for name in LANDMARKS:
+        col = names.index(name)
+        own = [i for i, iid in enumerate(ids) if iid.split("_")[1] == name and positive[i, col]]
+        chosen += spread(own, PER_LANDMARK, draw, draws)
+    others = [i for i in range(len(ids)) if not positive[i, [names.index(n) for n in LANDMARKS]].any()]
+    return sorted(chosen + spread(others, OTHERS, draw, draws))
+
+
+def spread(items, n, draw, draws):
+    """n of ``items`` evenly spaced, shifted by draw / draws of a step."""
+    step = len(items) / n
+    return [items[int((draw / draws + j) * step) % len(items)] for j in range(n)]
+
+
+def vocabulary(name, feats):
+    from streamk.verification import Vocabulary
+
+    path = CACHE / f"paris-{name}-vocabulary.npz"
+    if path.exists():
+        return Vocabulary.load(path)
+    log(f"learning the visual words of {name} on {len(feats)} photos (once; cached) ...")
+    voc = Vocabulary(seed=0).fit([f.descriptors for f in feats])
+    CACHE.mkdir(parents=True, exist_ok=True)
+    voc.save(path)
+    return voc
+
+
+def verify_pairs(voc, feats, pairs, params):
+    """(verified flag per pair, CPU seconds of the verifications) of ordered pairs (a, b) of
+    positions in feats (the thread's CPU time: what one core spends, whatever the load)."""
+    from streamk.verification import make_query_record, stored_record, verify_geometry
+
+    records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in feats]
+    out = np.zeros(len(pairs), bool)
+    t = 0.0
+    for a in np.unique(pairs[:, 0]):
+        rows = np.flatnonzero(pairs[:, 0] == a)
+        f = feats[a]
+        q = make_query_record(voc, f.keypoints, f.descriptors, f.image_size)
+        t0 = time.thread_time()
+        checks = verify_geometry(q, [records[b] for b in pairs[rows, 1]], params=params)
+        t += time.thread_time() - t0
+        out[rows] = [v.verified for v in checks]
+    return out, t
+
+
+def measure(name, voc, feats, ids, full):
+    """{rule: (false, different pairs, true verified, true pairs, ms per pair)} of one collection."""
+    from streamk.verification import VerificationParams
+    from streamk.verification.pairs import place_pairs
+
+    same, different = place_pairs(full, ids)
+    pairs = np.concatenate([different, same])
+    out = {}
+    for rule, params in (("before", VerificationParams.fixed_inliers()), ("after", VerificationParams())):
+        ok, seconds = verify_pairs(voc, feats, pairs, params)
+        out[rule] = (int(ok[:len(different)].sum()), len(different), int(ok[len(different):].sum()), len(same),
+                     1000 * seconds / len(pairs))
+        log(f"{name} {rule}: {out[rule]}")
+    return out
+
+
+def upper95(k, n):
+    from scipy.stats import beta
+
+    return float(beta.ppf(0.95, k + 1, n - k)) if k < n else 1.0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--draws", type=int, default=4, help="selections of the small collection (default 4)")
+    ap.add_argument("--collections", default="large,small")
+    args = ap.parse_args(argv)
+    ids, db, full = paris()
+    results = {}
+    if "large" in args.collections:
+        results["large (250 photos)"] = measure("large", vocabulary("250", db), db, ids, full)
+    if "small" in args.collections:
+        pooled = {}
+        for d in range(args.draws):
+            sel = small_collection(ids, full, d, args.draws)
+            feats = [db[i] for i in sel]
+            got = measure(f"small {d}", vocabulary(f"small{d}-of-{args.draws}", feats), feats,
+                          [ids[i] for i in sel], full)
+            for rule, v in got.items():
+                old = pooled.get(rule, (0, 0, 0, 0, 0.0))
+                pooled[rule] = tuple(a + b for a, b in zip(old[:4], v[:4])) + (old[4] + v[4] / args.draws,)
+        results[f"small (50 photos, {args.draws} draws)"] = pooled
+    rows = []
+    for name, res in results.items():
+        for rule in ("before", "after"):
+            f, nd, t, ns, ms = res[rule]
+            rows.append((name, "fixed 12 inliers" if rule == "before" else "NFA <= 1e-4 + plausible", nd,
+                         f"{1000 * f / nd:.3f} ({f})", f"{1000 * upper95(f, nd):.3f}", ns, f"{100 * t / ns:.1f} %",
+                         f"{ms:.2f}"))
+    table(("collection", "rule", "pairs of different places", "false per 1,000 (count)", "95 % bound per 1,000",
+           "true pairs", "true pairs verified", "CPU ms per pair"), rows,
+          title=f"False verifications, paris6k-subset pairs ({lscpu_model()}, load {load_str()})")
+
+
+if __name__ == "__main__":
+    main()
