@@ -150,7 +150,8 @@ def add_index_commands(sub):
     inf.add_argument("--dask", default=None, metavar="ADDRESS", help=DASK_OWNERS_HELP)
     inf.set_defaults(func=_index_info)
     _add_local_features_command(ix_sub)
-    up = ix_sub.add_parser("upgrade", help="convert an index of format 1 or 2 to format 3 (checksums), in place")
+    up = ix_sub.add_parser("upgrade", help="convert an index of format 1, 2 or 3 to format 4 (checksums on "
+                                            "every record), in place")
     up.add_argument("dir", help="index directory")
     up.set_defaults(func=_index_upgrade)
     ve = ix_sub.add_parser("verify", help="check every block, record and count of an index against its "

@@ -48,12 +48,13 @@ BACKUP_VERSION = 1
 class BackupReport:
     """What :func:`backup` wrote: ``path`` (the backup), ``shards`` (one dict per shard, or
     one for a single index: ``dir`` ('' for a single index), ``seq`` (the last change the copy
-    holds), ``images``, ``bytes``), ``seconds`` (copy and verification)."""
+    holds), ``images``, ``bytes``), ``seconds`` (copy and verification), ``copy_seconds`` (the copy)."""
 
     path: str
     source: str
     created: str
     seconds: float = 0.0
+    copy_seconds: float = 0.0
     shards: list = field(default_factory=list)
 
     @property
@@ -66,7 +67,8 @@ class BackupReport:
 
     def to_dict(self):
         return {"format": BACKUP_FORMAT, "version": BACKUP_VERSION, "source": self.source, "created": self.created,
-                "seconds": round(self.seconds, 3), "images": self.images, "bytes": self.bytes,
+                "seconds": round(self.seconds, 3), "copy_seconds": round(self.copy_seconds, 3),
+                "images": self.images, "bytes": self.bytes,
                 "shards": self.shards}
 
 
@@ -143,6 +145,7 @@ def backup(path, dest, progress=None):
             report.shards = _copy_sharded(path, tmp, progress)
         else:
             report.shards = [{"dir": "", **_copy_environment(path, tmp)}]
+        report.copy_seconds = time.time() - started
         check = check_index(tmp, progress=progress)
         if not check.ok:
             found = [d for r in (check.shards or [check]) for d in r.damaged]

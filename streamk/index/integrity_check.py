@@ -6,12 +6,13 @@ What is checked (one read transaction, a progress bar over the entries):
 - the file against LMDB's header (truncation), the B-trees as they are walked;
 - the encoder, codec and vocabulary blobs (CRC32C);
 - every vector block (CRC32C of the block, then of each row of a damaged one);
-- every image record: a valid id, readable JSON, its row live, below ``next_row``, named by
-  ``row_ids``, its vector intact; every ``row_ids`` entry: an image that names that row;
+- every image record: its CRC32C (format 4), a valid id, readable JSON, its row live, below
+  ``next_row``, named by ``row_ids``, its vector intact; every ``row_ids`` entry: an image that
+  names that row; the removal marks (``dead``): a row is live exactly when a record names it;
 - the codes of the codec in use: every sealed block and row code (CRC32C), one code per live row;
 - the local-geometry records (their own CRC) and the blobs of SEALED_SUBDBS (CRC32C);
-- the filters' posting lists (live rows with metadata) and range columns (the same records
-  as the posting lists, in order);
+- the filters' posting lists (exactly the postings the live rows' metadata calls for) and range
+  columns (the same records as the posting lists, in order);
 - the counts: images = row ids = live rows (= coded rows, with a codec).
 
 Repair (``repair=True``, write transactions; readers reload): images whose vector or record is
@@ -19,7 +20,8 @@ unreadable are removed and listed as lost; a damaged vector block is rewritten w
 rows; missing ``row_ids`` entries are restored; damaged codes are computed again from the
 vectors with the stored codec (a damaged codec is dropped: search falls back to exact until
 ``streamk index train``); damaged geometry records and blobs are dropped (listed); stray
-postings are dropped and the range columns rebuilt from the posting lists. Damage that
+postings are dropped, missing ones added from the metadata, and the range columns rebuilt from
+the posting lists; removal marks that disagree with the records are written again from them. Damage that
 cannot be repaired in place (a truncated file, an unreadable B-tree, the encoder) is reported:
 restore a copy. After a repair the index is verified again.
 """
@@ -37,7 +39,7 @@ from ..verification.records import parse_header
 from .blocks import checked_block, pack_block, pack_codes, seal_row_codes, split_block
 from . import range_columns
 from .integrity import CORRUPTION, CRC_BYTES, check_lmdb_file, checksum_ok, describe_rows
-from .metadata import expected_columns, rebuild_columns
+from .metadata import decode_metadata, expected_columns, indexed_fields, posting_keys, rebuild_columns
 from .store import (CHECKED_META, SEALED_SUBDBS, ImageRecord, Store, epoch_key, epoch_key_split, removed_rows,
                     row_from_key, row_key, validate_id)
 
@@ -111,6 +113,7 @@ class _Scan:
         self.hashes = {}  # content key -> id key
         self.postings = []  # (field + value key, row) of the metadata filters' posting lists
         self.meta_rows = set()  # rows with a readable metadata object
+        self.expected_postings = set()  # (field + value key, row) the readable metadata calls for
         self.columns = {}  # column key prefix -> (records, problems) of the range columns
         self.expected_columns = {}  # column key prefix -> the records its posting lists call for
         self.bad_columns = []  # column key prefixes that disagree with the posting lists
@@ -140,6 +143,7 @@ def _scan_meta(store, s):
             except IndexCorruptError:
                 s.bad_meta.append(key.decode())
         s.next_row = store.get_int(b"next_row", txn)
+        s.fields = indexed_fields(txn, store)
         s.epoch = store.get_int(b"codec_epoch", txn)
         s.M = None
         if s.epoch and "codec" not in s.bad_meta:
@@ -195,12 +199,26 @@ def _scan(store, progress):
                 if not checksum_ok(v):
                     s.bad_blobs.append((name, k))
                 elif name == "metadata":
-                    s.meta_rows.add(row_from_key(k))
+                    _expect_postings(s, row_from_key(k), v, name, k)
         for k, v in _walk(store, "postings", s, bar):
             s.postings.append((k, row_from_key(v)))
         if store.columns_db is not None and store.postings_db is not None:
             _scan_columns(store, s)
     return s
+
+
+def _expect_postings(s, row, sealed, name, key):
+    """Note the postings the metadata of ``row`` (a sealed value, checksum checked) calls for."""
+    try:
+        metadata = decode_metadata(sealed[:-CRC_BYTES])
+        keys = posting_keys(s.fields, metadata) if isinstance(metadata, dict) else None
+    except ValueError:
+        keys = None
+    if keys is None:
+        s.bad_blobs.append((name, key))
+        return
+    s.meta_rows.add(row)
+    s.expected_postings.update((k, row) for k in keys)
 
 
 def _scan_codes(store, s, bar):
@@ -267,12 +285,27 @@ def _report(store, s, report):
     orphans = sorted(r for r, k in s.row_ids.items() if s.records.get(r) != k and k not in s.bad_records)
     if orphans and walked:
         d.append(f"row_ids of {describe_rows(orphans)} name no image record")
+    # the removal marks against the records: a row is live exactly when a record names it
+    record_rows = {r for r in s.records if r < s.next_row} | {r for r, k in s.row_ids.items() if k in s.bad_records}
+    s.wrong_dead = walked and not s.unreadable and record_rows != live_set
+    if s.wrong_dead:
+        d.append(f"the removal marks disagree with the records: {describe_rows(sorted(record_rows - live_set))} "
+                 f"marked removed, {describe_rows(sorted(live_set - record_rows))} live without a record"
+                 .replace("no rows", "none"))
     ids = set(s.records.values())
     s.orphan_hashes = [k for k, v in s.hashes.items() if v not in ids] if walked else []
-    s.orphan_postings = [(k, r) for k, r in s.postings if r not in live_set or r not in s.meta_rows] if walked else []
+    live_rows = record_rows if s.wrong_dead else live_set  # what the repair makes live
+    s.orphan_postings = [(k, r) for k, r in s.postings if r not in live_rows or (k, r) not in s.expected_postings] \
+        if walked else []
     if s.orphan_postings:
-        d.append(f"{len(s.orphan_postings)} filter posting(s) name rows without metadata (of "
+        d.append(f"{len(s.orphan_postings)} filter posting(s) name rows without that metadata (of "
                  f"{describe_rows(sorted({r for _, r in s.orphan_postings}))})")
+    posted = set(s.postings)
+    s.missing_postings = sorted(p for p in s.expected_postings if p[1] in live_rows and p not in posted) \
+        if walked else []
+    if s.missing_postings:
+        d.append(f"{len(s.missing_postings)} filter posting(s) missing for the metadata of "
+                 f"{describe_rows(sorted({r for _, r in s.missing_postings}))}")
     for kp, want in s.expected_columns.items():
         records, problems = s.columns.get(kp, ([], []))
         got = set(records)
@@ -316,6 +349,8 @@ def _repair(store, s, live_set, report, progress):
     drop_rows = sorted(set(lost_rows) | set(bad_record_rows))
 
     def remove_lost(txn):
+        if s.wrong_dead:
+            _rebuild_removal_marks(txn, store, s)
         for key in lost_keys:  # the image's data is damaged: nothing of it is read but its content key
             store.delete_id(txn, key, _content_key(txn, store, key))
         for row in drop_rows:
@@ -323,8 +358,9 @@ def _repair(store, s, live_set, report, progress):
         _rewrite_vector_blocks(txn, store, s)
         _restore_row_ids(txn, store, s, live_set, set(drop_rows), lost_keys)
         _drop_damaged(txn, store, s, set(drop_rows))
-    if s.bad_columns or s.orphan_postings or lost_keys or drop_rows or s.bad_blocks or s.bad_geometry or s.bad_blobs or s.orphan_hashes or any(
-            "row_ids" in d for d in report.damaged):
+    if s.wrong_dead or s.bad_columns or s.orphan_postings or s.missing_postings or lost_keys or drop_rows \
+            or s.bad_blocks or s.bad_geometry or s.bad_blobs or s.orphan_hashes \
+            or any("row_ids" in d for d in report.damaged):
         store.write(remove_lost)
         report.lost = sorted(k.decode("utf-8", "replace") for k in lost_keys)
         report.repaired += [line for ok, line in (
@@ -333,6 +369,7 @@ def _repair(store, s, live_set, report, progress):
             (s.bad_geometry, f"{len(s.bad_geometry)} damaged geometry record(s) dropped (those images are "
                              "no longer spatially verified; `streamk index add-local-features` adds them)"),
             (s.bad_blobs, f"{len(s.bad_blobs)} damaged blob(s) dropped"),
+            (s.wrong_dead, "the removal marks rewritten from the records"),
             (s.bad_columns, f"{len(s.bad_columns)} range column(s) rebuilt from the posting lists")) if ok]
     if "vocabulary" in s.bad_meta:
         def drop_vocabulary(txn):
@@ -372,12 +409,33 @@ def _rewrite_vector_blocks(txn, store, s):
 
 def _restore_row_ids(txn, store, s, live_set, dropped, lost_keys):
     """row_ids named again for intact images, dropped where they name no record."""
+    restored = set()
     for row, key in s.records.items():
-        if row in live_set and row not in dropped and s.row_ids.get(row) != key:
+        if (row in live_set or s.wrong_dead) and row < s.next_row and row not in dropped \
+                and s.row_ids.get(row) != key:
             txn.put(row_key(row), key, db=store.row_ids_db)
+            restored.add(row)
     for row, key in s.row_ids.items():
-        if s.records.get(row) != key and key not in s.bad_records and key not in lost_keys:
+        if row not in restored and s.records.get(row) != key and key not in s.bad_records and key not in lost_keys:
             txn.delete(row_key(row), db=store.row_ids_db)
+
+
+def _rebuild_removal_marks(txn, store, s):
+    """The ``dead`` bitmaps written again from the records: a row below next_row is removed
+    unless a readable record names it (an image with an unreadable record is removed after)."""
+    B = store.block_rows
+    live = np.zeros(max(s.next_row, 1), bool)
+    live[[r for r in s.records if r < s.next_row]] = True
+    for block in range((s.next_row + B - 1) // B):
+        removed = ~live[block * B:(block + 1) * B]
+        bits = np.zeros(B, np.uint8)
+        bits[:len(removed)] = removed
+        packed = np.packbits(bits, bitorder="little").tobytes()
+        if packed.strip(b"\0"):
+            txn.put(row_key(block), packed, db=store.dead_db)
+        else:
+            txn.delete(row_key(block), db=store.dead_db)
+    store.bump(txn, b"*", 0)  # readers load everything again
 
 
 def _drop_damaged(txn, store, s, dropped):
@@ -394,7 +452,10 @@ def _drop_damaged(txn, store, s, dropped):
     for key, row in s.postings:
         if row in gone or (key, row) in orphans:
             txn.delete(key, row_key(row), db=store.postings_db)
-    if s.bad_columns or s.expected_columns and (orphans or gone):
+    for key, row in s.missing_postings:
+        if row not in gone:
+            txn.put(key, row_key(row), db=store.postings_db, dupdata=True)
+    if s.bad_columns or s.expected_columns and (orphans or gone or s.missing_postings):
         rebuild_columns(txn, store)
 
 

@@ -207,6 +207,12 @@ def _postings(store, fields, metadata, check):
                 yield prefix + enc
 
 
+def posting_keys(fields, metadata):
+    """The posting-list keys (field + encoded value) under which ``metadata`` (a dict) is
+    posted for the indexed ``fields``: what verification expects to find."""
+    return list(_postings(None, fields, metadata, False))
+
+
 def prepare_metadata(txn, store, metadata, fields=None):
     """(JSON bytes, posting keys) of one image's metadata, checked before anything is
     written (MetadataError: not a JSON object, too large, an indexed value too long)."""

@@ -528,7 +528,7 @@ class ShardedIndex(Index):
         if stale:  # does the holder still hold that content?
             recs = self.records([holders[p] for p in stale])
             for p, raw in zip(stale, recs):
-                if raw is not None and ImageRecord.decode(raw, self.path, holders[p]).content_key == encoded[p].content:
+                if raw is not None and ImageRecord.from_json(raw, self.path, holders[p]).content_key == encoded[p].content:
                     out[p] = DuplicateError(ids[p], holders[p])
             self._claims(ShardActor.claim, [pairs[p] for p in stale if out[p] is None], True)
         todo = [p for p in range(len(encoded)) if out[p] is None]
@@ -540,7 +540,7 @@ class ShardedIndex(Index):
             if isinstance(res, Exception):
                 release.append(pairs[p])  # not written: free its claim
             elif old is not None and res == "added":  # replaced: the old content is free
-                ck = ImageRecord.decode(old, self.path, ids[p]).content_key
+                ck = ImageRecord.from_json(old, self.path, ids[p]).content_key
                 if ck and ck != encoded[p].content:
                     release.append((ck, ids[p]))
         if release:
@@ -599,7 +599,7 @@ class ShardedIndex(Index):
         records = self.records(image_ids)
         groups = self._by_shard(image_ids)
         n = sum(self._scatter(ShardActor.remove, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()}).values())
-        decoded = [ImageRecord.decode(r, self.path, i) for i, r in zip(image_ids, records)]
+        decoded = [ImageRecord.from_json(r, self.path, i) for i, r in zip(image_ids, records)]
         freed = [(r.content_key, r.image_id) for r in decoded if r.content_key]
         if freed:
             self._claims(ShardActor.release, freed)

@@ -17,8 +17,9 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
                 ``store_extras`` (1: keep the
                 display extras), ``created`` (unix time).
 ``images``      id -> JSON: kind, source, sha256, box, n_descriptors, image_size, added, seq, row,
-                content_key (hex); read only as an :class:`ImageRecord` (:meth:`Store.image`).
-``extras``      id -> .npz bytes (keypoints, weights) for display; optional.
+                content_key (hex), followed by its CRC32C (format 4); read only as an
+                :class:`ImageRecord` (:meth:`Store.image`), which checks it.
+``extras``      id -> .npz bytes (keypoints, weights) for display, sealed (format 4); optional.
 ``vectors``     block of ``vector_block_rows`` rows -> their vectors in the index's dtype
                 (:mod:`streamk.index.vector_store`; read for re-ranking and exact search).
 ``row_ids``     row -> id (the ids of the k results).
@@ -46,16 +47,25 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
                 (value prefix, row) records: what a range filter reads
                 (:mod:`streamk.index.range_columns`).
 
-``thumbnails``, ``metadata`` and any sub-database of blobs listed in SEALED_SUBDBS store each value
-followed by its CRC32C (:meth:`Store.put_blob` / :meth:`Store.get_blob`).
+``thumbnails``, ``metadata``, ``extras`` and any sub-database of blobs listed in SEALED_SUBDBS store
+each value followed by its CRC32C (:meth:`Store.put_blob` / :meth:`Store.get_blob`).
 
-Checksums (format 3): every vector block (and each of its rows), sealed code block and
-row code carries its CRC32C, the encoder, codec and vocabulary blobs theirs under
+What carries no checksum of its own, and how damage to it is found (``streamk index verify``):
+``row_ids`` and ``hashes`` (ids and content keys: checked against the image records, which are
+sealed); ``dead`` (checked against the records' rows: a live record on a removed row, or
+a count that differs); ``postings`` and ``columns`` (checked against the sealed metadata);
+not checked: ``claims`` (a damaged claim lets one duplicate in across shards, or refuses one),
+``log`` (a damaged entry makes a reader apply the wrong change until its next full load) and the
+small ``meta`` counters (a damaged one is refused where it is parsed, or goes unnoticed).
+
+Checksums (format 3; format 4 adds the image records and extras): every vector block (and each of
+its rows), sealed code block and row code carries its CRC32C, the encoder, codec and vocabulary
+blobs theirs under
 ``meta/crc32c:<name>``; each is checked when read, and damage is an
 :class:`~streamk.errors.IndexCorruptError` naming the index and the rows
 (:mod:`streamk.index.integrity`; ``streamk index verify`` checks everything). Opening
 checks ``data.mdb`` against LMDB's header first (a truncated file is refused, never
-mapped). An index of format 1 or 2 is upgraded in place by ``streamk index upgrade``.
+mapped). An index of format 1, 2 or 3 is upgraded in place by ``streamk index upgrade``.
 
 Every change increments ``meta/seq`` and appends to ``log`` in the same
 transaction, so a reader that knows the seq it last saw applies only what
@@ -90,8 +100,8 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from .integrity import (CORRUPTION, check_lmdb_file, check_room, corrupt, describe_rows, disk_full,
-                        get_checked_meta, put_checked_meta, seal, unseal)
+from .integrity import (CORRUPTION, CRC_BYTES, check_lmdb_file, check_room, checksum_ok, corrupt, describe_rows,
+                        disk_full, get_checked_meta, put_checked_meta, seal, unseal)
 
 from ..errors import (DiskFullError, GeometryRecordError, IndexExistsError, StreamkError, IndexFormatError,
                       NotAnIndexError, ReadOnlyIndexError, UnknownIdError)
@@ -103,7 +113,7 @@ from .metadata import delete_metadata
 from .vector_store import VectorStore
 
 FORMAT = "streamk-index"
-FORMAT_VERSION = 3  # 3: CRC32C on vector and code blocks, row codes, blobs (2: none)
+FORMAT_VERSION = 4  # 4: CRC32C on image records and extras too; 3: on vector and code blocks, row codes, blobs
 SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "code_blocks", "dead",
           "log", "claims")
 # Sub-databases added after format 2 was released: an index written before them lacks them;
@@ -114,7 +124,7 @@ VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 CREATE_ROOM = 1 << 20  # free bytes a new index needs on its disk, beyond its metadata
 CHECKED_META = (b"encoder", b"codec", b"vocabulary")  # metadata blobs stored with their CRC32C
-SEALED_SUBDBS = ("thumbnails", "metadata")  # sub-databases of blobs, each value followed by its CRC32C
+SEALED_SUBDBS = ("thumbnails", "metadata", "extras")  # sub-databases of blobs, each value followed by its CRC32C
 BLOCK_ROWS = 4096  # default rows per sealed block of codes and per bitmap of removed rows
 LOG_KEEP = 1 << 16  # log entries kept; a reader further behind reloads everything
 LOG_TRIM_EVERY = 1024  # trim the log when seq crosses a multiple of this
@@ -157,8 +167,19 @@ class ImageRecord:
     @classmethod
     def decode(cls, raw, path, image_id):
         """The ImageRecord of the stored bytes ``raw`` of ``image_id`` (str or its key bytes),
-        or an IndexCorruptError naming the index at ``path`` and the id: unreadable JSON, not
-        an object, no integer ``row``, or a content key that is not 32 bytes of hex."""
+        or an IndexCorruptError naming the index at ``path`` and the id: a checksum that does not
+        match (format 4: the JSON is followed by its CRC32C), unreadable JSON, not an object, no
+        integer ``row``, or a content key that is not 32 bytes of hex."""
+        if isinstance(image_id, (bytes, memoryview)):
+            image_id = bytes(image_id).decode("utf-8", "replace")
+        if not checksum_ok(raw):
+            raise corrupt(path, f"the record of id {image_id!r} is unreadable (checksum mismatch)")
+        return cls.from_json(raw[:-CRC_BYTES], path, image_id)
+
+    @classmethod
+    def from_json(cls, raw, path, image_id):
+        """The ImageRecord of a record's JSON bytes whose checksum was checked (what
+        :meth:`Store.raw_image` and ``Index.records`` give), or decode's errors."""
         if isinstance(image_id, (bytes, memoryview)):
             image_id = bytes(image_id).decode("utf-8", "replace")
         try:
@@ -461,8 +482,9 @@ class Store:
             raise NotAnIndexError(f"{path}: unreadable index metadata ({exc})") from exc
         if not isinstance(info, dict) or info.get("format") != FORMAT:
             raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index")
-        if info.get("version") in (1, 2):
-            made_by = {1: "streamk 0.1", 2: "streamk 0.2 before checksums"}[info["version"]]
+        if info.get("version") in (1, 2, 3):
+            made_by = {1: "streamk 0.1", 2: "streamk 0.2 before checksums",
+                       3: "streamk 0.3 before checksums on image records"}[info["version"]]
             raise IndexFormatError(f"{path}: index format version {info['version']} ({made_by}); upgrade it in "
                                    f"place with `streamk index upgrade {path}`")
         if info.get("version") != FORMAT_VERSION:
@@ -690,9 +712,15 @@ class Store:
         return [self.image(txn, i) for i in image_ids]
 
     def raw_image(self, txn, image_id):
-        """The stored JSON bytes of ``image_id``'s record, unread (None when absent)."""
+        """The JSON bytes of ``image_id``'s record, checked against its CRC32C but not parsed
+        (None when absent; IndexCorruptError naming the id when the checksum fails): what
+        ``Index.records`` gives and :meth:`ImageRecord.from_json` reads."""
         raw = txn.get(id_key(image_id), db=self.images_db)
-        return None if raw is None else bytes(raw)
+        if raw is None:
+            return None
+        if not checksum_ok(raw):
+            raise corrupt(self.path, f"the record of id {image_id!r} is unreadable (checksum mismatch)")
+        return bytes(raw[:-CRC_BYTES])
 
     def has_image(self, txn, image_id):
         """Whether an image has id ``image_id`` (str or key bytes)."""
@@ -739,7 +767,7 @@ class Store:
     def put_image(self, txn, image_id, fields):
         """Store the JSON record ``fields`` (a dict with its ``row``) of ``image_id`` (str or key bytes)."""
         key = image_id if isinstance(image_id, bytes) else id_key(image_id)
-        txn.put(key, json.dumps(fields).encode(), db=self.images_db)
+        txn.put(key, seal(json.dumps(fields).encode()), db=self.images_db)  # format 4: with its CRC32C
 
     def vector_store(self, txn=None):
         """The :class:`~streamk.index.vector_store.VectorStore` of this index (made once)."""

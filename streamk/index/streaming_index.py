@@ -243,8 +243,8 @@ class StreamingIndex(Index):
             return self._store.has_image(txn, key)
 
     def records(self, image_ids):
-        """The stored JSON records (bytes) of ``image_ids``, None for an absent id: one
-        short read transaction."""
+        """The stored JSON records (bytes, checked against their CRC32C) of ``image_ids``, None
+        for an absent id: one short read transaction."""
         with self._store.read() as txn:
             return [self._store.raw_image(txn, i) for i in image_ids]
 
@@ -284,7 +284,7 @@ class StreamingIndex(Index):
         """{"keypoints": (n, 6), "weights": (n,)} stored for display (may be empty)."""
         key = id_key(image_id)
         with self._store.read() as txn:
-            raw = txn.get(key, db=self._store.extras_db)
+            raw = self._store.get_blob(txn, "extras", key)
             self._store.require_image(txn, key.decode())
         if raw is None:
             return {}

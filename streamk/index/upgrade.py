@@ -1,9 +1,12 @@
-"""Older index formats to the current one (3), in place.
+"""Older index formats to the current one (4), in place.
 
-Format 2 -> 3 (checksums): every vector block is rewritten with its CRC32C and its rows'
+Format 3 -> 4 (checksums on what format 3 left unsealed): every image record and display
+extra is rewritten followed by its CRC32C.
+
+Format 2 -> 4 (checksums): every vector block is rewritten with its CRC32C and its rows'
 (:mod:`streamk.index.vector_store`), every code block and row code gains its CRC32C
 (:mod:`streamk.index.blocks`), the encoder, codec and vocabulary blobs their
-``crc32c:`` keys, the blobs of SEALED_SUBDBS their CRC32C. Format 1 -> 3 converts
+``crc32c:`` keys, the image records and the blobs of SEALED_SUBDBS their CRC32C. Format 1 -> 4 converts
 everything as below, writing the checksums as it goes.
 
 One write transaction: a crash or an error leaves the index as it was. What
@@ -37,8 +40,9 @@ V1_SUBDBS = ("meta", "images", "extras", "vectors", "codes", "hashes", "log")
 
 
 def upgrade(path, progress=None):
-    """Upgrade the format-1 or format-2 index at ``path`` to format 3 (checksums); returns
-    its number of images."""
+    """Upgrade the index of format 1, 2 or 3 at ``path`` to format 4 (checksums on every
+    stored record and blob); returns its number of images. One write transaction, with a
+    progress bar (``progress=False``: none)."""
     from pathlib import Path
 
     path = Path(path)
@@ -61,15 +65,15 @@ def upgrade(path, progress=None):
         version = info.get("version")
         if version == FORMAT_VERSION:
             raise IndexFormatError(f"{path} is already of format {FORMAT_VERSION}")
-        if version not in (1, 2):
-            raise IndexFormatError(f"{path}: index format {version!r}; this streamk upgrades formats 1 and 2")
+        if version not in (1, 2, 3):
+            raise IndexFormatError(f"{path}: index format {version!r}; this streamk upgrades formats 1, 2 and 3")
         for name in SUBDBS:  # format 1 lacks some
             env.open_db(name.encode(), create=True)
         store = Store(path, env, readonly=False, create_optional=version == 1)
         while True:
             txn = env.begin(write=True)
             try:
-                n = _convert(txn, store, progress) if version == 1 else _add_checksums(txn, store, progress)
+                n = {1: _convert, 2: _add_checksums, 3: _seal_records}[version](txn, store, progress)
                 txn.commit()
                 return n
             except lmdb.MapFullError:
@@ -100,14 +104,34 @@ def _rewrite(txn, db, fn, bar):
         bar.update(1)
 
 
+def _seal_records(txn, store, progress):
+    """Format 3 -> 4 in ``txn``: the image records and extras sealed; returns the number of images."""
+    rewritten = [store.images_db] + ([store.extras_db] if store.extras_db is not None else [])
+    total = sum(txn.stat(db)["entries"] for db in rewritten)
+    with tqdm(total=total, desc="checksums", unit="record", disable=progress is False or None) as bar:
+        for db in rewritten:
+            _rewrite(txn, db, lambda key, value: seal(value), bar)
+    _mark_upgraded(txn, store)
+    return txn.stat(store.images_db)["entries"]
+
+
+def _mark_upgraded(txn, store):
+    """The current format tag, and one reload mark in the log (readers load everything again)."""
+    meta = store.meta_db
+    seq = struct.unpack(">Q", bytes(txn.get(b"seq", db=meta) or seq_key(0)))[0] + 1
+    txn.put(seq_key(seq), b"*" + row_key(0), db=store.log_db)
+    txn.put(b"seq", seq_key(seq), db=meta)
+    txn.put(b"format", json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode(), db=meta)
+
+
 def _add_checksums(txn, store, progress):
-    """Format 2 -> 3 in ``txn``; returns the number of images."""
+    """Format 2 -> 4 in ``txn``; returns the number of images."""
     path, meta = store.path, store.meta_db
     dim = int(bytes(txn.get(b"dim", db=meta)))
     dtype = np.dtype(bytes(txn.get(b"vector_dtype", db=meta)).decode())
     vectors = VectorStore(store, dim, dtype, txn)  # vector_block_rows as stored: the blocks keep their rows
     old_bytes = vectors.block_rows * vectors.row_bytes
-    rewritten = [store.subdb(name) for name in ("code_blocks", "codes", *SEALED_SUBDBS)
+    rewritten = [store.subdb(name) for name in ("code_blocks", "codes", "images", *SEALED_SUBDBS)
                  if store.subdb(name) is not None]
     total = sum(txn.stat(db)["entries"] for db in (store.vectors_db, *rewritten))
 
@@ -124,15 +148,13 @@ def _add_checksums(txn, store, progress):
         value = txn.get(key, db=meta)
         if value is not None:
             put_checked_meta(txn, meta, key, bytes(value))
-    seq = struct.unpack(">Q", bytes(txn.get(b"seq", db=meta) or seq_key(0)))[0] + 1
-    txn.put(seq_key(seq), b"*" + row_key(0), db=store.log_db)  # readers load everything again
-    txn.put(b"seq", seq_key(seq), db=meta)
-    txn.put(b"format", json.dumps({"format": FORMAT, "version": FORMAT_VERSION}).encode(), db=meta)
+    _mark_upgraded(txn, store)
     return txn.stat(store.images_db)["entries"]
 
 
 def _convert(txn, store, progress):
-    """Format 1 -> 3 in ``txn``; returns the number of images."""
+    """Format 1 -> 4 in ``txn``; returns the number of images (put_image seals each record,
+    and the extras are sealed at the end)."""
     meta = store.meta_db
     encoder = Encoder.from_bytes(bytes(txn.get(b"encoder", db=meta)))
     dtype = np.dtype(bytes(txn.get(b"vector_dtype", db=meta)).decode())
@@ -185,5 +207,7 @@ def _convert(txn, store, progress):
             put_checked_meta(txn, meta, key, bytes(value))
     for k in (b"pq", b"pq_epoch"):
         txn.delete(k, db=meta)
+    with tqdm(disable=True) as bar:  # format 1 kept the extras as they came
+        _rewrite(txn, store.extras_db, lambda key, value: seal(value), bar)
     return len(ids)
 

@@ -160,7 +160,7 @@ class IndexWriter:
         txn.put(rk, enc.key, db=s.row_ids_db, append=True)
         txn.put(enc.content, enc.key, db=s.hashes_db)
         if enc.extras is not None and self.store.get_int(b"store_extras", txn, default=1):
-            txn.put(enc.key, enc.extras, db=s.extras_db)
+            s.put_blob(txn, "extras", enc.key, enc.extras)
         if enc.geometry is not None and s.geometry_db is not None and s.get_int(b"local_features", txn):
             txn.put(rk, enc.geometry, db=s.geometry_db, append=True)
         if enc.thumbnail is not None and s.thumbnails_db is not None:

@@ -36,7 +36,7 @@ def _file_images(index):
         for image_id, raw in zip(chunk, index.records(chunk)):
             if raw is None:
                 continue
-            rec = ImageRecord.decode(raw, index.path, image_id)
+            rec = ImageRecord.from_json(raw, index.path, image_id)
             if rec.kind == "image_path" and rec.source and index.geometry(image_id) is None:
                 yield image_id, rec.source, rec.sha256, rec.box
 

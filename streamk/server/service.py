@@ -162,7 +162,7 @@ class Service:
         metas = idx.metadata_many(ids) if hits else []
         out = []
         for h, raw, meta in zip(hits, records, metas):
-            rec = ImageRecord.decode(raw, idx.path, h.id) if raw is not None else None
+            rec = ImageRecord.from_json(raw, idx.path, h.id) if raw is not None else None
             d = h.to_dict(pairs=False)
             d["image_size"] = rec and rec.image_size
             d["kind"] = rec and rec.kind
@@ -228,7 +228,7 @@ class Service:
         raw = self.index.records([image_id])[0]
         if raw is None:
             raise errors.UnknownIdError(f"no image {image_id!r} in the index")
-        rec = ImageRecord.decode(raw, self.index.path, image_id)
+        rec = ImageRecord.from_json(raw, self.index.path, image_id)
         return {"id": image_id, "kind": rec.kind, "sha256": rec.sha256,
                 "n_descriptors": rec.n_descriptors, "image_size": rec.image_size,
                 "box": rec.box, "added": rec.added, "filename": rec.get("filename"),
@@ -246,7 +246,7 @@ class Service:
         if jpeg is not None:
             return jpeg, None
         raw = self.index.records([image_id])[0]
-        return None, self._collection_file(raw and ImageRecord.decode(raw, self.index.path, image_id).source)
+        return None, self._collection_file(raw and ImageRecord.from_json(raw, self.index.path, image_id).source)
 
     def _collection_file(self, source):
         """``source`` if it is a regular file inside one of the collection folders."""

@@ -2,6 +2,7 @@
 report, never a signal, never a silent wrong answer; a full disk (failure 4) is a
 DiskFullError with nothing half-written."""
 
+import json
 import os
 import shutil
 import signal
@@ -433,7 +434,8 @@ def downgrade_to_format_2(path):
     with StreamingIndex.open(path) as idx:
         s = idx.store
         vs = s.vector_store()
-        for name, cut in (("vectors", None), ("code_blocks", 4), ("codes", 4), ("thumbnails", 4), ("metadata", 4)):
+        for name, cut in (("vectors", None), ("code_blocks", 4), ("codes", 4), ("thumbnails", 4), ("metadata", 4),
+                          ("images", 4), ("extras", 4)):
             for k, _ in s.stored_items(name):
                 s.overwrite_value(name, k, lambda v, cut=cut: v[vs.data_offset:] if cut is None else v[:-cut])
         for key in (b"encoder", b"codec", b"vocabulary"):
@@ -453,7 +455,7 @@ def test_a_format_2_index_says_upgrade_and_upgrades_with_checksums(tmp_path, bui
     with pytest.raises(IndexFormatError, match=f"streamk index upgrade {ix}"):
         StreamingIndex.open(ix, readonly=True)
     proc = run_python("-m", "streamk.cli", "index", "upgrade", ix, timeout=120)
-    assert proc.returncode == 0 and "format 3" in proc.stdout, proc
+    assert proc.returncode == 0 and "format 4" in proc.stdout, proc
     assert check_index(ix, progress=False).ok
     with StreamingIndex.open(ix) as idx:
         assert idx.search(V[::9], k=3)[1].tolist() == expected
@@ -552,3 +554,121 @@ def test_a_write_into_a_damaged_block_is_refused_and_writes_nothing(tmp_path, en
             idx.search(V[0], k=1, mode="exact")
     report = check_index(tmp_path / "ix", progress=False)
     assert not report.ok and any("vector block" in d for d in report.damaged)
+
+
+# ------------------------------------------------------------ issue 25 item 4: one random byte in every kind of value
+def downgrade_to_format_3(path):
+    """What streamk wrote before format 4: image records and extras without their CRC32C."""
+    import json
+
+    with StreamingIndex.open(path) as idx:
+        for name in ("images", "extras"):
+            for k, _ in idx.store.stored_items(name):
+                idx.store.overwrite_value(name, k, lambda v: v[:-4])
+        idx.store.overwrite_value("meta", b"format",
+                                  lambda v: json.dumps({"format": "streamk-index", "version": 3}).encode())
+
+
+def test_a_format_3_index_says_upgrade_and_upgrades_with_record_checksums(tmp_path, built):
+    from streamk.errors import IndexFormatError
+    from streamk.index.store import FORMAT_VERSION
+
+    path, V = built
+    ix = copy_of(path, tmp_path / "ix")
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        expected = idx.search(V[::9], k=3)[1].tolist()
+        info = idx.info("i00007")
+    downgrade_to_format_3(ix)
+    with pytest.raises(IndexFormatError, match=f"version 3 .*streamk index upgrade {ix}"):
+        StreamingIndex.open(ix, readonly=True)
+    proc = run_python("-m", "streamk.cli", "index", "upgrade", ix, timeout=120)
+    assert proc.returncode == 0 and f"format {FORMAT_VERSION}" in proc.stdout, proc
+    assert check_index(ix, progress=False).ok
+    with StreamingIndex.open(ix) as idx:
+        assert idx.search(V[::9], k=3)[1].tolist() == expected and idx.info("i00007") == info
+        raw = idx.store.stored_value("images", b"i00007")
+    assert raw[:-4] == json.dumps(info).encode()  # the same JSON, now followed by its CRC32C
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory, encoder):
+    """An index holding one of every kind of stored value: vectors, sealed code blocks and row
+    codes, records, extras (images added as descriptors), thumbnails, metadata with an indexed
+    field (postings, a range column), a removed image (dead), content keys, the log."""
+    from helpers.index import sift_sets
+    from streamk.index import encoded_vector
+
+    path = tmp_path_factory.mktemp("varied") / "ix"
+    V = vectors(8, 400)
+    with StreamingIndex.create(path, encoder, vector_dtype="float32", block_rows=64) as idx:
+        idx.index_field("n")
+        idx.add_many([{"id": f"v{i:03d}", "vector": v, "metadata": {"n": i}} for i, v in enumerate(V[:300])],
+                     batch_size=100)
+        idx.train(nlist=1, M=8, progress=False)
+        idx.add_many([{"id": f"v{i:03d}", "vector": v, "metadata": {"n": i}} for i, v in enumerate(V[300:], 300)],
+                     batch_size=100)
+        for i, d in enumerate(sift_sets(3, 4)):
+            idx.add(f"d{i}", descriptors=d)
+        idx.write_encoded([encoded_vector(f"t{i}", V[i] + 0.1, idx.dim)._replace(thumbnail=b"JPEG" * 50 + bytes([i]))
+                           for i in range(3)])
+        idx.remove(["v005", "v150"])
+    return path
+
+
+# the sub-databases an image's damage is found through, and what is damaged: every one written above
+FLIPPED = ("images", "extras", "vectors", "row_ids", "hashes", "codes", "code_blocks", "dead", "thumbnails",
+           "metadata", "postings", "columns", "meta:codec", "meta:encoder")
+
+
+def _flip_one(path, name, rng):
+    """Flip one random byte of one random value of sub-database ``name`` (for ``dead``, a byte
+    of live rows; for ``postings``, a stored row); returns the key."""
+    with StreamingIndex.open(path) as idx:
+        s = idx.store
+        if name.startswith("meta:"):
+            key = name[5:].encode()
+            name = "meta"
+        else:
+            items = s.stored_items(name)
+            key = items[int(rng.integers(len(items)))][0]
+        raw = s.stored_value(name, key)
+        if name == "postings":  # dupsort: the value is one of the key's rows; replace that one
+            def swap(txn):
+                old = txn.get(key, db=s.postings_db)
+                new = bytearray(old)
+                new[7] ^= 0x01  # another row (the same B-tree position class; a wrong row posted)
+                txn.delete(key, old, db=s.postings_db)
+                txn.put(key, bytes(new), db=s.postings_db, dupdata=True)
+            s.write(swap)
+            return key
+        at = int(rng.integers(min(len(raw), 8) if name == "dead" else len(raw)))
+        mask = int(rng.integers(1, 256))
+        idx.store.overwrite_value(name, key, lambda v: v[:at] + bytes([v[at] ^ mask]) + v[at + 1:])
+    return key
+
+
+@pytest.mark.parametrize("name", FLIPPED)
+def test_one_random_byte_in_any_stored_value_is_named_and_repaired(tmp_path, varied, name):
+    rng = np.random.default_rng(list(FLIPPED).index(name))
+    ix = copy_of(varied, tmp_path / "ix")
+    before = check_index(ix, progress=False)
+    assert before.ok, before.lines()
+    key = _flip_one(ix, name, rng)
+    report = check_index(ix, progress=False)
+    assert not report.ok, (name, key)
+    repaired = check_index(ix, repair=True, progress=False)
+    if name == "meta:encoder":  # the one thing only a copy restores
+        assert not repaired.ok and "the encoder" in repaired.unrepairable
+        return
+    assert repaired.ok, repaired.lines()
+    after = check_index(ix, progress=False)
+    assert after.ok, after.lines()
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        ids = set(idx.ids())
+        assert len(idx) == len(ids) == after.counts["live_rows"]
+    if name == "images":  # the damaged record's image is lost, and listed
+        assert report.damaged and key.decode() in " ".join(report.damaged)
+        assert repaired.lost == [key.decode()] and key.decode() not in ids
+    else:
+        assert repaired.lost == [] or name == "vectors", repaired.lost
+        assert len(ids) + len(repaired.lost) == before.counts["images"]

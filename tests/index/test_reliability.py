@@ -18,6 +18,7 @@ from helpers.index import vlad_encoder
 from helpers.processes import kill_and_collect, run_python, start_python, stop
 from streamk.index import StreamingIndex
 from streamk.index.store import OPTIONAL_SUBDBS, SUBDBS, row_key, seq_from_key
+from streamk.index.integrity import CRC_BYTES, checksum_ok
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,8 @@ def check_consistent(path, dim):
         dump = idx.store.dump()  # reads every key and value of every sub-db
         assert set(dump) == set(SUBDBS + OPTIONAL_SUBDBS)
         images, hashes, row_ids = dump["images"], dump["hashes"], dump["row_ids"]
+        assert all(checksum_ok(r) for r in images.values())  # format 4: each record sealed with its CRC32C
+        images = {k: r[:-CRC_BYTES] for k, r in images.items()}
         assert set(images) == set(row_ids.values())
         assert all(row_ids[row_key(json.loads(r)["row"])] == k for k, r in images.items())
         assert len(hashes) == len(images)

@@ -7,9 +7,10 @@ import lmdb
 import numpy as np
 import pytest
 
-from streamk.errors import (IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
+from streamk.errors import (IndexCorruptError, IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                             ReadOnlyIndexError, StreamkError)
 from streamk.index.store import FORMAT_VERSION, OPTIONAL_SUBDBS, SUBDBS, Store, id_key, seq_from_key, seq_key, validate_id
+from streamk.index.integrity import seal
 
 
 def test_create_open_round_trip(tmp_path):
@@ -201,13 +202,16 @@ def test_an_image_record_holds_what_its_json_holds(tmp_path):
               "sha256": "ab" * 32, "image_size": [640, 480], "added": 1.7e9, "seq": 9, "row": 4,
               "content_key": "cd" * 32, "filename": "a.jpg"}
     raw = json.dumps(fields).encode()
-    rec = ImageRecord.decode(raw, tmp_path, id_key("a"))  # the id as its key, as a cursor gives it
+    rec = ImageRecord.decode(seal(raw), tmp_path, id_key("a"))  # stored with its CRC32C; the id as its key
     assert rec.image_id == "a" and rec.row == 4 and rec.content_key == bytes.fromhex("cd" * 32)
     assert (rec.kind, rec.source, rec.box, rec.n_descriptors, rec.sha256, rec.image_size, rec.added, rec.seq) == \
         ("image_path", "/p/a.jpg", [1.0, 2.0, 30.0, 40.0], 812, "ab" * 32, [640, 480], 1.7e9, 9)
     assert rec.to_dict() == json.loads(raw) and rec.get("filename") == "a.jpg" and rec.get("absent") is None
-    old = ImageRecord.decode(b'{"row": 0, "kind": "vector"}', tmp_path, "b")  # before content keys
+    old = ImageRecord.decode(seal(b'{"row": 0, "kind": "vector"}'), tmp_path, "b")  # before content keys
     assert old.content_key is None and old.source is None
+    for stored in (raw, seal(raw)[:-1] + bytes([seal(raw)[-1] ^ 1]), seal(raw.replace(b"812", b"813"))[1:]):
+        with pytest.raises(IndexCorruptError, match="the record of id 'a' is unreadable"):
+            ImageRecord.decode(stored, tmp_path, "a")  # unsealed, a flipped CRC, a lost byte
 
 
 def test_a_damaged_record_in_an_index_is_named_by_every_reader(tmp_path):
@@ -219,7 +223,7 @@ def test_a_damaged_record_in_an_index_is_named_by_every_reader(tmp_path):
     V = vectors(1, 3)
     for i in range(3):
         idx.add(f"v{i}", vector=V[i])
-    idx.store.overwrite_value("images", id_key("v1"), lambda raw: b'{"kind": "vector"}')  # no row
+    idx.store.overwrite_value("images", id_key("v1"), lambda raw: seal(b'{"kind": "vector"}'))  # no row
     for read in (idx.info, idx.metadata, idx.vector, lambda i: idx.metadata_many([i]), lambda i: idx.remove(i)):
         with pytest.raises(IndexCorruptError, match="the record of id 'v1' is unreadable"):
             read("v1")
