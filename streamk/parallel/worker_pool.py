@@ -174,8 +174,20 @@ def _noop(ctx, item):
 
 def _shutdown(pool, pipe, cancel):
     pool.shutdown(wait=True, cancel_futures=cancel)
-    for conn in pipe:  # after the workers are gone: closing our end ends any straggler
-        conn.close()
+    _close_pipe(pipe)  # after the workers are gone: closing our end ends any straggler
+
+
+_PIPE_LOCK = threading.Lock()
+
+
+def _close_pipe(pipe):
+    """Close our ends of a pool's parent-death pipe, once, whichever thread comes first
+    (a pipe may be ended by close(timeout=) and by its own shutdown at once; closing an fd
+    twice could close a file opened since under the same number)."""
+    with _PIPE_LOCK:
+        for conn in pipe:
+            if not conn.closed:
+                conn.close()
 
 
 def _end_within(ending, timeout):
@@ -191,8 +203,7 @@ def _end_within(ending, timeout):
     for p in processes:
         p.join(max(0.0, deadline - time.monotonic()))
     for _, pipe in ending:
-        for conn in pipe:
-            conn.close()
+        _close_pipe(pipe)
     deadline = time.monotonic() + 1.0
     for p in processes:
         p.join(max(0.0, deadline - time.monotonic()))

@@ -57,8 +57,8 @@ class Background(threading.Thread):
         while not self.stop.is_set():
             try:
                 self.seen.append(self.step())
-            except Exception as exc:  # recorded: the test fails on it
-                self.errors.append(repr(exc))
+            except Exception as exc:  # recorded (when): the test fails on one before SIGTERM
+                self.errors.append((time.monotonic(), repr(exc)))
 
 
 def health_step(server):
@@ -101,6 +101,19 @@ def kill_one(server_pid, marker, rng):
     return pid
 
 
+def stop_while_a_worker_dies(server, marker):
+    """SIGTERM while uploads go on, one worker just killed and the next to start set to die
+    in its initialiser; (the workers seen, seconds to exit, when SIGTERM was sent)."""
+    workers = worker_pids(server.proc.pid)
+    marker.touch()
+    if workers:
+        os.kill(workers[0], signal.SIGKILL)
+    sigterm_at = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    server.proc.wait(timeout=STOP_LIMIT)
+    return workers, time.monotonic() - sigterm_at, sigterm_at
+
+
 def kill_loop(make_server, photos, tmp_path, kills):
     index = make_index(tmp_path / "idx", photos, n=2)
     marker = tmp_path / "die-at-start"
@@ -116,16 +129,14 @@ def kill_loop(make_server, photos, tmp_path, kills):
         try:
             killed = [kill_one(server.proc.pid, marker, rng) for _ in range(kills)]
             assert poll(lambda: upload_step(client, photo)[0] == 200, 60, interval=0.1)  # the pool recovered
+            loop_s = time.monotonic() - t0
+            workers, stop_s, sigterm_at = stop_while_a_worker_dies(server, marker)
         finally:
             for t in (uploads, health):
                 t.stop.set()
                 t.join(timeout=130)
-        loop_s = time.monotonic() - t0
-    workers = worker_pids(server.proc.pid)
-    t1 = time.monotonic()
-    server.proc.send_signal(signal.SIGTERM)
-    server.proc.wait(timeout=STOP_LIMIT)
-    stop_s = time.monotonic() - t1
+    health.errors = [e for t, e in health.errors if t < sigterm_at]  # after it, the server is gone: expected
+    uploads.errors = [e for t, e in uploads.errors if t < sigterm_at]
     print(f"\n{kills} kills ({sum(k is None for k in killed)} in the initialiser or none found) in {loop_s:.1f} s; "
           f"/health: {len(health.seen)} answers, max {max(health.seen):.3f} s; uploads: {len(uploads.seen)} "
           f"({sum(s == 200 for s, _ in uploads.seen)} results); SIGTERM -> exit in {stop_s:.2f} s")
