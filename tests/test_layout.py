@@ -162,3 +162,97 @@ def test_every_file_the_docs_name_exists():
             if not (REPO / path).exists():
                 missing.append(f"{doc.relative_to(REPO)}: {path}")
     assert not missing, "files named in the docs but absent: " + ", ".join(missing)
+
+
+def _module_name(path):
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(name):
+    rel = Path(*name.split("."))
+    return (REPO / rel.with_suffix(".py")).is_file() or (REPO / rel / "__init__.py").is_file()
+
+
+def test_imports_across_packages_use_the_public_names():
+    """``from ..index import StreamingIndex``, never ``from ..index.streaming_index import ...``:
+    a package's modules are its own to move; other packages see its ``__init__``."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        own = _package_of(_module_name(path))
+        for line, module, _ in _imports(path):
+            parts = module.split(".")
+            if parts[0] == "streamk" and len(parts) > 2 and parts[1] != own:
+                found.append(f"{path.relative_to(REPO)}:{line}: {module}")
+    assert not found, "imports into another package's modules:\n" + "\n".join(sorted(found))
+
+
+def _module_level_imports(path):
+    """Modules of streamk imported when ``path`` is imported (statements outside functions),
+    with the packages Python imports first, less the module's own ancestors."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    ancestors = {".".join(name.split(".")[:i]) for i in range(1, len(name.split(".")))}
+
+    def statements(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield node
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list) and not isinstance(node, ast.ClassDef) or \
+                        isinstance(node, ast.ClassDef) and field == "body":
+                    yield from statements(inner or [])
+
+    out = set()
+    for node in statements(ast.parse(path.read_text()).body):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+            targets = [f"{module}.{a.name}" if _is_module(f"{module}.{a.name}") else module for a in node.names]
+        else:
+            targets = [a.name for a in node.names]
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] != "streamk":
+                continue
+            for i in range(1, len(parts) + 1):  # importing a.b.c imports a and a.b first
+                prefix = ".".join(parts[:i])
+                if prefix not in ancestors and prefix != name and _is_module(prefix):
+                    out.add(prefix)
+    return out
+
+
+def test_no_import_cycles_between_modules():
+    graph = {_module_name(p): _module_level_imports(p) for p in PACKAGE.rglob("*.py")}
+    # Tarjan's strongly connected components: a component of more than one module is a cycle
+    index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, "modules that import each other (at module level):\n" + "\n".join(map(str, cycles))
