@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 from ..verification import Vocabulary, expand_query, make_query_record, rerank, stored_record, verify_geometry
-from ..verification.expansion import DEFAULT_TOP
-from ..verification.spatial import DEFAULT_R
+from ..verification import DEFAULT_TOP
+from ..verification import DEFAULT_R
 
 DEFAULT_VERIFY = DEFAULT_R
 DEFAULT_EXPAND = DEFAULT_TOP

@@ -5,35 +5,53 @@ environment (or S shards), written while it is searched, retrained without downt
     idx.search("query.jpg", k=10); open_index(path) opens a sharded one too.
 """
 
-from .second_stage import Hit
-from .items import (AddResult, EncodedImage, checked_vector, encoded_image_file, encoded_vector,
-                    image_content_key, normalise_box, npz_bytes, unit_vector)
-from .describe import (ImageDescription, ImageFailure, describe_context, describe_image, describe_task_context,
-                       geometry_record)
-from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, nearest_of_vectors
-from .metadata import GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES, RowFilter, encode_metadata, parse_filter
-from .retraining import STALE_CODEC_RATIO, stale_codec_note
-from .queries import MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY, QueryEncoder, check_k, check_request
-from .search_params import EXPANSIONS, INDEX_LIMITS, MODES, SERVER_LIMITS, SearchLimits, SearchParams, check_count
-from .sharded import ShardedIndex, is_sharded, open_index, shard_of
-from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, FORMAT_VERSION, VECTOR_DTYPES, ImageRecord, Store, id_key, validate_id
-from .streaming_index import StreamingIndex
-from .base import Index
-from .queries import PreparedQuery
-from .upgrade import upgrade
-from .integrity_check import IntegrityReport, check_index
-from .backup import BackupReport, backup
+from typing import TYPE_CHECKING
 
-__all__ = ["BLOCK_ROWS", "DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_MAP_SIZE", "DUPLICATE_POLICIES", "FILTER_GRAMMAR", "MAX_BATCH", "MAX_EXPAND", "MAX_K", "MAX_METADATA_BYTES", "MAX_RERANK", "MAX_VERIFY", "MODES", "RowFilter", "STALE_CODEC_RATIO", "VECTOR_DTYPES", "AddResult", "EncodedImage", "Hit", "ImageRecord",
-           "QueryEncoder", "ShardedIndex", "Store", "StreamingIndex", "check_k", "check_request", "checked_vector",
-           "encode_metadata", "encoded_image_file", "encoded_vector", "id_key", "image_content_key", "is_sharded", "nearest_of_vectors", "normalise_box",
-           "npz_bytes", "open_index", "parse_filter", "shard_of", "stale_codec_note", "unit_vector", "upgrade", "validate_id",
-           "check_index", "IntegrityReport", "EXPANSIONS", "INDEX_LIMITS", "SERVER_LIMITS", "SearchLimits", "SearchParams",
-           "check_count", "BackupReport", "backup"]
-__all__ += ["Index", "PreparedQuery"]
-__all__ += ["ImageDescription", "ImageFailure", "describe_context", "describe_image", "describe_task_context",
-            "geometry_record"]
+from ..exports import lazy_exports
 
-from ..deprecation import renamed  # noqa: E402
+if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
+    from .second_stage import Hit as Hit
+    from .items import (
+        AddResult as AddResult, EncodedImage as EncodedImage, checked_vector as checked_vector,
+        encoded_image_file as encoded_image_file, encoded_vector as encoded_vector,
+        image_content_key as image_content_key, normalise_box as normalise_box, npz_bytes as npz_bytes,
+        unit_vector as unit_vector,
+    )
+    from .describe import (
+        ImageDescription as ImageDescription, ImageFailure as ImageFailure, describe_context as describe_context,
+        describe_image as describe_image, describe_task_context as describe_task_context,
+        geometry_record as geometry_record,
+    )
+    from .duplicates import (
+        DEFAULT_DUPLICATE_THRESHOLD as DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES as DUPLICATE_POLICIES,
+        nearest_of_vectors as nearest_of_vectors,
+    )
+    from .metadata import (
+        GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES as MAX_METADATA_BYTES, RowFilter as RowFilter,
+        encode_metadata as encode_metadata, parse_filter as parse_filter,
+    )
+    from .retraining import STALE_CODEC_RATIO as STALE_CODEC_RATIO, stale_codec_note as stale_codec_note
+    from .queries import (
+        MAX_BATCH as MAX_BATCH, MAX_EXPAND as MAX_EXPAND, MAX_K as MAX_K, MAX_RERANK as MAX_RERANK,
+        MAX_VERIFY as MAX_VERIFY, QueryEncoder as QueryEncoder, check_k as check_k,
+        check_request as check_request, PreparedQuery as PreparedQuery,
+    )
+    from .search_params import (
+        EXPANSIONS as EXPANSIONS, INDEX_LIMITS as INDEX_LIMITS, MODES as MODES, SERVER_LIMITS as SERVER_LIMITS,
+        SearchLimits as SearchLimits, SearchParams as SearchParams, check_count as check_count,
+    )
+    from .sharded import (
+        ShardedIndex as ShardedIndex, is_sharded as is_sharded, open_index as open_index, shard_of as shard_of,
+    )
+    from .store import (
+        BLOCK_ROWS as BLOCK_ROWS, DEFAULT_MAP_SIZE as DEFAULT_MAP_SIZE, FORMAT_VERSION as FORMAT_VERSION,
+        VECTOR_DTYPES as VECTOR_DTYPES, ImageRecord as ImageRecord, Store as Store, id_key as id_key,
+        validate_id as validate_id,
+    )
+    from .streaming_index import StreamingIndex as StreamingIndex
+    from .base import Index as Index
+    from .upgrade import upgrade as upgrade
+    from .integrity_check import IntegrityReport as IntegrityReport, check_index as check_index
+    from .backup import BackupReport as BackupReport, backup as backup
 
-__getattr__ = renamed(__name__, {"verify_index": "check_index", "VerifyReport": "IntegrityReport"})
+__all__, __getattr__, __dir__ = lazy_exports(__name__, renamed={'verify_index': 'check_index', 'VerifyReport': 'IntegrityReport'})

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..verification import verify_geometry as verify_records
-from ..verification.spatial import DEFAULT_MIN_INLIERS
+from ..verification import DEFAULT_MIN_INLIERS
 from .queries import MAX_BATCH
 from .search_params import check_count
 from .second_stage import Hit

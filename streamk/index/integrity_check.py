@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 from ..errors import GeometryRecordError, IndexCorruptError, NotAnIndexError, StreamkError
 from ..quantization import IVFPQ, NO_LIST
-from ..verification.records import parse_header
+from ..verification import parse_header
 from .blocks import checked_block, pack_block, pack_codes, seal_row_codes, split_block
 from . import range_columns
 from .integrity import CORRUPTION, CRC_BYTES, check_lmdb_file, checksum_ok, describe_rows

@@ -28,8 +28,8 @@ import numpy as np
 
 from ..checks import check_box
 from ..errors import ConfigError
-from ..verification.expansion import DEFAULT_TOP
-from ..verification.spatial import DEFAULT_R
+from ..verification import DEFAULT_TOP
+from ..verification import DEFAULT_R
 from .metadata import parse_filter
 
 MODES = ("exact", "pq")  # every stored vector; the PQ / IVF-PQ codes, then re-ranking

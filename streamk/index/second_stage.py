@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import GeometryRecordError
 from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, rerank, verify_geometry
-from ..verification.spatial import DEFAULT_MIN_INLIERS
+from ..verification import DEFAULT_MIN_INLIERS
 from .search_params import DEFAULT_EXPAND, DEFAULT_VERIFY, EXPANSIONS
 
 

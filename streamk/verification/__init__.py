@@ -1,21 +1,29 @@
 """Second stage: verify the first stage's top R by tentative matches (visual words + Hamming embedding)
 and RANSAC (affine from one match); re-rank verified images first and expand the query with them."""
 
-from .expansion import alpha_query_expansion, average_query_expansion, expand_query, expansion_rows
-from .matching import tentative_matches
-from .ransac import RansacResult, apply_affine, ransac_affine
-from .records import (DEFAULT_MAX_RECORD_FEATURES, GeometryRecord, make_query_record, make_record, pack, record_size,
-                      stored_record, unpack)
-from .spatial import Reranked, Verification, VerificationParams, rerank, verify_geometry
-from .vocabulary import Vocabulary
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "DEFAULT_MAX_RECORD_FEATURES", "GeometryRecord", "RansacResult", "Reranked", "Verification", "VerificationParams",
-    "Vocabulary", "alpha_query_expansion", "apply_affine", "average_query_expansion", "expand_query",
-    "expansion_rows", "make_query_record", "make_record", "pack", "ransac_affine", "record_size", "rerank",
-    "stored_record", "tentative_matches", "unpack", "verify_geometry",
-]
+from ..exports import lazy_exports
 
-from ..deprecation import renamed  # noqa: E402
+if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
+    from .expansion import (
+        DEFAULT_TOP as DEFAULT_TOP, alpha_query_expansion as alpha_query_expansion,
+        average_query_expansion as average_query_expansion, expand_query as expand_query,
+        expansion_rows as expansion_rows,
+    )
+    from .matching import tentative_matches as tentative_matches
+    from .ransac import RansacResult as RansacResult, apply_affine as apply_affine, ransac_affine as ransac_affine
+    from .records import (
+        DEFAULT_MAX_RECORD_FEATURES as DEFAULT_MAX_RECORD_FEATURES, GeometryRecord as GeometryRecord,
+        make_query_record as make_query_record, make_record as make_record, pack as pack,
+        record_size as record_size, parse_header as parse_header, stored_record as stored_record,
+        unpack as unpack,
+    )
+    from .spatial import (
+        DEFAULT_MIN_INLIERS as DEFAULT_MIN_INLIERS, DEFAULT_R as DEFAULT_R, Reranked as Reranked,
+        Verification as Verification, VerificationParams as VerificationParams, rerank as rerank,
+        verify_geometry as verify_geometry,
+    )
+    from .vocabulary import Vocabulary as Vocabulary
 
-__getattr__ = renamed(__name__, {"verify": "verify_geometry", "DEFAULT_MAX_FEATURES": "DEFAULT_MAX_RECORD_FEATURES"})
+__all__, __getattr__, __dir__ = lazy_exports(__name__, renamed={'verify': 'verify_geometry', 'DEFAULT_MAX_FEATURES': 'DEFAULT_MAX_RECORD_FEATURES'})
