@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         nearest_of_vectors as nearest_of_vectors,
     )
     from .metadata import (
-        GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES as MAX_METADATA_BYTES, RowFilter as RowFilter,
+        GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES as MAX_METADATA_BYTES, RowFilter as RowFilter,  # noqa: F401
         encode_metadata as encode_metadata, parse_filter as parse_filter,
     )
     from .retraining import STALE_CODEC_RATIO as STALE_CODEC_RATIO, stale_codec_note as stale_codec_note

@@ -7,6 +7,7 @@ import secrets
 import signal
 import socket
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,13 @@ def pid_of(ctx, item):
 def words_of(ctx, item):
     """A pool task: the number of visual words its worker describes with (None: none)."""
     return None if ctx["vocabulary"] is None else int(ctx["vocabulary"].n_words)
+
+
+@contextmanager
+def running_server(photos, folder, n=2, args=("--workers", "1")):
+    """A started Server over an index of the first ``n`` photos in ``folder``, stopped on exit."""
+    srv = Server(make_index(folder / "idx", photos, n=n), folder, args=list(args)).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers.server import Server, make_index
+from helpers.server import running_server
 
 httpx = pytest.importorskip("httpx")
 
@@ -18,10 +18,8 @@ DIM = 512
 
 @pytest.fixture(scope="module")
 def served(photos, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bad-input")
-    srv = Server(make_index(tmp / "idx", photos, n=2), tmp, args=["--workers", "1"]).start()
-    yield srv
-    srv.stop()
+    with running_server(photos, tmp_path_factory.mktemp("bad-input")) as srv:
+        yield srv
 
 
 def nested(depth, leaf=1):

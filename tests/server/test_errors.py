@@ -7,7 +7,7 @@ import socket
 from types import SimpleNamespace
 
 import pytest
-from helpers.server import Server, make_index
+from helpers.server import running_server
 
 httpx = pytest.importorskip("httpx")
 
@@ -20,10 +20,8 @@ from streamk.server.http_errors import install_error_handlers  # noqa: E402
 
 @pytest.fixture(scope="module")
 def served(photos, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("errors")
-    srv = Server(make_index(tmp / "idx", photos, n=2), tmp, args=["--workers", "1"]).start()
-    yield srv
-    srv.stop()
+    with running_server(photos, tmp_path_factory.mktemp("errors")) as srv:
+        yield srv
 
 
 def test_server_side_errors_name_no_path_and_no_command(tmp_path, caplog):

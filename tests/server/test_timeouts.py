@@ -8,7 +8,7 @@ import socket
 import time
 
 import pytest
-from helpers.server import Server, make_index
+from helpers.server import running_server
 
 httpx = pytest.importorskip("httpx")
 
@@ -18,12 +18,10 @@ MARGIN = 30  # seconds beyond a timeout before a test gives up (a loaded machine
 
 @pytest.fixture(scope="module")
 def served(photos, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("timeouts")
-    srv = Server(make_index(tmp / "idx", photos, n=2), tmp,
-                 args=["--workers", "1", "--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT),
-                       "--max-requests", "2", "--max-uploads", "2", "--max-connections", "200"]).start()
-    yield srv
-    srv.stop()
+    args = ["--workers", "1", "--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT),
+            "--max-requests", "2", "--max-uploads", "2", "--max-connections", "200"]
+    with running_server(photos, tmp_path_factory.mktemp("timeouts"), args=args) as srv:
+        yield srv
 
 
 def stalled(srv, method, path, ctype, length, first=b""):
