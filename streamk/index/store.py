@@ -484,7 +484,7 @@ class Store:
             raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index")
         if info.get("version") in (1, 2, 3):
             made_by = {1: "streamk 0.1", 2: "streamk 0.2 before checksums",
-                       3: "streamk 0.3 before checksums on image records"}[info["version"]]
+                       3: "streamk 0.2, before checksums on image records"}[info["version"]]
             raise IndexFormatError(f"{path}: index format version {info['version']} ({made_by}); upgrade it in "
                                    f"place with `streamk index upgrade {path}`")
         if info.get("version") != FORMAT_VERSION:
