@@ -62,3 +62,12 @@ def stop(proc):
     if proc.poll() is None:
         proc.kill()
         proc.communicate()
+
+
+def alive(pid):
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -4,13 +4,13 @@ shard with its manifest; dest is whole or absent; the CLI."""
 
 import json
 import threading
-import time
 
 import numpy as np
 import pytest
 
 from helpers.index import make_encoder, vectors
 from helpers.processes import run_python, start_python
+from helpers.waiting import poll
 from streamk.errors import IndexExistsError, NotAnIndexError
 from streamk.index import ShardedIndex, StreamingIndex, backup, check_index, open_index
 
@@ -50,9 +50,7 @@ def test_a_backup_during_an_ingest_holds_exactly_a_prefix_of_the_acknowledged_wr
     reader = threading.Thread(target=read_acks, daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 120
-        while len(acked) < 150 and time.monotonic() < deadline and child.poll() is None:
-            time.sleep(0.01)
+        poll(lambda: len(acked) >= 150 or child.poll() is not None, 120, interval=0.01)
         assert len(acked) >= 150, child.stderr.read() if child.poll() is not None else "writer too slow"
         with lock:
             before = [a for a in acked if a != "open"]

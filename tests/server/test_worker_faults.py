@@ -50,9 +50,9 @@ def worker_pids(server_pid):
 class Background(threading.Thread):
     """``step()`` run in a loop until ``stop``; what it returns appended to ``seen``."""
 
-    def __init__(self, step):
+    def __init__(self, step, pause=0.0):
         super().__init__(daemon=True)
-        self.step, self.stop, self.seen, self.errors = step, threading.Event(), [], []
+        self.step, self.pause, self.stop, self.seen, self.errors = step, pause, threading.Event(), [], []
 
     def run(self):
         while not self.stop.is_set():
@@ -60,6 +60,7 @@ class Background(threading.Thread):
                 self.seen.append(self.step())
             except Exception as exc:  # recorded (when): the test fails on one before SIGTERM
                 self.errors.append((time.monotonic(), repr(exc)))
+            self.stop.wait(self.pause)
 
 
 def health_step(server):
@@ -67,9 +68,7 @@ def health_step(server):
 
     t0 = time.monotonic()
     httpx.get(f"{server.url}/health", timeout=HANG_LIMIT).raise_for_status()
-    latency = time.monotonic() - t0
-    time.sleep(0.02)
-    return latency
+    return time.monotonic() - t0
 
 
 def upload_step(client, photo):
@@ -78,8 +77,9 @@ def upload_step(client, photo):
     return r.status_code, code
 
 
-def kill_one(server_pid, marker, rng):
-    """One worker death, at a random moment; the pid killed (None: a death at start-up by the hook)."""
+def kill_one(server_pid, marker, rng, health):
+    """One worker death, at a random moment; the pid killed (None: a death at start-up by the hook).
+    ``health``: the /health poller, whose answers (one every ~20 ms or more) pace the later kills."""
     mode = rng.random()
     if mode < 0.2:  # in its initialiser: the next worker to start dies there
         marker.touch()
@@ -90,7 +90,8 @@ def kill_one(server_pid, marker, rng):
         fresh = poll(lambda: set(worker_pids(server_pid)) - before, 5, interval=0.005)
         pids = sorted(fresh) if fresh else worker_pids(server_pid)
     else:  # a while after: idle or mid-task
-        time.sleep(rng.uniform(0, 0.4))
+        after = len(health.seen) + rng.randint(0, 10)  # after a random number of /health answers
+        poll(lambda: len(health.seen) >= after, 10, interval=0.005)
         pids = worker_pids(server_pid) or poll(lambda: worker_pids(server_pid), 5, interval=0.01) or []
     if not pids:
         return None
@@ -120,7 +121,7 @@ def kill_loop(make_server, photos, tmp_path, kills):
     marker = tmp_path / "die-at-start"
     server = make_server(index, args=["--workers", "2"], env=subprocess_env(**{DIE_AT_START_ENV: str(marker)}))
     photo = png_bytes(photos["paths"][3])
-    health = Background(lambda: health_step(server))
+    health = Background(lambda: health_step(server), pause=0.02)
     with server.client() as client:
         uploads = Background(lambda: upload_step(client, photo))
         health.start()
@@ -128,7 +129,7 @@ def kill_loop(make_server, photos, tmp_path, kills):
         rng = random.Random(25)
         t0 = time.monotonic()
         try:
-            killed = [kill_one(server.proc.pid, marker, rng) for _ in range(kills)]
+            killed = [kill_one(server.proc.pid, marker, rng, health) for _ in range(kills)]
             assert poll(lambda: upload_step(client, photo)[0] == 200, 60, interval=0.1)  # the pool recovered
             loop_s = time.monotonic() - t0
             workers, stop_s, sigterm_at = stop_while_a_worker_dies(server, marker)
