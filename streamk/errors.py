@@ -415,6 +415,19 @@ def printable(text):
     return "".join(out)
 
 
+def error_code(name):
+    """'ImageReadError' -> 'image_read': the stable code of an error class (its name in
+    snake case, without "Error"), as the HTTP server answers it and ``streamk search
+    --server`` reads it back."""
+    base = name[:-5] if name.endswith("Error") else name
+    out = []
+    for i, c in enumerate(base):
+        if c.isupper() and i and (not base[i - 1].isupper() or (i + 1 < len(base) and base[i + 1].islower())):
+            out.append("_")
+        out.append(c.lower())
+    return "".join(out)
+
+
 def describe(exc):
     """One line saying what went wrong: ``"ErrorType: reason"`` (an ImageReadError's
     reason without its path, which the caller reports beside it)."""

@@ -13,13 +13,13 @@ whose exit status is the one the same error has here (its code names a class of
 
 import json
 import os
-import re
 import secrets
 import urllib.error
 import urllib.parse
 import urllib.request
 
 from .. import errors
+from ..errors import error_code
 
 TOKEN_ENV = "STREAMK_TOKEN"  # as streamk.server.TOKEN_ENV (not imported: it loads FastAPI)
 EXIT_NETWORK = 7  # as ClusterError: the other side cannot be reached or does not answer
@@ -37,13 +37,6 @@ class ServerAnswerError(errors.StreamkError, RuntimeError):
     def __init__(self, message, code=None, status=None, exit_code=EXIT_NETWORK, per_query=False):
         super().__init__(message)
         self.code, self.status, self.exit_code, self.per_query = code, status, exit_code, per_query
-
-
-def error_code(name):
-    """'ImageReadError' -> 'image_read': the code the server answers an error class with
-    (streamk.server.error_code; written again here so as not to import the server)."""
-    base = name[:-5] if name.endswith("Error") else name
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", base).lower()
 
 
 def error_class(code):

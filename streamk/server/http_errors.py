@@ -15,6 +15,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from .. import errors
+from ..errors import error_code
 from .models import ErrorAnswer
 from .service import WorkerError
 
@@ -23,17 +24,6 @@ log = logging.getLogger("streamk.server")
 # the codes of the HTTP errors Starlette raises itself (no route, wrong method, ...)
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 400: "bad_request", 413: "upload_too_large"}
 ALWAYS = (500, 503)  # statuses any operation may answer: a bug; busy or retraining
-
-
-def error_code(name):
-    """'ImageReadError' -> 'image_read': the stable code of an error class."""
-    base = name[:-5] if name.endswith("Error") else name
-    out = []
-    for i, c in enumerate(base):
-        if c.isupper() and i and (not base[i - 1].isupper() or (i + 1 < len(base) and base[i + 1].islower())):
-            out.append("_")
-        out.append(c.lower())
-    return "".join(out)
 
 
 def status_of(error):
