@@ -56,6 +56,9 @@ commits what was already encoded and raises
 :class:`~streamk.errors.IngestInterruptedError`, which says what was added and how
 many files were not ingested (the rest of the walk is counted for at most
 :data:`COUNT_LEFT_SECONDS`); the same command resumes. In watch mode either signal
+ends the watch cleanly, after committing what was encoded. A signal takes effect
+between images (:class:`_SafePoints`): at once while waiting on worker processes,
+after the image in hand when encoding runs in this process (``workers=1``).
 
 
 Metadata. Each image added gets its file's metadata (path, folder, name, size, mtime,
@@ -209,6 +212,78 @@ class _signals_deferred:
             signal.pthread_sigmask(signal.SIG_SETMASK, self._old)
 
 
+class _SafePoints:
+    """While inside (main thread only): the Python handlers of SIGINT and SIGTERM (Python's
+    KeyboardInterrupt, the CLI's Terminated, a notebook's) run only where an exception
+    leaves nothing half-done. A signal is noted, and its handler is called at the next
+    :meth:`check` -- or at once while :meth:`interruptible` (waiting on worker processes).
+
+    Why: an exception raised by a handler at an arbitrary bytecode lands inside an
+    encoding in this process (Numba then turns it into a SystemError, reported as a
+    failed image) or between a commit and its accounting (a wrong count said)."""
+
+    def __init__(self):
+        self._old = {}
+        self._pending = None
+        self._interruptible = False
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handler = signal.getsignal(sig)
+                if callable(handler):  # SIG_DFL / SIG_IGN: nothing of Python's runs, nothing to defer
+                    self._old[sig] = handler
+                    signal.signal(sig, self._noted)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old = {}
+        if exc[0] is None:
+            self.check()  # a signal noted after the last safe point is not lost
+
+    def _noted(self, signum, frame):
+        if self._interruptible:
+            self._old[signum](signum, frame)
+        elif self._pending is None:
+            self._pending = signum
+
+    def check(self):
+        """A safe point: the handler of a signal noted since runs here (and may raise)."""
+        signum, self._pending = self._pending, None
+        if signum is not None and signum in self._old:
+            self._old[signum](signum, None)
+        elif signum is not None:  # after __exit__: the handler it had
+            import signal
+
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                handler(signum, None)
+
+    def interruptible(self, on=True):
+        """A context in which a signal's handler runs at once (``on``) or is deferred (not ``on``)."""
+        return _Interruptible(self, on)
+
+
+class _Interruptible:
+    def __init__(self, points, on):
+        self.points, self.on = points, on
+
+    def __enter__(self):
+        self.before, self.points._interruptible = self.points._interruptible, self.on
+        if self.on:
+            self.points.check()
+
+    def __exit__(self, *exc):
+        self.points._interruptible = self.before
+
+
 MAX_METADATA_LINE = 2 * MAX_METADATA_BYTES  # bytes of one line of a metadata file
 
 
@@ -309,6 +384,7 @@ class Ingester:
         self._batch = []  # (path, EncodedImage)
         self._last_commit = time.monotonic()
         self._bar = None
+        self._safe = _SafePoints()  # replaced per pass (ingest)
         self._encoder_bytes = None
         self._extractor = index.extractor()  # pins the default extractor's params at the first write
         self._extractor.set_limits(max_file_size=max_file_size, max_pixels=max_pixels)
@@ -434,10 +510,21 @@ class Ingester:
                                self._extractor, None if self.cache is None else self.cache.directory, executor,
                                vocabulary=self._vocabulary())
         running = executor.map_unordered(ingest_task, self._tasks(roots, only_new), context, self.max_inflight)
+        # a signal stops the pass between images: at once while waiting on other processes; after the image
+        # in hand when the encoding runs here (workers=1)
+        self._safe = safe = _SafePoints()
+        waiting_is_ours = executor.name == "in-process"
         try:
-            for _, r in results(running):
-                self._handle(r)
-            self._flush()
+            with safe:
+                handed = results(running)
+                while True:
+                    with safe.interruptible(not waiting_is_ours):
+                        r = next(handed, None)
+                    if r is None:
+                        break
+                    self._handle(r[1])
+                    safe.check()
+                self._flush()
         finally:
             running.close()  # stops the tasks in flight when interrupted
             if executor is not self.executor:
@@ -452,33 +539,39 @@ class Ingester:
         walk finds them; bad entries and invalid ids are reported on the way."""
         entries = self._walk = iter_scan(roots)
         while True:
-            chunk, pulled = [], 0
-            for path, image_id, reason in islice(entries, LOOKUP_CHUNK):
-                pulled += 1
-                if only_new and (self._seen.get(path, False) == _stat_sig(path) if reason is None
-                                 else path in self._seen):
-                    continue
-                self._pass_found += 1
-                if self._bar is not None:
-                    self._bar.total += 1
-                if reason is not None:
-                    self._fail(path, reason)
-                    continue
-                try:
-                    validate_id(image_id)
-                except StreamkError as exc:
-                    self._fail(path, describe(exc))
-                    continue
-                chunk.append((path, image_id))
+            with self._safe.interruptible(False):  # what is found is counted whole
+                tasks, pulled = self._next_tasks(entries, only_new)
             if not pulled:
                 return
-            if not chunk:  # all bad, invalid or already seen
+            yield from tasks
+
+    def _next_tasks(self, entries, only_new):
+        """(the tasks of the next LOOKUP_CHUNK entries of the walk, how many entries were pulled)."""
+        chunk, pulled = [], 0
+        for path, image_id, reason in islice(entries, LOOKUP_CHUNK):
+            pulled += 1
+            if only_new and (self._seen.get(path, False) == _stat_sig(path) if reason is None
+                             else path in self._seen):
                 continue
-            # one short read per chunk (per shard), never held across tasks
-            known = self.index.records([image_id for _, image_id in chunk])
-            known = [None if raw is None else _stored_file_sha(raw) for raw in known]
-            # the worker reads the absolute path: a Dask worker's working folder is not ours
-            yield from ((path, image_id, sha, os.path.abspath(path)) for (path, image_id), sha in zip(chunk, known))
+            self._pass_found += 1
+            if self._bar is not None:
+                self._bar.total += 1
+            if reason is not None:
+                self._fail(path, reason)
+                continue
+            try:
+                validate_id(image_id)
+            except StreamkError as exc:
+                self._fail(path, describe(exc))
+                continue
+            chunk.append((path, image_id))
+        if not chunk:  # none pulled, or all bad, invalid or already seen
+            return [], pulled
+        # one short read per chunk (per shard), never held across tasks
+        known = self.index.records([image_id for _, image_id in chunk])
+        known = [None if raw is None else _stored_file_sha(raw) for raw in known]
+        # the worker reads the absolute path: a Dask worker's working folder is not ours
+        return [(path, image_id, sha, os.path.abspath(path)) for (path, image_id), sha in zip(chunk, known)], pulled
 
     def _handle(self, r):
         path = r["path"]

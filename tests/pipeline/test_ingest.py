@@ -272,21 +272,24 @@ def _sigint_ignored():  # as a shell leaves a background job: SIGINT ignored, SI
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize("sig, status, inherited", [(signal.SIGINT, 130, "default"), (signal.SIGTERM, 143, "default"),
-                                                    (signal.SIGINT, 130, "SIGINT ignored")])
+@pytest.mark.parametrize("sig, status, inherited, workers", [
+    (signal.SIGINT, 130, "default", "1"), (signal.SIGTERM, 143, "default", "1"),
+    (signal.SIGINT, 130, "SIGINT ignored", "1"), (signal.SIGTERM, 143, "default", "2")])
 def test_interrupted_one_shot_ingest_says_what_is_left_and_a_rerun_resumes(work, tmp_path, wait_until, sig, status,
-                                                                            inherited):
+                                                                            inherited, workers):
     """Failure 5: Ctrl-C / SIGTERM in a one-shot ingest commits what was encoded, says how
     many images were added and how many were not, exits 130 / 143; the same command then
     completes. Also when the process inherited SIGINT ignored (failure 10): the CLI sets its
-    own handler."""
+    own handler. With one worker the encoding runs in this process: the signal waits for the
+    image in hand (raised inside a Numba kernel it became a SystemError, a "failed" image);
+    with two it stops the wait on the workers at once."""
     n = 20
     ix = tmp_path / "ix"
     create(ix, work)
     folder = tmp_path / "many"
     for i in range(n):
         textured(str(folder / f"p{i:02d}.png"), 100 + i, size=384)
-    args = ["-m", "streamk.cli", "ingest", str(ix), str(folder), "--workers", "1", "--batch-size", "1",
+    args = ["-m", "streamk.cli", "ingest", str(ix), str(folder), "--workers", workers, "--batch-size", "1",
             "--no-progress", "--no-cache"]
     if inherited == "default":
         proc = start_python(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
