@@ -505,3 +505,53 @@ def test_the_readme_lists_every_exit_status_and_request_limit():
                         (MAX_EXPAND, "MAX_EXPAND"), (MAX_BATCH, "MAX_BATCH")):
         row = next(line for line in section.splitlines() if f"`{name}`" in line or f".{name}`" in line)
         assert f"{value:,}" in row, name
+
+
+def test_index_info_shows_the_encoder_extractor_local_features_and_disk_size(work, capsys):
+    """Issue 27: ``index info`` in words (no ``None`` / raw reprs), with the encoder as
+    stored, and --json the same facts as values (and the schema's version)."""
+    from streamk import Encoder
+
+    enc = Encoder.load(work / "enc.npz")
+    assert main(["index", "info", str(work / "ix")]) == 0
+    text = capsys.readouterr().out
+    lines = dict(line.strip().split(": ", 1) for line in text.splitlines() if ": " in line)
+    assert lines["images"] == "6"
+    assert lines["encoder"].startswith(f"vlad k=4, gmp, dimension {enc.dim:,}")
+    assert lines["extractor"].startswith("sift, ")
+    assert lines["local features"].startswith("no ")
+    assert lines["codec"].startswith("none ")
+    assert "None" not in text and "{" not in text
+    assert main(["index", "info", str(work / "ix"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["schema_version"] == 1 and info["images"] == 6
+    assert info["encoder"] == {"embedding": "vlad", "k": 4, "aggregation": "gmp", "dimension": enc.dim,
+                               "power": enc.config.power, "rn": False}
+    assert info["local_features"] is False and info["vocabulary"] is None
+    # the disk size is what du counts (allocated blocks of every file under the folder)
+    du = subprocess.run(["du", "-s", "-B1", str(work / "ix")], capture_output=True, text=True, timeout=60, check=True)
+    dir_blocks = sum(os.lstat(r).st_blocks * 512 for r, _, _ in os.walk(work / "ix"))
+    assert info["disk_bytes"] == int(du.stdout.split()[0]) - dir_blocks
+    assert lines["disk size"].endswith(("KB", "MB")) and info["disk_bytes"] > 0
+
+
+def test_index_info_names_the_vocabulary_of_the_second_stage(work, tmp_path, capsys):
+    """An index with local features: ``index info`` says so and how many visual words."""
+    import shutil
+
+    from streamk.features import make_extractor
+    from streamk.index import StreamingIndex
+    from streamk.verification import Vocabulary
+
+    shutil.copytree(work / "ix", tmp_path / "ix")
+    sift = make_extractor("sift")
+    sets = [sift.extract(str(p)).descriptors for p in sorted((work / "imgs").iterdir())]
+    vocabulary = Vocabulary(n_coarse=4, n_fine=4, min_per_word=1).fit(sets)
+    with StreamingIndex.open(tmp_path / "ix") as idx:
+        idx.add_local_features(vocabulary)
+    assert main(["index", "info", str(tmp_path / "ix")]) == 0
+    lines = dict(line.strip().split(": ", 1) for line in capsys.readouterr().out.splitlines() if ": " in line)
+    assert lines["local features"] == f"yes, a vocabulary of {vocabulary.n_words:,} visual words (4 coarse cells)"
+    assert main(["index", "info", str(tmp_path / "ix"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["local_features"] is True and info["vocabulary"] == {"words": vocabulary.n_words, "coarse": 4}

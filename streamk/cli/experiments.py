@@ -3,6 +3,7 @@ experiments on real photographs and on the benchmarks."""
 
 import json
 
+from ..schema import with_schema_version
 from .defaults import DEMO_TRANSFORMS
 from .options import add_vocab_size_option, csv, non_negative_int, positive_int
 
@@ -29,7 +30,7 @@ def _eval(args):
         verify=args.verify, expand=args.expand,
         log=(lambda *a: None) if args.json else print, progress=not args.json)
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps(with_schema_version(report), indent=1))
     return 0
 
 

@@ -4,6 +4,7 @@ upgrade | verify``: make an index, give it what it lacks, look at it, check it."
 import json
 import sys
 
+from ..schema import with_schema_version
 from .defaults import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
 from .options import add_cache_options, add_limit_options, add_vocab_size_option, positive_int
 
@@ -89,17 +90,76 @@ def _index_train(args):
 
 def _index_info(args):
     with open_from_args(args, readonly=True) as idx:
-        info = idx.stats()
+        info = describe_index(idx)
         if args.json:
-            print(json.dumps(info, indent=1))
+            print(json.dumps(with_schema_version(info), indent=1))
             return 0
-        for k, v in info.items():
-            if k != "per_shard":
-                print(f"{k:>14}: {v:,}" if isinstance(v, int) else f"{k:>14}: {v}")
+        print("\n".join(info_lines(info)))
         note = stale_note(idx.codec_staleness(), args.dir)
         if note:
             print(f"note: {note}")
     return 0
+
+
+def describe_index(idx):
+    """What ``index info`` shows: the index's counts (its ``stats()``), its encoder, the
+    extractor of its images, its local features (the second stage's vocabulary) and the
+    bytes its files take on this machine's disk."""
+    info = idx.stats()
+    config, vocabulary = idx.encoder.config, idx.vocabulary
+    info["encoder"] = {"embedding": config.embedding, "k": config.k, "aggregation": config.aggregation,
+                       "dimension": idx.encoder.dim, "power": config.power, "rn": config.rn}
+    params = idx.extractor().params()
+    info["extractor"] = {"name": params["extractor"], **params["options"]}
+    info["local_features"] = vocabulary is not None
+    info["vocabulary"] = None if vocabulary is None else {"words": vocabulary.n_words, "coarse": vocabulary.n_coarse}
+    info["disk_bytes"] = disk_bytes(idx.path)
+    return info
+
+
+def disk_bytes(path):
+    """The bytes the files under ``path`` take on disk (allocated blocks, as ``du``: an
+    LMDB map is sparse where nothing was written)."""
+    import os
+
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_blocks * 512
+            except OSError:  # removed meanwhile
+                pass
+    return total
+
+
+def _size(n):
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} TB"
+
+
+def info_lines(info):
+    """``index info`` for a person: one line per thing, in words (the JSON has the raw values)."""
+    enc, ex, voc = info["encoder"], info["extractor"], info["vocabulary"]
+    rn = ", RN" if enc["rn"] else ""
+    lines = [("images", f"{info['images']:,}")]
+    if "shards" in info:
+        lines.append(("shards", f"{info['shards']:,}"))
+    lines += [("encoder", (f"{enc['embedding']} k={enc['k']}, {enc['aggregation']}, dimension {enc['dimension']:,}"
+                           f" (power-law {enc['power']:g}{rn})")),
+              ("extractor", (f"{ex['name']}, long side {ex.get('max_side') or 'full'} px, "
+                             f"at most {ex.get('max_features') or 'all'} features an image")),
+              ("local features", "no (no second stage: streamk index add-local-features adds it)" if voc is None
+               else f"yes, a vocabulary of {voc['words']:,} visual words ({voc['coarse']} coarse cells)"),
+              ("codec", info["codec"] or "none (exact search; streamk index train fits a PQ codec)")]
+    if "codec_trained_on" in info:
+        lines.append(("trained on", "?" if info["codec_trained_on"] is None else f"{info['codec_trained_on']:,} images"))
+        added = info["added_since_training"]
+        lines.append(("added since", "?" if added is None else f"{added:,} images"))
+    lines += [("reader memory", _size(info["reader_memory"])), ("disk size", _size(info["disk_bytes"]))]
+    return [f"{name:>14}: {value}" for name, value in lines]
 
 
 def _index_upgrade(args):
@@ -118,7 +178,7 @@ def _index_verify(args):
 
     report = check_index(args.dir, repair=args.repair, progress=None if sys.stderr.isatty() else False)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=1))
+        print(json.dumps(with_schema_version(report.to_dict()), indent=1))
     else:
         print("\n".join(report.lines()))
     return 0 if report.ok else IndexCorruptError.exit_code

@@ -5,6 +5,7 @@ import json
 import os
 import sys
 
+from ..schema import JSON_SCHEMA_VERSION, SCHEMA_VERSION_KEY, with_schema_version
 from .defaults import DEFAULT_DUPLICATE_THRESHOLD, SEARCH_EXPANSIONS, SEARCH_MODES
 from .index_commands import open_from_args, stale_note
 from .options import add_limit_options, non_negative_int, positive_float, positive_int, unit_float
@@ -126,8 +127,9 @@ def _answer_each(args, answer):
                 from .remote import error_code
 
                 code = getattr(exc, "code", None) or error_code(type(exc).__name__)
-                print(json.dumps({"query": {"kind": kind, "path" if kind == "image" else "id": _shown(query)},
-                                  "error": {"code": code, "message": str(exc)}}), flush=True)
+                print(json.dumps(with_schema_version(
+                    {"query": {"kind": kind, "path" if kind == "image" else "id": _shown(query)},
+                     "error": {"code": code, "message": str(exc)}})), flush=True)
             continue
         print_answer(got, output, first=not printed, named=len(queries) > 1)
         printed += 1
@@ -143,11 +145,11 @@ def print_answer(got, output, first=True, named=False):
     object per query on one line (``jsonl``: ``{"query", "results"}``); or a table, under
     the query's name when ``named``."""
     rows = [{"rank": r, **hit} for r, hit in enumerate(got["results"], 1)]
-    if output == "json":
-        print_json_rows(rows)
+    if output == "json":  # an array stays an array: each result carries the schema's version
+        print_json_rows([{**row, SCHEMA_VERSION_KEY: JSON_SCHEMA_VERSION} for row in rows])
         return
     if output == "jsonl":
-        print(json.dumps({"query": got["query"], "results": rows}), flush=True)
+        print(json.dumps(with_schema_version({"query": got["query"], "results": rows})), flush=True)
         return
     if named:
         from ..errors import printable

@@ -19,9 +19,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from .. import __version__
+from ..schema import SCHEMA_VERSION_HEADER
 from .dependencies import check_token
 from .http_errors import ApiError, error_code, install_error_handlers, status_of
-from .middleware import BodyLimit, ConcurrencyLimit, Deadlines, HeadAsGet, RequestLog
+from .middleware import BodyLimit, ConcurrencyLimit, Deadlines, HeadAsGet, RequestLog, SchemaVersionHeader
 from .models import MAX_JSON_DEPTH
 from .routes import ROUTERS
 from .routes import backup as backup_routes
@@ -68,12 +69,13 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=list(cors), allow_methods=["GET", "POST", "PUT", "DELETE"],
-                           allow_headers=["Authorization", "Content-Type"])
+                           allow_headers=["Authorization", "Content-Type"], expose_headers=[SCHEMA_VERSION_HEADER])
     app.add_middleware(BodyLimit, limit=max_upload)
     app.add_middleware(Deadlines, body_timeout=body_timeout, min_rate=min_body_rate, request_timeout=request_timeout,
                        max_body=max_upload)
     app.add_middleware(ConcurrencyLimit, limit=max_requests, uploads=max_uploads)
     app.add_middleware(HeadAsGet)
+    app.add_middleware(SchemaVersionHeader)
     app.add_middleware(RequestLog)
     return app
 

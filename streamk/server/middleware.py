@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 
+from ..schema import JSON_SCHEMA_VERSION, SCHEMA_VERSION_HEADER
 from .http_errors import ApiError, UploadTooLargeError, error_response
 
 log = logging.getLogger("streamk.server")
@@ -163,6 +164,25 @@ class HeadAsGet:
         return await self.app(dict(scope, method="GET"), receive, headers_only)
 
 
+class SchemaVersionHeader:
+    """Every answer names the version of its JSON (:mod:`streamk.schema`) in the header
+    ``Streamk-Schema-Version``: the bodies stay as they were, so no client breaks."""
+
+    def __init__(self, app):
+        self.app = app
+        self.header = (SCHEMA_VERSION_HEADER.lower().encode(), str(JSON_SCHEMA_VERSION).encode())
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), self.header]}
+            await send(message)
+        return await self.app(scope, receive, sending)
+
+
 class RequestLog:
     """One log line per request: method, path, status, milliseconds."""
 
@@ -187,4 +207,4 @@ class RequestLog:
                      1000 * (time.perf_counter() - t0))
 
 
-__all__ = ["BodyLimit", "ConcurrencyLimit", "Deadlines", "HeadAsGet", "RequestLog", "is_upload"]
+__all__ = ["BodyLimit", "ConcurrencyLimit", "Deadlines", "HeadAsGet", "RequestLog", "SchemaVersionHeader", "is_upload"]
