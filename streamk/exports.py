@@ -27,6 +27,7 @@ import ast
 import importlib
 import pkgutil
 import sys
+import types
 import warnings
 
 
@@ -49,11 +50,24 @@ def _type_checking_imports(path):
     return where
 
 
+class _ShadowedSubmodules(types.ModuleType):
+    """A package with public names equal to its submodules' (``streamk.index.backup``, the
+    function, in ``backup.py``): the import system binds a submodule on its package when it
+    imports it, and here the public name is bound instead, so that the name stays what
+    ``__all__`` says whichever import comes first, without importing the submodule up front."""
+
+    def __setattr__(self, name, value):
+        shadowed = self.__dict__.get("_shadowed_by_public_names", {})
+        if name in shadowed and isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}":
+            value = getattr(value, shadowed[name])
+        super().__setattr__(name, value)
+
+
 def lazy_exports(package, renamed=None):
     """(``__all__``, ``__getattr__``, ``__dir__``) of ``package``, from its TYPE_CHECKING block.
 
-    A name equal to one of the package's submodules is bound at once (importing the
-    submodule would otherwise replace it with the module)."""
+    A name equal to one of the package's submodules is loaded on first use too: importing
+    that submodule binds the public name, not the module (:class:`_ShadowedSubmodules`)."""
     namespace = sys.modules[package].__dict__
     where = _type_checking_imports(namespace["__file__"])
     renamed = dict(renamed or {})
@@ -65,8 +79,10 @@ def lazy_exports(package, renamed=None):
         namespace[name] = value  # the next look-up is a plain attribute
         return value
 
-    for name in sorted(set(where) & submodules):
-        load(name)
+    shadowed = {name: where[name][1] for name in set(where) & submodules}
+    if shadowed:
+        namespace["_shadowed_by_public_names"] = shadowed
+        sys.modules[package].__class__ = _ShadowedSubmodules
 
     def __getattr__(name):
         if name in where:
