@@ -325,15 +325,14 @@ class OpenCVSift(Extractor):
         n = len(keypoints)
         if n == 0 or desc is None:
             return np.zeros((0, 6), np.float32), np.zeros((0, DESCRIPTOR_DIM), np.uint8), np.zeros(0)
+        # positions in one C++ call; size, angle and response in one pass (no per-column Python loop)
+        size_angle_response = np.array([(k.size, k.angle, k.response) for k in keypoints], np.float64)
         kp = np.zeros((n, 6), np.float64)
-        strength = np.empty(n, np.float64)
-        for i, k in enumerate(keypoints):
-            kp[i, 0], kp[i, 1] = k.pt
-            r = k.size / 2.0
-            kp[i, 2] = kp[i, 4] = r
-            kp[i, 5] = math.radians(k.angle) if k.angle >= 0 else 0.0
-            strength[i] = k.response
-        return kp, np.asarray(desc, dtype=np.uint8), strength
+        kp[:, :2] = _import_cv2().KeyPoint_convert(keypoints)
+        kp[:, 2] = kp[:, 4] = size_angle_response[:, 0] / 2.0
+        angle = size_angle_response[:, 1]
+        kp[:, 5] = np.where(angle >= 0, np.radians(angle), 0.0)  # OpenCV's angle is -1 when not computed
+        return kp, np.asarray(desc, dtype=np.uint8), size_angle_response[:, 2]
 
 
 EXTRACTORS = {"hesaff": HessianAffineSift, "sift": OpenCVSift}

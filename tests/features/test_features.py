@@ -111,6 +111,25 @@ def test_sift_cap_keeps_the_strongest_responses(gray):
     assert {(round(float(x), 3), round(float(y), 3)) for x, y in f.positions} == strong
 
 
+@needs_sift
+def test_sift_keypoints_are_opencvs_own_fields(gray):
+    """Independent reference: each of OpenCV's KeyPoints read field by field, in the
+    convention of streamk.features.local_features (x, y, a11 = a22 = size / 2, a21 = 0,
+    theta = the angle in radians), against the rows streamk returns, in any order."""
+    import cv2
+
+    kps = cv2.SIFT_create().detect(gray, None)
+    ref = np.array([(k.pt[0], k.pt[1], k.size / 2, 0.0, k.size / 2, np.deg2rad(k.angle) if k.angle >= 0 else 0.0)
+                    for k in kps], np.float32)
+    f = F.make_extractor("sift", max_side=None, max_features=None).extract_array(gray)
+    assert len(f) == len(kps) > 20
+
+    def rows(a):
+        return a[np.lexsort(a.T[::-1])]
+
+    assert np.array_equal(rows(f.keypoints), rows(ref))
+
+
 @pytest.mark.parametrize("name", EXTRACTORS)
 def test_cap_is_the_strongest_prefix(name, gray):
     full = F.make_extractor(name).extract_array(gray)
