@@ -362,6 +362,13 @@ class IngestInterruptedError(StreamkError, RuntimeError):
         return (type(self), (self.args[0] if self.args else "", None, self.left, self.left_exact, self.exit_code))
 
 
+class FewRNImagesWarning(UserWarning):
+    """RN (the PCA rotation of image vectors) learned on fewer image vectors than the
+    components it rotates onto: a PCA of N vectors determines at most N - 1 of them (the
+    rest is an arbitrary orthonormal completion), and a rotation learned on few images
+    hurts retrieval (:meth:`streamk.Encoder.fit_rn_vectors` says the number)."""
+
+
 class StaleCodecWarning(UserWarning):
     """A PQ / IVF-PQ search with a codec trained on far fewer images than were added since
     (more than :data:`streamk.index.retraining.STALE_CODEC_RATIO` times as many): images it

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         subsample_rows as subsample_rows,
     )
     from .encoder import Encoder as Encoder, EncoderConfig as EncoderConfig
+    from .fit_cost import FitCost as FitCost, machine_rates as machine_rates
     from .postprocessing import (
         DEFAULT_POWER as DEFAULT_POWER, RotationNormalisation as RotationNormalisation,
         l2_normalize as l2_normalize, postprocess as postprocess, power_law as power_law,

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-from tqdm.auto import tqdm
-
 from . import _kernels
 from ..checks import as_descriptor_set
 from ..errors import ConfigError, NotFittedError
+from .fit_cost import EIGH_FLOPS_PER_N3, KMEANS_ITERATIONS, FitCost, FitProgress
 
 
 def rootsift(sift):
@@ -145,6 +144,34 @@ class Embedding:
         X = as_descriptor_set(X, what="learning set")
         return subsample_rows(X, self.max_fit_descriptors, self.seed)
 
+    # cost ---------------------------------------------------------------
+    def _fit_rows(self, n_descriptors):
+        """Rows fit() learns on, of ``n_descriptors`` given (it subsamples)."""
+        n = int(n_descriptors)
+        return n if self.max_fit_descriptors is None else min(n, int(self.max_fit_descriptors))
+
+    def stored_arrays(self, d=128):
+        """[(name, number of entries, bytes per entry)] of the learned arrays, from the shapes."""
+        return [("centroids_", self.k * d, 4)]
+
+    def output_dim(self, d=128):
+        """D for descriptors of dimension d, from the shapes (no fit needed)."""
+        raise NotImplementedError
+
+    def embed_flops(self, n, d=128):
+        """Flops of embedding n descriptors (the RN learning images' share of a fit)."""
+        return 2.0 * n * self.k * d
+
+    def fit_cost(self, n_descriptors, d=128):
+        """:class:`~streamk.encoding.fit_cost.FitCost` of ``fit`` on ``n_descriptors`` of
+        dimension ``d``, from the shapes: k-means on the subsample (see that module)."""
+        n = self._fit_rows(n_descriptors)
+        return FitCost(what=f"{self.name} k={self.k} on {int(n_descriptors):,} descriptors (d={d})",
+                       kmeans_flops=2.0 * n * self.k * d * KMEANS_ITERATIONS)
+
+    def _progress(self, progress, verbose, n_descriptors, d):
+        return progress if progress is not None else FitProgress(self.fit_cost(n_descriptors, d), verbose)
+
     # mapping ------------------------------------------------------------
     def embed(self, X):
         """Dense (n, D) float32 array, or a BlockEmbedding for hard assignment."""
@@ -188,25 +215,58 @@ class TriangulationEmbedding(Embedding):
         self._check_fitted()
         return self.projection_.shape[1]
 
-    def fit(self, X, verbose=False):
+    def output_dim(self, d=128):
+        return (self.k - 1) * d
+
+    def stored_arrays(self, d=128):
+        kd = self.k * d
+        return [("centroids_", self.k * d, 4), ("mean_", kd, 4), ("eigenvalues_", kd, 4),
+                ("projection_", kd * (kd - d), 4)]
+
+    def embed_flops(self, n, d=128):
+        return 2.0 * n * self.k * d * self.output_dim(d)  # R (n x kd) @ projection (kd x D)
+
+    def fit_cost(self, n_descriptors, d=128):
+        """k-means, then the whitening: ``2 n_w (k d)^2`` flops of covariance on the
+        ``n_w`` rows it subsamples, and an eigendecomposition of order ``k d``."""
+        n_w = self._fit_rows(n_descriptors)
+        if self.max_whiten_descriptors is not None:
+            n_w = min(n_w, int(self.max_whiten_descriptors))
+        kd = self.k * d
+        base = super().fit_cost(n_descriptors, d)
+        return FitCost(what=f"T-emb k={self.k} on {int(n_descriptors):,} descriptors (d={d})",
+                       kmeans_flops=base.kmeans_flops, covariance_flops=2.0 * n_w * kd * kd, eigh_order=kd)
+
+    def fit(self, X, verbose=False, progress=None):
+        """Learn the anchors and the whitening. ``progress``: a
+        :class:`~streamk.encoding.fit_cost.FitProgress` to report to (None: one of this
+        fit's own, shown when ``verbose`` or, with verbose None, when the fit is long)."""
         X = self._fit_input(X)
         d = X.shape[1]
         if self.k < 2:
             raise ConfigError("T-embedding needs k >= 2 (D = (k-1) d)")
+        own = progress is None
+        progress = self._progress(progress, verbose, X.shape[0], d)
+        progress.stage("k-means")
         self.centroids_ = _kmeans(X, self.k, self.seed)
+        progress.advance(super().fit_cost(X.shape[0], d).kmeans_flops)
         Xw = subsample_rows(X, self.max_whiten_descriptors, self.seed + 1)
         kd = self.k * d
         # Mean and covariance accumulated by chunks: R never exists whole.
         mean = np.zeros(kd)
         cov = np.zeros((kd, kd))
         chunk = max(1, 2_000_000 // kd)
-        for s in tqdm(range(0, Xw.shape[0], chunk), desc="T-emb whitening", disable=not verbose):
+        progress.stage(f"whitening covariance {kd:,} x {kd:,}")
+        for s in range(0, Xw.shape[0], chunk):
             R = _kernels.triangulation_residuals(Xw[s:s + chunk], self.centroids_).astype(np.float64)
             mean += R.sum(axis=0)
             cov += R.T @ R
+            progress.advance(2.0 * R.shape[0] * kd * kd)
         mean /= Xw.shape[0]
         cov = cov / Xw.shape[0] - np.outer(mean, mean)
+        progress.stage(f"eigendecomposition {kd:,} x {kd:,}")
         eigval, eigvec = np.linalg.eigh(cov)
+        progress.advance(EIGH_FLOPS_PER_N3 * float(kd) ** 3)
         eigval, eigvec = eigval[::-1], eigvec[:, ::-1]  # decreasing variance
         # With fewer learning descriptors than k d the tail is ~0: keep a relative
         # floor so that whitening never amplifies pure noise by more than 1e3.
@@ -218,6 +278,8 @@ class TriangulationEmbedding(Embedding):
         self.projection_ = np.ascontiguousarray(
             (eigvec[:, keep] / np.sqrt(eigval[keep])[None, :]).astype(np.float32))
         self.d_ = d
+        if own:
+            progress.finish()
         return self
 
     def whiten(self, X):
@@ -254,16 +316,25 @@ class VLAD(_HardAssigned):
     name = "vlad"
     _arrays = ("centroids_",)
 
-    def fit(self, X, verbose=False):
+    def fit(self, X, verbose=False, progress=None):
         X = self._fit_input(X)
+        own = progress is None
+        progress = self._progress(progress, verbose, X.shape[0], X.shape[1])
+        progress.stage("k-means")
         self.centroids_ = _kmeans(X, self.k, self.seed)
+        progress.advance(Embedding.fit_cost(self, X.shape[0], X.shape[1]).kmeans_flops)
         self.d_ = X.shape[1]
+        if own:
+            progress.finish()
         return self
 
     @property
     def dim(self):
         self._check_fitted()
         return self.k * self.d_
+
+    def output_dim(self, d=128):
+        return self.k * d
 
     def _assign(self, X):
         return _nearest(X, self.centroids_)
@@ -280,6 +351,9 @@ class BagOfWords(VLAD):
     @property
     def dim(self):
         self._check_fitted()
+        return self.k
+
+    def output_dim(self, d=128):
         return self.k
 
     def _block_values(self, X, assignment):
@@ -344,10 +418,33 @@ class FisherVector(Embedding):
             arrays = {**arrays, "pca_mean_": np.zeros((1, d)), "pca_components_": np.eye(d)}
         return super().from_state(params, arrays)
 
-    def fit(self, X, verbose=False):
+    def _p(self, d):
+        return d if self.pca_dim is None else min(self.pca_dim, d)
+
+    def stored_arrays(self, d=128):
+        p = self._p(d)
+        return [("pca_mean_", d, 8), ("pca_components_", p * d, 8), ("means_", self.k * p, 8),
+                ("sigmas_", self.k * p, 8), ("weights_", self.k, 8)]
+
+    def output_dim(self, d=128):
+        return 2 * self.k * self._p(d)
+
+    def embed_flops(self, n, d=128):
+        return 8.0 * n * self.output_dim(d)  # posteriors and the two gradients per Gaussian
+
+    def fit_cost(self, n_descriptors, d=128):
+        """The EM of the GMM, counted like k-means iterations on the projected descriptors."""
+        base = super().fit_cost(n_descriptors, self._p(d))
+        return FitCost(what=f"FV k={self.k} on {int(n_descriptors):,} descriptors (d={d})",
+                       kmeans_flops=3.0 * base.kmeans_flops)
+
+    def fit(self, X, verbose=False, progress=None):
         from sklearn.mixture import GaussianMixture
 
         X = self._fit_input(X).astype(np.float64)
+        own = progress is None
+        progress = self._progress(progress, verbose, X.shape[0], X.shape[1])
+        progress.stage("GMM")
         d = X.shape[1]
         if X.shape[0] < self.k:
             raise ConfigError(f"need at least k={self.k} learning descriptors, got {X.shape[0]}")
@@ -372,6 +469,9 @@ class FisherVector(Embedding):
         self.means_ = gmm.means_.astype(np.float64)
         self.sigmas_ = np.sqrt(gmm.covariances_).astype(np.float64)
         self.d_ = d
+        progress.advance(self.fit_cost(X.shape[0], d).kmeans_flops)
+        if own:
+            progress.finish()
         return self
 
     @property

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, overload
@@ -22,11 +23,16 @@ from tqdm.auto import tqdm
 from . import aggregation as agg
 from ..checks import as_descriptor_set
 from .embeddings import EMBEDDINGS, make_embedding, rootsift
-from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError, NotFittedError
+from ..errors import (ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError, FewRNImagesWarning,
+                      NotFittedError)
+from .fit_cost import FLOAT16_ARRAYS, FitCost, FitProgress, npz_bytes
 from .postprocessing import DEFAULT_POWER, RotationNormalisation, l2_normalize, postprocess
 
 FORMAT = "streamk-encoder"
 FORMAT_VERSION = 1
+#: how the learned arrays are stored (Encoder.save): float32 as computed, or the big ones
+#: (fit_cost.FLOAT16_ARRAYS) as float16, read back as float32
+STORAGE = ("float32", "float16")
 
 
 _ZIP_MAGIC = b"PK\x03\x04"  # a .npz is a zip archive
@@ -103,10 +109,15 @@ class Encoder:
         X = as_descriptor_set(X, dim=dim, what=what)
         return rootsift(X) if self.config.rootsift else X
 
-    def fit(self, descriptor_sets: Iterable[ArrayLike], verbose: bool = False) -> "Encoder":
+    def fit(self, descriptor_sets: Iterable[ArrayLike], verbose: bool | None = None) -> "Encoder":
         """Learn the embedding (and RN) on learning-set images' descriptors.
 
         ``descriptor_sets``: a list of (n_i, d) arrays, one per learning image.
+        verbose: True: the estimate (work, time here, size on disk), a progress bar and
+        the time taken, on stderr; None (default): the same when the fit is estimated to
+        take :data:`~streamk.encoding.fit_cost.LONG_FIT_SECONDS` or more (a T-emb with
+        k = 64: minutes), also when stderr is not a terminal; False: nothing.
+        :meth:`fit_cost` gives the estimate without fitting.
         """
         raw = list(descriptor_sets)
         if not raw:
@@ -114,12 +125,37 @@ class Encoder:
         sets = [self._preprocess(X, what=f"learning image {i}") for i, X in enumerate(raw)]
         if len({X.shape[1] for X in sets}) != 1:
             raise ConfigError("learning images have descriptors of different dimensions")
-        self.embedding.fit(np.concatenate(sets), verbose=verbose)
+        X = np.concatenate(sets)
+        progress = FitProgress(self.fit_cost(X.shape[0], n_images=len(sets), d=X.shape[1]), verbose)
+        self.embedding.fit(X, progress=progress)
+        del X
         if self.rn is not None:
-            self.fit_rn(raw, verbose=verbose)
+            self._fit_rn(sets, progress)
         self._fitted = True
         self.__dict__.pop("_fingerprint", None)
+        progress.finish(self.stored_bytes(), self.stored_bytes("float16"))
         return self
+
+    def fit_cost(self, n_descriptors: int, n_images: int = 1, d: int = 128) -> FitCost:
+        """What :meth:`fit` on ``n_descriptors`` descriptors of dimension ``d`` from
+        ``n_images`` images costs, from the shapes alone: flops per stage
+        (``.seconds()``: estimated on this machine, ``.describe()``: one line) and
+        the encoder's bytes on disk (float32 and float16 storage).
+        See :mod:`streamk.encoding.fit_cost`."""
+        cost = self.embedding.fit_cost(n_descriptors, d)
+        D = self.embedding.output_dim(d)
+        arrays = [(f"embedding.{name}", n, size) for name, n, size in self.embedding.stored_arrays(d)]
+        rn_flops = 0.0
+        if self.rn is not None:
+            r = min(self.rn.n_components, max(int(n_images) - 1, 1), D)
+            arrays += [("rn.mean_", D, 8), ("rn.reflectors_", D * r, 8), ("rn.tau_", r, 8), ("rn.signs_", r, 8)]
+            rn_flops = self.embedding.embed_flops(n_descriptors, d)
+        return FitCost(what=cost.what + (f", RN on {int(n_images):,} images" if self.rn is not None else ""),
+                       kmeans_flops=cost.kmeans_flops, covariance_flops=cost.covariance_flops,
+                       eigh_order=cost.eigh_order, rn_flops=rn_flops,
+                       encoder_bytes=npz_bytes((n, size) for _, n, size in arrays),
+                       encoder_bytes_float16=npz_bytes((n, 2 if name in FLOAT16_ARRAYS else size)
+                                                       for name, n, size in arrays))
 
     _EMBEDDING_OPTIONS = ("embedding", "k", "embedding_params", "rootsift")
     # options that change the aggregated vectors RN is learned on
@@ -142,7 +178,7 @@ class Encoder:
             if learning_sets is not None:
                 enc.fit_rn(learning_sets)
             elif aggregated is not None:
-                enc.fit_rn_vectors(aggregated)
+                enc._fit_rn_vectors(aggregated, stacklevel=3)
             elif self.rn is not None and not (set(overrides) & set(self._RN_INPUT_OPTIONS)):
                 # same aggregated vectors: reuse the learned rotation (D' may differ)
                 enc.rn = RotationNormalisation.from_state(enc.rn.params(), self.rn.state()[1])
@@ -158,18 +194,41 @@ class Encoder:
         sets = [self._preprocess(X, dim=self.embedding.d_, what=f"learning image {i}")
                 for i, X in enumerate(learning_sets)]
         xis = [self._aggregate(X)[0] for X in tqdm(sets, desc="RN learning vectors", disable=not verbose)]
-        return self.fit_rn_vectors(xis)
+        return self._fit_rn_vectors(xis, stacklevel=4)
+
+    def _fit_rn(self, sets, progress):
+        """RN on the (preprocessed) learning sets, each image's embedding counted on ``progress``."""
+        progress.stage("RN learning vectors")
+        xis = []
+        for X in sets:
+            xis.append(self._aggregate(X)[0])
+            progress.advance(self.embedding.embed_flops(X.shape[0], X.shape[1]))
+        self._fit_rn_vectors(xis, stacklevel=4)
 
     def fit_rn_vectors(self, aggregated: Sequence[ArrayLike]) -> "Encoder":
         """(Re)learn RN on the learning images' aggregated vectors xi (before any
         post-processing: what :meth:`aggregate_methods` gives for this encoder's
-        aggregation), e.g. computed on a cluster (:mod:`streamk.training`)."""
+        aggregation), e.g. computed on a cluster (:mod:`streamk.training`).
+
+        Warns (:class:`~streamk.errors.FewRNImagesWarning`) when there are fewer vectors
+        than the components RN rotates onto, plus one."""
+        return self._fit_rn_vectors(aggregated, stacklevel=3)
+
+    def _fit_rn_vectors(self, aggregated, stacklevel):
         if self.rn is None:
             raise ConfigError("this encoder has rn=False")
         A = np.stack([np.asarray(x) for x in aggregated]) if len(aggregated) else np.zeros((0, 0))
         if A.ndim != 2 or A.shape[0] == 0 or A.shape[1] != self.embedding.dim:
             raise DimensionError(f"aggregated vectors: expected shape (n >= 1, {self.embedding.dim}), "
                                  f"got {A.shape}")
+        asked = min(self.rn.n_components, A.shape[1])
+        if A.shape[0] - 1 < asked:
+            warnings.warn(FewRNImagesWarning(
+                f"RN learned on {A.shape[0]} image vectors: their PCA determines at most {A.shape[0] - 1} of the "
+                f"{asked} components RN rotates onto (the rest is an arbitrary completion), and a rotation learned "
+                f"on few images flattens the directions that tell them apart (paris6k-subset, RN learned on its "
+                f"250 images: 14 to 22 mAP points lost, bench/README.md section 3). Learn RN on at least "
+                f"{asked + 1} images of a distinct collection, or keep rn=False."), stacklevel=stacklevel)
         self.rn.fit(l2_normalize(A))
         self.__dict__.pop("_fingerprint", None)
         return self
@@ -257,16 +316,40 @@ class Encoder:
             arrays.update({f"rn.{k}": v for k, v in rn_arrays.items()})
         return meta, arrays
 
-    def to_bytes(self) -> bytes:
-        """The encoder as the bytes of an .npz file (config JSON + arrays)."""
+    @staticmethod
+    def _stored(arrays, storage):
+        if storage not in STORAGE:
+            raise ConfigError(f"storage must be one of {STORAGE}, got {storage!r}")
+        if storage == "float32":
+            return arrays
+        return {name: a.astype(np.float16) if name in FLOAT16_ARRAYS else a for name, a in arrays.items()}
+
+    def stored_bytes(self, storage: str = "float32") -> int:
+        """Bytes of :meth:`save`'s file with this ``storage``, from the arrays (within a few kB)."""
+        self._stored({}, storage)  # checks the name
+        _, arrays = self._state()
+        return npz_bytes((a.size, 2 if storage == "float16" and name in FLOAT16_ARRAYS else a.itemsize)
+                         for name, a in arrays.items())
+
+    def to_bytes(self, storage: str = "float32") -> bytes:
+        """The encoder as the bytes of an .npz file (config JSON + arrays); see :meth:`save`."""
         meta, arrays = self._state()
+        arrays = self._stored(arrays, storage)
+        if storage != "float32":
+            meta = {**meta, "storage": storage}
         buf = io.BytesIO()
         np.savez(buf, __meta__=np.array(json.dumps(meta, sort_keys=True)), **arrays)
         return buf.getvalue()
 
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], storage: str = "float32") -> None:
+        """Write the encoder as an .npz. storage="float16" stores the big learned
+        matrices (T-emb's k d x D whitening: 265 MB at k = 64) as float16, half the
+        size; they are read back as float32, so the loaded encoder's vectors differ
+        from this one's by float16 rounding (bench/training.py measures the ranking
+        change). Default float32: the encoder exactly as fitted."""
+        data = self.to_bytes(storage)
         with open(path, "wb") as fh:
-            fh.write(self.to_bytes())
+            fh.write(data)
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> "Encoder":
@@ -278,6 +361,8 @@ class Encoder:
             with np.load(io.BytesIO(data), allow_pickle=False) as npz:
                 meta = json.loads(str(npz["__meta__"]))
                 arrays = {name: npz[name] for name in npz.files if name != "__meta__"}
+            # float16 storage (Encoder.save): computed in float32
+            arrays = {name: a.astype(np.float32) if a.dtype == np.float16 else a for name, a in arrays.items()}
         except EncoderFileError:
             raise
         except Exception as exc:  # noqa: BLE001 -- whatever numpy or zipfile say of a damaged archive

@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         DEFAULT_DESCRIPTORS_PER_IMAGE as DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES as DEFAULT_MAX_IMAGES,
         TrainingInfo as TrainingInfo, train_encoder as train_encoder,
     )
+    from .bundled_encoder import default_encoder as default_encoder
     from .extraction import (
         ExtractionResult as ExtractionResult, extract_many as extract_many, iter_extract as iter_extract,
     )

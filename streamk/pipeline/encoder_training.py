@@ -167,9 +167,10 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
                               f"fewer than k={config.k}")
         if vocabulary:
             info.vocabulary = Vocabulary(seed=seed).fit(sets)
+        fit_verbose = True if progress else None  # a long fit states its cost even without progress bars
         if not config.rn:
-            return Encoder(config).fit(sets, verbose=progress), info
-        base = Encoder(config, rn=False, dim=None).fit(sets, verbose=progress)  # the embedding only
+            return Encoder(config).fit(sets, verbose=fit_verbose), info
+        base = Encoder(config, rn=False, dim=None).fit(sets, verbose=fit_verbose)  # the embedding only
         spec = task_context(base, extractor, cache_dir, executor)
         with tqdm(total=len(learning), desc="RN learning vectors", unit="img", disable=not progress) as bar:
             xis = _run(executor, aggregate_task, learning, spec, info, report, bar)

@@ -12,6 +12,7 @@ from ..features import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MA
 from ..index import VECTOR_DTYPES, ShardedIndex, StreamingIndex
 from ..parallel import make_executor
 from ..verification import Vocabulary
+from .bundled_encoder import QUALITY_NOTE, default_encoder
 from .encoder_training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES, train_encoder
 from .ingest import collect_images
 
@@ -27,8 +28,10 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
                  cache_dir=None, save_encoder=None, shards=None, store_extras=True, local_features=True,
                  vocabulary=None, log=print, report=_stderr_report, progress=None, indexed_fields=()):
     """Create an index at ``path`` (new or empty) with the saved encoder at ``encoder``, or
-    one trained on the images under ``train`` (files and folders). Every check runs before
-    anything is written; on failure nothing is left behind. Returns the path.
+    one trained on the images under ``train`` (files and folders), or with neither,
+    streamk's default encoder and visual words (:mod:`streamk.pipeline.bundled_encoder`).
+    Every check runs before anything is written; on failure nothing is left behind.
+    Returns the path.
 
     local_features: keep each image's local geometry for the second stage (spatial
     verification, query expansion); its vocabulary is ``vocabulary`` (a saved one's path),
@@ -40,8 +43,6 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
     are described alike; None: full resolution, every feature). max_file_size,
     max_pixels: the limits of the files read to train (not stored)."""
     path = Path(path)
-    if encoder is None and train is None:
-        raise ConfigError("give a saved encoder or images to train one on")
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")
     if vector_dtype not in VECTOR_DTYPES:
@@ -52,7 +53,12 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
                                max_file_size=max_file_size, max_pixels=max_pixels)
     if vocabulary is not None:
         vocabulary = Vocabulary.load(vocabulary) if local_features else None
-    if encoder is not None:
+    if encoder is None and train is None:
+        encoder, default_words = default_encoder(log=log)
+        vocabulary = default_words if local_features and vocabulary is None else vocabulary
+        log(f"no --encoder or --train: streamk's default encoder (T-emb k=16, GMP; learned on scikit-image's "
+            f"public-domain photos, not yours). {QUALITY_NOTE}")
+    elif encoder is not None:
         encoder = Encoder.load(encoder)
         if local_features and vocabulary is None and train is not None:
             vocabulary = _train_vocabulary(train, extractor, workers, dask, train_images, train_descriptors, seed,

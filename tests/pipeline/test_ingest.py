@@ -95,9 +95,8 @@ def test_create_errors_write_nothing(work, tmp_path, capsys):
                  "--k", "4", "--workers", "1"]) == 3
     assert "no local features" in capsys.readouterr().err
     assert not ix.exists()
-    # neither an encoder nor images: a named error; a missing encoder with images: the same
-    assert main(["index", "create", str(ix)]) == 2
-    assert "give a saved encoder or images" in capsys.readouterr().err
+    # neither an encoder nor images: the default encoder (tests/pipeline/test_default_encoder.py);
+    # a missing encoder with images: a named error
     assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz"), "--train", str(work)]) == 3
     assert not ix.exists()
 

@@ -1,0 +1,115 @@
+"""streamk's default encoder: what ``streamk index create my-index`` uses when given
+neither ``--encoder`` nor ``--train``, so that a folder of 10 photos can be indexed and
+searched at once, before there are enough photos to learn an encoder from.
+
+**Where it comes from.** ``data/default_learning_sample.npz`` (shipped in the package,
+1.6 MB): every Hessian-affine SIFT descriptor (the default extractor, default limits)
+of the 13 photographs bundled with scikit-image whose documentation states public-domain,
+CC0 or "no known copyright restrictions" terms -- astronaut, brick, camera, chelsea,
+coffee, coins, grass, gravel, hubble_deep_field, ihc, retina, rocket, text; 15,566
+descriptors stored as uint8, with each photo's file name, terms and SHA-256 in the
+file's JSON header. ``data/make_default_learning_sample.py`` (in the source tree)
+rebuilds it.
+
+**What it is.** T-emb k = 16, GMP, no RN (D = 1,920), and the visual words of local
+geometry (second stage), both learned on that sample: fitted on first use (a few
+seconds) and cached under ``<cache_home>/default-encoder/<key>/`` (the key: the
+sample's SHA-256 and the configuration), read from there afterwards.
+
+**How good it is.** Learned on photos unlike the user's (textures, a cat, a rocket), it
+is a starting point, not a replacement for an encoder learned on the collection: the
+figures on paris6k-subset are in :data:`QUALITY_NOTE` (``bench/training.py
+--default-encoder`` measures them). ``streamk index create my-index --train photos/``
+learns one from the user's photos once there are a few dozen.
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from ..config import cache_home
+from ..encoding import Encoder
+from ..errors import EncoderFileError, VocabularyFileError
+from ..verification import Vocabulary
+
+SAMPLE_FILE = "default_learning_sample.npz"
+DEFAULT_CONFIG = {"embedding": "temb", "k": 16, "aggregation": "gmp"}
+VOCABULARY_OPTIONS = {"seed": 0}  # Vocabulary's defaults: as many words as the sample allows
+_CACHE_VERSION = 1  # bump when what is cached changes meaning
+QUALITY_NOTE = ("paris6k-subset first stage: see bench/README.md (bench/training.py --default-encoder); "
+                "learn an encoder on your own photos with --train for the best results")
+
+
+def sample_bytes() -> bytes:
+    """The shipped learning sample's .npz bytes."""
+    return resources.files(__package__).joinpath("data", SAMPLE_FILE).read_bytes()
+
+
+def learning_sample() -> tuple[list[np.ndarray], dict]:
+    """(one float32 (n_i, 128) SIFT array per photo, the file's JSON header: photos, terms)."""
+    import io
+
+    with np.load(io.BytesIO(sample_bytes()), allow_pickle=False) as npz:
+        meta = json.loads(str(npz["__meta__"]))
+        sets = [npz[name].astype(np.float32) for name in sorted(n for n in npz.files if n != "__meta__")]
+    return sets, meta
+
+
+def _cache_key(data):
+    h = hashlib.sha256(data)
+    h.update(json.dumps({"config": DEFAULT_CONFIG, "vocabulary": VOCABULARY_OPTIONS, "version": _CACHE_VERSION},
+                        sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _write_atomically(path, data):
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def fit_default() -> tuple[Encoder, Vocabulary]:
+    """The default encoder and vocabulary fitted now on the shipped sample (no cache)."""
+    sets, _ = learning_sample()
+    encoder = Encoder(**DEFAULT_CONFIG).fit(sets)
+    return encoder, Vocabulary(**VOCABULARY_OPTIONS).fit(sets)
+
+
+def default_encoder(cache_dir: str | os.PathLike[str] | None = None, log=None) -> tuple[Encoder, Vocabulary]:
+    """(the default :class:`Encoder`, its :class:`Vocabulary`), from the cache or fitted
+    on the shipped sample and cached (see the module doc). ``cache_dir``: where to cache
+    (default ``<cache_home>/default-encoder``); a cache that cannot be written is skipped.
+    ``log``: called with one line when the encoder is fitted."""
+    folder = Path(cache_dir if cache_dir is not None else os.path.join(cache_home(), "default-encoder"))
+    folder = folder / _cache_key(sample_bytes())
+    enc_path, voc_path = folder / "encoder.npz", folder / "vocabulary.npz"
+    if enc_path.exists() and voc_path.exists():
+        try:
+            return Encoder.load(enc_path), Vocabulary.load(voc_path)
+        except (EncoderFileError, VocabularyFileError):
+            pass  # a damaged cache entry: fitted again and rewritten below
+    if log is not None:
+        log("fitting streamk's default encoder on its shipped learning sample (once; cached in "
+            f"{folder})")
+    encoder, vocabulary = fit_default()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        _write_atomically(enc_path, encoder.to_bytes())
+        _write_atomically(voc_path, vocabulary.to_bytes())
+    except OSError:
+        pass  # read-only home: fitted again next time
+    return encoder, vocabulary
+
+
+__all__ = ["DEFAULT_CONFIG", "QUALITY_NOTE", "default_encoder", "fit_default", "learning_sample"]
