@@ -6,6 +6,10 @@ from typing import TYPE_CHECKING
 from ..exports import lazy_exports
 
 if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
+    from .copies import (
+        CopyParams as CopyParams, PairClass as PairClass, classify_pair as classify_pair,
+        decode_for_copies as decode_for_copies, same_pixels as same_pixels,
+    )
     from .expansion import (
         DEFAULT_TOP as DEFAULT_TOP, alpha_query_expansion as alpha_query_expansion,
         average_query_expansion as average_query_expansion, expand_query as expand_query,

@@ -1,0 +1,452 @@
+"""Copies told apart from other photos of the same scene: exact | copy | same scene.
+
+A pair of images that the second stage verified is one of three things, and a user acts
+differently on each (keep one of a copy, never delete one of two photos of a place):
+
+- *exact*: the same bytes (sha256), or the same decoded pixels;
+- *copy*: the same capture, edited: re-encoded, resized, cropped, bordered or letterboxed,
+  captioned or watermarked, its tone or colour changed, turned by quarter turns;
+- *same scene*: any other verified pair, burst shots of one scene seconds apart included
+  (their geometry agrees; their pixels do not: people moved, the camera moved a little).
+
+A pair is a copy when both hold (:func:`classify_pair`):
+
+1. Geometry: one *similarity* (4 dof: scale, rotation, translation; no shear, no
+   perspective) maps one image onto the other and carries dense one-to-one inliers over
+   most of the smaller image. Every edit above is a similarity of the capture (a quarter
+   turn is a rotation; the caller turns the query, since upright features do not match
+   across a quarter turn). The affine map of the second stage's inliers is refitted as a
+   least-squares similarity (closed form, Umeyama 1991 in complex numbers; a few rounds
+   within ``tolerance``, 1 % of the longer side, to leave the outliers out), then its
+   inliers are recounted *precisely*: within MAX_ERROR_PX = 1.5 pixels of the coarser
+   image as its extractor saw it. A copy's points land where the similarity puts them, up
+   to the keypoints' own localisation error (measured on edited Paris photos: 90 % within
+   0.2-1.4 px at 1,024 px, re-encoded, resized, cropped, bordered or toned alike);
+   another capture's land there only where the scene is one plane seen from one place
+   (photos of one landmark from a few steps apart: 90 % within 3-9 px).
+   *Covered*: on an 8 x 8 grid over each image, the share of the cells holding any of its
+   features that hold a precise inlier; the larger of the two images' shares (the smaller
+   image, or the one whose features survived the edit better). A copy keeps its whole
+   frame inside the other image (a crop is the smaller image and lies entirely in the
+   original; a border adds cells without features, which do not count), so its feature
+   cells would all hold inliers if matching were perfect; edits lose a few (an overlaid
+   caption band or watermark covers a fifth of a frame at most, a heavy re-encoding
+   loses sparse cells). ``min_covered`` = 0.75, "most of the smaller image": a quarter
+   of the cells may be lost; two captures whose common plane covers under three quarters
+   of the smaller one are not copies.
+   Detail: a copy never shows more than its source. When one image is the smaller part of
+   the common frame (a crop, area ratio < SAME_FRAME = 0.9) and holds more than
+   MAX_DETAIL_RATIO = 1.25 times the other's pixels per unit of it, it is a zoomed capture
+   from the same place, not a crop (copies upscaled by more than 1.25 are not supported).
+2. Pixels: the two images, warped by that similarity onto a common grid (the smaller
+   image's frame, ``compare_side`` = 128 px on its longer side, from what the index
+   stores: its thumbnails, or the source files), agree over the covered region (the cells
+   that hold precise inliers: an overlay holds none, and is left out). Each image is
+   normalised locally (its Gaussian local mean removed, divided by its local contrast),
+   which cancels tone, gamma, brightness and colour changes (any locally monotone, nearly
+   affine change of the intensity) and keeps the fine structure. *Agreement* is the
+   normalised cross-correlation of the two. For a copy, what differs is the edit's noise
+   (resampling, JPEG blocks): the locally normalised images share most of their variance.
+   For a re-capture, whatever moved by a pixel at 128 px (a person, a car, a branch,
+   parallax between depths when the camera moved) decorrelates.
+   ``min_agreement`` = 0.5: the correlation of two signals with a common part s and
+   independent parts n is s^2 / (s^2 + n^2), so 0.5 asks that the common part carry at
+   least as much power as the differences (0 dB); unrelated pixels on ~10^4 samples
+   correlate by 0.01 (1 / sqrt(n)), so any pair above 0.5 is far beyond chance, and the
+   threshold separates "the same pixels, edited" from "another capture" rather than
+   from noise. ``bench/copy_detection.py`` measures both classes.
+
+*exact*: the same sha256, or equal decoded pixels (the caller checks them, with
+:func:`same_pixels`, for pairs already found to be copies of equal size).
+
+Not supported: mirrored copies (a mirror image is orientation-reversing: the similarity
+has det > 0, the second stage's plausibility refuses det < 0, and RootSIFT of a mirrored
+patch is another descriptor); copies with a perspective change (a photo of a screen or
+a print); rotations by other angles than quarter turns beyond what upright features
+survive (about 20 degrees); crops under about a third of the original (too few
+features). ``bench/copy_detection.py`` measures the supported edits.
+
+Cost: per pair one least-squares fit and a grid count (numpy, no Python loop over
+matches), and for the pairs whose geometry passes, two 128-px resamplings and a few
+Gaussian filters (scipy.ndimage): well under a millisecond. Decoding a thumbnail (256 px
+JPEG) is the larger part, a few milliseconds; a source file decoded in JPEG draft mode
+some 10 ms.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from ..errors import ConfigError, ImageReadError
+
+KINDS = ("exact", "copy", "same scene")  # verified pairs, most alike first; "different": not verified
+DEFAULT_TOLERANCE = 0.01  # similarity inliers: within 1 % of the longer side (module doc)
+DEFAULT_MIN_COVERED = 0.75  # "most of the smaller image" (module doc)
+DEFAULT_MIN_AGREEMENT = 0.5  # common part >= differences, 0 dB (module doc)
+DEFAULT_COMPARE_SIDE = 128  # pixels, the longer side of the common grid
+GRID = 8  # cells a side for the covered fraction
+PIXELS_SIDE = 256  # the longer side images are decoded at for the pixel check (as stored thumbnails)
+LOCAL_MEAN_SIGMA = 1.0  # compare-grid pixels: the band kept is the fine structure
+LOCAL_CONTRAST_SIGMA = 3.0
+MIN_PIXELS = 64  # common grid pixels below which agreement is not computed
+MAX_ERROR_PX = 1.5  # similarity inliers: within 1.5 px of the coarser image's extraction grid (module doc)
+MAX_DETAIL_RATIO = 1.25  # the part of a photo more detailed than its supposed source by more: a re-capture
+SAME_FRAME = 0.9  # area ratio above which both images show the same frame (a resize, not a crop)
+
+__all__ = [
+    "DEFAULT_COMPARE_SIDE",
+    "DEFAULT_MIN_AGREEMENT",
+    "DEFAULT_MIN_COVERED",
+    "DEFAULT_TOLERANCE",
+    "KINDS",
+    "CopyParams",
+    "PairClass",
+    "classify_pair",
+    "covered_cells",
+    "covered_fraction",
+    "decode_for_copies",
+    "detail_ratio",
+    "fit_similarity",
+    "pixel_agreement",
+    "precise_inliers",
+    "rotate_record_frame",
+    "same_pixels",
+    "similarity_inliers",
+]
+
+
+@dataclass(frozen=True)
+class CopyParams:
+    """The copy rule's parameters (module doc for each figure)."""
+
+    tolerance: float = DEFAULT_TOLERANCE
+    min_covered: float = DEFAULT_MIN_COVERED
+    min_agreement: float = DEFAULT_MIN_AGREEMENT
+    compare_side: int = DEFAULT_COMPARE_SIDE
+
+    def checked(self):
+        for name in ("tolerance", "min_covered", "min_agreement"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not 0.0 < float(v) < 1.0:
+                raise ConfigError(f"{name} must be a number in (0, 1), got {v!r}")
+        s = self.compare_side
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or not 16 <= s <= 1024:
+            raise ConfigError(f"compare_side must be an integer in [16, 1024] (pixels), got {s!r}")
+        return self
+
+    @classmethod
+    def of(cls, params=None, **overrides):
+        params = params or cls()
+        if not isinstance(params, cls):
+            raise ConfigError(f"params must be a CopyParams, got {type(params).__name__}")
+        unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ConfigError(f"unknown copy parameter(s) {unknown}; known: {[f.name for f in fields(cls)]}")
+        return replace(params, **overrides).checked() if overrides else params.checked()
+
+
+@dataclass(frozen=True, eq=False)
+class PairClass:
+    """What a verified pair is, and why.
+
+    kind: "exact", "copy", "same scene" (verified, not a copy) or "different" (not
+    verified); inliers: the similarity's inliers (the second stage's affine inliers when
+    no similarity holds); covered: the covered fraction (module doc); agreement: the
+    pixels' correlation (None when not computed: no pixels, or the geometry already
+    refused); similarity: (2, 3) map a -> b (NaN without one); reason: one line for a user.
+    """
+
+    kind: str
+    inliers: int
+    covered: float
+    agreement: float | None
+    similarity: np.ndarray
+    reason: str
+
+    def to_dict(self):
+        return {"class": self.kind, "inliers": int(self.inliers), "covered": round(float(self.covered), 4),
+                "agreement": None if self.agreement is None else round(float(self.agreement), 4),
+                "reason": self.reason}
+
+
+# ------------------------------------------------------------------ geometry
+def fit_similarity(P1, P2, weights=None):
+    """(2, 3) least-squares similarity [sR | t] taking P1 (n, 2) onto P2 (n, 2) (orientation
+    kept: no reflection); NaN with fewer than 2 distinct points. Closed form in complex
+    numbers: a = sum(conj(z1 - m1) (z2 - m2)) / sum(|z1 - m1|^2), t = m2 - a m1."""
+    P1 = np.asarray(P1, np.float64).reshape(-1, 2)
+    P2 = np.asarray(P2, np.float64).reshape(-1, 2)
+    w = np.ones(len(P1)) if weights is None else np.asarray(weights, np.float64)
+    if len(P1) < 2 or w.sum() <= 0:
+        return np.full((2, 3), np.nan)
+    z1 = P1[:, 0] + 1j * P1[:, 1]
+    z2 = P2[:, 0] + 1j * P2[:, 1]
+    m1, m2 = (w * z1).sum() / w.sum(), (w * z2).sum() / w.sum()
+    d1, d2 = z1 - m1, z2 - m2
+    den = (w * np.abs(d1) ** 2).sum()
+    if not den > 1e-9:
+        return np.full((2, 3), np.nan)
+    a = (w * np.conj(d1) * d2).sum() / den
+    t = m2 - a * m1
+    return np.array([[a.real, -a.imag, t.real], [a.imag, a.real, t.imag]])
+
+
+def _transfer(S, P):
+    return P @ S[:, :2].T + S[:, 2]
+
+
+def similarity_inliers(P1, P2, tol1, tol2, rounds=4):
+    """(similarity (2, 3), inlier mask) of the correspondences P1 <-> P2: the least-squares
+    similarity of all, then refitted on those within the tolerances (tol2 in image 2's
+    pixels forward, tol1 in image 1's pixels backward), ``rounds`` times or until stable."""
+    P1 = np.asarray(P1, np.float64).reshape(-1, 2)
+    P2 = np.asarray(P2, np.float64).reshape(-1, 2)
+    keep = np.ones(len(P1), bool)
+    S = np.full((2, 3), np.nan)
+    for _ in range(rounds):
+        S_new = fit_similarity(P1[keep], P2[keep])
+        if not np.isfinite(S_new).all():
+            break
+        S = S_new
+        inv = _inverse(S)
+        ok = (np.hypot(*(_transfer(S, P1) - P2).T) <= tol2) & (np.hypot(*(_transfer(inv, P2) - P1).T) <= tol1)
+        if (ok == keep).all():
+            break
+        keep = ok
+        if keep.sum() < 2:
+            break
+    if not np.isfinite(S).all():
+        return S, np.zeros(len(P1), bool)
+    return S, keep
+
+
+def _inverse(S):
+    M = S[:, :2]
+    Mi = np.linalg.inv(M)
+    return np.concatenate([Mi, -(Mi @ S[:, 2])[:, None]], axis=1)
+
+
+def _cells(P, size):
+    w, h = size
+    cx = np.clip((np.asarray(P[:, 0]) + 0.5) * GRID // w, 0, GRID - 1).astype(np.int64)
+    cy = np.clip((np.asarray(P[:, 1]) + 0.5) * GRID // h, 0, GRID - 1).astype(np.int64)
+    return cy * GRID + cx
+
+
+def covered_cells(size, inliers_xy):
+    """(GRID, GRID) bool: the cells of an image of ``size`` holding an inlier."""
+    P = np.asarray(inliers_xy, np.float64).reshape(-1, 2)
+    return (np.bincount(_cells(P, size), minlength=GRID * GRID) > 0).reshape(GRID, GRID)
+
+
+def covered_fraction(features_xy, size, inliers_xy):
+    """The share of the GRID x GRID cells of an image of ``size`` (w, h) holding any of
+    its features (``features_xy`` (n, 2)) that hold an inlier (``inliers_xy`` (k, 2))."""
+    have = np.bincount(_cells(np.asarray(features_xy, np.float64).reshape(-1, 2), size), minlength=GRID * GRID) > 0
+    hit = np.bincount(_cells(np.asarray(inliers_xy, np.float64).reshape(-1, 2), size), minlength=GRID * GRID) > 0
+    n = int(have.sum())
+    return float((hit & have).sum() / n) if n else 0.0
+
+
+def rotate_record_frame(points, size, turns):
+    """Points (n, 2) of an image of ``size`` (w, h) in the frame of that image turned by
+    ``turns`` quarter turns counter-clockwise (as ``np.rot90(pixels, turns)``)."""
+    P = np.asarray(points, np.float64).reshape(-1, 2)
+    w, h = size
+    x, y = P[:, 0], P[:, 1]
+    t = int(turns) % 4
+    if t == 0:
+        return P.copy()
+    if t == 1:
+        return np.stack([y, (w - 1) - x], axis=1)
+    if t == 2:
+        return np.stack([(w - 1) - x, (h - 1) - y], axis=1)
+    return np.stack([(h - 1) - y, x], axis=1)
+
+
+# ------------------------------------------------------------------ pixels
+def decode_for_copies(data, name="image", side=PIXELS_SIDE):
+    """An image's bytes as a float32 grey (h, w) array of at most ``side`` pixels a side
+    (JPEG decoded in draft mode: fast), as the stored thumbnails are; or ImageReadError."""
+    from ..features import pil_image
+
+    Image = pil_image()
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.draft("L", (side, side))
+            img = img.convert("L")
+            img.thumbnail((side, side), Image.BILINEAR, reducing_gap=None)
+            return np.asarray(img, np.float32)
+    except Exception as exc:  # Pillow raises OSError, ValueError, SyntaxError, ...
+        raise ImageReadError(name, f"cannot decode for the copy check ({str(exc) or type(exc).__name__})") from exc
+
+
+def same_pixels(data_a, data_b):
+    """Whether two images' bytes decode to the same pixels (same size, same values)."""
+    from ..features import pil_image
+
+    Image = pil_image()
+    try:
+        with Image.open(io.BytesIO(data_a)) as a, Image.open(io.BytesIO(data_b)) as b:
+            if a.size != b.size:
+                return False
+            return bool(np.array_equal(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB"))))
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):  # what Pillow raises: not the same
+        return False
+
+
+def _sample(gray, full_size, X, Y, step):
+    """gray (a smaller copy of an image of ``full_size``) at full-size points X, Y
+    (bilinear), low-passed to the grid's ``step`` (full-size pixels between grid points);
+    (values, inside mask)."""
+    from scipy import ndimage
+
+    gh, gw = gray.shape
+    W, H = full_size
+    fx, fy = gw / W, gh / H
+    u = (X + 0.5) * fx - 0.5
+    v = (Y + 0.5) * fy - 0.5
+    sigma = 0.5 * step * min(fx, fy)  # grid spacing in this array's pixels, halved: anti-aliasing
+    g = ndimage.gaussian_filter(gray, sigma) if sigma > 0.5 else gray
+    inside = (u >= 0) & (u <= gw - 1) & (v >= 0) & (v <= gh - 1)
+    vals = ndimage.map_coordinates(g, [v.ravel(), u.ravel()], order=1, mode="nearest").reshape(X.shape)
+    return vals, inside
+
+
+def _local_normalise(img, mask):
+    """(img - local mean) / local contrast, Gaussian windows restricted to ``mask``."""
+    from scipy import ndimage
+
+    m = mask.astype(np.float64)
+    x = img.astype(np.float64) * m
+    wsum = np.maximum(ndimage.gaussian_filter(m, LOCAL_MEAN_SIGMA), 1e-6)
+    d = (img - ndimage.gaussian_filter(x, LOCAL_MEAN_SIGMA) / wsum) * m
+    csum = np.maximum(ndimage.gaussian_filter(m, LOCAL_CONTRAST_SIGMA), 1e-6)
+    contrast = np.sqrt(ndimage.gaussian_filter(d * d, LOCAL_CONTRAST_SIGMA) / csum)
+    return d / (contrast + 2.0)  # + 2 grey levels: flat regions (sky, borders) stay near 0, not noise blown up
+
+
+def pixel_agreement(gray_a, size_a, gray_b, size_b, similarity, side=DEFAULT_COMPARE_SIDE, cells=None):
+    """The normalised correlation of two images' locally normalised pixels on a common grid
+    (module doc): the grid covers image a (``side`` px on its longer side), image b sampled
+    where ``similarity`` (2, 3), a's full-size pixels -> b's, maps it. gray_a, gray_b: grey
+    arrays of the images at any size (thumbnails), size_a, size_b: their full sizes (w, h),
+    the frames of the similarity; cells: (GRID, GRID) bool, the cells of image a compared (the
+    covered region; None: all). None when they share under MIN_PIXELS grid points."""
+    from scipy import ndimage
+
+    S = np.asarray(similarity, np.float64)
+    W, H = size_a
+    k = side / max(W, H)
+    gw, gh = max(round(W * k), 1), max(round(H * k), 1)
+    xs = (np.arange(gw) + 0.5) * (W / gw) - 0.5
+    ys = (np.arange(gh) + 0.5) * (H / gh) - 0.5
+    X, Y = np.meshgrid(xs, ys)
+    step_a = W / gw
+    scale = math.sqrt(abs(np.linalg.det(S[:, :2])))
+    Xb = S[0, 0] * X + S[0, 1] * Y + S[0, 2]
+    Yb = S[1, 0] * X + S[1, 1] * Y + S[1, 2]
+    A, in_a = _sample(np.asarray(gray_a, np.float32), size_a, X, Y, step_a)
+    B, in_b = _sample(np.asarray(gray_b, np.float32), size_b, Xb, Yb, step_a * scale)
+    mask = ndimage.binary_erosion(in_a & in_b, iterations=2)
+    if mask.sum() < MIN_PIXELS:
+        return None
+    if cells is not None:  # only the grid points in the given cells of image a
+        iy, ix = np.meshgrid(np.arange(gh) * GRID // gh, np.arange(gw) * GRID // gw, indexing="ij")
+        mask &= np.asarray(cells, bool).reshape(-1)[iy * GRID + ix]
+        if mask.sum() < MIN_PIXELS:
+            return None
+    na, nb = _local_normalise(A, mask), _local_normalise(B, mask)
+    a, b = na[mask], nb[mask]
+    a, b = a - a.mean(), b - b.mean()
+    den = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
+    return float((a * b).sum() / den) if den > 0 else 0.0
+
+
+# ------------------------------------------------------------------ the decision
+def _extraction_unit(size):
+    """Original pixels per pixel the extractor saw (it reduces the longer side to DEFAULT_MAX_SIDE)."""
+    from ..features import DEFAULT_MAX_SIDE
+
+    return max(size) / min(max(size), DEFAULT_MAX_SIDE)
+
+
+def precise_inliers(P1, P2, S, size_1, size_2, max_error=MAX_ERROR_PX):
+    """Mask of the correspondences the similarity S (1 -> 2) carries within ``max_error``
+    pixels of the coarser image as its extractor saw it (module doc): min(forward error in
+    2's extraction pixels, backward error in 1's) <= max_error (for a similarity the two
+    differ by its scale, so the smaller is the coarser image's)."""
+    P1 = np.asarray(P1, np.float64).reshape(-1, 2)
+    P2 = np.asarray(P2, np.float64).reshape(-1, 2)
+    fwd = np.hypot(*(_transfer(S, P1) - P2).T) / _extraction_unit(size_2)
+    back = np.hypot(*(_transfer(_inverse(S), P2) - P1).T) / _extraction_unit(size_1)
+    return np.minimum(fwd, back) <= max_error
+
+
+def detail_ratio(S, size_a, size_b):
+    """(area ratio, detail ratio) of a similarity a -> b: the smaller image's area in the common
+    frame over the larger's, and the smaller image's pixels per unit of the common frame over
+    the larger's (> 1: the smaller image resolves more than the larger one there)."""
+    s = math.sqrt(abs(np.linalg.det(S[:, :2])))  # b pixels per a pixel
+    area_a = float(np.prod(size_a)) * s * s
+    area_b = float(np.prod(size_b))
+    density = s  # b pixels per a pixel: what each file holds (a copy's border or resize changes its size)
+    if area_a <= area_b:
+        return area_a / area_b, 1.0 / density
+    return area_b / area_a, density
+
+
+def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a=None, sha_b=None,
+                  params=None):
+    """The class of a pair (module doc): :class:`PairClass`.
+
+    rec_a, rec_b: the two images' GeometryRecords (features and sizes, in the frames the
+    pixels are given in); pairs: (n, 4) the second stage's inlier pairs x_a, y_a, x_b, y_b
+    (``verify_geometry(..., return_pairs=True)``); verified: its decision; gray_a, gray_b:
+    grey pixels of the two images at any size (None: no pixel check, so no copy);
+    sha_a, sha_b: their sha256 (equal: exact)."""
+    params = CopyParams.of(params)
+    nan = np.full((2, 3), np.nan)
+    if sha_a and sha_b and sha_a == sha_b:
+        return PairClass("exact", len(pairs), 1.0, 1.0, np.array([[1.0, 0, 0], [0, 1.0, 0]]), "the same bytes")
+    if not verified:
+        return PairClass("different", len(pairs), 0.0, None, nan, "not verified by the second stage")
+    pairs = np.asarray(pairs, np.float64).reshape(-1, 4)
+    tol_a = params.tolerance * max(rec_a.image_size)
+    tol_b = params.tolerance * max(rec_b.image_size)
+    S, inl = similarity_inliers(pairs[:, :2], pairs[:, 2:], tol_a, tol_b)
+    if inl.sum() >= 3 and np.isfinite(S).all():
+        inl = precise_inliers(pairs[:, :2], pairs[:, 2:], S, rec_a.image_size, rec_b.image_size)
+        S = fit_similarity(pairs[inl, :2], pairs[inl, 2:]) if inl.sum() >= 3 else S
+    n = int(inl.sum())
+    if n < 3 or not np.isfinite(S).all():
+        return PairClass("same scene", n, 0.0, None, nan, "no similarity map (another viewpoint)")
+    area_ratio, detail = detail_ratio(S, rec_a.image_size, rec_b.image_size)
+    if area_ratio < SAME_FRAME and detail > MAX_DETAIL_RATIO:
+        return PairClass("same scene", n, 0.0, None, S,
+                         f"the smaller view shows {detail:.1f}x the detail of the other: a zoomed capture, not a crop")
+    covered = max(covered_fraction(rec_a.xy, rec_a.image_size, pairs[inl, :2]),
+                  covered_fraction(rec_b.xy, rec_b.image_size, pairs[inl, 2:]))
+    if covered < params.min_covered:
+        return PairClass("same scene", n, covered, None, S,
+                         f"one similarity covers {100 * covered:.0f} % of the image (a copy: >= "
+                         f"{100 * params.min_covered:.0f} %)")
+    if gray_a is None or gray_b is None:
+        return PairClass("same scene", n, covered, None, S, "geometry of a copy, but no pixels to compare")
+    area_a = float(np.prod(rec_a.image_size)) * abs(np.linalg.det(S[:, :2]))
+    if area_a <= float(np.prod(rec_b.image_size)):  # the grid on the smaller image (in b's frame)
+        agreement = pixel_agreement(gray_a, rec_a.image_size, gray_b, rec_b.image_size, S, params.compare_side,
+                                    covered_cells(rec_a.image_size, pairs[inl, :2]))
+    else:
+        agreement = pixel_agreement(gray_b, rec_b.image_size, gray_a, rec_a.image_size, _inverse(S),
+                                    params.compare_side, covered_cells(rec_b.image_size, pairs[inl, 2:]))
+    if agreement is None or agreement < params.min_agreement:
+        what = "no common pixels" if agreement is None else f"pixels agree {agreement:.2f}"
+        return PairClass("same scene", n, covered, agreement, S,
+                         f"{what} (a copy: >= {params.min_agreement:.2f}): another capture of the scene")
+    return PairClass("copy", n, covered, agreement, S,
+                     f"one similarity covers {100 * covered:.0f} % and the pixels agree {agreement:.2f}")
