@@ -18,7 +18,6 @@ from typing import Any, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from tqdm.auto import tqdm
 
 from . import aggregation as agg
 from ..checks import as_descriptor_set
@@ -189,6 +188,8 @@ class Encoder:
 
     def fit_rn(self, learning_sets: Iterable[ArrayLike], verbose: bool = False) -> "Encoder":
         """(Re)learn RN on the aggregated vectors of the learning images."""
+        from tqdm.auto import tqdm  # (imported here: it loads asyncio, a cost to every command)
+
         if self.rn is None:
             raise ConfigError("this encoder has rn=False")
         sets = [self._preprocess(X, dim=self.embedding.d_, what=f"learning image {i}")
@@ -298,6 +299,8 @@ class Encoder:
 
     def encode_many(self, descriptor_sets: Iterable[ArrayLike], verbose: bool = False) -> NDArray[np.float32]:
         """(N, dim) float32 matrix of image vectors."""
+        from tqdm.auto import tqdm  # (imported here: it loads asyncio, a cost to every command)
+
         sets = list(descriptor_sets)
         out = np.empty((len(sets), self.dim), dtype=np.float32)
         for i, X in enumerate(tqdm(sets, desc="encoding", disable=not verbose)):

@@ -31,7 +31,6 @@ from pathlib import Path
 
 import lmdb
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..errors import GeometryRecordError, IndexCorruptError, NotAnIndexError, StreamkError
 from ..quantization import IVFPQ, NO_LIST
@@ -167,6 +166,8 @@ _WALKED = ("vectors", "images", "row_ids", "hashes", "codes", "code_blocks", "ge
 
 
 def _scan(store, progress):
+    from tqdm.auto import tqdm  # (imported here: it loads asyncio, a cost to every command)
+
     s = _Scan()
     s.vectors = store.vector_store()
     total = _scan_meta(store, s)

@@ -33,7 +33,6 @@ import socket
 import time
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from ..errors import ConfigError, DimensionError, TooFewImagesError, TrainingInProgressError
 from .blocks import pack_block, pack_codes, seal_block, seal_row_codes
@@ -243,6 +242,8 @@ class Trainer:
 
     # ------------------------------------------------------------ the whole run
     def run(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None):
+        from tqdm.auto import tqdm  # (imported here: it loads asyncio, a cost to every command)
+
         if codec is not None:
             if not isinstance(codec, IVFPQ) or not codec.fitted:
                 raise ConfigError("codec must be a trained streamk.quantization.ivfpq.IVFPQ")
