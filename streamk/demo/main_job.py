@@ -5,12 +5,16 @@
    Built-in set: each photo is in the database with two milder variants
    (:data:`streamk.demo.transforms.VARIANTS`), so that a query has several
    positives; the stereo pair ``motorcycle_left`` / ``motorcycle_right`` is one
-   scene. ``--images``: every readable image is in the database as it is.
+   scene. Beside them, **bursty scenes** (:mod:`streamk.demo.scenes`): small
+   objects cut from the photos, hung on walls of repeated windows, tiles or
+   fences, with the same walls bare as distractors: where the paper says sum
+   pooling fails. ``--images``: every readable image is in the database as it is.
 2. **Queries.** For a deterministic sample of at most ``max_queries`` photos,
    one view per real-world change (:data:`streamk.demo.transforms.TRANSFORMS`:
    crop, rotation, scale, perspective, JPEG, lighting), written as JPEG files.
-   Positives of a query: the database images of its scene (``--images``: its
-   source image only).
+   The same for every bursty scene. Positives of a query: the database images of
+   its scene (``--images``: its source image only); junk (not counted): the
+   images that share only its object (a scene and the photo of its object).
 3. **Features** of the database images, extracted once on all cores through
    the on-disk feature cache.
 4. **Encoder**: T-emb learned on the database images' own descriptors --
@@ -18,18 +22,18 @@
    learning collection comes with the photos. One
    :class:`~streamk.index.StreamingIndex` per aggregation method (sum,
    democratic, GMP), sharing the learned embedding (``Encoder.derive``).
-5. **Search**: each query image with ``index.search(path, k)`` (features,
-   encoding and scan: the time a user waits); mAP with the official AP
-   (:mod:`streamk.evaluation.metrics`), overall and per change.
-6. **Page**: ``index.html`` with the query and result thumbnails (JPEG files
-   beside it, relative links), green border for a positive, red for a negative.
+5. **Search**: the query images' features extracted once (all cores, cached),
+   then each method's ``index.search(descriptors, k)`` (encoding and scan); mAP
+   with the official AP (:mod:`streamk.evaluation.metrics`), overall, per
+   category (photos, bursty scenes) and per change.
+6. **Page**: ``index.html`` (:mod:`streamk.demo.page`): a summary table, the
+   queries a method gets wrong, then every query with its results.
 
 Everything is written under ``out_dir``; a folder holding anything but an
 earlier demo's output is refused, never overwritten.
 """
 
 import hashlib
-import html
 import os
 import re
 import shutil
@@ -42,7 +46,9 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import features as feat
+from . import scenes as sc
 from . import transforms as tf
+from .page import write_page
 from ..encoding import Encoder, postprocess
 from ..errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
 from ..evaluation import compute_map
@@ -64,10 +70,10 @@ PHOTOS = (
     ("page.png", "page"), ("retina.jpg", "retina"), ("rocket.jpg", "rocket"), ("text.png", "text"),
 )
 
+PHOTOS_CATEGORY, SCENES_CATEGORY = "photos", "bursty scenes"
 MARKER = ".streamk-demo"  # marks a folder as ours: a re-run may replace what is in it
 _OUTPUTS = ("database", "queries", "thumbs", "index.html") + tuple(f"index-{m}" for m in METHODS)
 QUERY_MAX_SIDE = 1024  # queries are made from a copy of at most this size (large photos)
-THUMB_SIDE = 160
 
 
 class DbImage(NamedTuple):
@@ -83,6 +89,7 @@ class Query:
     source: str  # id of the database image it is a view of
     scene: str
     transform: str
+    category: str = PHOTOS_CATEGORY
 
 
 @dataclass
@@ -90,9 +97,11 @@ class MethodResult:
     method: str
     map: float  # percent
     per_transform: dict  # transform -> mAP percent
-    ms_per_query: float
+    ms_per_query: float  # encoding and scan (the query's features are extracted once, for all methods)
     aps: np.ndarray  # per query, percent
     rankings: list  # per query: [(db position, score)] of the first results, best first
+    per_category: dict = field(default_factory=dict)  # category -> mAP percent
+    missed: np.ndarray = None  # per query: a negative among the first min(positives, show) results
 
 
 @dataclass
@@ -205,18 +214,89 @@ def make_queries(database, out, transforms, max_queries, seed, report):
     originals = [im for im in database if im.original]
     queries = []
     for n, pos in enumerate(_sample(len(originals), max_queries, seed)):
-        image_id, path, scene, _ = originals[pos]
-        try:
-            img = tf.open_rgb(path, max_side=QUERY_MAX_SIDE)
-        except ImageReadError as exc:  # changed since its features were extracted
-            report(path, f"{type(exc).__name__}: {exc.reason} (no queries made of it)")
-            continue
-        for t in transforms:
-            qpath = out / "queries" / f"{n:04d}-{_safe_name(image_id.rsplit('.', 1)[0])}.{t}.jpg"
-            # the jpeg change is its own (heavy) compression; the others are saved as a camera would
-            _save_jpeg(tf.view(img, t, image_id, seed), qpath, quality=100 if t == "jpeg" else 92)
-            queries.append(Query(str(qpath), image_id, scene, t))
+        queries += _query_views(n, originals[pos], out, transforms, seed, report, PHOTOS_CATEGORY)
     return queries
+
+
+def _query_views(n, image, out, transforms, seed, report, category):
+    """The query files of one database image, one per transform; [Query]."""
+    image_id, path, scene, _ = image
+    try:
+        img = tf.open_rgb(path, max_side=QUERY_MAX_SIDE)
+    except ImageReadError as exc:  # changed since its features were extracted
+        report(path, f"{type(exc).__name__}: {exc.reason} (no queries made of it)")
+        return []
+    queries = []
+    for t in transforms:
+        qpath = out / "queries" / f"{n:04d}-{_safe_name(image_id.rsplit('.', 1)[0])}.{t}.jpg"
+        # the jpeg change is its own (heavy) compression; the others are saved as a camera would
+        _save_jpeg(tf.view(img, t, image_id, seed), qpath, quality=100 if t == "jpeg" else 92)
+        queries.append(Query(str(qpath), image_id, scene, t, category))
+    return queries
+
+
+def bursty_collection(out, database, n_scenes, n_variants, seed):
+    """The bursty scenes (:mod:`streamk.demo.scenes`) written to ``out/database``: objects cut from
+    the first ``n_scenes`` photo scenes of ``database`` (texture photos left out), each on a place
+    in turn, with ``n_variants`` milder views; and the bare walls of the places used.
+    Returns ([DbImage], [DbImage] of the scenes' originals (the queried ones), {scene: photo scene})."""
+    sources = {}
+    for im in database:
+        if im.original and im.scene not in sc.NOT_OBJECTS:
+            sources.setdefault(im.scene, im)  # one object per scene (the stereo pair gives one)
+    sources = list(sources.values())[:max(0, int(n_scenes))]
+    # the places in turn across families first: windows-1, tiles-1, fence-1, windows-2, ...
+    places = sc.places(seed)
+    order = [places[f + sc.PLACES_PER_FAMILY * i] for i in range(sc.PLACES_PER_FAMILY)
+             for f in range(len(sc.FAMILIES))]
+    folder = out / "database"
+    images, originals, related, used = [], [], {}, []
+    variants = list(tf.VARIANTS)[:n_variants]
+    for n, source in enumerate(sources):
+        place = order[n % len(order)]
+        if place not in used:
+            used.append(place)
+        scene = f"{place.name}+{source.scene}"
+        related[scene] = source.scene
+        img = sc.scene_image(place, sc.object_crop(tf.open_rgb(source.path)), scene, seed)
+        stem = f"scene-{n:02d}-{_safe_name(scene)}"
+        original = DbImage(f"{stem}.jpg", str(folder / f"{stem}.jpg"), scene, False)
+        _save_jpeg(img, original.path)
+        images.append(original)
+        originals.append(original)
+        for v in variants:
+            vpath = folder / f"{stem}.{v}.jpg"
+            _save_jpeg(tf.view(img, v, original.id, seed), vpath)
+            images.append(DbImage(vpath.name, str(vpath), scene, False))
+    for place in used:
+        for b in range(sc.BARE_VIEWS):
+            path = folder / f"wall-{place.name}.bare{b}.jpg"
+            _save_jpeg(sc.bare_wall(place, b, seed), path)
+            images.append(DbImage(path.name, str(path), f"{place.name}/bare{b}", False))
+    return images, originals, related
+
+
+def scene_queries(originals, out, transforms, seed, report, first=0):
+    """One query view per transform of each bursty scene; [Query] (files numbered from ``first``)."""
+    queries = []
+    for n, image in enumerate(originals, first):
+        queries += _query_views(n, image, out, transforms, seed, report, SCENES_CATEGORY)
+    return queries
+
+
+def ground_truth(database, related):
+    """({scene: positives}, {scene: junk}) as row arrays: a scene's positives are its own images;
+    its junk the images that share only its object (``related``: bursty scene -> photo scene)."""
+    rows = {}
+    for row, im in enumerate(database):
+        rows.setdefault(im.scene, []).append(row)
+    junk = {s: [] for s in rows}
+    for scene, photo in related.items():
+        if scene in rows and photo in rows:
+            junk[scene] += rows[photo]
+            junk[photo] += rows[scene]
+    return ({s: np.array(r, np.int64) for s, r in rows.items()},
+            {s: np.array(sorted(r), np.int64) for s, r in junk.items()})
 
 
 # ---------------------------------------------------------------- features and indexes
@@ -282,9 +362,23 @@ def build_index(path, encoder, extractor, database, fs, shas, encoded, batch=64,
     return idx
 
 
-def _search_all(indexes, queries, n_db, rows_of, progress, report):
-    """{method: ([ranking as (positions, scores)], seconds per query)}; a query that fails
-    (e.g. no features left after the change) gets an empty ranking and is reported once."""
+def query_features(queries, extractor, cache_dir, workers, progress, report):
+    """{query path: Features} of the query images, extracted once for all the methods (all cores,
+    cached); a query that fails (unreadable, or no features left after the change) is reported
+    and left out: it gets an empty ranking (AP 0)."""
+    feats, errors = extract_many([q.path for q in queries], extractor, cache_dir, workers, progress)
+    for path, reason in errors.items():
+        report(path, f"{reason} (query counted with AP 0)")
+    for path in [p for p, f in feats.items() if len(f) == 0]:
+        report(path, "EmptyDescriptorSetError: no local features (query counted with AP 0)")
+        del feats[path]
+    return feats
+
+
+def _search_all(indexes, queries, feats, n_db, rows_of, progress, report):
+    """{method: ([ranking as (positions, scores)], seconds per query)}: each query's descriptors
+    searched in each index (encoding and scan); a query without features, or whose search fails,
+    gets an empty ranking (reported once)."""
     from tqdm.auto import tqdm
 
     out = {m: [] for m in indexes}
@@ -296,13 +390,14 @@ def _search_all(indexes, queries, n_db, rows_of, progress, report):
         for qi, q in enumerate(queries):
             for m, idx in indexes.items():
                 t0 = time.perf_counter()
-                try:
-                    hits = idx.search(q.path, k=min(n_db, MAX_K))  # the full ranking, up to MAX_K
-                except StreamkError as exc:
-                    hits = []
-                    if qi not in failed:
-                        failed.add(qi)
-                        report(q.path, f"{type(exc).__name__}: {exc} (query counted with AP 0)")
+                hits = []
+                if q.path in feats:
+                    try:
+                        hits = idx.search(feats[q.path].descriptors, k=min(n_db, MAX_K))  # the full ranking
+                    except StreamkError as exc:
+                        if qi not in failed:
+                            failed.add(qi)
+                            report(q.path, f"{type(exc).__name__}: {exc} (query counted with AP 0)")
                 seconds[m] += time.perf_counter() - t0
                 pos = np.array([rows_of[i] for i, _ in hits], dtype=np.int64)
                 out[m].append((pos, np.array([s for _, s in hits])))
@@ -310,90 +405,28 @@ def _search_all(indexes, queries, n_db, rows_of, progress, report):
     return {m: (out[m], seconds[m] / max(1, len(queries))) for m in indexes}
 
 
-def _evaluate(method, rankings, seconds, queries, positives, transforms, show):
+def _missed(ranking, positives, junk, show):
+    """Whether a negative comes among the first min(#positives, show) results, junk skipped."""
+    pos, junk = set(positives.tolist()), set(junk.tolist())
+    top = [r for r in ranking.tolist() if r not in junk][:min(len(pos), show)]
+    return any(r not in pos for r in top) or len(top) < min(len(pos), show)
+
+
+def _evaluate(method, rankings, seconds, queries, positives, junk, transforms, show):
     """A MethodResult; the rankings kept are the first ``show`` results (for the page)."""
-    gt = [(positives[q.scene], ()) for q in queries]
+    gt = [(positives[q.scene], junk[q.scene]) for q in queries]
     res = compute_map([pos for pos, _ in rankings], gt)
-    per = {}
-    for t in transforms:
-        sel = np.array([q.transform == t for q in queries])
-        per[t] = 100 * float(np.nanmean(res.aps[sel])) if sel.any() else float("nan")
+
+    def mean_ap(sel):
+        return 100 * float(np.nanmean(res.aps[sel])) if sel.any() else float("nan")
+
+    per = {t: mean_ap(np.array([q.transform == t for q in queries])) for t in transforms}
+    categories = list(dict.fromkeys(q.category for q in queries))
+    per_category = {c: mean_ap(np.array([q.category == c for q in queries])) for c in categories}
+    missed = np.array([_missed(pos, p, j, show) for (pos, _), (p, j) in zip(rankings, gt)], dtype=bool)
     return MethodResult(method, 100 * res.map, per, 1000 * seconds, 100 * res.aps,
-                        [list(zip(pos[:show].tolist(), sc[:show].tolist())) for pos, sc in rankings])
-
-
-# ---------------------------------------------------------------- page
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.4em} p.info{max-width:60em}
-table.map{border-collapse:collapse;margin:1em 0}
-table.map th,table.map td{padding:.25em .7em;text-align:right;border-bottom:1px solid #ddd}
-table.map th:first-child,table.map td:first-child{text-align:left}
-.q{display:flex;gap:1.2em;border-top:1px solid #ccc;padding:.8em 0;align-items:flex-start}
-.q table th{text-align:left;font-weight:normal;font-size:13px;width:7.5em;vertical-align:top}
-.hits{display:flex;gap:.4em}
-figure{margin:0;width:132px;font-size:11px;overflow-wrap:anywhere}
-figure img{display:block;max-width:120px;max-height:120px;border:5px solid #999}
-figure.query img{border-color:#48c}
-figure.pos img{border-color:#2a2} figure.neg img{border-color:#d22}
-"""
-
-
-def _thumbnail(src, dst):
-    img = tf.open_rgb(src, max_side=THUMB_SIDE)
-    _save_jpeg(img, dst, quality=85)
-
-
-def _figure(cls, thumb, caption_lines):
-    cap = "<br>".join(html.escape(str(line)) for line in caption_lines)
-    return (f'<figure class="{cls}"><img src="{html.escape(thumb)}" alt="{html.escape(str(caption_lines[-1]))}">'
-            f"<figcaption>{cap}</figcaption></figure>")
-
-
-def write_page(out, result, database, queries, positives, info_lines, show=5):
-    """index.html under ``out`` and the thumbnails it links (only those it shows)."""
-    thumbs = {}
-
-    def thumb(kind, i, path):
-        key = (kind, i)
-        if key not in thumbs:
-            rel = f"thumbs/{kind}{i:05d}.jpg"
-            _thumbnail(path, out / rel)
-            thumbs[key] = rel
-        return thumbs[key]
-
-    e = html.escape
-    parts = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
-             "<title>streamk demo</title>", f"<style>{_CSS}</style></head><body>",
-             "<h1>streamk demo: sum, democratic and GMP aggregation</h1>"]
-    parts += [f'<p class="info">{e(line)}</p>' for line in info_lines]
-    head = "".join(f"<th>{e(t)}</th>" for t in result.transforms)
-    parts.append(f'<table class="map"><tr><th>method</th><th>mAP</th>{head}<th>ms/query</th></tr>')
-    for m in result.methods:
-        cells = "".join(f"<td>{v:.1f}</td>" for v in m.per_transform.values())
-        parts.append(f"<tr><td>{e(m.method)}</td><td>{m.map:.1f}</td>{cells}<td>{m.ms_per_query:.0f}</td></tr>")
-    parts.append("</table>")
-    parts.append(f"<p>Each query with its top {show} results per method: rank, score (cosine), id; "
-                 "green border: same scene, red: another.</p>")
-    for qi, q in enumerate(queries):
-        pos = set(positives[q.scene].tolist())
-        parts.append('<div class="q">')
-        parts.append(_figure("query", thumb("q", qi, q.path), ["query", q.transform, q.source]))
-        parts.append("<table>")
-        for m in result.methods:
-            figs = []
-            for rank, (row, score) in enumerate(m.rankings[qi][:show], 1):
-                im = database[row]
-                figs.append(_figure("pos" if row in pos else "neg", thumb("d", row, im.path),
-                                    [f"#{rank} {score:.3f}", im.id]))
-            ap = "n/a" if np.isnan(m.aps[qi]) else f"{m.aps[qi]:.1f}"
-            parts.append(f"<tr><th>{e(m.method)}<br>AP {e(ap)}</th>"
-                         f'<td><div class="hits">{"".join(figs) or e("(no result)")}</div></td></tr>')
-        parts.append("</table></div>")
-    parts.append("</body></html>")
-    page = out / "index.html"
-    page.write_text("\n".join(parts), encoding="utf-8")
-    return page
+                        [list(zip(pos[:show].tolist(), sc_[:show].tolist())) for pos, sc_ in rankings],
+                        per_category, missed)
 
 
 # ---------------------------------------------------------------- the job
@@ -403,10 +436,11 @@ def _stderr_report(path, reason):
 
 def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tuple(tf.TRANSFORMS),
              k=16, max_side=640, max_features=1000, workers=None, cache_dir=None, seed=0, show=5,
-             photos=PHOTOS, n_variants=2, progress=True, out=print, report=_stderr_report):
+             photos=PHOTOS, n_variants=2, scenes=12, progress=True, out=print, report=_stderr_report):
     """Run the demo (see the module doc); returns a :class:`DemoResult` and prints its table.
 
-    images: a folder of the user's images (None: scikit-image's photos). cache_dir:
+    images: a folder of the user's images (None: scikit-image's photos). scenes: how many
+    bursty scenes beside the built-in photos (0: none; none with ``images``). cache_dir:
     the feature cache (None: the default, ``~/.cache/streamk/features``). report(path,
     reason) is called for each skipped file.
     """
@@ -428,8 +462,7 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
     source = _source_of(images, photos)  # before anything is written
     extractor = feat.make_extractor(None, max_side=max_side, max_features=max_features)
     out_path = _prepare_out(out_dir)
-    database = (builtin_collection(out_path, photos, n_variants, seed, skip) if images is None
-                else folder_collection(images, out_path, skip))
+    database, scene_originals, related = _collection(out_path, images, photos, n_variants, scenes, seed, skip)
     t0 = time.perf_counter()
     cache = default_cache_dir() if cache_dir is None else cache_dir
     database, fs, shas = extract_database(database, extractor, cache, workers, progress, skip)
@@ -442,50 +475,76 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
 
     t0 = time.perf_counter()
     queries = make_queries(database, out_path, transforms, int(max_queries), seed, skip)
+    kept = {im.id for im in database}
+    queries += scene_queries([im for im in scene_originals if im.id in kept], out_path, transforms, seed, skip,
+                             first=len(queries) // len(transforms))
     timings["query views"] = time.perf_counter() - t0
-    scenes = {}
-    for row, im in enumerate(database):
-        scenes.setdefault(im.scene, []).append(row)
-    positives = {s: np.array(rows) for s, rows in scenes.items()}
-
-    out(f"database: {len(database)} images from {source}"
-        + (f" ({n_variants} extra views of each scene)" if images is None and n_variants else "")
-        + f"; {n_desc / len(database):.0f} features per image ({extractor.name}, "
-          f"long side <= {max_side}, at most {max_features})")
-    out(f"queries: {len(queries)} views ({', '.join(transforms)}) of {len(queries) // len(transforms)} "
-        f"images, written to {out_path / 'queries'}; positives: "
-        + ("the database images of the same scene" if images is None else "the source image only"))
-    searched = _encode_index_search(out_path, database, fs, shas, extractor, queries, int(k), progress, skip,
-                                    timings, out)
-    methods = [_evaluate(m, rankings, sec, queries, positives, transforms, show)
+    positives, junk = ground_truth(database, related)
+    _print_collection(out, database, queries, transforms, source, images, n_variants, extractor, n_desc, out_path)
+    searched = _encode_index_search(out_path, database, fs, shas, extractor, queries, int(k),
+                                    (cache, workers, progress), skip, timings, out)
+    methods = [_evaluate(m, rankings, sec, queries, positives, junk, transforms, show)
                for m, (rankings, sec) in searched.items()]
     result = DemoResult(out_path, out_path / "index.html", len(database), len(queries), transforms,
                         methods, skipped, timings)
 
     t0 = time.perf_counter()
-    info = [f"Database: {len(database)} images from {source}. Queries: {len(queries)} views "
-            f"({', '.join(transforms)}). Encoder: T-emb k={k}, learned on the database images "
-            f"(unsupervised). One streaming index per aggregation method, exact search."]
-    write_page(out_path, result, database, queries, positives, info, show)
+    info = [(f"Database: {len(database)} images from {_page_source(images, photos, scene_originals)}. "
+             f"Queries: {len(queries)} views ({', '.join(transforms)}). Encoder: T-emb k={k}, learned on the "
+             f"database images (unsupervised). One streaming index per aggregation method, exact search.")]
+    write_page(out_path, result, database, queries, positives, junk, info, show)
     timings["page"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_start
     _print_table(result, out)
     return result
 
 
+def _collection(out_path, images, photos, n_variants, scenes, seed, skip):
+    """(database [DbImage], bursty scenes' originals, {bursty scene: photo scene}), written under
+    ``out_path``: the built-in photos and their bursty scenes, or the user's folder."""
+    if images is not None:
+        return folder_collection(images, out_path, skip), [], {}
+    database = builtin_collection(out_path, photos, n_variants, seed, skip)
+    extra, originals, related = bursty_collection(out_path, database, scenes, n_variants, seed)
+    return database + extra, originals, related
+
+
+def _print_collection(out, database, queries, transforms, source, images, n_variants, extractor, n_desc, out_path):
+    n_scenes = sum(q.category == SCENES_CATEGORY for q in queries) // len(transforms)
+    out(f"database: {len(database)} images from {source}"
+        + (f" ({n_variants} extra views of each scene)" if images is None and n_variants else "")
+        + (f", {n_scenes} bursty scenes and their bare walls" if n_scenes else "")
+        + f"; {n_desc / len(database):.0f} features per image ({extractor.name}, "
+          f"long side <= {extractor.max_side}, at most {extractor.max_features})")
+    out(f"queries: {len(queries)} views ({', '.join(transforms)}) of {len(queries) // len(transforms)} "
+        f"images, written to {out_path / 'queries'}; positives: "
+        + ("the database images of the same scene" if images is None else "the source image only"))
+
+
 def _source_of(images, photos):
     """Where the database images come from, in words: ConfigError when ``images`` is not a
     folder, DatasetImageError for the built-in photos without scikit-image."""
     if images is None:
-        return f"scikit-image's {len(photos)} bundled photographs ({skimage_photo_dir()})"
+        skimage_photo_dir()
+        return f"scikit-image's {len(photos)} bundled photographs"
     if not Path(images).is_dir():
         raise ConfigError(f"--images {images}: not a folder")
     return f"the images under {images}"
 
 
-def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, progress, skip, timings, out):
+def _page_source(images, photos, scene_originals):
+    """The source in words for the page: no machine path (the folder's name only)."""
+    if images is not None:
+        return f"the images under a folder named {Path(images).resolve().name!r}"
+    scenes = f" and {len(scene_originals)} bursty scenes made from them" if scene_originals else ""
+    return f"scikit-image's {len(photos)} bundled photographs{scenes}"
+
+
+def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, extraction, skip, timings, out):
     """Learn the T-emb encoder on the database's descriptors, build one index per method
-    and search every query in each: {method: (rankings, seconds per query)}."""
+    and search every query in each: {method: (rankings, seconds per query)}.
+    extraction: (cache_dir, workers, progress) for the queries' features."""
+    cache, workers, progress = extraction
     t0 = time.perf_counter()
     base = Encoder(embedding="temb", k=k, aggregation="sum").fit([f.descriptors for f in fs], verbose=progress)
     timings["encoder fit"] = time.perf_counter() - t0
@@ -502,8 +561,11 @@ def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, pr
             indexes[m] = build_index(out_path / f"index-{m}", enc, extractor, database, fs, shas, vectors[m])
         timings["indexing"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        feats = query_features(queries, extractor, cache, workers, progress, skip)
+        timings["query features"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         rows_of = {im.id: row for row, im in enumerate(database)}
-        searched = _search_all(indexes, queries, len(database), rows_of, progress, skip)
+        searched = _search_all(indexes, queries, feats, len(database), rows_of, progress, skip)
         timings["search"] = time.perf_counter() - t0
     finally:
         for idx in indexes.values():
@@ -512,15 +574,21 @@ def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, pr
 
 
 def _print_table(result, out):
-    """The mAP table (overall and per change, ms per query), the time of each stage, the
-    skipped files' count and the page's path."""
+    """The mAP table (overall, per category and per change; ms per query), the time of each
+    stage, the skipped files' count and the page's path."""
+    categories = list(result.methods[0].per_category)
+    many = len(categories) > 1
+    head = "".join(f"{c:>15}" for c in categories) if many else ""
     out("")
-    out(f"{'method':<12}{'mAP':>6}" + "".join(f"{t:>8}" for t in result.transforms) + f"{'ms/query':>10}")
+    out(f"{'method':<12}{'mAP':>6}{head}" + "".join(f"{t:>8}" for t in result.transforms) + f"{'ms/query':>10}"
+        + f"{'missed':>8}")
     for m in result.methods:
-        out(f"{m.method:<12}{m.map:6.1f}" + "".join(f"{v:8.1f}" for v in m.per_transform.values())
-            + f"{m.ms_per_query:10.0f}")
-    out("(mAP in %, official AP; ms/query: one index.search on the query file: its features, "
-        "encoding and the scan)")
+        cells = "".join(f"{v:15.1f}" for v in m.per_category.values()) if many else ""
+        out(f"{m.method:<12}{m.map:6.1f}{cells}" + "".join(f"{v:8.1f}" for v in m.per_transform.values())
+            + f"{m.ms_per_query:10.0f}{int(m.missed.sum()):8d}")
+    out("(mAP in %, official AP; per change over all categories; ms/query: encoding and scan of the query's "
+        "features, extracted once for all methods (time: query features); missed: queries with a negative "
+        "before their positives in the first results)")
     out("")
     out("time: " + ", ".join(f"{name} {s:.1f} s" for name, s in result.timings.items()))
     if result.skipped:
