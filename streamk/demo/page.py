@@ -21,12 +21,12 @@ THUMB_SIDE = 160
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:80em}
-h1{font-size:1.4em} h2{font-size:1.2em;margin-top:1.6em} p.info{max-width:60em}
+h1{font-size:1.4em} h2{font-size:1.2em;margin-top:1.6em} h3{font-size:1.05em} p.info{max-width:60em}
 nav ol{margin:.3em 0}
 table.map,table.failures{border-collapse:collapse;margin:1em 0}
 table.map th,table.map td,table.failures th,table.failures td{padding:.25em .7em;text-align:right;
   border-bottom:1px solid #ddd}
-table.map th:first-child,table.map td:first-child,table.failures td.name{text-align:left}
+table.map th:first-child,table.map td:first-child,table.failures .name{text-align:left}
 table.map td.best{font-weight:bold}
 td.miss{color:#b00} td.hit{color:#161}
 .toggle{display:block;margin:1.2em 0;padding:.5em;background:#f3f3f3;font-weight:bold}
@@ -92,27 +92,34 @@ def _summary(result, queries):
 
 
 def _failures(result, queries):
-    """The queries some method misses, disagreements marked; each row links to the query."""
+    """The queries some method misses: first those where the methods disagree (what the
+    aggregation changes), then those every method misses; each row links to the query."""
     missed = np.array([m.missed for m in result.methods])  # methods x queries
-    failing = np.flatnonzero(missed.any(axis=0))
-    disagree = missed.any(axis=0) & ~missed.all(axis=0)
-    head = "".join(f"<th>{_e(m.method)}</th>" for m in result.methods)
+    disagree = np.flatnonzero(missed.any(axis=0) & ~missed.all(axis=0))
+    all_miss = np.flatnonzero(missed.all(axis=0))
     parts = ['<section id="failures"><h2>Failures</h2>',
-             (f"<p>{len(failing)} of {len(queries)} queries are missed by at least one method (a negative "
-              f"among its first results, before all of the query's positives); the methods disagree on "
-              f"{int(disagree.sum())} of them. AP per method, <span class=\"miss\">missed</span> in red.</p>")]
-    if not len(failing):
-        return parts + ["<p>No method misses any query.</p></section>"]
-    parts.append(f'<table class="failures"><tr><th>query</th><th>category</th><th>change</th>{head}'
-                 "<th>methods disagree</th></tr>")
-    for qi in failing:
+             (f"<p>{len(disagree) + len(all_miss)} of {len(queries)} queries are missed by at least one "
+              "method: a negative among its first results, before all of the query's positives. AP per "
+              'method, <span class="miss">missed</span> in red. Each query links to its results.</p>')]
+    for anchor, title, rows in (("disagree", "The methods disagree", disagree),
+                                ("all-miss", "Every method misses", all_miss)):
+        parts.append(f'<h3 id="{anchor}">{title}: {len(rows)} queries</h3>')
+        if len(rows):
+            parts += _failure_table(result, queries, rows)
+    parts.append("</section>")
+    return parts
+
+
+def _failure_table(result, queries, rows):
+    head = "".join(f"<th>{_e(m.method)}</th>" for m in result.methods)
+    parts = [f'<table class="failures"><tr><th class="name">query</th><th>category</th><th>change</th>{head}</tr>']
+    for qi in rows:
         q = queries[qi]
         cells = "".join(f'<td class="{"miss" if m.missed[qi] else "hit"}">{_ap(m.aps[qi])}</td>'
                         for m in result.methods)
         parts.append(f'<tr><td class="name"><a href="#{_anchor(qi)}">{_e(q.source)}</a></td>'
-                     f"<td>{_e(q.category)}</td><td>{_e(q.transform)}</td>{cells}"
-                     f"<td>{'yes' if disagree[qi] else ''}</td></tr>")
-    parts.append("</table></section>")
+                     f"<td>{_e(q.category)}</td><td>{_e(q.transform)}</td>{cells}</tr>")
+    parts.append("</table>")
     return parts
 
 
@@ -121,14 +128,20 @@ def _ap(value):
 
 
 def _contents(queries, result):
-    n_failing = int(np.array([m.missed for m in result.methods]).any(axis=0).sum())
-    items = [("summary", "Summary"), ("failures", f"Failures ({n_failing} queries)")]
+    missed = np.array([m.missed for m in result.methods])
+    n_disagree, n_all = int((missed.any(axis=0) & ~missed.all(axis=0)).sum()), int(missed.all(axis=0).sum())
+
+    def link(anchor, text):
+        return f'<a href="#{anchor}">{_e(text)}</a>'
+
+    items = [link("summary", "Summary"),
+             link("failures", f"Failures ({n_disagree + n_all} queries)")
+             + f'<ul><li>{link("disagree", f"the methods disagree ({n_disagree})")}</li>'
+               f'<li>{link("all-miss", f"every method misses ({n_all})")}</li></ul>']
     for c in dict.fromkeys(q.category for q in queries):
-        n = sum(q.category == c for q in queries)
-        items.append((_category_anchor(c), f"Queries: {c} ({n})"))
-    items.append(("reading", "How to read a query"))
-    links = "".join(f'<li><a href="#{a}">{_e(text)}</a></li>' for a, text in items)
-    return [f'<nav id="contents"><h2>Contents</h2><ol>{links}</ol></nav>']
+        items.append(link(_category_anchor(c), f"Queries: {c} ({sum(q.category == c for q in queries)})"))
+    items.append(link("reading", "How to read a query"))
+    return ['<nav id="contents"><h2>Contents</h2><ol>' + "".join(f"<li>{i}</li>" for i in items) + "</ol></nav>"]
 
 
 def write_page(out, result, database, queries, positives, junk, info_lines, show=5):
