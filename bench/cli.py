@@ -22,8 +22,14 @@ expansion).
 - floors: ``python -c pass`` and ``streamk --version`` (Python and the parser alone).
 
 Each measure is the median of ``--repeats`` runs, the kinds alternated run by run so that
-the other work on the machine slows them alike. One thread per library in both (as one
-encoding worker has), so that the comparison is the same work. Nothing here asserts a time.
+the other work on the machine slows them alike, after one untimed run of each command (the
+page cache, Numba's cache and the bytecode as a person's second search finds them). One
+thread per library in both (as one encoding worker has), so that the comparison is the same
+work. The new processes write and read their bytecode as Python does by default, under
+CACHE/pycache (never in the checkout), even where the environment sets
+PYTHONDONTWRITEBYTECODE (as this machine's does: every command would then compile streamk's
+sources again, ~0.1 s of CPU a person does not pay); ``--no-pyc`` measures that way instead.
+Nothing here asserts a time.
 """
 
 import os
@@ -52,6 +58,16 @@ def child_env():
     """This checkout first on the child's path (so the child runs the streamk measured here)."""
     path = os.pathsep.join([str(REPO)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     return dict(os.environ, PYTHONPATH=path)
+
+
+def bytecode(cached):
+    """The new processes write and read their bytecode under CACHE/pycache (``cached``), or
+    none at all (as PYTHONDONTWRITEBYTECODE makes them)."""
+    if cached:
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(CACHE / "pycache")
+    else:
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
 
 
 def command():
@@ -104,6 +120,8 @@ def measure(index, queries, repeats, server=None):
         timed_warm(idx, queries[:2], params)  # the index read, the kernels loaded: warm
         if remote is not None:
             timed_request(remote, queries[1])  # the server's workers warm
+        for argv in ([*streamk, "--version"], [*streamk, "search", index, queries[0]]):
+            timed_run(argv)  # untimed: the bytecode written, the files read once
         for r in range(repeats):
             if remote is not None:
                 os.environ["STREAMK_TOKEN"] = server.token
@@ -127,7 +145,10 @@ def main():
     ap.add_argument("--queries", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-server", action="store_true", help="leave out the search through a running server")
+    ap.add_argument("--no-pyc", action="store_true",
+                    help="the new processes read and write no bytecode (PYTHONDONTWRITEBYTECODE=1)")
     args = ap.parse_args()
+    bytecode(cached=not args.no_pyc)
 
     from streamk.datasets import load_dataset
 
@@ -160,7 +181,8 @@ def main():
         rows.append([name, f"{wall[warm]:.2f}", f"{wall[typed]:.2f}", f"{cpu[warm]:.2f}", f"{cpu[typed]:.2f}",
                      wall_cmp, cpu_cmp])
     print(f"CPU: {cpu_model()}; {os.cpu_count()} logical cores; load average {load_before} before, "
-          f"{load_str()} after; one thread per library; median of {args.repeats} runs")
+          f"{load_str()} after; one thread per library; median of {args.repeats} runs; new processes "
+          + ("with their bytecode cached (as Python's default)" if not args.no_pyc else "without bytecode (--no-pyc)"))
     table(["command", "warm wall s", "as typed wall s", "warm CPU s", "as typed CPU s", "wall: overhead / ratio",
            "CPU: overhead / ratio"], rows,
           title=f"streamk search: a new process against a warm one ({args.images}-photo index, default search; "

@@ -259,3 +259,52 @@ def test_a_redirect_is_not_followed_and_a_large_file_not_sent(photos, monkeypatc
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=30)
+
+
+# ---------------------------------------------------------------- what a command loads (issue 26: start-up)
+# Libraries a command may need, none of which building the parser or printing a help needs.
+LIBRARIES = ("numpy", "numba", "llvmlite", "scipy", "sklearn", "tqdm", "lmdb", "cv2", "pyhesaff", "PIL", "fastapi",
+             "uvicorn", "dask", "distributed", "ipywidgets", "matplotlib")
+# streamk's modules that the parser and the helps may load: the CLI and the bottom layer
+PARSER_MODULES = ("streamk", "streamk.cli", "streamk.errors", "streamk.exports", "streamk.schema", "streamk.checks",
+                  "streamk.config")
+
+LOADED = ("import json, sys\n"
+          "from numba.core.dispatcher import Dispatcher\n" "{run}\n"
+          "kernels = sorted(f'{{m}}.{{n}}' for m, mod in list(sys.modules.items()) if m.startswith('streamk.')\n"
+          "                 for n, f in vars(mod).items() if isinstance(f, Dispatcher) and f.overloads)\n"
+          "print(json.dumps({{'modules': sorted(sys.modules), 'kernels': kernels}}))")
+
+
+def test_the_parser_and_every_help_load_no_library_and_no_stage():
+    """Building the parser and every ``--help`` (``streamk --help``, ``streamk search
+    --help``, ...) loads no library a command drives (Numba, SciPy, numpy, tqdm, LMDB, an
+    extractor) and no module of streamk outside the CLI and the bottom layer (no kernel):
+    checked on what the process loaded, not on a time."""
+    code = ("import json, sys\nfrom streamk.cli import build_parser, main\nfrom helpers.cli import every_help\n"
+            "for argv in (['--help'], ['search', '--help'], ['index', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "every_help(build_parser())\nprint(json.dumps(sorted(sys.modules)))")
+    res = run_python("-c", code, timeout=120)
+    assert res.returncode == 0, res.stderr
+    modules = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [m for m in modules if m.split(".")[0] in LIBRARIES] == []
+    stages = [m for m in modules if m.startswith("streamk") and m not in PARSER_MODULES
+              and not m.startswith("streamk.cli.")]
+    assert stages == []
+
+
+def test_a_search_by_id_loads_only_what_it_runs(ix):
+    """``streamk search IDX --id ID`` encodes no photo: no extractor library, no kernel of
+    the encoding loaded from Numba's cache; and nothing of ingestion, training, integrity
+    checks, the server or the evaluation (each loads on its own command)."""
+    run = f"from streamk.cli import main\nassert main(['search', {str(ix)!r}, '--id', 'p1', '--json']) == 0"
+    res = run_python("-c", LOADED.format(run=run), timeout=300)
+    assert res.returncode == 0, res.stderr
+    loaded = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "numba" in loaded["modules"] and loaded["kernels"]  # (the check below would see a kernel)
+    assert [k for k in loaded["kernels"] if k.startswith("streamk.encoding.")] == []
+    unused = ("cv2", "pyhesaff", "tqdm", "asyncio", "sklearn", "fastapi", "streamk.pipeline", "streamk.server",
+              "streamk.evaluation", "streamk.demo", "streamk.index.integrity_check", "streamk.index.backup",
+              "streamk.index.upgrade")
+    assert [m for m in unused if m in loaded["modules"]] == []
