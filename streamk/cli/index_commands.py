@@ -229,9 +229,10 @@ def add_index_commands(sub):
 
 
 def _add_create_command(ix_sub):
-    cr = ix_sub.add_parser("create", help="create an empty index with a saved or newly trained encoder")
+    cr = ix_sub.add_parser("create", help="create an empty index with a saved, newly trained or the default encoder")
     cr.add_argument("dir", help="index directory (new or empty)")
-    cr.add_argument("--encoder", help="a saved encoder (.npz, Encoder.save)")
+    cr.add_argument("--encoder", help="a saved encoder (.npz, Encoder.save); with neither --encoder nor --train: "
+                                      "streamk's default encoder (T-emb k=16, learned on scikit-image's photos)")
     cr.add_argument("--train", nargs="+", metavar="IMAGES",
                     help="fit a new encoder (and the visual words) on these image files/folders; with --encoder: "
                          "the visual words only")
