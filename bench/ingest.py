@@ -278,7 +278,8 @@ def print_encoding_ratios(acc):
     table(["encoding, one thread, CPU ms per image", "ms", "/ floor"], rows,
           "Encoding against bench/aggregation.py's GEMM floor of the same shapes, image by image "
           "(target: encode / floor <= 1.2; around the kernels a small share)")
-    print(f"\naround the paper's kernels: {100 * (enc - kernels) / enc:.1f} % of the encoding; the weights "
+    print(f"\nencode / GEMM floor = {enc / floor:.2f}: {'MET' if enc / floor <= 1.2 else 'MISSED'} (<= 1.2); "
+          f"around the paper's kernels: {100 * (enc - kernels) / enc:.1f} % of the encoding; the weights "
           f"(the paper's solver, not a GEMM): {100 * ms(acc['weights']) / enc:.1f} %")
 
 
@@ -328,10 +329,16 @@ def print_ingest(res, sums, workers, n):
              f"{cpu_img:.0f} ({1e3 * res['workers_cpu'] / n:.0f} + {1e3 * res['parent_cpu'] / n:.0f})"],
             ["CPU per image / the stages' sum", f"{cpu_img / sums['total']:.2f}"],
             ["cores this ingest used (its CPU / wall)", f"{ours:.2f} of {workers}"],
+            ["measured / the rate those cores allow (the stages' sum): nothing serialised = 1",
+             f"{rate / (ours / (sums['total'] / 1e3)):.2f}"],
             ["cores the whole machine used meanwhile (/proc/stat)", f"{res['busy']:.2f} of {os.cpu_count()}"],
             ["load average at its end", res["load"]]]
     table(["whole ingest (`Ingester.ingest`)", "value"], rows,
           f"Whole ingest of the same {n} photos, {workers} worker process(es), local geometry on")
+    others = res["busy"] - ours
+    print(f"\nmeasured / allowed = {rate / allowed:.2f}: {'MET' if rate / allowed >= 0.9 else 'MISSED'} (>= 0.9); "
+          f"the machine's other processes kept {others:.2f} of its {os.cpu_count()} cores busy meanwhile"
+          + (": the ingest did not have the cores it was given" if others > 0.2 else ""))
 
 
 # ---------------------------------------------------------------- 4. extractors
