@@ -41,6 +41,7 @@ EIGH_FLOPS_PER_N3 = 9.0  # syevd with eigenvectors: tridiagonal reduction, divid
 LONG_FIT_SECONDS = 10.0
 #: the learned arrays that ``storage="float16"`` stores as float16 (the k d x D whitening)
 FLOAT16_ARRAYS = ("embedding.projection_",)
+_NEVER_LONG_FLOPS = 1e9  # below this a fit is short on any machine: the rates are not measured
 _NPZ_MEMBER_OVERHEAD = 256  # zip headers and the .npy header of one array, about
 
 
@@ -148,7 +149,7 @@ class FitProgress:
     def __init__(self, cost: FitCost, verbose: bool | None):
         self.cost = cost
         self.t0 = time.monotonic()
-        if verbose is False:
+        if verbose is False or (verbose is None and cost.flops < _NEVER_LONG_FLOPS):
             self.show, self.rates = False, None
         else:
             self.rates = machine_rates()

@@ -73,6 +73,7 @@ def test_stated_size_is_the_file_size(config):
 def test_long_fit_states_its_cost_when_stderr_is_not_a_terminal(monkeypatch, capsys):
     sets, _ = scenes(n_scenes=2)
     monkeypatch.setattr(fit_cost, "LONG_FIT_SECONDS", 0.0)  # every fit is "long"
+    monkeypatch.setattr(fit_cost, "_NEVER_LONG_FLOPS", 0.0)  # even this small one
     enc = Encoder(embedding="temb", k=3).fit(sets)  # verbose=None: shown when long
     err = capsys.readouterr().err  # captured: not a terminal
     assert "streamk: fitting T-emb k=3 on 480 descriptors" in err and "estimated" in err
