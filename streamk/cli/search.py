@@ -199,13 +199,28 @@ class _stale_codec_noted:
 
 
 def _duplicates(args):
-    how = f"threshold {args.threshold:g}{', verified' if args.verify else ''}"
+    """--classes: every verified pair classed exact / copy / same scene, groups of copies only
+    (an index with local geometry). Otherwise: the vector rule before 0.3, its groups of
+    near-duplicates (the default in 0.3, for the call forms of 0.2)."""
+    from ..errors import ConfigError
+
+    if args.classes and (args.threshold is not None or args.verify or args.dask is not None):
+        raise ConfigError("--classes verifies every pair itself: give it without --threshold, --verify or --dask")
+    if args.rotations and not args.classes:
+        raise ConfigError("--rotations finds turned copies for --classes: give both")
     with open_from_args(args, readonly=True) as idx:
+        if args.classes:
+            if not getattr(idx, "has_local_features", False):
+                raise ConfigError("--classes needs the second stage: this index keeps no local geometry "
+                                  "(give it some with `streamk index add-local-features`)")
+            return _copy_classes(args, idx)
+        threshold = DEFAULT_DUPLICATE_THRESHOLD if args.threshold is None else args.threshold
+        how = f"threshold {threshold:g}{', verified' if args.verify else ''}"
         if args.id is not None:
-            hits = idx.duplicates(args.id, threshold=args.threshold, verify=args.verify)
+            hits = idx.duplicates(args.id, threshold=threshold, verify=args.verify)
             _print_near_duplicates_of(args, hits, how)
             return 0
-        groups = idx.duplicates(threshold=args.threshold, verify=args.verify, neighbours=args.neighbours,
+        groups = idx.duplicates(threshold=threshold, verify=args.verify, neighbours=args.neighbours,
                                 progress=None if not args.no_progress else False)
     if args.json:
         print(json.dumps(groups, indent=1))
@@ -213,6 +228,43 @@ def _duplicates(args):
         for n, g in enumerate(groups, 1):
             print(f"group {n} ({len(g['ids'])} images): {' '.join(g['ids'])}")
         print(f"{len(groups)} group(s) of near-duplicates, {sum(len(g['ids']) for g in groups)} images ({how})")
+    return 0
+
+
+def _pair_line(p, other):
+    agree = "-" if p["agreement"] is None else f"{p['agreement']:.2f}"
+    turn = f"  turned {90 * p['turns']} deg" if p.get("turns") else ""
+    return (f"{p['class']:>10}  {other}  score {p['score']:.3f}  inliers {p['inliers']}  covered "
+            f"{100 * p['covered']:.0f} %  pixels {agree}{turn}  ({p['reason']})")
+
+
+def _copy_classes(args, idx):
+    from ..index import copies_of, copy_report
+    from ..schema import JSON_SCHEMA_VERSION
+
+    if args.id is not None:
+        pairs = [p.to_dict() for p in copies_of(idx, args.id, neighbours=args.neighbours, rotations=args.rotations)]
+        if args.json:
+            print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "id": args.id, "pairs": pairs}, indent=1))
+        elif not pairs:
+            print(f"no duplicates of {args.id}: none of its {args.neighbours} nearest images is verified "
+                  f"as the same scene")
+        else:
+            for p in pairs:
+                print(_pair_line(p, p["b"]))
+        return 0
+    report = copy_report(idx, neighbours=args.neighbours, rotations=args.rotations,
+                         progress=None if not args.no_progress else False)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    for n, g in enumerate(report["groups"], 1):
+        print(f"group {n} ({len(g['ids'])} images, copies of one capture: keep one): {' '.join(g['ids'])}")
+        for p in g["pairs"]:
+            print("  " + _pair_line(p, f"{p['a']} ~ {p['b']}"))
+    same = [p for p in report["pairs"] if p["class"] == "same scene"]
+    print(f"{len(report['groups'])} group(s) of copies, {sum(len(g['ids']) for g in report['groups'])} images; "
+          f"{len(same)} pair(s) of other photos of the same scene (not copies: keep both)")
     return 0
 
 
@@ -280,19 +332,27 @@ def _add_server_options(se):
 
 
 def _add_duplicates_command(sub):
-    du = sub.add_parser("duplicates", help="groups of near-duplicate images (the same photo re-encoded, resized, "
-                                           "cropped a little), from the vectors, optionally verified")
+    du = sub.add_parser("duplicates", help="groups of near-duplicate images by vector similarity; with --classes, "
+                                           "copies of one capture (exact / copy) told apart from other photos of "
+                                           "the same scene")
     du.add_argument("dir", help="index directory")
-    du.add_argument("--id", default=None, help="only this image's near-duplicates")
-    du.add_argument("--threshold", type=unit_float, default=DEFAULT_DUPLICATE_THRESHOLD, metavar="T",
-                    help=f"vector similarity (inner product) of a near-duplicate (default {DEFAULT_DUPLICATE_THRESHOLD}, "
-                         f"measured on the demo's photo changes: bench/README.md)")
+    du.add_argument("--id", default=None, help="only this image's duplicates")
+    du.add_argument("--threshold", type=unit_float, default=None, metavar="T",
+                    help="without --classes: vector similarity (inner product) of a near-duplicate (default "
+                         f"{DEFAULT_DUPLICATE_THRESHOLD}, measured on the demo's photo changes: bench/README.md)")
     du.add_argument("--verify", action="store_true",
-                    help="keep only the pairs the second stage confirms (local geometry, RANSAC)")
+                    help="without --classes: keep only the pairs the second stage confirms (local geometry, RANSAC)")
+    du.add_argument("--classes", action="store_true",
+                    help="class every verified pair: exact (same bytes or pixels), copy (the same capture edited: "
+                         "re-encoded, resized, cropped, bordered, captioned, toned), same scene (another photo: "
+                         "keep both); groups of copies only, with score, inliers, covered fraction and pixel "
+                         "agreement (needs local geometry)")
+    du.add_argument("--rotations", action="store_true",
+                    help="also find copies turned by quarter turns (describes each image three more times)")
     du.add_argument("--neighbours", type=positive_int, default=10,
-                    help="each image's nearest images looked at (whole index; default 10)")
-    du.add_argument("--json", action="store_true", help="print JSON")
+                    help="each image's nearest images looked at (default 10)")
+    du.add_argument("--json", action="store_true", help="print JSON (with schema_version for the classes)")
     du.add_argument("--no-progress", action="store_true", help="no progress bar")
     du.add_argument("--dask", default=None, metavar="ADDRESS",
-                    help="a sharded index: its shards' owners on this Dask cluster")
+                    help="a sharded index: its shards' owners on this Dask cluster (vector rule only)")
     du.set_defaults(func=_duplicates)

@@ -21,12 +21,13 @@ the demo's photo changes with T-emb k = 16: see bench/README.md), and, when aske
 """
 
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import ConfigError
-from ..verification import verify_geometry as verify_records
 from ..verification import DEFAULT_MIN_INLIERS
+from ..verification import verify_geometry as verify_records
 from .queries import MAX_BATCH
 from .search_params import check_count
 from .second_stage import Hit
@@ -116,7 +117,6 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
         _need_geometry(index)
     store = index.store
     view = index.view
-    pa, pb, ps = [], [], []
     bar = tqdm(total=len(index), desc="duplicates", unit="img", file=sys.stderr, dynamic_ncols=True,
                disable=True if progress is False else (None if progress is None else False))
     try:
@@ -124,22 +124,7 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
             view.refresh(txn)
             if mode is None:
                 mode = "pq" if view.lists is not None else "exact"
-            next_row = store.get_int(b"next_row", txn)
-            dead = view.dead
-
-            def live(rows):
-                ok = rows < next_row
-                inside = rows < dead.shape[0]
-                ok[inside] &= dead[rows[inside]] == 0
-                return ok
-            for rows, V in view.vectors.scan(txn, live=live):
-                for lo in range(0, len(rows), batch_size):
-                    r, Q = rows[lo:lo + batch_size], np.ascontiguousarray(V[lo:lo + batch_size])
-                    scores, cand = view.search(txn, Q, neighbours + 1, mode=mode)
-                    for part, x in zip((pa, pb, ps), _page_pairs(r, cand, scores, cand >= 0, threshold)):
-                        part.append(x)
-                    bar.update(len(r))
-            a, b, s = _unique_pairs(pa, pb, ps)
+            a, b, s = _scan_pairs(txn, store, view, threshold, neighbours, batch_size, mode, bar)
             if not len(a):
                 return []
             inl = None
@@ -157,6 +142,29 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
     finally:
         bar.close()
     return _groups(a, b, s, inl, nodes, ids)
+
+
+def _scan_pairs(txn, store, view, threshold, neighbours, batch_size, mode, bar):
+    """(a, b, score) row pairs (a < b, each once) of every live image with its top
+    ``neighbours`` at or above ``threshold``: the vector blocks read in order, searched in
+    batches of ``batch_size``."""
+    next_row = store.get_int(b"next_row", txn)
+    dead = view.dead
+    pa, pb, ps = [], [], []
+
+    def live(rows):
+        ok = rows < next_row
+        inside = rows < dead.shape[0]
+        ok[inside] &= dead[rows[inside]] == 0
+        return ok
+    for rows, V in view.vectors.scan(txn, live=live):
+        for lo in range(0, len(rows), batch_size):
+            r, Q = rows[lo:lo + batch_size], np.ascontiguousarray(V[lo:lo + batch_size])
+            scores, cand = view.search(txn, Q, neighbours + 1, mode=mode)
+            for part, x in zip((pa, pb, ps), _page_pairs(r, cand, scores, cand >= 0, threshold)):
+                part.append(x)
+            bar.update(len(r))
+    return _unique_pairs(pa, pb, ps)
 
 
 def _page_pairs(queries, cand, scores, found, threshold):
@@ -248,5 +256,262 @@ def nearest_of_vectors(index, V, threshold=DEFAULT_DUPLICATE_THRESHOLD):
     return out
 
 
-__all__ = ["DEFAULT_DUPLICATE_THRESHOLD", "DEFAULT_NEIGHBOURS", "DUPLICATE_POLICIES", "MAX_DUPLICATES",
-           "check_threshold", "duplicate_groups", "duplicates_of", "nearest_of_vectors", "sharded_duplicate_groups"]
+# ------------------------------------------------------------------ copies: exact | copy | same scene
+# The vector only proposes: each image's DEFAULT_COPY_NEIGHBOURS nearest, whatever their score.
+# A copy's vector can fall far from its original's (0.29 after JPEG q30 + a 60 % resize,
+# against 0.5 before), but it stays among its nearest: the nearest in every case seen; 10
+# leave room for an image with several copies and photos of the same place between them.
+# Each candidate costs one verification (about a millisecond) and, when verified with a
+# copy's geometry, one pixel check: bench/copy_detection.py measures the pass.
+DEFAULT_COPY_NEIGHBOURS = 10
+PIXEL_CACHE = 256  # decoded images kept during a pass (an image's pixels are read once per group of pairs)
+
+
+@dataclass(frozen=True)
+class DuplicatePair:
+    """One pair of a duplicates report: ``a``, ``b`` (ids), the class (exact / copy / same
+    scene), the vector ``score``, the similarity's ``inliers``, the ``covered`` fraction, the
+    pixels' ``agreement`` (None: not compared), ``turns`` (quarter turns of a's query
+    counter-clockwise, 0 unless the turned queries found it) and a ``reason``."""
+
+    a: str
+    b: str
+    kind: str
+    score: float
+    inliers: int
+    covered: float
+    agreement: float | None
+    turns: int
+    reason: str
+
+    def to_dict(self):
+        return {"a": self.a, "b": self.b, "class": self.kind, "score": round(float(self.score), 4),
+                "inliers": int(self.inliers), "covered": round(float(self.covered), 4),
+                "agreement": None if self.agreement is None else round(float(self.agreement), 4),
+                "turns": int(self.turns), "reason": self.reason}
+
+
+class _Pixels:
+    """Grey pixels (<= 256 px a side) and sha256 of stored images: the stored thumbnail,
+    else the source file when it still holds the indexed content (same sha256); None when
+    neither is at hand. Bounded cache."""
+
+    def __init__(self, index):
+        self.index = index
+        self.cache = {}
+
+    def record(self, image_id):
+        from .store import ImageRecord
+
+        raw = self.index.records([image_id])[0]
+        return None if raw is None else ImageRecord.from_json(raw, self.index.path, image_id)
+
+    def source_bytes(self, rec):
+        import hashlib
+        import os
+
+        if rec is None or not rec.source or rec.box is not None or not os.path.isfile(rec.source):
+            return None
+        try:
+            with open(rec.source, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            return None
+        return data if not rec.sha256 or hashlib.sha256(data).hexdigest() == rec.sha256 else None
+
+    def get(self, image_id):
+        """(grey array or None, sha256 or None)."""
+        if image_id in self.cache:
+            return self.cache[image_id]
+        from ..errors import ImageReadError
+        from ..verification import decode_for_copies
+
+        rec = self.record(image_id)
+        data = self.index.thumbnail(image_id) or self.source_bytes(rec)
+        try:
+            gray = None if data is None else decode_for_copies(data, image_id)
+        except ImageReadError:
+            gray = None
+        if len(self.cache) >= PIXEL_CACHE:
+            self.cache.pop(next(iter(self.cache)))
+        self.cache[image_id] = out = (gray, None if rec is None else rec.sha256)
+        return out
+
+
+def _classify_candidates(index, pixels, image_id, qrec, cand_ids, cand_recs, scores, params, turns=0, qgray=None):
+    """[DuplicatePair] of one image (its record ``qrec``, stored or turned) against its
+    candidates' stored records (None: the candidate has none): verified ones only."""
+    from ..verification import classify_pair, unpack, verify_geometry
+
+    have = [i for i, r in enumerate(cand_recs) if r is not None]
+    if not have:
+        return []
+    checks = verify_geometry(qrec, [cand_recs[i] for i in have], return_pairs=True)
+    rec_a = unpack(qrec) if isinstance(qrec, (bytes, bytearray, memoryview)) else qrec
+    out = []
+    for i, v in zip(have, checks):
+        if not v.verified:
+            continue
+        gray_a, sha_a = pixels.get(image_id)
+        if qgray is not None:
+            gray_a, sha_a = qgray, None
+        gray_b, sha_b = pixels.get(cand_ids[i])
+        c = classify_pair(rec_a, unpack(cand_recs[i]), v.pairs, True, gray_a, gray_b, sha_a, sha_b, params)
+        out.append(DuplicatePair(image_id, cand_ids[i], c.kind, float(scores[i]), c.inliers, c.covered,
+                                 c.agreement, turns, c.reason))
+    return out
+
+
+def _turned_queries(index, image_id, pixels):
+    """[(turns, query record, unit vector, grey pixels)] of an image turned by 1, 2 and 3
+    quarter turns: its source file decoded, turned, described as a query (features, vector,
+    multiple-assignment record); [] when the source is not at hand."""
+    from ..features import decode_gray_scaled
+    from ..verification import make_query_record
+
+    data = pixels.source_bytes(pixels.record(image_id))
+    if data is None:
+        return []
+    ex = index.extractor()
+    small, _ = decode_gray_scaled(data, image_id, ex.max_side)
+    gray, _ = pixels.get(image_id)
+    out = []
+    for turns in (1, 2, 3):
+        f = ex.extract_array(np.ascontiguousarray(np.rot90(small, turns)))
+        if not len(f.descriptors):
+            continue
+        q = index.query_vector(f.descriptors.astype(np.float32))
+        rec = make_query_record(index.vocabulary, f.keypoints, f.descriptors, f.image_size)
+        out.append((turns, rec, q, None if gray is None else np.ascontiguousarray(np.rot90(gray, turns))))
+    return out
+
+
+def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, params=None):
+    """The verified pairs of one stored image with its ``neighbours`` nearest, each classed
+    exact / copy / same scene (:class:`DuplicatePair`, most alike first); ``rotations``:
+    also its quarter-turned queries (reads and describes its source file three times)."""
+    neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
+    _need_geometry(index)
+    pixels = _Pixels(index)
+    hits = index.search(index.vector(image_id), k=neighbours + 1, verify=0, expand=0)
+    cand = [(h.id, h.score) for h in hits if h.id != image_id]
+    out = _pairs_with(index, pixels, image_id, index.geometry(image_id), cand, params)
+    if rotations:
+        out += _turned_pairs(index, pixels, image_id, neighbours, params, {p.b for p in out if p.kind != "same scene"})
+    return sorted(out, key=_pair_order)
+
+
+def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None):
+    if qrec is None or not cand:
+        return []
+    ids = [c[0] for c in cand]
+    recs = [index.geometry(i) for i in ids]
+    return _classify_candidates(index, pixels, image_id, qrec, ids, recs, [c[1] for c in cand], params, turns,
+                                qgray)
+
+
+def _turned_pairs(index, pixels, image_id, neighbours, params, found):
+    """The copy pairs that only a turned query finds (candidates already found are skipped)."""
+    out = []
+    for turns, rec, q, gray in _turned_queries(index, image_id, pixels):
+        scores, ids = index.search(q[None, :], k=neighbours + 1, verify=0, expand=0)
+        cand = [(i, s) for i, s in zip(ids[0], scores[0]) if i is not None and i != image_id and i not in found]
+        got = [p for p in _pairs_with(index, pixels, image_id, rec, cand, params, turns, gray) if p.kind != "same scene"]
+        found |= {p.b for p in got}
+        out += got
+    return out
+
+
+def _pair_order(p):
+    return (KIND_ORDER.get(p.kind, 9), -p.score)
+
+
+KIND_ORDER = {"exact": 0, "copy": 1, "same scene": 2}
+
+
+def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, params=None, progress=None,
+                batch_size=256):
+    """Every verified pair among each image's ``neighbours`` nearest, classed (exact / copy /
+    same scene), and the groups that copy and exact pairs make (never same-scene ones):
+    ``{"schema_version", "pairs": [DuplicatePair.to_dict()], "groups": [{"ids", "pairs"}]}``,
+    groups largest first. ``rotations``: each image's quarter-turned queries too (three
+    descriptions per image: see bench/copy_detection.py for the cost)."""
+    from tqdm.auto import tqdm
+
+    from ..schema import JSON_SCHEMA_VERSION
+
+    neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
+    batch_size = check_count("batch_size", batch_size, 1, MAX_BATCH)
+    _need_geometry(index)
+    store, view = index.store, index.view
+    bar = tqdm(total=len(index) * (2 if rotations else 1), desc="copies", unit="img", file=sys.stderr,
+               dynamic_ncols=True, disable=True if progress is False else (None if progress is None else False))
+    pixels = _Pixels(index)
+    pairs = []
+    try:
+        with store.read(buffers=True) as txn:
+            view.refresh(txn)
+            mode = "pq" if view.lists is not None else "exact"
+            a, b, s = _scan_pairs(txn, store, view, -np.inf, neighbours, batch_size, mode, bar)
+            nodes = np.unique(np.concatenate([a, b])) if len(a) else np.zeros(0, np.int64)
+            name = dict(zip(nodes.tolist(), view.ids_of(txn, nodes)))
+            starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if len(a) else []
+            for lo, hi in zip(starts, np.r_[starts[1:], len(a)] if len(a) else []):  # one call per image
+                recs = store.geometry_records(txn, [int(a[lo])] + b[lo:hi].tolist())
+                recs = [None if r is None else bytes(r) for r in recs]
+                pairs += _classify_candidates(index, pixels, name[int(a[lo])], recs[0],
+                                              [name[int(x)] for x in b[lo:hi]], recs[1:], s[lo:hi], params) \
+                    if recs[0] is not None else []
+        if rotations:
+            found = {}
+            for p in pairs:
+                if p.kind != "same scene":
+                    found.setdefault(p.a, set()).add(p.b)
+                    found.setdefault(p.b, set()).add(p.a)
+            for image_id in index.ids():
+                pairs += _turned_pairs(index, pixels, image_id, neighbours, params, found.get(image_id, set()))
+                bar.update(1)
+    finally:
+        bar.close()
+    pairs.sort(key=_pair_order)
+    return {"schema_version": JSON_SCHEMA_VERSION, "pairs": [p.to_dict() for p in pairs],
+            "groups": copy_groups(pairs)}
+
+
+def copy_groups(pairs):
+    """The connected components of the exact and copy pairs ([DuplicatePair]): [{"ids": [...],
+    "pairs": [to_dict(), ...]}], largest first, ids sorted."""
+    kept = [p for p in pairs if p.kind in ("exact", "copy")]
+    if not kept:
+        return []
+    names, codes = np.unique([p.a for p in kept] + [p.b for p in kept], return_inverse=True)
+    n = len(kept)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    graph = coo_matrix((np.ones(n), (codes[:n], codes[n:])), shape=(len(names), len(names)))
+    _, label = connected_components(graph, directed=False)
+    groups = {}
+    for k, lab in enumerate(label.tolist()):
+        groups.setdefault(lab, {"ids": [], "pairs": []})["ids"].append(str(names[k]))
+    for i, p in enumerate(kept):
+        groups[int(label[codes[i]])]["pairs"].append(p.to_dict())
+    return sorted(groups.values(), key=lambda g: (-len(g["ids"]), g["ids"]))
+
+
+__all__ = [
+    "DEFAULT_COPY_NEIGHBOURS",
+    "DEFAULT_DUPLICATE_THRESHOLD",
+    "DEFAULT_NEIGHBOURS",
+    "DUPLICATE_POLICIES",
+    "MAX_DUPLICATES",
+    "DuplicatePair",
+    "check_threshold",
+    "copies_of",
+    "copy_groups",
+    "copy_report",
+    "duplicate_groups",
+    "duplicates_of",
+    "nearest_of_vectors",
+    "sharded_duplicate_groups",
+]

@@ -1,0 +1,100 @@
+"""The index's copies report (streamk.index.duplicates.copy_report / copies_of): each verified
+pair classed exact / copy / same scene with its score, inliers, covered fraction and
+agreement; groups made of copy pairs only; the JSON carries the schema version."""
+
+import io
+import json
+
+import pytest
+
+from streamk.index import StreamingIndex, copies_of, copy_report
+from streamk.schema import JSON_SCHEMA_VERSION
+
+Image = pytest.importorskip("PIL.Image")
+
+
+@pytest.fixture(scope="module")
+def index(paris6k_subset_photos, small_vocabulary, tmp_path_factory):
+    """6 Invalides photos (same-landmark negatives) and two edited copies of one of them."""
+    from streamk.config import default_cache_dir
+    from streamk.encoding import Encoder
+    from streamk.features import HessianAffineSift, extract
+
+    photos = [p for p in paris6k_subset_photos if "invalides" in p.name][::8][:6]
+    ex = HessianAffineSift()
+    feats = [extract(p, ex, cache=default_cache_dir()) for p in photos]
+    enc = Encoder(embedding="temb", k=4, aggregation="gmp").fit([f.descriptors for f in feats])
+    tmp = tmp_path_factory.mktemp("copies")
+    img = Image.open(photos[0]).convert("RGB")
+    W, H = img.size
+    img.resize((W // 2, H // 2), Image.Resampling.LANCZOS).save(tmp / "half.jpg", quality=30)
+    img.crop((0, 0, int(0.8 * W), int(0.85 * H))).save(tmp / "crop.jpg", quality=90)
+    idx = StreamingIndex.create(tmp / "ix", enc, vector_dtype="float32", extractor=ex, vocabulary=small_vocabulary)
+    for p in photos:
+        idx.add(p.stem, image_path=str(p))
+    idx.add("elsewhere", image_path=str(paris6k_subset_photos[0]))  # La Defense: no pair with the others
+    idx.add("half", image_path=str(tmp / "half.jpg"))
+    idx.add("crop", image_path=str(tmp / "crop.jpg"))
+    yield idx, photos[0].stem, photos[0]
+    idx.close()
+
+
+def test_the_report_classes_pairs_and_groups_copies_only(index):
+    idx, original, _ = index
+    report = copy_report(idx, neighbours=7, progress=False)
+    assert report["schema_version"] == JSON_SCHEMA_VERSION
+    json.dumps(report)  # plain JSON
+    for p in report["pairs"]:
+        assert set(p) >= {"a", "b", "class", "score", "inliers", "covered", "agreement", "reason"}
+        assert p["class"] in ("exact", "copy", "same scene")
+    copies = {frozenset((p["a"], p["b"])) for p in report["pairs"] if p["class"] == "copy"}
+    assert frozenset((original, "half")) in copies and frozenset((original, "crop")) in copies
+    assert all(p["class"] != "copy" for p in report["pairs"] if {p["a"], p["b"]} & {original, "half", "crop"} == set())
+    assert [sorted(g["ids"]) for g in report["groups"]] == [sorted([original, "half", "crop"])]
+    assert all(p["class"] in ("exact", "copy") for g in report["groups"] for p in g["pairs"])
+
+
+def test_copies_of_one_image(index):
+    idx, original, _ = index
+    pairs = copies_of(idx, "half", neighbours=7)
+    kinds = {p.b: p.kind for p in pairs}
+    assert kinds.get(original) == "copy"
+    assert pairs[0].kind in ("exact", "copy")  # most alike first
+    d = pairs[0].to_dict()
+    assert d["a"] == "half" and 0 < d["covered"] <= 1 and d["inliers"] > 0
+
+
+def test_a_quarter_turned_copy_is_found_with_turned_queries(index, tmp_path):
+    idx, original, path = index
+    src = Image.open(path)
+    buf = io.BytesIO()
+    src.convert("RGB").transpose(Image.Transpose.ROTATE_90).save(buf, "JPEG", quality=90)
+    (tmp_path / "turned.jpg").write_bytes(buf.getvalue())
+    idx.add("turned", image_path=str(tmp_path / "turned.jpg"))
+    try:
+        plain = {p.b: p.kind for p in copies_of(idx, "turned", neighbours=9)}
+        assert plain.get(original) != "copy"  # upright features do not match across a quarter turn
+        turned = [p for p in copies_of(idx, "turned", neighbours=9, rotations=True) if p.b == original]
+        assert turned and turned[0].kind == "copy" and turned[0].turns in (1, 2, 3)
+    finally:
+        idx.remove(["turned"])
+
+
+def test_cli_classes_report_and_says_when_there_is_none(index, capsys):
+    from streamk.cli import main
+
+    idx, original, _ = index
+    assert main(["duplicates", str(idx.path), "--classes", "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema_version"] == JSON_SCHEMA_VERSION
+    assert [sorted(g["ids"]) for g in report["groups"]] == [sorted([original, "half", "crop"])]
+    assert main(["duplicates", str(idx.path), "--classes", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "group 1 (3 images, copies of one capture: keep one)" in out and "copy" in out
+    assert main(["duplicates", str(idx.path), "--classes", "--id", "elsewhere"]) == 0
+    assert capsys.readouterr().out.startswith("no duplicates of elsewhere")
+    assert main(["duplicates", str(idx.path), "--classes", "--id", "elsewhere", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"schema_version": JSON_SCHEMA_VERSION, "id": "elsewhere",
+                                                   "pairs": []}
+    assert main(["duplicates", str(idx.path), "--classes", "--threshold", "0.5"]) == 2  # one rule or the other
+    assert main(["duplicates", str(idx.path), "--rotations"]) == 2
