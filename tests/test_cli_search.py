@@ -304,7 +304,31 @@ def test_a_search_by_id_loads_only_what_it_runs(ix):
     loaded = json.loads(res.stdout.strip().splitlines()[-1])
     assert "numba" in loaded["modules"] and loaded["kernels"]  # (the check below would see a kernel)
     assert [k for k in loaded["kernels"] if k.startswith("streamk.encoding.")] == []
-    unused = ("cv2", "pyhesaff", "tqdm", "asyncio", "sklearn", "fastapi", "streamk.pipeline", "streamk.server",
-              "streamk.evaluation", "streamk.demo", "streamk.index.integrity_check", "streamk.index.backup",
+    unused = ("cv2", "pyhesaff", "tqdm", "asyncio", "scipy.linalg", "sklearn", "fastapi", "streamk.pipeline",
+              "streamk.server", "streamk.evaluation", "streamk.demo", "streamk.index.integrity_check", "streamk.index.backup",
               "streamk.index.upgrade")
     assert [m for m in unused if m in loaded["modules"]] == []
+
+
+def test_a_photo_search_starts_numba_without_scipy_linalg_and_finds_the_same(photos, ix):
+    """A typed photo search loads SciPy's two BLAS extension modules alone
+    (streamk.cli.startup), not the scipy.linalg package (0.14 s); its answer is the one the
+    same search gives in a process that imported scipy.linalg first; after it, scipy.linalg
+    imports as usual, holding those same modules, and Numba's and the Gram's BLAS agree
+    with numpy."""
+    search = f"main(['search', {str(ix)!r}, {str(photos['paths'][2])!r}, '-k', '3', '--json'])"
+    run = (f"from streamk.cli import main\nassert {search} == 0\nalone = 'scipy.linalg' in sys.modules\n"
+           "import numpy as np, numba, scipy.linalg\nfrom streamk.encoding.aggregation import gram\n"
+           "P = np.random.default_rng(0).standard_normal((50, 40))\n"
+           "dot = numba.njit(lambda a: np.dot(a, a.T))\n"
+           "same = [scipy.linalg.cython_blas is sys.modules['scipy.linalg.cython_blas'],\n"
+           "        scipy.linalg.blas.dsyrk is sys.modules['scipy.linalg._fblas'].dsyrk,\n"
+           "        bool(np.allclose(gram(P), P @ P.T)), bool(np.allclose(dot(P), P @ P.T))]\n"
+           "print(json.dumps([alone, same]), file=sys.stderr)")
+    res = run_python("-c", LOADED.format(run=run), timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stderr.strip().splitlines()[-1]) == [False, [True] * 4]
+    answer = res.stdout.split('\n{"modules"')[0]
+    first = run_python("-c", f"import scipy.linalg, sys\nfrom streamk.cli import main\nsys.exit({search})", timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(answer) == json.loads(first.stdout) and json.loads(answer)[0]["id"] == "p2"

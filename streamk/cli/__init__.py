@@ -4,7 +4,8 @@ and calling one library function per command.
 ``experiments`` (``streamk demo``, ``streamk eval``, ``streamk datasets download``),
 ``index_commands`` (``streamk index ...``), ``ingest``, ``search`` (``streamk search``,
 ``streamk duplicates``), ``serve``; ``options`` and ``defaults`` hold what they share,
-``running`` how a command ends (errors, exit statuses, signals).
+``running`` how a command ends (errors, exit statuses, signals), ``startup`` Numba's start
+without SciPy's linear algebra package.
 
 Building the parser imports none of the packages the commands drive (each command
 imports what it needs when it runs), so ``streamk --help`` and ``streamk --version``
@@ -20,6 +21,7 @@ from .ingest import add_ingest_command
 from .running import run_command, sigint_raises
 from .search import add_search_commands
 from .serve import add_serve_command
+from .startup import load_blas_alone
 
 __all__ = ["build_parser", "main", "run_command"]
 
@@ -62,5 +64,6 @@ def main(argv=None):
     if argv is not None and any("\x00" in str(a) for a in argv):  # (a real command line cannot hold one)
         parser.error("an argument holds a NUL byte")
     args = parser.parse_args(argv)
+    load_blas_alone()  # Numba's start without scipy.linalg (0.14 s), in a command's process only
     with sigint_raises():
         return run_command(lambda: args.func(args), debug=args.debug)

@@ -14,6 +14,7 @@ same alpha to rounding, where CG needs hundreds of iterations on the
 ill-conditioned blocks of Fisher vectors (norms ~ sqrt(2d) against lam = 1).
 """
 
+import sys
 import warnings
 
 import numpy as np
@@ -45,7 +46,9 @@ class ConvergenceWarning(UserWarning):
 
 def gram(Phi):
     """K = Phi Phi^T through one BLAS syrk (half the flops of a GEMM)."""
-    from scipy.linalg import blas  # here, not at import: a process that only searches never loads scipy
+    blas = sys.modules.get("scipy.linalg._fblas")  # scipy.linalg.blas's own; a command loads it alone (cli.startup)
+    if blas is None:
+        from scipy.linalg import blas  # here, not at import: the package costs 0.14 s
 
     Phi = np.asarray(Phi)
     syrk = blas.ssyrk if Phi.dtype == np.float32 else blas.dsyrk
