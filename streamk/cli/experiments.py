@@ -13,7 +13,7 @@ def _demo(args):
 
     run_demo(out_dir=args.out, images=args.images, max_queries=args.max_queries, transforms=args.transforms,
              k=args.vocab_size, max_side=args.max_side, max_features=args.max_features, workers=args.workers,
-             cache_dir=args.cache, seed=args.seed, show=args.show, progress=not args.no_progress)
+             cache_dir=args.cache, seed=args.seed, show=args.show, scenes=args.scenes, progress=not args.no_progress)
     return 0
 
 
@@ -71,6 +71,8 @@ def _add_demo_command(sub):
     demo.add_argument("--workers", type=positive_int, default=None, help="extraction processes (default: all cores)")
     demo.add_argument("--cache", default=None, help="feature cache directory (default ~/.cache/streamk/features)")
     demo.add_argument("--show", type=positive_int, default=5, help="results per method on the page")
+    demo.add_argument("--scenes", type=non_negative_int, default=12,
+                      help="bursty scenes beside the built-in photos (objects on repeated walls; 0: none)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the query sample and the changes")
     demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)

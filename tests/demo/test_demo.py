@@ -165,9 +165,11 @@ def test_demo_rerun_replaces_its_own_output_only(tmp_path):
 
     kw = dict(n_variants=0, cache_dir=tmp_path / "cache", out=lambda *a: None, **TINY)
     run_demo(out_dir=tmp_path / "out", photos=PHOTOS[2:4], transforms=("scale", "crop"), **kw)
-    again = run_demo(out_dir=tmp_path / "out", photos=PHOTOS[2:4], transforms=("scale",), **kw)
-    # 2 photos and their 2 bursty scenes, one change: the first run's 8 query files are gone
-    assert again.n_queries == 4 and len(list((tmp_path / "out" / "queries").iterdir())) == 4
+    again = run_demo(out_dir=tmp_path / "out", photos=PHOTOS[2:4], transforms=("scale",), scenes=0, **kw)
+    # 2 photos, one change, no bursty scene: the first run's 8 query files and its scenes are gone
+    assert again.n_queries == 2 and len(list((tmp_path / "out" / "queries").iterdir())) == 2
+    # the database is the photos where scikit-image keeps them: the folder held the scenes only
+    assert again.n_database == 2 and not any((tmp_path / "out" / "database").iterdir())
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("not the demo's")
@@ -239,9 +241,10 @@ def test_cli_demo_folder_without_usable_images(tmp_path, capsys):
     assert "broken.png" in err and "usable image" in err
 
 
-def test_cli_demo_rejects_bad_numbers(capsys):
+@pytest.mark.parametrize("argv", [["--max-queries", "0"], ["--scenes", "-1"]])
+def test_cli_demo_rejects_bad_numbers(argv, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["demo", "--max-queries", "0"])
+        main(["demo", *argv])
     assert exc.value.code == 2
 
 
