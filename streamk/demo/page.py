@@ -86,8 +86,9 @@ def _summary(result, queries):
         parts.append(f"<tr><td>{_e(m.method)}</td>{cells}<td>{m.ms_per_query:.0f}</td>"
                      f"<td>{int(m.missed.sum())}</td></tr>")
     parts.append("</table>")
-    parts.append("<p>ms/query: encoding and scan of the query's local features (extracted once for all "
-                 "methods). Bold: the best of each column.</p></section>")
+    parts.append("<p>ms/query: the query's encoding (its local features embedded once, with one Gram matrix, "
+                 "for the three methods) and the method's scan; the features themselves are extracted once "
+                 "beforehand. Bold: the best of each column.</p></section>")
     return parts
 
 
