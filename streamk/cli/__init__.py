@@ -18,6 +18,7 @@ from .. import __version__
 from .experiments import add_experiment_commands
 from .index_commands import add_index_commands
 from .ingest import add_ingest_command
+from .progress_log import progress_in_logs
 from .running import run_command, sigint_raises
 from .search import add_search_commands
 from .serve import add_serve_command
@@ -65,5 +66,5 @@ def main(argv=None):
         parser.error("an argument holds a NUL byte")
     args = parser.parse_args(argv)
     load_blas_alone()  # Numba's start without scipy.linalg (0.14 s), in a command's process only
-    with sigint_raises():
+    with sigint_raises(), progress_in_logs():  # in a log, progress bars as a few lines (long work only)
         return run_command(lambda: args.func(args), debug=args.debug)

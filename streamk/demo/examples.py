@@ -24,6 +24,7 @@ written last), ``index/`` and, for the demo, ``database/`` and ``queries/``.
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -71,9 +72,20 @@ def open_example(name="demo", directory=None, progress=True, **build_options):
     prepared for it; build_options (see :func:`build_example`) apply to a new build.
     """
     directory = Path(directory) if directory is not None else default_directory(name)
-    if (directory / "example.json").exists():
-        return _load(directory)
-    return build_example(name, directory, progress=progress, **build_options)
+    t0 = time.perf_counter()
+    built = not (directory / "example.json").exists()
+    example = build_example(name, directory, progress=progress, **build_options) if built else _load(directory)
+    if progress:  # what it did, where, and how long it took
+        print(example_summary(example, built, time.perf_counter() - t0))
+    return example
+
+
+def example_summary(example, built, seconds):
+    """One line: the example built (in how long) or opened, its images, queries, encoder and folder."""
+    info = example.info
+    what = f"built in {seconds:.0f} s" if built else "opened (built earlier; delete the folder to rebuild)"
+    return (f"streamk example {example.name!r} {what}: {info['n_images']} images, {info['n_queries']} queries, "
+            f"T-emb k={info['k']} {info['aggregation']}, in {example.directory}")
 
 
 def _prepare(directory):
