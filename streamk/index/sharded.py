@@ -795,7 +795,8 @@ def _vector_only(what, image_path, descriptors, vector, box):
     return vector
 
 
-def open_index(path, readonly=False, dask=None):
+def open_index(path: str | os.PathLike[str], readonly: bool = False,
+               dask: str | None = None) -> "StreamingIndex | ShardedIndex":
     """A StreamingIndex, or a ShardedIndex when ``path`` holds a sharded one."""
     if is_sharded(path):
         return ShardedIndex.open(path, readonly=readonly, dask=dask)

@@ -8,3 +8,4 @@ name: str = streamk.make_extractor("sift")  # error
 vector = streamk.Encoder().encode([[0.0]], return_weights=True)
 vector.shape  # error
 streamk.load_dataset("paris6k", image_ids=7)  # error
+streamk.open_index("my-index", readonly="yes")  # error

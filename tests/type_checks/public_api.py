@@ -36,3 +36,7 @@ def score(root: Path, ranks: NDArray[np.int64]) -> float:
 def learn(paths: list[str]) -> int:
     encoder, info = streamk.train_encoder(paths, {"k": 16}, max_images=50, report=lambda p, why: print(p, why))
     return info.images + encoder.dim
+
+
+def open_for_search(path: Path) -> "streamk.StreamingIndex | streamk.ShardedIndex":
+    return streamk.open_index(path, readonly=True)
