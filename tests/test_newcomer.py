@@ -62,6 +62,17 @@ def test_a_cleared_bar_ends_and_the_text_after_it_is_kept():
     assert out.getvalue() == "swapped in PQ\n"
 
 
+def test_a_message_printed_while_a_bar_shows_is_never_lost():
+    """Ctrl-C during ingestion: the 'interrupted' line comes while the bar is drawn."""
+    out, clock = io.StringIO(), Clock()
+    log = ProgressLog(out, quiet=15, interval=30, clock=clock)
+    bar = tqdm(total=10, desc="ingest", file=log, mininterval=0, miniters=1)
+    bar.update(3)
+    print("streamk: interrupted by SIGINT: added 3", file=log)
+    bar.close()
+    assert out.getvalue() == "streamk: interrupted by SIGINT: added 3\n"
+
+
 def test_the_command_line_puts_it_in_front_of_a_non_terminal_stderr_only(monkeypatch):
     plain = io.StringIO()
     monkeypatch.setattr("sys.stderr", plain)

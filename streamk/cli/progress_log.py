@@ -32,6 +32,10 @@ class ProgressLog:
 
     # -- the stream interface
     def write(self, text):
+        if self.in_bar and text and text[0] not in "\r\n":
+            # tqdm redraws with one write that starts with "\r" and ends a bar with "\n": other
+            # text (a message printed while a bar shows) ends the bar's line and goes through
+            self._end_of_bar()
         start = 0
         for i, ch in enumerate(text):
             if ch == "\r":
