@@ -555,3 +555,20 @@ def test_index_info_names_the_vocabulary_of_the_second_stage(work, tmp_path, cap
     assert main(["index", "info", str(tmp_path / "ix"), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["local_features"] is True and info["vocabulary"] == {"words": vocabulary.n_words, "coarse": 4}
+
+
+def test_index_create_train_shows_progress_in_a_log(work, tmp_path, capsys, monkeypatch):
+    """Issue 27: ``index create --train`` with stderr not a terminal (captured here) shows
+    its progress as plain lines (the log's quiet time and interval set to 0 so that this
+    short training counts as long), never a carriage return."""
+    from streamk.cli import progress_log
+
+    monkeypatch.setattr(progress_log, "QUIET_S", 0.0)
+    monkeypatch.setattr(progress_log, "INTERVAL_S", 0.0)
+    assert main(["index", "create", str(tmp_path / "ix"), "--train", str(work / "imgs"), "--extractor", "sift",
+                 "--embedding", "vlad", "--vocab-size", "4", "--no-local-features", "--workers", "1",
+                 "--no-cache"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    bars = [line for line in err.splitlines() if "|" in line and "%" in line]
+    assert bars and any("6/6" in line for line in bars), err

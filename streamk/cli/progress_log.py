@@ -24,8 +24,10 @@ class ProgressLog:
     ``isatty()`` answers True so that the progress bars that show on a terminal are drawn
     here too (streamk and tqdm decide that from it); the bars come out as lines."""
 
-    def __init__(self, stream, quiet=QUIET_S, interval=INTERVAL_S, clock=time.monotonic):
-        self.stream, self.quiet, self.interval, self.clock = stream, quiet, interval, clock
+    def __init__(self, stream, quiet=None, interval=None, clock=time.monotonic):
+        self.stream, self.clock = stream, clock
+        self.quiet = QUIET_S if quiet is None else quiet
+        self.interval = INTERVAL_S if interval is None else interval
         self.in_bar = False  # a carriage return came since the last newline
         self.segment = ""  # the text of the bar's state being drawn
         self.bar_start = self.last_line = None
