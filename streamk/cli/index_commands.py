@@ -154,10 +154,10 @@ def info_lines(info):
               ("local features", "no (no second stage: streamk index add-local-features adds it)" if voc is None
                else f"yes, a vocabulary of {voc['words']:,} visual words ({voc['coarse']} coarse cells)"),
               ("codec", info["codec"] or "none (exact search; streamk index train fits a PQ codec)")]
-    if "codec_trained_on" in info:
-        lines.append(("trained on", "?" if info["codec_trained_on"] is None else f"{info['codec_trained_on']:,} images"))
-        added = info["added_since_training"]
-        lines.append(("added since", "?" if added is None else f"{added:,} images"))
+    if "codec_trained_on" in info:  # named as the JSON's keys (the README and the stale-codec note use them)
+        trained, added = info["codec_trained_on"], info["added_since_training"]
+        lines.append(("codec_trained_on", "?" if trained is None else f"{trained:,} images"))
+        lines.append(("added_since_training", "?" if added is None else f"{added:,} images"))
     lines += [("reader memory", _size(info["reader_memory"])), ("disk size", _size(info["disk_bytes"]))]
     return [f"{name:>14}: {value}" for name, value in lines]
 
