@@ -297,16 +297,17 @@ def test_the_parser_and_every_help_load_no_library_and_no_stage():
 def test_a_search_by_id_loads_only_what_it_runs(ix):
     """``streamk search IDX --id ID`` encodes no photo: no extractor library, no kernel of
     the encoding loaded from Numba's cache; and nothing of ingestion, training, integrity
-    checks, the server or the evaluation (each loads on its own command)."""
+    checks, the server, the evaluation or the --server client (each loads on its own
+    command)."""
     run = f"from streamk.cli import main\nassert main(['search', {str(ix)!r}, '--id', 'p1', '--json']) == 0"
     res = run_python("-c", LOADED.format(run=run), timeout=300)
     assert res.returncode == 0, res.stderr
     loaded = json.loads(res.stdout.strip().splitlines()[-1])
     assert "numba" in loaded["modules"] and loaded["kernels"]  # (the check below would see a kernel)
     assert [k for k in loaded["kernels"] if k.startswith("streamk.encoding.")] == []
-    unused = ("cv2", "pyhesaff", "tqdm", "asyncio", "scipy.linalg", "sklearn", "fastapi", "streamk.pipeline",
-              "streamk.server", "streamk.evaluation", "streamk.demo", "streamk.index.integrity_check", "streamk.index.backup",
-              "streamk.index.upgrade")
+    unused = ("cv2", "pyhesaff", "tqdm", "asyncio", "urllib.request", "ssl", "scipy.linalg", "sklearn", "fastapi",
+              "streamk.pipeline", "streamk.server", "streamk.evaluation", "streamk.demo",
+              "streamk.index.integrity_check", "streamk.index.backup", "streamk.index.upgrade")
     assert [m for m in unused if m in loaded["modules"]] == []
 
 

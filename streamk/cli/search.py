@@ -108,8 +108,6 @@ def _local_answer(idx, kind, query, params):
 
 def _answer_each(args, answer):
     """Each query's ``answer(kind, query)`` printed (:func:`print_answer`); the exit status."""
-    from .remote import QUERY_ERRORS
-
     queries = [("image", q) for q in args.images] + [("id", q) for q in args.ids]
     output = "jsonl" if args.jsonl or (args.json and len(queries) > 1) else "json" if args.json else "table"
     status, printed = 0, 0
@@ -117,6 +115,8 @@ def _answer_each(args, answer):
         try:
             got = answer(kind, query)
         except Exception as exc:  # noqa: BLE001 -- one query's own error: reported, the batch goes on
+            from .remote import QUERY_ERRORS  # (here: its urllib is of no use to a local search)
+
             if not (isinstance(exc, QUERY_ERRORS) or getattr(exc, "per_query", False)) or len(queries) == 1:
                 raise
             from ..errors import printable
