@@ -296,9 +296,10 @@ class _Pixels:
     else the source file when it still holds the indexed content (same sha256); None when
     neither is at hand. Bounded cache."""
 
-    def __init__(self, index):
+    def __init__(self, index, source_filter=None):
         self.index = index
         self.cache = {}
+        self.source_filter = source_filter  # path -> the path to read, or None (the server's collection rule)
 
     def record(self, image_id):
         from .store import ImageRecord
@@ -310,10 +311,13 @@ class _Pixels:
         import hashlib
         import os
 
-        if rec is None or not rec.source or rec.box is not None or not os.path.isfile(rec.source):
+        if rec is None or not rec.source or rec.box is not None:
+            return None
+        path = rec.source if self.source_filter is None else self.source_filter(rec.source)
+        if path is None or not os.path.isfile(path):
             return None
         try:
-            with open(rec.source, "rb") as fh:
+            with open(path, "rb") as fh:
                 data = fh.read()
         except OSError:
             return None
@@ -338,7 +342,8 @@ class _Pixels:
         return out
 
 
-def _classify_candidates(index, pixels, image_id, qrec, cand_ids, cand_recs, scores, params, turns=0, qgray=None):
+def _classify_candidates(index, pixels, image_id, qrec, cand_ids, cand_recs, scores, params, turns=0, qgray=None,
+                         qsha=None):
     """[DuplicatePair] of one image (its record ``qrec``, stored or turned) against its
     candidates' stored records (None: the candidate has none): verified ones only."""
     from ..verification import classify_pair, unpack, verify_geometry
@@ -352,9 +357,7 @@ def _classify_candidates(index, pixels, image_id, qrec, cand_ids, cand_recs, sco
     for i, v in zip(have, checks):
         if not v.verified:
             continue
-        gray_a, sha_a = pixels.get(image_id)
-        if qgray is not None:
-            gray_a, sha_a = qgray, None
+        gray_a, sha_a = (qgray, qsha) if qgray is not None or qsha is not None else pixels.get(image_id)
         gray_b, sha_b = pixels.get(cand_ids[i])
         c = classify_pair(rec_a, unpack(cand_recs[i]), v.pairs, True, gray_a, gray_b, sha_a, sha_b, params)
         out.append(DuplicatePair(image_id, cand_ids[i], c.kind, float(scores[i]), c.inliers, c.covered,
@@ -386,13 +389,15 @@ def _turned_queries(index, image_id, pixels):
     return out
 
 
-def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, params=None):
+def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, params=None,
+              source_filter=None):
     """The verified pairs of one stored image with its ``neighbours`` nearest, each classed
     exact / copy / same scene (:class:`DuplicatePair`, most alike first); ``rotations``:
-    also its quarter-turned queries (reads and describes its source file three times)."""
+    also its quarter-turned queries (reads and describes its source file three times).
+    source_filter: path -> the path to read its pixels from, or None (not to be read)."""
     neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
     _need_geometry(index)
-    pixels = _Pixels(index)
+    pixels = _Pixels(index, source_filter)
     hits = index.search(index.vector(image_id), k=neighbours + 1, verify=0, expand=0)
     cand = [(h.id, h.score) for h in hits if h.id != image_id]
     out = _pairs_with(index, pixels, image_id, index.geometry(image_id), cand, params)
@@ -401,13 +406,13 @@ def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=Fal
     return sorted(out, key=_pair_order)
 
 
-def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None):
+def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None, qsha=None):
     if qrec is None or not cand:
         return []
     ids = [c[0] for c in cand]
     recs = [index.geometry(i) for i in ids]
     return _classify_candidates(index, pixels, image_id, qrec, ids, recs, [c[1] for c in cand], params, turns,
-                                qgray)
+                                qgray, qsha)
 
 
 def _turned_pairs(index, pixels, image_id, neighbours, params, found):
@@ -416,7 +421,8 @@ def _turned_pairs(index, pixels, image_id, neighbours, params, found):
     for turns, rec, q, gray in _turned_queries(index, image_id, pixels):
         scores, ids = index.search(q[None, :], k=neighbours + 1, verify=0, expand=0)
         cand = [(i, s) for i, s in zip(ids[0], scores[0]) if i is not None and i != image_id and i not in found]
-        got = [p for p in _pairs_with(index, pixels, image_id, rec, cand, params, turns, gray) if p.kind != "same scene"]
+        got = [p for p in _pairs_with(index, pixels, image_id, rec, cand, params, turns, gray, qsha="")
+               if p.kind != "same scene"]  # qsha "": the turned pixels or none, never the upright ones
         found |= {p.b for p in got}
         out += got
     return out
@@ -476,6 +482,39 @@ def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, para
     pairs.sort(key=_pair_order)
     return {"schema_version": JSON_SCHEMA_VERSION, "pairs": [p.to_dict() for p in pairs],
             "groups": copy_groups(pairs)}
+
+
+def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None):
+    """For each new image (``items``: (its file's bytes or None, its id, unit vector, stored-form
+    geometry record or None, sha256 or None)), the most alike of its verified pairs with the
+    stored images (:class:`DuplicatePair`, b the stored id), or None: what ``streamk ingest
+    --on-duplicate`` reports (one batch search, then a verification per new image)."""
+    from ..errors import ImageReadError
+    from ..verification import decode_for_copies
+
+    out = [None] * len(items)
+    if not items or not len(index):
+        return out
+    neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
+    pixels = _Pixels(index)
+    V = np.stack([np.asarray(it[2], np.float32) for it in items])
+    for lo in range(0, len(V), MAX_BATCH):
+        scores, ids = index.search(V[lo:lo + MAX_BATCH], k=neighbours, verify=0, expand=0)
+        for i in range(scores.shape[0]):
+            data, image_id, _, qrec, sha = items[lo + i]
+            cand = [(c, float(sc)) for c, sc in zip(ids[i], scores[i]) if c is not None and c != items[lo + i][1]]
+            if qrec is None or not cand:
+                continue
+            try:
+                gray = None if data is None else decode_for_copies(data, image_id)
+            except ImageReadError:
+                gray = None
+            recs = [index.geometry(c) for c, _ in cand]
+            pairs = _classify_candidates(index, pixels, image_id, qrec, [c for c, _ in cand], recs,
+                                         [sc for _, sc in cand], params, qgray=gray, qsha=sha or "")
+            pairs = sorted((p for p in pairs if p.kind != "same scene"), key=_pair_order)
+            out[lo + i] = pairs[0] if pairs else None
+    return out
 
 
 def copy_groups(pairs):

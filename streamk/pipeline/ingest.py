@@ -443,12 +443,19 @@ class Ingester:
         import numpy as np
 
         V = np.stack([enc.vector for _, enc in batch])
-        found = nearest_of_vectors(self.index, V, self.duplicate_threshold)
-        S = V @ V.T  # within the batch: an image and an earlier one of the same batch
+        classed = None  # with local geometry: a near-duplicate is a copy (or exact), never a same-scene photo
+        if getattr(self.index, "has_local_features", False) and all(enc.geometry is not None for _, enc in batch):
+            from ..index import copies_of_new
+            classed = copies_of_new(self.index, [(_file_bytes(path), enc.key.decode(), enc.vector, enc.geometry,
+                                                  enc.record.get("sha256")) for path, enc in batch])
+            found = [None if c is None else (c.b, c.score) for c in classed]
+        else:
+            found = nearest_of_vectors(self.index, V, self.duplicate_threshold)
+        S = V @ V.T  # within the batch: an image and an earlier one of the same batch (the vector rule)
         kept = []
         for i, ((path, enc), near) in enumerate(zip(batch, found)):
             earlier = [j for j in kept if S[i, j] >= self.duplicate_threshold and (near is None or S[i, j] > near[1])]
-            if earlier:
+            if earlier and classed is None:
                 j = max(earlier, key=lambda j: S[i, j])
                 near = (batch[j][1].key.decode(), float(S[i, j]))
             if near is None:
@@ -464,7 +471,10 @@ class Ingester:
                 kept.append(i)
             if self._bar is not None:
                 self._bar.clear()
-            self.report(str(path), f"near-duplicate of {near[0]!r} (similarity {near[1]:.3f})"
+            c = classed[i] if classed is not None else None
+            why = (f"similarity {near[1]:.3f}" if c is None else f"{c.kind}: similarity {c.score:.3f}, {c.inliers} "
+                   f"inliers, covered {100 * c.covered:.0f} %, pixels agree {c.agreement or 0:.2f}")
+            self.report(str(path), f"near-duplicate of {near[0]!r} ({why})"
                         + ("; not added" if self.on_duplicate == "skip" else "; added"))
         return [batch[i] for i in kept]
 
@@ -639,6 +649,15 @@ class Ingester:
             self.stopped_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
             self._flush()
         return self.stats
+
+
+def _file_bytes(path):
+    """A file's bytes for the copy check, or None (gone since it was read: no pixels, no copy)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def _stored_file_sha(raw_record):

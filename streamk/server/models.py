@@ -283,11 +283,29 @@ class WriteAnswer(Answer):
     status: Literal["added", "exists", "updated", "unchanged", "removed"]
 
 
+class DuplicatePairAnswer(Answer):
+    """One verified pair of the image asked about with another (streamk.index.DuplicatePair)."""
+
+    a: str
+    b: str
+    kind: Literal["exact", "copy", "same scene"] = Field(alias="class", description="exact: the same bytes or "
+                                                         "pixels; copy: the same capture edited; same scene: another "
+                                                         "photo (keep both)")
+    score: float = Field(description="vector similarity")
+    inliers: int
+    covered: float = Field(description="share of the smaller image's feature cells one similarity covers")
+    agreement: float | None = Field(description="correlation of the aligned pixels (null: not compared)")
+    turns: int
+    reason: str
+
+
 class DuplicatesAnswer(Answer):
     id: str
     threshold: float
     verify: bool
     duplicates: list[HitAnswer]
+    pairs: list[DuplicatePairAnswer] | None = Field(None, description="with classes=true: every verified pair "
+                                                    "among its nearest, classed, most alike first")
 
 
 class StatsAnswer(Answer):

@@ -186,10 +186,15 @@ class Service:
             record = self.index.geometry(image_id)
         return self.search(v, params, query={"kind": "id", "id": image_id}, record=record)
 
-    def duplicates(self, image_id, threshold, verify, max_results):
+    def duplicates(self, image_id, threshold, verify, max_results, classes=False):
         hits = self.index.duplicates(image_id, threshold=threshold, verify=verify, max_results=max_results)
         out = self._hits(hits, {})["results"]
-        return {"id": image_id, "threshold": threshold, "verify": bool(verify), "duplicates": out}
+        answer = {"id": image_id, "threshold": threshold, "verify": bool(verify), "duplicates": out}
+        if classes:  # pixels: stored thumbnails, or files inside the served collection only
+            from ..index import copies_of
+            answer["pairs"] = [p.to_dict() for p in copies_of(self.index, image_id,
+                                                              source_filter=self._collection_file)[:max_results]]
+        return answer
 
     # ------------------------------------------------------------ writes
     def encoded_upload(self, image_id, described, name, metadata=None):

@@ -5,6 +5,7 @@ agreement; groups made of copy pairs only; the JSON carries the schema version."
 import io
 import json
 
+import numpy as np
 import pytest
 
 from streamk.index import StreamingIndex, copies_of, copy_report
@@ -98,3 +99,51 @@ def test_cli_classes_report_and_says_when_there_is_none(index, capsys):
                                                    "pairs": []}
     assert main(["duplicates", str(idx.path), "--classes", "--threshold", "0.5"]) == 2  # one rule or the other
     assert main(["duplicates", str(idx.path), "--rotations"]) == 2
+
+
+def test_the_servers_duplicates_answer_carries_the_classes(index):
+    from fastapi.testclient import TestClient
+
+    from streamk.server import Service, create_app
+
+    idx, original, path = index
+    folders = (str(path.parent), str(idx.path.parent))  # the collection: where the photos and the copies lie
+    service = Service(idx.path, workers=1, writable=False, collection=folders)
+    service.open()
+    with TestClient(create_app(service)) as c:
+        r = c.get("/images/half/duplicates", params={"classes": "true"})
+        assert r.status_code == 200, r.text
+        pairs = r.json()["pairs"]
+        assert {p["b"]: p["class"] for p in pairs}.get(original) == "copy", pairs
+        assert set(pairs[0]) == {"a", "b", "class", "score", "inliers", "covered", "agreement", "turns", "reason"}
+        assert c.get("/images/half/duplicates").json()["pairs"] is None  # the 0.2 answer, unchanged
+        assert c.get("/images/half/duplicates").headers["Streamk-Schema-Version"]
+    service2 = Service(idx.path, workers=1, writable=False)  # no collection: no file read, so no copy
+    service2.open()
+    with TestClient(create_app(service2)) as c:
+        pairs = c.get("/images/half/duplicates", params={"classes": "true"}).json()["pairs"]
+        assert all(p["class"] != "copy" for p in pairs), pairs
+
+
+def test_ingest_on_duplicate_skips_copies_and_keeps_other_photos_of_the_scene(index, paris6k_subset_photos,
+                                                                              tmp_path):
+    from streamk.pipeline.ingest import Ingester
+
+    idx, original, path = index
+    img = Image.open(path).convert("RGB")
+    a = (np.asarray(img, np.float32) / 255.0) ** 1.4  # a toned copy
+    Image.fromarray((a * 255 + 0.5).astype(np.uint8)).save(tmp_path / "toned.jpg", quality=85)
+    stored = {p.stem for p in paris6k_subset_photos if idx.records([p.stem])[0] is not None}
+    other = next(p for p in paris6k_subset_photos if "invalides" in p.name and p.stem not in stored
+                 and p.name > path.name)  # another photo of the landmark, not in the index
+    reports = []
+    with Ingester(idx, workers=1, progress=False, on_duplicate="skip",
+                  report=lambda p, reason: reports.append((p, reason))) as ing:
+        stats = ing.ingest([str(tmp_path / "toned.jpg"), str(other)])
+    try:
+        assert stats.skipped_near_duplicates == 1, reports
+        assert [(n[0], n[2]) for n in stats.near_duplicates] == [(str(tmp_path / "toned.jpg"), original)]
+        assert any("copy: similarity" in reason and "inliers" in reason for _, reason in reports), reports
+        assert idx.records([other.name])[0] is not None  # added: another photo, whatever its vector score
+    finally:
+        idx.remove([i for i in (other.name, "toned.jpg") if idx.records([i])[0] is not None])

@@ -41,10 +41,12 @@ async def thumbnail(image_id: str, service=Depends(service_of)):
 async def duplicates(image_id: str, service=Depends(service_of),
                      threshold: float = Query(0.5, gt=0, le=1, description="least vector similarity"),
                      verify: bool = Query(False, description="keep only pairs the second stage confirms"),
-                     max_results: int = Query(20, ge=1, le=100)):
+                     max_results: int = Query(20, ge=1, le=100),
+                     classes: bool = Query(False, description="also every verified pair among its 10 nearest, "
+                                           "classed exact / copy / same scene (needs local geometry)")):
     """An image's near-duplicates (the same photo re-encoded, resized, cropped a little),
-    best first, with their metadata."""
-    return await service.call(service.duplicates, image_id, threshold, verify, max_results)
+    best first, with their metadata; with ``classes``, its verified pairs classed."""
+    return await service.call(service.duplicates, image_id, threshold, verify, max_results, classes)
 
 
 # ---------------------------------------------------------------- writes
