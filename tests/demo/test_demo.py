@@ -137,10 +137,12 @@ def test_bursty_scenes_sum_pooling_falls_behind(builtin_run):
     dominated by the walls' bursts, GMP is not; and every method beats a random ranking."""
     result, _, _ = builtin_run
     by = {m.method: m.per_category["bursty scenes"] for m in result.methods}
-    # a random ranking of the 20 images, 3 positives and 3 junk per scene query: numpy's mean AP
+    # a random ranking of the 20 images: 2 positives per scene query (its original and variant),
+    # and 2 junk (4 for the motorcycle pair's scene), so 2 positives among at least 16 scored
+    # images (fewer images: a higher random AP, the bound is generous); mean AP by sampling
     rng = np.random.default_rng(0)
-    random_ap = np.mean([np.mean((np.arange(3) + 1) / (np.sort(rng.choice(17, 3, replace=False)) + 1))
-                         for _ in range(2000)])
+    random_ap = np.mean([np.mean((np.arange(2) + 1) / (np.sort(rng.choice(16, 2, replace=False)) + 1))
+                         for _ in range(4000)])
     assert min(by.values()) > 100 * random_ap + 10, (by, random_ap)
     assert by["gmp"] > by["sum"], by
 
