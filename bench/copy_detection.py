@@ -163,9 +163,13 @@ def main(argv=None):
           title=f"Copy recall per edit kind ({len(originals)} originals drawn with seed {args.seed}, index of {n} "
                 f"images; {lscpu_model()}, load {load_str()})")
     claimed_all, true_all = claimed + rclaimed, true + rtrue
-    table(("copy/exact pairs reported", "true", "false (different photos)", "precision"),
-          [(claimed_all, true_all, len(false) + len(rfalse),
-            f"{100 * true_all / max(claimed_all, 1):.2f} %")], title="Precision")
+    origin = {cid: o for cid, (o, _, _) in made.items()}
+    different = sum(1 for p in report["pairs"]
+                    if origin.get(stem(p["a"]), stem(p["a"])) != origin.get(stem(p["b"]), stem(p["b"])))
+    table(("copy/exact pairs reported", "true", "false (different photos)", "precision",
+           "verified pairs of different photos"),
+          [(claimed_all, true_all, len(false) + len(rfalse), f"{100 * true_all / max(claimed_all, 1):.2f} %",
+            different)], title="Precision")
     for f in false + rfalse:
         print("  false:", f)
     verified = sum(1 for p in report["pairs"])
