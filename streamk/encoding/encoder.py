@@ -348,8 +348,10 @@ class Encoder:
         """Write the encoder as an .npz. storage="float16" stores the big learned
         matrices (T-emb's k d x D whitening: 265 MB at k = 64) as float16, half the
         size; they are read back as float32, so the loaded encoder's vectors differ
-        from this one's by float16 rounding (bench/training.py measures the ranking
-        change). Default float32: the encoder exactly as fitted."""
+        from this one's by float16 rounding, and rankings change a little
+        (bench/training.py, paris6k-subset, T-emb k = 16 GMP: mAP 74.19 -> 74.07, top-10
+        overlap 98.7 %, 141 of 262 searches with a different top 10 or order). Default
+        float32: the encoder exactly as fitted."""
         data = self.to_bytes(storage)
         with open(path, "wb") as fh:
             fh.write(data)
