@@ -206,8 +206,8 @@ def _duplicates(args):
 
     if args.classes and (args.threshold is not None or args.verify or args.dask is not None):
         raise ConfigError("--classes verifies every pair itself: give it without --threshold, --verify or --dask")
-    if args.rotations and not args.classes:
-        raise ConfigError("--rotations finds turned copies for --classes: give both")
+    if (args.rotations or args.mirrored) and not args.classes:
+        raise ConfigError("--rotations and --mirrored find turned or mirrored copies for --classes: give it too")
     with open_from_args(args, readonly=True) as idx:
         if args.classes:
             if not getattr(idx, "has_local_features", False):
@@ -233,7 +233,7 @@ def _duplicates(args):
 
 def _pair_line(p, other):
     agree = "-" if p["agreement"] is None else f"{p['agreement']:.2f}"
-    turn = f"  turned {90 * p['turns']} deg" if p.get("turns") else ""
+    turn = (f"  turned {90 * p['turns']} deg" if p.get("turns") else "") + ("  mirrored" if p.get("mirrored") else "")
     return (f"{p['class']:>10}  {other}  score {p['score']:.3f}  inliers {p['inliers']}  covered "
             f"{100 * p['covered']:.0f} %  pixels {agree}{turn}  ({p['reason']})")
 
@@ -243,7 +243,8 @@ def _copy_classes(args, idx):
     from ..schema import JSON_SCHEMA_VERSION
 
     if args.id is not None:
-        pairs = [p.to_dict() for p in copies_of(idx, args.id, neighbours=args.neighbours, rotations=args.rotations)]
+        pairs = [p.to_dict() for p in copies_of(idx, args.id, neighbours=args.neighbours, rotations=args.rotations,
+                                                  mirrored=args.mirrored)]
         if args.json:
             print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "id": args.id, "pairs": pairs}, indent=1))
         elif not pairs:
@@ -253,7 +254,7 @@ def _copy_classes(args, idx):
             for p in pairs:
                 print(_pair_line(p, p["b"]))
         return 0
-    report = copy_report(idx, neighbours=args.neighbours, rotations=args.rotations,
+    report = copy_report(idx, neighbours=args.neighbours, rotations=args.rotations, mirrored=args.mirrored,
                          progress=None if not args.no_progress else False)
     if args.json:
         print(json.dumps(report, indent=1))
@@ -349,6 +350,8 @@ def _add_duplicates_command(sub):
                          "agreement (needs local geometry)")
     du.add_argument("--rotations", action="store_true",
                     help="also find copies turned by quarter turns (describes each image three more times)")
+    du.add_argument("--mirrored", action="store_true",
+                    help="also find mirrored copies (describes each image once more)")
     du.add_argument("--neighbours", type=positive_int, default=10,
                     help="each image's nearest images looked at (default 10)")
     du.add_argument("--json", action="store_true", help="print JSON (with schema_version for the classes)")

@@ -18,10 +18,20 @@ the demo's photo changes with T-emb k = 16: see bench/README.md), and, when aske
   second; an exact index compares every pair (N^2 D), fine up to some 10^4 images.
 - Ingestion (:func:`nearest_of_vectors`): each new image's nearest stored image, for
   ``streamk ingest --on-duplicate skip|keep|report``.
+
+Copies (``streamk duplicates --classes``; :func:`copy_report`, :func:`copies_of`,
+:func:`copies_of_new` for ingestion): the vector only proposes (each image's
+DEFAULT_COPY_NEIGHBOURS nearest, whatever their score); each candidate is verified by the
+second stage and each verified pair classed exact / copy / same scene by
+:func:`streamk.verification.classify_pair` (one similarity, precise inliers over most of the
+smaller image, the aligned pixels agree). Pixels: the stored thumbnail, else the source file
+when it still holds the indexed content. Groups are made of exact and copy pairs only.
+Quarter-turned and mirrored copies need the turned / mirrored query (``rotations``,
+``mirrored``): the source file described again, 3 times / once per image.
 """
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -283,12 +293,13 @@ class DuplicatePair:
     agreement: float | None
     turns: int
     reason: str
+    mirrored: bool = False
 
     def to_dict(self):
         return {"a": self.a, "b": self.b, "class": self.kind, "score": round(float(self.score), 4),
                 "inliers": int(self.inliers), "covered": round(float(self.covered), 4),
                 "agreement": None if self.agreement is None else round(float(self.agreement), 4),
-                "turns": int(self.turns), "reason": self.reason}
+                "turns": int(self.turns), "mirrored": bool(self.mirrored), "reason": self.reason}
 
 
 class _Pixels:
@@ -365,10 +376,11 @@ def _classify_candidates(index, pixels, image_id, qrec, cand_ids, cand_recs, sco
     return out
 
 
-def _turned_queries(index, image_id, pixels):
-    """[(turns, query record, unit vector, grey pixels)] of an image turned by 1, 2 and 3
-    quarter turns: its source file decoded, turned, described as a query (features, vector,
-    multiple-assignment record); [] when the source is not at hand."""
+def _turned_queries(index, image_id, pixels, views):
+    """[(turns, mirrored, query record, unit vector, grey pixels)] of an image's ``views``
+    ((quarter turns counter-clockwise, mirrored left-right first)): its source file decoded,
+    turned, described as a query (features, vector, multiple-assignment record); [] when
+    the source is not at hand."""
     from ..features import decode_gray_scaled
     from ..verification import make_query_record
 
@@ -379,21 +391,29 @@ def _turned_queries(index, image_id, pixels):
     small, _ = decode_gray_scaled(data, image_id, ex.max_side)
     gray, _ = pixels.get(image_id)
     out = []
-    for turns in (1, 2, 3):
-        f = ex.extract_array(np.ascontiguousarray(np.rot90(small, turns)))
+    for turns, mirrored in views:
+        def view(a, turns=turns, mirrored=mirrored):
+            return np.ascontiguousarray(np.rot90(a[:, ::-1] if mirrored else a, turns))
+        f = ex.extract_array(view(small))
         if not len(f.descriptors):
             continue
         q = index.query_vector(f.descriptors.astype(np.float32))
         rec = make_query_record(index.vocabulary, f.keypoints, f.descriptors, f.image_size)
-        out.append((turns, rec, q, None if gray is None else np.ascontiguousarray(np.rot90(gray, turns))))
+        out.append((turns, mirrored, rec, q, None if gray is None else view(gray)))
     return out
 
 
+def _views(rotations, mirrored):
+    """The extra query views: quarter turns, the mirror image."""
+    return ([(t, False) for t in (1, 2, 3)] if rotations else []) + ([(0, True)] if mirrored else [])
+
+
 def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, params=None,
-              source_filter=None):
+              source_filter=None, mirrored=False):
     """The verified pairs of one stored image with its ``neighbours`` nearest, each classed
     exact / copy / same scene (:class:`DuplicatePair`, most alike first); ``rotations``:
-    also its quarter-turned queries (reads and describes its source file three times).
+    also its quarter-turned queries (reads and describes its source file three times);
+    ``mirrored``: also its mirror image (once more)
     source_filter: path -> the path to read its pixels from, or None (not to be read)."""
     neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
     _need_geometry(index)
@@ -401,8 +421,9 @@ def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=Fal
     hits = index.search(index.vector(image_id), k=neighbours + 1, verify=0, expand=0)
     cand = [(h.id, h.score) for h in hits if h.id != image_id]
     out = _pairs_with(index, pixels, image_id, index.geometry(image_id), cand, params)
-    if rotations:
-        out += _turned_pairs(index, pixels, image_id, neighbours, params, {p.b for p in out if p.kind != "same scene"})
+    if rotations or mirrored:
+        out += _turned_pairs(index, pixels, image_id, neighbours, params, {p.b for p in out if p.kind != "same scene"},
+                             _views(rotations, mirrored))
     return sorted(out, key=_pair_order)
 
 
@@ -415,14 +436,15 @@ def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None
                                 qgray, qsha)
 
 
-def _turned_pairs(index, pixels, image_id, neighbours, params, found):
+def _turned_pairs(index, pixels, image_id, neighbours, params, found, views):
     """The copy pairs that only a turned query finds (candidates already found are skipped)."""
     out = []
-    for turns, rec, q, gray in _turned_queries(index, image_id, pixels):
+    for turns, mirrored, rec, q, gray in _turned_queries(index, image_id, pixels, views):
         scores, ids = index.search(q[None, :], k=neighbours + 1, verify=0, expand=0)
         cand = [(i, s) for i, s in zip(ids[0], scores[0]) if i is not None and i != image_id and i not in found]
         got = [p for p in _pairs_with(index, pixels, image_id, rec, cand, params, turns, gray, qsha="")
                if p.kind != "same scene"]  # qsha "": the turned pixels or none, never the upright ones
+        got = [replace(p, mirrored=mirrored) for p in got]
         found |= {p.b for p in got}
         out += got
     return out
@@ -436,7 +458,7 @@ KIND_ORDER = {"exact": 0, "copy": 1, "same scene": 2}
 
 
 def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, params=None, progress=None,
-                batch_size=256):
+                batch_size=256, mirrored=False):
     """Every verified pair among each image's ``neighbours`` nearest, classed (exact / copy /
     same scene), and the groups that copy and exact pairs make (never same-scene ones):
     ``{"schema_version", "pairs": [DuplicatePair.to_dict()], "groups": [{"ids", "pairs"}]}``,
@@ -450,7 +472,7 @@ def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, para
     batch_size = check_count("batch_size", batch_size, 1, MAX_BATCH)
     _need_geometry(index)
     store, view = index.store, index.view
-    bar = tqdm(total=len(index) * (2 if rotations else 1), desc="copies", unit="img", file=sys.stderr,
+    bar = tqdm(total=len(index) * (2 if rotations or mirrored else 1), desc="copies", unit="img", file=sys.stderr,
                dynamic_ncols=True, disable=True if progress is False else (None if progress is None else False))
     pixels = _Pixels(index)
     pairs = []
@@ -468,14 +490,15 @@ def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, para
                 pairs += _classify_candidates(index, pixels, name[int(a[lo])], recs[0],
                                               [name[int(x)] for x in b[lo:hi]], recs[1:], s[lo:hi], params) \
                     if recs[0] is not None else []
-        if rotations:
+        if rotations or mirrored:
             found = {}
             for p in pairs:
                 if p.kind != "same scene":
                     found.setdefault(p.a, set()).add(p.b)
                     found.setdefault(p.b, set()).add(p.a)
             for image_id in index.ids():
-                pairs += _turned_pairs(index, pixels, image_id, neighbours, params, found.get(image_id, set()))
+                pairs += _turned_pairs(index, pixels, image_id, neighbours, params, found.get(image_id, set()),
+                                       _views(rotations, mirrored))
                 bar.update(1)
     finally:
         bar.close()

@@ -296,6 +296,7 @@ class DuplicatePairAnswer(Answer):
     covered: float = Field(description="share of the smaller image's feature cells one similarity covers")
     agreement: float | None = Field(description="correlation of the aligned pixels (null: not compared)")
     turns: int
+    mirrored: bool = False
     reason: str
 
 

@@ -59,9 +59,10 @@ A pair is a copy when both hold (:func:`classify_pair`):
 *exact*: the same sha256, or equal decoded pixels (the caller checks them, with
 :func:`same_pixels`, for pairs already found to be copies of equal size).
 
-Not supported: mirrored copies (a mirror image is orientation-reversing: the similarity
-has det > 0, the second stage's plausibility refuses det < 0, and RootSIFT of a mirrored
-patch is another descriptor); copies with a perspective change (a photo of a screen or
+Mirrored copies: a mirror image reverses orientation (the second stage's plausibility
+refuses det < 0, and RootSIFT of a mirrored patch is another descriptor), so the caller
+matches the mirrored query instead, as it turns the query for quarter turns
+(``streamk.index.copies_of(..., mirrored=True)``). Not supported: copies with a perspective change (a photo of a screen or
 a print); rotations by other angles than quarter turns beyond what upright features
 survive (about 20 degrees); crops under about a third of the original (too few
 features). ``bench/copy_detection.py`` measures the supported edits.

@@ -115,7 +115,8 @@ def test_the_servers_duplicates_answer_carries_the_classes(index):
         assert r.status_code == 200, r.text
         pairs = r.json()["pairs"]
         assert {p["b"]: p["class"] for p in pairs}.get(original) == "copy", pairs
-        assert set(pairs[0]) == {"a", "b", "class", "score", "inliers", "covered", "agreement", "turns", "reason"}
+        assert set(pairs[0]) == {"a", "b", "class", "score", "inliers", "covered", "agreement", "turns", "mirrored",
+                                 "reason"}
         assert c.get("/images/half/duplicates").json()["pairs"] is None  # the 0.2 answer, unchanged
         assert c.get("/images/half/duplicates").headers["Streamk-Schema-Version"]
     service2 = Service(idx.path, workers=1, writable=False)  # no collection: no file read, so no copy
@@ -147,3 +148,15 @@ def test_ingest_on_duplicate_skips_copies_and_keeps_other_photos_of_the_scene(in
         assert idx.records([other.name])[0] is not None  # added: another photo, whatever its vector score
     finally:
         idx.remove([i for i in (other.name, "toned.jpg") if idx.records([i])[0] is not None])
+
+
+def test_a_mirrored_copy_is_found_with_the_mirrored_query(index, tmp_path):
+    idx, original, path = index
+    Image.open(path).convert("RGB").transpose(Image.Transpose.FLIP_LEFT_RIGHT).save(tmp_path / "m.jpg", quality=90)
+    idx.add("mirror", image_path=str(tmp_path / "m.jpg"))
+    try:
+        assert {p.b: p.kind for p in copies_of(idx, "mirror", neighbours=9)}.get(original) != "copy"
+        found = [p for p in copies_of(idx, "mirror", neighbours=9, mirrored=True) if p.b == original]
+        assert found and found[0].kind == "copy" and found[0].mirrored and found[0].to_dict()["mirrored"]
+    finally:
+        idx.remove(["mirror"])
