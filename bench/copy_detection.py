@@ -8,7 +8,7 @@ Photos: paris6k-subset's 250 photos (``../shared/data``, or ``STREAMK_SHARED_DAT
 seeded random draw of ``--originals`` of them; each gets one edited copy per edit kind of
 ``bench/copy_edits.py`` (heavy JPEG q10-30; resized to 400-640 px; cropped to 50-90 % of
 the area; a frame or letterbox; a caption band or watermark; gamma, contrast, colour cast,
-saturation; a quarter turn), each kind's parameters drawn at random. The index: the 250
+saturation; a quarter turn; a mirror image), each kind's parameters drawn at random. The index: the 250
 photos (the hard negatives: 50 photos of each landmark, among them near-identical views of
 one photographer) plus the copies, with T-emb k = 8 GMP learned on 50 of the 250 (the vector only proposes candidates) and the visual
 words of bench/false_verification.py (learned on the 250, cached).
@@ -16,9 +16,10 @@ words of bench/false_verification.py (learned on the 250, cached).
 Counted: a *copy pair* (an edited copy and its original) is found when the report classes it
 exact or copy. Precision: the copy/exact pairs that are a copy pair or two copies of one
 original, over all copy/exact pairs. False copies: copy/exact pairs of two different photos
-(of one landmark: every one seen is). Rotated copies: the whole-index pass without turned
-queries, then each rotated copy's ``copies_of(rotations=True)``; the cost of the turned
-queries measured on ``--rotation-sample`` images and given per 1,000.
+(of one landmark: every one seen is). Rotated and mirrored copies: the whole-index pass
+without turned queries, then each rotated copy's ``copies_of(rotations=True)`` (each
+mirrored one's ``mirrored=True``); the cost of the turned queries measured on
+``--rotation-sample`` images and given per 1,000.
 
 Prints, never asserts; the CPU model (lscpu) and the load average are in the title.
 """
@@ -135,12 +136,13 @@ def main(argv=None):
         report = copy_report(idx, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         found, claimed, true, false = score(report["pairs"], made)
-        rot = [cid for cid, (_, kind, _) in made.items() if kind == "rotate"]
+        rot = [cid for cid, (_, kind, _) in made.items() if kind in ("rotate", "mirror")]
         t1 = time.perf_counter()
         turned = []
         ids = {stem(i): i for i in idx.ids()}
         for cid in rot:
-            turned += [p.to_dict() for p in copies_of(idx, ids[cid], rotations=True)]
+            turned += [p.to_dict() for p in copies_of(idx, ids[cid], rotations=made[cid][1] == "rotate",
+                                                      mirrored=made[cid][1] == "mirror")]
         rot_wall = time.perf_counter() - t1
         rfound, rclaimed, rtrue, rfalse = score(turned, made)
         sample = idx.ids()[:: max(1, n // args.rotation_sample)][: args.rotation_sample]
@@ -155,7 +157,7 @@ def main(argv=None):
     rows = []
     for kind in EDITS:
         ids = [cid for cid, (_, k, _) in made.items() if k == kind]
-        hit = sum(1 for c in ids if c in found or (kind == "rotate" and c in rfound))
+        hit = sum(1 for c in ids if c in found or (kind in ("rotate", "mirror") and c in rfound))
         rows.append((kind, len(ids), hit, f"{100 * hit / len(ids):.1f} %"))
     total = sum(r[2] for r in rows)
     rows.append(("all", len(made), total, f"{100 * total / len(made):.1f} %"))

@@ -5,7 +5,7 @@ with fixed parameters). Each takes a PIL RGB image and a numpy Generator and ret
 
 import numpy as np
 
-EDITS = ("jpeg", "resize", "crop", "border", "caption", "tone", "rotate")
+EDITS = ("jpeg", "resize", "crop", "border", "caption", "tone", "rotate", "mirror")
 
 
 def _pil():
@@ -94,6 +94,11 @@ def rotate(img, rng):
     return img.transpose((Image.ROTATE_90, Image.ROTATE_180, Image.ROTATE_270)[turns - 1]), 90, f"{90 * turns} deg"
 
 
+def mirror(img, rng):
+    Image = _pil()[0]
+    return img.transpose(Image.FLIP_LEFT_RIGHT), 90, "left-right"
+
+
 def apply(kind, img, rng):
     return {"jpeg": jpeg, "resize": resize, "crop": crop, "border": border, "caption": caption, "tone": tone,
-            "rotate": rotate}[kind](img, rng)
+            "rotate": rotate, "mirror": mirror}[kind](img, rng)
