@@ -4,7 +4,9 @@ of images (on the local pool or a Dask cluster), then an empty index, or S shard
 import os
 import shutil
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from ..encoding import Encoder, embedding_spec
 from ..errors import ConfigError, EmptyDescriptorSetError, IndexExistsError
@@ -17,16 +19,24 @@ from .encoder_training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES,
 from .ingest import collect_images
 
 
-def _stderr_report(path, reason):
+PathArg = str | os.PathLike[str]
+
+
+def _stderr_report(path: str, reason: str) -> None:
     print(f"streamk: skipped {path}: {reason}", file=sys.stderr)
 
 
-def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extractor=None,
-                 max_side=DEFAULT_MAX_SIDE, max_features=DEFAULT_MAX_FEATURES, max_file_size=MAX_FILE_SIZE,
-                 max_pixels=MAX_PIXELS, embedding="temb", fv_pca=64, k=64, aggregation="gmp", workers=None, dask=None,
-                 train_images=DEFAULT_MAX_IMAGES, train_descriptors=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0,
-                 cache_dir=None, save_encoder=None, shards=None, store_extras=True, local_features=True,
-                 vocabulary=None, log=print, report=_stderr_report, progress=None, indexed_fields=()):
+def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg | Iterable[PathArg] | None = None,
+                 *, vector_dtype: str = "float16", extractor: str | None = None,
+                 max_side: int | None = DEFAULT_MAX_SIDE, max_features: int | None = DEFAULT_MAX_FEATURES,
+                 max_file_size: int | None = MAX_FILE_SIZE, max_pixels: int | None = MAX_PIXELS,
+                 embedding: str = "temb", fv_pca: int = 64, k: int = 64, aggregation: str = "gmp",
+                 workers: int | None = None, dask: str | None = None, train_images: int | None = DEFAULT_MAX_IMAGES,
+                 train_descriptors: int | None = DEFAULT_DESCRIPTORS_PER_IMAGE, seed: int = 0,
+                 cache_dir: PathArg | None = None, save_encoder: PathArg | None = None, shards: int | None = None,
+                 store_extras: bool = True, local_features: bool = True, vocabulary: PathArg | None = None,
+                 log: Callable[[str], object] = print, report: Callable[[str, str], object] = _stderr_report,
+                 progress: bool | None = None, indexed_fields: Iterable[str] = ()) -> Path:
     """Create an index at ``path`` (new or empty) with the saved encoder at ``encoder``, or
     one trained on the images under ``train`` (files and folders), or with neither,
     streamk's default encoder and visual words (:mod:`streamk.pipeline.bundled_encoder`).
@@ -49,48 +59,58 @@ def create_index(path, encoder=None, train=None, *, vector_dtype="float16", extr
         raise ConfigError(f"vector dtype must be one of {VECTOR_DTYPES}, got {vector_dtype!r}")
     if dask is not None and workers is not None:
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
-    extractor = make_extractor(extractor, max_side=max_side, max_features=max_features,
-                               max_file_size=max_file_size, max_pixels=max_pixels)
-    if vocabulary is not None:
-        vocabulary = Vocabulary.load(vocabulary) if local_features else None
+    ex = make_extractor(extractor, max_side=max_side, max_features=max_features,
+                        max_file_size=max_file_size, max_pixels=max_pixels)
+    words = Vocabulary.load(vocabulary) if vocabulary is not None and local_features else None
+    training: dict[str, Any] = {  # how the encoder or the visual words are learned, when they are
+        "workers": workers, "dask": dask, "train_images": train_images, "train_descriptors": train_descriptors,
+        "seed": seed, "cache_dir": cache_dir, "report": report,
+        "progress": sys.stderr.isatty() if progress is None else progress, "log": log}
     if encoder is None and train is None:
-        encoder, default_words = default_encoder(log=log)
-        vocabulary = default_words if local_features and vocabulary is None else vocabulary
+        enc, default_words = default_encoder(log=log)
+        words = default_words if local_features and words is None else words
         log(f"no --encoder or --train: streamk's default encoder (T-emb k=16, GMP; learned on scikit-image's "
             f"public-domain photos, not yours). {QUALITY_NOTE}")
     elif encoder is not None:
-        encoder = Encoder.load(encoder)
-        if local_features and vocabulary is None and train is not None:
-            vocabulary = _train_vocabulary(train, extractor, workers, dask, train_images, train_descriptors, seed,
-                                           cache_dir, report, progress, log)
+        enc = Encoder.load(encoder)
+        if local_features and words is None and train is not None:
+            words = _train_vocabulary(train, ex, **training)
     else:
-        paths, bad = collect_images(train)
-        for p, reason in bad:
-            report(p, reason)
-        if not paths:
-            raise EmptyDescriptorSetError("no image files found to train the encoder on")
+        assert train is not None
         name, params = embedding_spec(embedding, fv_pca)
         config = {"embedding": name, "k": k, "embedding_params": params, "aggregation": aggregation}
-        with make_executor(workers, dask) as executor:
-            encoder, info = train_encoder(
-                paths, config, extractor, executor, max_images=train_images, descriptors_per_image=train_descriptors,
-                seed=seed, cache_dir=cache_dir, report=report,
-                progress=sys.stderr.isatty() if progress is None else progress,
-                vocabulary=local_features and vocabulary is None)
-        vocabulary = vocabulary or info.vocabulary
-        log(f"trained {embedding} k={k} ({aggregation}) on {info.descriptors} descriptors of {info.images} images "
-            f"(a sample of {len(paths)}; {executor.name})")
+        enc, words = _train_encoder(train, config, f"{embedding} k={k} ({aggregation})", ex,
+                                    local_features and words is None, words, **training)
         if save_encoder:
-            encoder.save(save_encoder)
-    _create_empty(path, encoder, shards, dask, vector_dtype=vector_dtype, extractor=extractor,
-                  store_extras=store_extras, vocabulary=vocabulary, indexed_fields=indexed_fields)
+            enc.save(save_encoder)
+    _create_empty(path, enc, shards, dask, vector_dtype=vector_dtype, extractor=ex,
+                  store_extras=store_extras, vocabulary=words, indexed_fields=indexed_fields)
     where = f" in {shards} shards" if shards is not None else ""
-    second = (f"local geometry for spatial verification ({vocabulary.n_words} visual words)" if vocabulary is not None
+    second = (f"local geometry for spatial verification ({words.n_words} visual words)" if words is not None
               else "no local geometry (first stage only; streamk index add-local-features adds it)")
-    log(f"created index {path}{where}: {encoder.config.embedding} k={encoder.config.k} "
-        f"({encoder.config.aggregation}), dim {encoder.dim}, {vector_dtype} vectors, extractor {extractor.name}; "
+    log(f"created index {path}{where}: {enc.config.embedding} k={enc.config.k} "
+        f"({enc.config.aggregation}), dim {enc.dim}, {vector_dtype} vectors, extractor {ex.name}; "
         f"{second}")
     return path
+
+
+def _train_encoder(train: Any, config: dict[str, Any], what: str, extractor: Any, learn_words: bool, words: Any, *,
+                   workers: int | None, dask: str | None, train_images: int | None, train_descriptors: int | None,
+                   seed: int, cache_dir: Any, report: Callable[[str, str], object], progress: bool,
+                   log: Callable[[str], object]) -> tuple[Encoder, Any]:
+    """(the encoder, the visual words) learned on a sample of the images under ``train``."""
+    paths, bad = collect_images(train)
+    for p, reason in bad:
+        report(p, reason)
+    if not paths:
+        raise EmptyDescriptorSetError("no image files found to train the encoder on")
+    with make_executor(workers, dask) as executor:
+        enc, info = train_encoder(
+            paths, config, extractor, executor, max_images=train_images, descriptors_per_image=train_descriptors,
+            seed=seed, cache_dir=cache_dir, report=report, progress=progress, vocabulary=learn_words)
+    log(f"trained {what} on {info.descriptors} descriptors of {info.images} images "
+        f"(a sample of {len(paths)}; {executor.name})")
+    return enc, words or info.vocabulary
 
 
 def _create_empty(path, encoder, shards, dask, **options):
@@ -112,8 +132,9 @@ def _create_empty(path, encoder, shards, dask, **options):
         raise
 
 
-def _train_vocabulary(train, extractor, workers, dask, train_images, train_descriptors, seed, cache_dir, report,
-                      progress, log):
+def _train_vocabulary(train: Any, extractor: Any, *, workers: int | None, dask: str | None,
+                      train_images: int | None, train_descriptors: int | None, seed: int, cache_dir: Any,
+                      report: Callable[[str, str], object], progress: bool, log: Callable[[str], object]) -> Vocabulary:
     """The visual words of local geometry, learned on a sample of the images under ``train``."""
     from .encoder_training import learning_descriptors
 
@@ -122,7 +143,7 @@ def _train_vocabulary(train, extractor, workers, dask, train_images, train_descr
         report(p, reason)
     with make_executor(workers, dask) as executor:
         sets, info = learning_descriptors(paths, extractor, executor, train_images, train_descriptors, seed, cache_dir,
-                                          report, sys.stderr.isatty() if progress is None else progress)
+                                          report, progress)
     vocabulary = Vocabulary(seed=seed).fit(sets)
     log(f"learned {vocabulary.n_words} visual words on {info.descriptors} descriptors of {info.images} images")
     return vocabulary

@@ -9,3 +9,4 @@ vector = streamk.Encoder().encode([[0.0]], return_weights=True)
 vector.shape  # error
 streamk.load_dataset("paris6k", image_ids=7)  # error
 streamk.open_index("my-index", readonly="yes")  # error
+streamk.create_index("my-index", k="16")  # error

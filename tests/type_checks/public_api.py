@@ -40,3 +40,8 @@ def learn(paths: list[str]) -> int:
 
 def open_for_search(path: Path) -> "streamk.StreamingIndex | streamk.ShardedIndex":
     return streamk.open_index(path, readonly=True)
+
+
+def make_index(photos: Path) -> Path:
+    return streamk.create_index("my-index", train=[photos], k=16, aggregation="gmp", workers=1,
+                                log=lambda line: None, progress=False)
