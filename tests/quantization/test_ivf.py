@@ -252,3 +252,37 @@ def test_probes_and_tables_of_a_batch_are_those_of_its_queries(trained):
     # the probes are the nearest centroids, nearest first
     d2 = ((Q[:, None, :].astype(np.float64) - codec.centroids_[None]) ** 2).sum(-1)
     np.testing.assert_array_equal(codec.probe(Q, 5)[0], np.argsort(d2, axis=1, kind="stable")[:, :5])
+
+
+@pytest.mark.parametrize("M", [3, 8, 12, 16, 64])
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_scan_scores_are_the_float32_sums_in_order(M, k):
+    """Whatever M (the scan takes four codes at a time, the rest one by one), a list's
+    scores are sum_m table[m, code_m] in float32, m = 0..M-1, plus the list's term: a
+    numpy loop in that order gives the same top k, bit for bit (ties by row), removed
+    rows left out."""
+    rng = np.random.default_rng(M * 1000 + k)
+    n, nlist = 3001, 5
+    codes = rng.integers(0, 256, (n, M), dtype=np.uint8)
+    lists = rng.integers(0, nlist, n).astype(np.uint32)
+    rows = rng.permutation(n).astype(np.int64)
+    dead = np.zeros(n, np.uint8)
+    dead[rng.choice(n, 50, replace=False)] = 1
+    il = InvertedLists.build(nlist, M, lambda: iter([(lists, codes, rows)]), dead, 0xFFFFFFFF)
+    tables = (rng.standard_normal((1, M, 256)) * 0.1).astype(np.float32)
+    tables[0, :, :8] = 0.25  # equal scores: ties go to the smaller row
+    probes = np.array([[3, 0, 4]], np.int64)
+    coarse = rng.standard_normal((1, 3)).astype(np.float32)
+    s, r = il.search(probes, coarse, tables, dead, k)
+    want_s, want_r = [], []
+    for p, lst in enumerate(probes[0]):
+        sel = (lists == lst) & (dead[rows] == 0)
+        acc = np.zeros(int(sel.sum()), np.float32)
+        for m in range(M):
+            acc += tables[0, m, codes[sel, m]]
+        want_s.append(acc + coarse[0, p])
+        want_r.append(rows[sel])
+    want_s, want_r = np.concatenate(want_s), np.concatenate(want_r)
+    order = np.lexsort((want_r, -want_s))[:k]
+    np.testing.assert_array_equal(r[0], want_r[order])
+    np.testing.assert_array_equal(s[0], want_s[order])
