@@ -7,8 +7,12 @@ measured in the same run (faiss ``IndexIVFPQ`` / ``IndexPQ``, numpy exact search
     python bench/scale.py --sizes 10000,100000 --no-codes-only   # minutes
     python bench/scale.py --sizes 1000000 --nlist 4096 --M 64 --workdir /big/disk
 
-Per N (vectors from ``bench/vectors.py``: a Gaussian mixture with the variance
-spectrum of RN-rotated image vectors; queries are fresh draws):
+Per N (``--vectors scenes``, the default: scenes each seen in SCENE_VIEWS database
+rows, the scene points drawn from ``bench/vectors.py``'s Gaussian mixture with the
+variance spectrum of RN-rotated image vectors, a view the point plus noise; a query is
+one more view of a scene in the database, so its nearest neighbours spread over the
+lists around the scene and recall rises with nprobe, as with real image vectors.
+``--vectors mixture``: the earlier set, fresh draws of the mixture, recall flat in nprobe):
 
 1. **codec**: IVF-PQ (``nlist`` by N unless given: 256 / 1,024 / 4,096 for 10k /
    100k / 1M; M bytes) trained once on a separate training sample, streamk and faiss
@@ -17,19 +21,25 @@ spectrum of RN-rotated image vectors; queries are fresh draws):
    then N vectors added through ``add_many`` (batches of 1,024, one transaction
    each, codes computed inline). Add rate of the first 10k and of the last 10k
    (the writer's rate at N).
-3. **reader** (a separate process, as ``streamk search`` is): time from the
+3. **reader** (a separate process, as ``streamk search`` is, started after the index's
+   pages were dropped from the page cache: ``/proc/sys/vm/drop_caches`` where permitted,
+   else posix_fadvise DONTNEED on its files): time from the
    process start and from ``StreamingIndex.open`` to the first answer; resident
    memory after searching, above an empty index's reader with the same codec.
-4. **search**, one query at a time (k = 100, ADC only, no re-ranking, as faiss),
+4. **search**, one query at a time (k = 10 and 100, ADC only, no re-ranking, as faiss),
    1 thread (``numba.set_num_threads(1)``, 1 BLAS thread, ``faiss.omp_set_num_threads(1)``)
-   and all threads, median per query, for each ``nprobe``; recall R@1 / R@10 /
-   R@100 (fraction of queries whose exact nearest neighbour is in the first R)
-   against numpy exact search; the same for faiss with the same nlist, M, nprobe.
+   (and all threads with ``--all-threads``), median per query, for each ``nprobe``: streamk
+   with the ids of the results (``Index.search``) and without (the rows of the view's
+   search), faiss with the same nlist, M, nprobe, the three alternating by blocks of
+   ``--block`` queries (a load that changes falls on all three); recall R@10 (the exact
+   nearest neighbour in the first 10) and 10@10 (share of the exact top 10 in the first 10)
+   against numpy exact search, for both.
    Plus streamk's default search (ADC top max(4k, 100) re-ranked with the stored
    vectors, k = 10).
 5. **keeping up**: the writer (this process) adds one vector, then the reader
    searches; against a search with no change (alternated, median).
-6. For N <= 100k, the same with flat PQ (nlist = 1) against faiss ``IndexPQ``.
+6. With ``--flat``, for N <= 100k, the same with flat PQ (nlist = 1) against faiss
+   ``IndexPQ`` (retrains the index).
 
 ``--codes-only 10000000``: 10M random (list, code) entries built into the
 reader's inverted lists in a fresh process: its memory against N (M + 8) bytes,
@@ -64,11 +74,12 @@ from common import load_str, log, machine_info, table  # noqa: E402
 # search would warn at each query (StaleCodecWarning) although the sample was as
 # representative as any.
 warnings.filterwarnings("ignore", message=".*images were added since the PQ codec was trained")
-from vectors import (centres, database_chunks, draw, exact_topk, make_queries, recall_at,  # noqa: E402
-                     set_threads)
+from vectors import (CHUNK, centres, database_chunks, draw, exact_topk, make_queries, overlap_at,  # noqa: E402
+                     recall_at, set_threads, spectrum)
 
 K = 100
 ADD_BATCH = 1024
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}  # cpu: the searching thread's CPU time
 RATE_WINDOW = 10_000
 HERE = Path(__file__).resolve()
 
@@ -98,6 +109,77 @@ def ms(s):
     return f"{1e3 * s:.3f}" if s < 0.01 else f"{1e3 * s:.2f}" if s < 1 else f"{1e3 * s:,.0f}"
 
 
+# ============================================================== the vectors
+SCENE_VIEWS = 8  # database rows per scene (consecutive rows; a query is one more view)
+SCENE_NOISE = 0.6  # a view's noise, relative to the norm of its scene point
+
+
+class MixtureVectors:
+    """``bench/vectors.py``'s Gaussian mixture, queries fresh draws of it: a query's
+    neighbours are nearly equidistant members of its cluster, mostly in one list, so
+    recall hardly moves with nprobe."""
+
+    name = "mixture"
+
+    def __init__(self, dim, seed):
+        self.dim, self.seed = dim, seed
+
+    def database_chunks(self, n):
+        return database_chunks(n, self.dim, self.seed)
+
+    def queries(self, nq, n):
+        return make_queries(nq, self.dim, self.seed)
+
+    def sample(self, rng, n):
+        """n training (or extra) vectors, drawn apart from the database."""
+        return draw(rng, n, centres(self.dim, self.seed))
+
+
+class SceneVectors(MixtureVectors):
+    """Scenes seen in several photos, as in image retrieval: scene points drawn from the
+    mixture, each seen in SCENE_VIEWS database rows (the point plus noise, normalised); a
+    query is one more view of a scene in the database. A query's nearest neighbours are
+    its scene's views, clearly nearer than the rest, yet spread over the lists around
+    the scene (the noise crosses list boundaries), so recall rises with nprobe as with
+    real image vectors."""
+
+    name = "scenes"
+
+    def _points(self, chunk):
+        """The scene points of database chunk ``chunk`` (CHUNK / SCENE_VIEWS of them)."""
+        return draw(np.random.default_rng([self.seed, 7, chunk]), CHUNK // SCENE_VIEWS, centres(self.dim, self.seed))
+
+    def _views(self, P, rng, reps):
+        sd = spectrum(self.dim)
+        X = np.repeat(P, reps, axis=0)
+        scale = SCENE_NOISE / float(np.sqrt((sd ** 2).sum()))  # P is unit-norm: noise of norm ~ SCENE_NOISE
+        X += scale * rng.standard_normal(X.shape, dtype=np.float32) * sd
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+        return X
+
+    def database_chunks(self, n):
+        for c, lo in enumerate(range(0, n, CHUNK)):
+            m = min(CHUNK, n - lo)
+            P = self._points(c)[:-(-m // SCENE_VIEWS)]
+            yield lo, self._views(P, np.random.default_rng([self.seed, 8, c]), SCENE_VIEWS)[:m]
+
+    def queries(self, nq, n):
+        rng = np.random.default_rng([self.seed, 9])
+        scenes = rng.choice(n // SCENE_VIEWS, nq, replace=False)
+        per_chunk = CHUNK // SCENE_VIEWS
+        P = np.empty((nq, self.dim), np.float32)
+        for c in np.unique(scenes // per_chunk):
+            sel = scenes // per_chunk == c
+            P[sel] = self._points(int(c))[scenes[sel] % per_chunk]
+        return self._views(P, rng, 1)
+
+    def sample(self, rng, n):
+        return self._views(draw(rng, n, centres(self.dim, self.seed)), rng, 1)
+
+
+VECTOR_SETS = {v.name: v for v in (SceneVectors, MixtureVectors)}
+
+
 # ============================================================== the reader process
 def reader_main(path, t_spawn):
     """A reader process: open, answer a first query, then commands (JSON lines)."""
@@ -106,13 +188,13 @@ def reader_main(path, t_spawn):
 
     from streamk.index.sharded import open_index
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     idx = open_index(path, readonly=True)  # one index, or the shards of a sharded one
     dim = idx.dim
     q0 = make_queries(1, dim, 12345)[0]
     first = idx.search(q0[None, :], k=10)
     t_first = time.perf_counter() - t0
-    reply({"open_to_first": t_first, "start_to_import": t_import - t_spawn,
+    reply({"open_to_first": t_first, "open_to_first_cpu": time.process_time() - c0, "start_to_import": t_import - t_spawn,
            "start_to_first": time.time() - t_spawn, "found": first[1][0, 0] is not None})
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -123,27 +205,29 @@ def reader_main(path, t_spawn):
             st = proc_status()
             reply({"rss": st["VmRSS"], "anon": st["RssAnon"], "file": st["RssFile"], "peak": st["VmHWM"],
                    "view": idx.stats()["reader_memory"]})
-        elif op == "search":
-            Q = np.load(cmd["queries"])
+        elif op == "search":  # queries lo..hi-1, one at a time: the seconds of each (and the ids found)
+            Q = np.load(cmd["queries"])[cmd.get("lo", 0):cmd.get("hi")]
             set_threads(cmd["threads"])
+            clock = CLOCKS[cmd.get("clock", "wall")]
             times, found = [], []
             with threadpool_limits(cmd["threads"], user_api="blas"):
                 for q in Q:
                     if cmd.get("rows_only"):  # the search itself, without the ids of the results
-                        t = time.perf_counter()
+                        t = clock()
                         with idx.store.read(buffers=True) as txn:
                             idx.view.refresh(txn)
-                            _, rows = idx.view.search(txn, q[None, :], cmd["k"], mode="pq",
-                                                      nprobe=cmd.get("nprobe"), rerank=cmd.get("rerank"))
-                        times.append(time.perf_counter() - t)
+                            idx.view.search(txn, q[None, :], cmd["k"], mode="pq", nprobe=cmd.get("nprobe"),
+                                            rerank=cmd.get("rerank"))
+                        times.append(clock() - t)
                         continue
-                    t = time.perf_counter()
+                    t = clock()
                     _, ids = idx.search(q[None, :], k=cmd["k"], mode="pq", nprobe=cmd.get("nprobe"),
                                         rerank=cmd.get("rerank"))
-                    times.append(time.perf_counter() - t)
+                    times.append(clock() - t)
                     found.append([int(i) if i is not None and i.isdigit() else -1 for i in ids[0]])
-            np.save(cmd["out"], np.array(found, np.int64))
-            reply({"median": statistics.median(times), "mean": float(np.mean(times))})
+            if cmd.get("out"):
+                np.save(cmd["out"], np.array(found, np.int64))
+            reply({"times": times, "median": statistics.median(times), "mean": float(np.mean(times))})
         elif op == "one":
             q = np.load(cmd["queries"])[cmd["i"]]
             t = time.perf_counter()
@@ -202,7 +286,7 @@ def train_codecs(args, nlist, dim, work):
     with the same settings: training is the longest step at 1M)."""
     from streamk.quantization.ivfpq import IVFPQ, default_train_size
     n_train = args.train or default_train_size(nlist)
-    cache = work / f"codecs-IVF{nlist}-PQ{args.M}-{n_train}-{args.kmeans_iter}-{args.seed}"
+    cache = work / f"codecs-{args.vset.name}-IVF{nlist}-PQ{args.M}-{n_train}-{args.kmeans_iter}-{args.seed}"
     if (cache / "times.json").exists():
         times = json.loads((cache / "times.json").read_text())
         fx = None
@@ -224,7 +308,7 @@ def train_codecs(args, nlist, dim, work):
 
 def _train_codecs(args, nlist, dim, n_train):
     from streamk.quantization.ivfpq import IVFPQ
-    X = draw(np.random.default_rng([args.seed, 3]), n_train, centres(dim, args.seed))
+    X = args.vset.sample(np.random.default_rng([args.seed, 3]), n_train)
     log(f"  training IVF{nlist},PQ{args.M} on {n_train:,} vectors (streamk) ...")
     t = time.perf_counter()
     codec = IVFPQ(nlist=nlist, M=args.M, seed=args.seed, kmeans_iter=args.kmeans_iter).fit(X)
@@ -248,7 +332,7 @@ def build_index(path, n, codec, args, dim):
     idx.train(codec=codec, progress=False)
     marks = []  # (rows added, seconds) at each batch
     t0 = time.perf_counter()
-    for lo, V in database_chunks(n, dim, args.seed):
+    for lo, V in args.vset.database_chunks(n):
         for s in range(0, len(V), ADD_BATCH):
             part = V[s:s + ADD_BATCH]
             res = idx.add_many(({"id": str(lo + s + j), "vector": v} for j, v in enumerate(part)),
@@ -268,23 +352,24 @@ def build_index(path, n, codec, args, dim):
     return idx, rate(0, min(n, RATE_WINDOW)), rate(max(0, n - RATE_WINDOW), n), marks[-1][1]
 
 
-def faiss_search(fx, Q, k, nprobe, threads):
+def faiss_search(fx, Q, k, nprobe, threads, clock="wall"):
     import faiss
     faiss.omp_set_num_threads(threads)
     if hasattr(fx, "nprobe"):
         fx.nprobe = nprobe
     times, found = [], []
+    clock = CLOCKS[clock]
     for q in Q:
-        t = time.perf_counter()
+        t = clock()
         _, I = fx.search(q[None, :], k)
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
         found.append(I[0])
-    return statistics.median(times), np.array(found)
+    return times, np.array(found)
 
 
-def faiss_add(fx, n, dim, args):
+def faiss_add(fx, n, args):
     t = time.perf_counter()
-    for lo, V in database_chunks(n, dim, args.seed):
+    for lo, V in args.vset.database_chunks(n):
         fx.add(V)
     return n / (time.perf_counter() - t)
 
@@ -294,21 +379,81 @@ def recalls(found, truth):
 
 
 # ============================================================== one size
+def drop_page_cache(path):
+    """Drop the index's files from the page cache: the whole cache where permitted (root:
+    ``echo 3 > /proc/sys/vm/drop_caches``), else each file's pages (posix_fadvise
+    DONTNEED; pages another process maps stay). Returns how."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return "drop_caches"
+    except OSError:
+        for f in Path(path).iterdir():
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        return "fadvise"
+
+
+def existing_index(path, n):
+    """The index at ``path`` when it holds n images (``--reuse``), else None."""
+    from streamk.index import StreamingIndex
+    if not (path / "data.mdb").exists():
+        return None
+    idx = StreamingIndex.open(path)
+    if len(idx) == n:
+        return idx
+    idx.close()
+    return None
+
+
+def timed_searches(args, reader, fx, Q, qfile, k, nprobe, threads):
+    """Per-query seconds of streamk (with the ids, and the rows alone) and faiss, the three
+    alternating by blocks of queries (a load that changes meanwhile falls on all three);
+    and the ids / rows each found."""
+    times = {"ids": [], "rows": [], "faiss": []}
+    found, found_f = [], []
+    block = args.block
+    clock = args.clock if threads == 1 else "wall"  # a thread's CPU time misses the others'
+    for lo in range(0, len(Q), block):
+        hi = min(len(Q), lo + block)
+        res = reader.ask(op="search", queries=str(qfile), lo=lo, hi=hi, k=k, nprobe=nprobe, rerank=0,
+                         threads=threads, clock=clock, out=str(qfile.with_name("found.npy")))
+        times["ids"] += res["times"]
+        found.append(np.load(qfile.with_name("found.npy")))
+        times["rows"] += reader.ask(op="search", queries=str(qfile), lo=lo, hi=hi, k=k, nprobe=nprobe, rerank=0,
+                                    threads=threads, clock=clock, rows_only=True)["times"]
+        if fx is not None:
+            tf, ff = faiss_search(fx, Q[lo:hi], k, nprobe, threads, clock)
+            times["faiss"] += tf
+            found_f.append(ff)
+    med = {key: statistics.median(t) if t else None for key, t in times.items()}
+    return med, np.concatenate(found), (np.concatenate(found_f) if found_f else None)
+
+
 def run_size(args, n, work, rows_out):
     dim = args.dim
+    vset = args.vset
     nlist = args.nlist or default_nlist(n)
-    log(f"N = {n:,}: IVF{nlist}, M = {args.M}; load {load_str()}")
-    Q = make_queries(args.queries, dim, args.seed)
+    log(f"N = {n:,}: IVF{nlist}, M = {args.M}, vectors {vset.name}; load {load_str()}")
+    Q = vset.queries(args.queries, n)
     qfile = work / "queries.npy"
     np.save(qfile, Q)
     t = time.perf_counter()
-    _, truth = exact_topk(database_chunks(n, dim, args.seed), Q, K)
+    _, truth = exact_topk(vset.database_chunks(n), Q, K)
     t_exact = (time.perf_counter() - t) / len(Q)
     codec, fx, t_train, t_train_faiss, n_train = train_codecs(args, nlist, dim, work)
-    path = work / f"ix{n}"
-    shutil.rmtree(path, ignore_errors=True)  # the writer's rates are part of the measure: built anew
-    idx, rate_first, rate_last, t_build = build_index(path, n, codec, args, dim)
-    rate_faiss = faiss_add(fx, n, dim, args) if fx is not None else None
+    path = work / f"ix{n}-{vset.name}"
+    idx = existing_index(path, n) if args.reuse else None
+    if idx is None:
+        shutil.rmtree(path, ignore_errors=True)  # the writer's rates are part of the measure: built anew
+        idx, rate_first, rate_last, t_build = build_index(path, n, codec, args, dim)
+    else:
+        log(f"  index reused from {path}")
+        rate_first = rate_last = t_build = None
+    rate_faiss = faiss_add(fx, n, args) if fx is not None else None
     disk = sum(f.stat().st_size for f in path.iterdir())
 
     # an empty index's reader with the same codec: the memory baseline
@@ -321,42 +466,43 @@ def run_size(args, n, work, rows_out):
     base = r0.ask(op="memory")
     r0.close()
 
+    idx.close()  # nothing of the index left mapped here: the reader opens it cold
+    cold = drop_page_cache(path)
     reader = Reader(path)
     first = reader.first
+    first["cold"] = cold
     mem = reader.ask(op="memory")
     out = {"n": n, "nlist": nlist, "M": args.M, "train": n_train, "t_train": t_train,
            "t_train_faiss": t_train_faiss, "rate_first": rate_first, "rate_last": rate_last,
            "rate_faiss": rate_faiss, "t_build": t_build, "disk": disk, "first": first,
            "rss": mem["rss"], "rss_empty": base["rss"], "anon": mem["anon"] - base["anon"],
            "file": mem["file"] - base["file"], "peak": mem["peak"], "view": mem["view"],
-           "t_exact_numpy": t_exact, "search": []}
+           "t_exact_numpy": t_exact, "search": [], "vectors": vset.name, "load": load_str()}
 
-    nq1 = min(args.single, len(Q))
     for nprobe in args.nprobes if nlist > 1 else [1]:
         if nprobe > nlist:
             continue
-        row = {"nprobe": nprobe}
-        for threads, key in ((1, "t1"), (args.threads, "tall")):
-            res = reader.ask(op="search", queries=str(qfile), k=K, nprobe=nprobe, rerank=0, threads=threads,
-                             out=str(work / "found.npy"))
-            row[key] = res["median"]
-            if threads == 1:
-                row["recall"] = recalls(np.load(work / "found.npy"), truth)
-                row["t1_rows"] = reader.ask(op="search", queries=str(qfile), k=K, nprobe=nprobe, rerank=0,
-                                            threads=1, rows_only=True, out=str(work / "found.npy"))["median"]
-            if fx is not None:
-                tf, found_f = faiss_search(fx, Q[:nq1] if threads != 1 else Q, K, nprobe, threads)
-                row["faiss_" + key] = tf
-                if threads == 1:
-                    row["faiss_recall"] = recalls(found_f, truth)
-        out["search"].append(row)
-        log(f"  nprobe {nprobe}: {row}")
+        for k in args.ks:
+            row = {"nprobe": nprobe, "k": k}
+            med, found, found_f = timed_searches(args, reader, fx, Q, qfile, k, nprobe, 1)
+            row.update(t1=med["ids"], t1_rows=med["rows"], faiss_t1=med["faiss"])
+            row["recall"] = recalls(found, truth)
+            row["overlap10"] = overlap_at(found, truth, 10)
+            if found_f is not None:
+                row["faiss_recall"] = recalls(found_f, truth)
+                row["faiss_overlap10"] = overlap_at(found_f, truth, 10)
+            if args.all_threads:
+                med, _, _ = timed_searches(args, reader, fx, Q[:args.single], qfile, k, nprobe, args.threads)
+                row.update(tall=med["ids"], faiss_tall=med["faiss"])
+            out["search"].append(row)
+            log(f"  nprobe {nprobe}, k {k}: {row}; load {load_str()}")
     res = reader.ask(op="search", queries=str(qfile), k=10, nprobe=args.default_nprobe, rerank=None,
                      threads=1, out=str(work / "found.npy"))
     out["rerank"] = {"t1": res["median"], "recall": recalls(np.load(work / "found.npy"), truth)[:2]}
 
-    # keeping up: add one vector (this process), then the reader searches
-    extra = draw(np.random.default_rng([args.seed, 9]), args.refresh_reps, centres(dim, args.seed))
+    # keeping up: add one vector (the writer, this process), then the reader searches
+    idx = StreamingIndex.open(path)
+    extra = vset.sample(np.random.default_rng([args.seed, 9]), args.refresh_reps)
     plain, after = [], []
     for i in range(args.refresh_reps):
         plain.append(reader.ask(op="one", queries=str(qfile), i=i % len(Q), nprobe=args.default_nprobe)["seconds"])
@@ -379,7 +525,7 @@ def run_size(args, n, work, rows_out):
 def run_flat(args, n, idx, Q, qfile, truth, work, dim):
     """Flat PQ (nlist = 1) in the same index (retrained), against faiss IndexPQ."""
     from streamk.quantization.ivfpq import IVFPQ
-    X = draw(np.random.default_rng([args.seed, 3]), args.train or 65536, centres(dim, args.seed))
+    X = args.vset.sample(np.random.default_rng([args.seed, 3]), args.train or 65536)
     flat = IVFPQ(nlist=1, M=args.M, seed=args.seed).fit(X)
     idx.train(codec=flat, progress=False)
     reader = Reader(idx.path)
@@ -397,10 +543,10 @@ def run_flat(args, n, idx, Q, qfile, truth, work, dim):
         import faiss
         fx = faiss.IndexPQ(dim, args.M, 8, faiss.METRIC_INNER_PRODUCT)
         fx.train(X)
-        faiss_add(fx, n, dim, args)
+        faiss_add(fx, n, args)
         for threads, key in ((1, "t1"), (args.threads, "tall")):
             tf, found = faiss_search(fx, Q, K, 1, threads)
-            row["faiss_" + key] = tf
+            row["faiss_" + key] = statistics.median(tf)
             if threads == 1:
                 row["faiss_recall"] = recalls(found, truth)
     return row
@@ -457,56 +603,63 @@ def run_codes_only(args):
 # ============================================================== report
 def report(args, rows, codes_only):
     info = machine_info()
+    where = f"[{info['cpu']}; load {load_str()}] "  # every table says where it was measured
     print(f"\nmachine: {info['cpu']}, {info['usable_cores']} cores; Python {info['python']}, numpy "
           f"{info['numpy']}, numba {info['numba']}; load {load_str()} at the end")
-    print(f"vectors: D' = {args.dim}, float16 in LMDB; {args.queries} queries; k = {K}; "
+    print(f"vectors: {args.vectors}, D' = {args.dim}, float16 in LMDB; {args.queries} queries; "
           f"M = {args.M}; one query at a time; median per query")
+
+    def num(x, fmt):
+        return "-" if x is None else format(x, fmt)
     table(["N", "nlist", "add/s first 10k", "add/s last 10k", "last / first", "faiss add/s", "build s",
            "disk MB", "train s", "faiss train s"],
-          [[f"{r['n']:,}", r["nlist"], f"{r['rate_first']:,.0f}", f"{r['rate_last']:,.0f}",
-            f"{r['rate_last'] / r['rate_first']:.2f}", f"{r['rate_faiss']:,.0f}" if r["rate_faiss"] else "-",
-            f"{r['t_build']:,.0f}", mb(r["disk"]), f"{r['t_train']:.0f}",
-            f"{r['t_train_faiss']:.0f}" if r["t_train_faiss"] else "-"] for r in rows],
-          title="Writer: add rate (add_many, 1,024 per transaction, codes inline) and training")
+          [[f"{r['n']:,}", r["nlist"], num(r["rate_first"], ",.0f"), num(r["rate_last"], ",.0f"),
+            f"{r['rate_last'] / r['rate_first']:.2f}" if r["rate_first"] else "-", num(r["rate_faiss"], ",.0f"),
+            num(r["t_build"], ",.0f"), mb(r["disk"]), num(r["t_train"], ".0f"), num(r["t_train_faiss"], ".0f")]
+           for r in rows],
+          title=where + "Writer: add rate (add_many, 1,024 per transaction, codes inline) and training "
+                "('-': the index was reused)")
     table(["N", "reader RSS MB", "empty index's reader MB", "above empty MB", "of which private MB",
            "of which mapped file MB", "N (M+8) MB", "peak MB",
-           "process start -> first answer s", "open -> first answer s", "search ms", "after 1 add ms",
-           "ratio"],
+           "process start -> first answer s", "open -> first answer s", "of it CPU s", "page cache", "search ms",
+           "after 1 add ms", "ratio"],
           [[f"{r['n']:,}", mb(r["rss"]), mb(r["rss_empty"]), mb(r["rss"] - r["rss_empty"]), mb(r["anon"]),
             mb(r["file"]), mb(r["n"] * (r["M"] + 8)), mb(r["peak"]), f"{r['first']['parent_spawn_to_first']:.2f}",
-            f"{r['first']['open_to_first']:.3f}", ms(r["one_plain"]), ms(r["one_after_add"]),
-            f"{r['one_after_add'] / r['one_plain']:.2f}"] for r in rows],
-          title="Reader (a separate process): memory, open -> first answer, a search right after one add "
-                f"(nprobe {args.default_nprobe}, k = 10)")
+            f"{r['first']['open_to_first']:.3f}", f"{r['first'].get('open_to_first_cpu', float('nan')):.3f}",
+            f"cold ({r['first']['cold']})", ms(r["one_plain"]),
+            ms(r["one_after_add"]), f"{r['one_after_add'] / r['one_plain']:.2f}"] for r in rows],
+          title=where + "Reader (a separate process, the index's pages dropped from the page cache before it starts): "
+                f"memory, open -> first answer, a search right after one add (nprobe {args.default_nprobe}, k = 10)")
     lines = []
     for r in rows:
         for s in r["search"]:
-            f = "faiss_t1" in s
-            lines.append([f"{r['n']:,}", f"IVF{r['nlist']}", s["nprobe"], ms(s["t1"]), ms(s["t1_rows"]),
+            f = s.get("faiss_t1") is not None
+            lines.append([f"{r['n']:,}", f"IVF{r['nlist']}", s["nprobe"], s["k"], ms(s["t1"]), ms(s["t1_rows"]),
                           ms(s["faiss_t1"]) if f else "-", f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-",
                           f"{s['t1_rows'] / s['faiss_t1']:.2f}" if f else "-",
-                          ms(s["tall"]), ms(s["faiss_tall"]) if f else "-",
-                          " / ".join(f"{x:.3f}" for x in s["recall"]),
-                          " / ".join(f"{x:.3f}" for x in s["faiss_recall"]) if f else "-"])
+                          f"{s['recall'][1]:.3f} / {s['overlap10']:.3f}",
+                          f"{s['faiss_recall'][1]:.3f} / {s['faiss_overlap10']:.3f}" if f else "-",
+                          ms(s["tall"]) if "tall" in s else "-",
+                          ms(s["faiss_tall"]) if s.get("faiss_tall") is not None else "-", r["load"]])
         if "flat" in r:
             s = r["flat"]
             f = "faiss_t1" in s
-            lines.append([f"{r['n']:,}", "flat PQ", "-", ms(s["t1"]), ms(s["t1_rows"]), ms(s["faiss_t1"]) if f else "-",
-                          f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-",
-                          f"{s['t1_rows'] / s['faiss_t1']:.2f}" if f else "-", ms(s["tall"]),
-                          ms(s["faiss_tall"]) if f else "-", " / ".join(f"{x:.3f}" for x in s["recall"]),
-                          " / ".join(f"{x:.3f}" for x in s["faiss_recall"]) if f else "-"])
-    table(["N", "codec", "nprobe", "streamk 1 thread ms", "of it without ids ms", "faiss 1 thread ms",
-           "streamk / faiss", "without ids / faiss",
-           f"streamk {args.threads} threads ms", f"faiss {args.threads} threads ms",
-           "streamk R@1 / 10 / 100", "faiss R@1 / 10 / 100"], lines,
-          title=f"Search (ADC, k = {K}, no re-ranking) against faiss with the same nlist, M, nprobe; "
-                "numpy exact search is the truth")
+            lines.append([f"{r['n']:,}", "flat PQ", "-", K, ms(s["t1"]), ms(s["t1_rows"]),
+                          ms(s["faiss_t1"]) if f else "-", f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-",
+                          f"{s['t1_rows'] / s['faiss_t1']:.2f}" if f else "-", f"{s['recall'][1]:.3f} / -",
+                          f"{s['faiss_recall'][1]:.3f} / -" if f else "-", ms(s["tall"]),
+                          ms(s["faiss_tall"]) if f else "-", r["load"]])
+    table(["N", "codec", "nprobe", "k", "streamk ms (ids)", "streamk ms (rows)", "faiss ms",
+           "streamk / faiss (ids)", "streamk / faiss (rows)", "streamk R@10 / 10@10", "faiss R@10 / 10@10",
+           f"streamk {args.threads} threads ms", f"faiss {args.threads} threads ms", "load"], lines,
+          title=where + f"Search (ADC, no re-ranking), 1 thread ({args.clock} time), against faiss IndexIVFPQ with the same nlist, M, nprobe "
+                f"(alternating by blocks of {args.block} queries); (ids): the ids of the k results included; "
+                "R@10: the exact nearest neighbour in the first 10; 10@10: share of the exact top 10 in the first 10")
     table(["N", "numpy exact ms/query (all threads)", f"streamk default (nprobe {args.default_nprobe}, "
            "re-rank top 100, k = 10) ms", "its R@1 / R@10"],
           [[f"{r['n']:,}", ms(r["t_exact_numpy"]), ms(r["rerank"]["t1"]),
             " / ".join(f"{x:.3f}" for x in r["rerank"]["recall"])] for r in rows],
-          title="Exact search (the reference) and streamk's default search with re-ranking (1 thread)")
+          title=where + "Exact search (the reference) and streamk's default search with re-ranking (1 thread)")
     if codes_only:
         c = codes_only
         table(["N codes", "nlist", "memory MB", "N (M + 8) MB", "ratio", "build s", "search 1 thread ms",
@@ -514,7 +667,7 @@ def report(args, rows, codes_only):
               [[f"{c['n']:,}", args.codes_only_nlist, mb(c["rss_increase"]), mb(c["n"] * (args.M + 8)),
                 f"{c['rss_increase'] / (c['n'] * (args.M + 8)):.2f}", f"{c['t_build']:.1f}", ms(c["t1"]),
                 ms(c["tall"])]],
-              title=f"Codes only, in memory: the reader's inverted lists (random codes, nprobe "
+              title=where + f"Codes only, in memory: the reader's inverted lists (random codes, nprobe "
                     f"{args.default_nprobe}, k = {K})")
 
 
@@ -535,7 +688,17 @@ def parse_args(argv=None):
     p.add_argument("--codes-only", type=int, default=10_000_000, help="0: skip")
     p.add_argument("--codes-only-nlist", type=int, default=4096)
     p.add_argument("--no-codes-only", dest="codes_only", action="store_const", const=0)
-    p.add_argument("--no-flat", dest="flat", action="store_false")
+    p.add_argument("--flat", action="store_true", help="also flat PQ against faiss IndexPQ (N <= 100k; retrains "
+                   "the index)")
+    p.add_argument("--vectors", choices=sorted(VECTOR_SETS), default="scenes",
+                   help="scenes (default): recall rises with nprobe; mixture: the earlier set")
+    p.add_argument("--ks", default="10,100", help="result counts timed")
+    p.add_argument("--block", type=int, default=25, help="queries per block (streamk and faiss alternate)")
+    p.add_argument("--all-threads", action="store_true", help="also time with all threads")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                   help="1-thread searches timed by wall time, or by the searching thread's CPU time (cpu: "
+                        "fair when other work shares the cores)")
+    p.add_argument("--reuse", action="store_true", help="reuse an index of the same N and vectors in --workdir")
     p.add_argument("--no-faiss", dest="faiss", action="store_false")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default=None, help="where the indexes go (default: a temporary folder)")
@@ -544,6 +707,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     args.nprobes = [int(x) for x in args.nprobes.split(",") if x]
+    args.ks = [int(x) for x in args.ks.split(",") if x]
+    args.vset = VECTOR_SETS[args.vectors](args.dim, args.seed)
     args.threads = os.cpu_count()
     if args.faiss:
         try:
