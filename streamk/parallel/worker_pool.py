@@ -210,6 +210,24 @@ def _end_within(ending, timeout):
         if p.is_alive():
             p.kill()
             p.join(1.0)
+    _release(pool for pool, _ in ending)
+
+
+def _release(pools, timeout=2.0):
+    """Let each pool's manager thread end (its workers are gone: it notices at once), then
+    collect: the queues' semaphores are unlinked now, not at interpreter exit -- a process
+    that ends by a signal right after (a server re-raising SIGTERM) runs no finalizer, and
+    multiprocessing's resource tracker would warn of "leaked semaphore objects"."""
+    import gc
+
+    enders = [threading.Thread(target=pool.shutdown, kwargs={"wait": True}, daemon=True) for pool in pools]
+    for t in enders:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in enders:
+        t.join(max(0.0, deadline - time.monotonic()))
+    del enders
+    gc.collect()
 
 
 __all__ = ["CRASHED", "TaskFailure", "WorkerPool", "retry_alone"]

@@ -40,3 +40,25 @@ def test_close_with_a_timeout_ends_hung_tasks_of_every_pool_it_started(tmp_path)
     assert not thread.is_alive() and isinstance(retried[0], TaskFailure)  # the retry answered, not hung
     assert not any(alive(p) for p in pids)  # all three ended by close, none left behind
     assert hung.exception(timeout=30) is not None  # its future failed (the pool broke), not left pending
+
+
+_DIES_AFTER_CLOSE = """
+import os, signal
+from streamk.parallel import TaskContext, WorkerPool
+pool = WorkerPool(1, TaskContext(dict, {}))
+assert pool.submit(isinstance, dict)[0].result(timeout=60) is True  # the pool ran a task
+pool.close(timeout=5.0)
+os.kill(os.getpid(), signal.SIGTERM)  # as uvicorn re-raises it once the server has stopped: no finalizers run
+"""
+
+
+def test_a_process_killed_right_after_close_leaves_no_semaphore_to_the_resource_tracker():
+    """close(timeout=) frees the pool's queues before it returns: a server that ends by its
+    re-raised SIGTERM right after closing (no interpreter finalization) leaves nothing for
+    multiprocessing's resource tracker to warn about ("leaked semaphore objects")."""
+    from helpers.processes import run_python
+
+    for _ in range(3):  # the manager thread's exit races the kill: a few tries
+        r = run_python("-c", _DIES_AFTER_CLOSE, timeout=120)
+        assert r.returncode == -15, r.stderr
+        assert "leaked semaphore" not in r.stderr, r.stderr
