@@ -14,6 +14,7 @@ import pytest
 
 from streamk import errors
 from streamk.cli import main
+from streamk.schema import JSON_SCHEMA_VERSION
 
 pytest.importorskip("cv2")
 pytest.importorskip("PIL")
@@ -287,8 +288,13 @@ def test_duplicates_of_an_image_with_none_says_so(work):
     res = streamk("duplicates", str(work / "ix"), "--id", "img0.png", "--threshold", "1")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == ["no near-duplicates of img0.png (threshold 1)"]
+    # no local geometry here: one note line that the rule is the vector's, and how to add geometry
+    assert "by vector similarity only" in one_error_line(res) and "add-local-features" in res.stderr
     res = streamk("duplicates", str(work / "ix"), "--id", "img0.png", "--threshold", "1", "--json")
-    assert res.returncode == 0 and json.loads(res.stdout) == []
+    assert res.returncode == 0
+    answer = json.loads(res.stdout)
+    assert answer["duplicates"] == [] and answer["id"] == "img0.png" and answer["rule"] == "vector"
+    assert answer["schema_version"] == JSON_SCHEMA_VERSION and "same scene" in answer["note"]
 
 
 # ---------------------------------------------------------------- smaller failures (issue 17, 7)

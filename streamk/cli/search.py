@@ -198,37 +198,65 @@ class _stale_codec_noted:
             print(f"streamk: note: {note}", file=sys.stderr, flush=True)
 
 
+VECTOR_ONLY_NOTE = ("groups by vector similarity only{why}: a group may hold other photos of the same scene, not "
+                    "copies; {how}")
+
+
+def _vector_only_note(idx, args):
+    """Why these groups are by the vector alone, and what gives the copy classes instead."""
+    if getattr(idx, "has_local_features", False):
+        return VECTOR_ONLY_NOTE.format(why=" (asked with --threshold or --dask)",
+                                       how="leave them out to have each pair classed exact / copy / same scene")
+    if not hasattr(idx, "has_local_features"):  # a sharded index: the classes are one index's
+        return VECTOR_ONLY_NOTE.format(why=" (a sharded index)",
+                                       how="the copy classes run on one index (not a sharded one)")
+    return VECTOR_ONLY_NOTE.format(why=" (this index keeps no local geometry)",
+                                   how=f"give it some with `streamk index add-local-features {args.dir}` to have "
+                                       "each pair classed exact / copy / same scene")
+
+
 def _duplicates(args):
-    """--classes: every verified pair classed exact / copy / same scene, groups of copies only
-    (an index with local geometry). Otherwise: the vector rule before 0.3, its groups of
-    near-duplicates (the default in 0.3, for the call forms of 0.2)."""
+    """On an index with local geometry (the default since 0.3): every verified pair classed
+    exact / copy / same scene, groups of copies only (--classes and --verify say the same).
+    Without it, or asked with --threshold / --dask: groups by vector similarity, with a note
+    on stderr (a field in the JSON) that they may hold other photos of the same scene."""
     from ..errors import ConfigError
 
-    if args.classes and (args.threshold is not None or args.verify or args.dask is not None):
-        raise ConfigError("--classes verifies every pair itself: give it without --threshold, --verify or --dask")
-    if (args.rotations or args.mirrored) and not args.classes:
-        raise ConfigError("--rotations and --mirrored find turned or mirrored copies for --classes: give it too")
+    by_vector = args.threshold is not None or args.dask is not None
+    if by_vector and (args.classes or args.verify):
+        raise ConfigError("--classes and --verify class every verified pair themselves: give them without "
+                          "--threshold or --dask (those ask for groups by vector similarity only)")
+    if by_vector and (args.rotations or args.mirrored):
+        raise ConfigError("--rotations and --mirrored find turned or mirrored copies for the copy classes: "
+                          "give them without --threshold or --dask")
     with open_from_args(args, readonly=True) as idx:
-        if args.classes:
-            if not getattr(idx, "has_local_features", False):
-                raise ConfigError("--classes needs the second stage: this index keeps no local geometry "
-                                  "(give it some with `streamk index add-local-features`)")
+        local = getattr(idx, "has_local_features", False)
+        if not by_vector and local:
             return _copy_classes(args, idx)
+        if args.classes or args.verify or args.rotations or args.mirrored:
+            raise ConfigError("--classes, --verify, --rotations and --mirrored need the second stage: this index "
+                              "keeps no local geometry (give it some with `streamk index add-local-features`)")
+        note = _vector_only_note(idx, args)
         threshold = DEFAULT_DUPLICATE_THRESHOLD if args.threshold is None else args.threshold
-        how = f"threshold {threshold:g}{', verified' if args.verify else ''}"
         if args.id is not None:
-            hits = idx.duplicates(args.id, threshold=threshold, verify=args.verify)
-            _print_near_duplicates_of(args, hits, how)
+            hits = idx.duplicates(args.id, threshold=threshold)
+            _print_near_duplicates_of(args, hits, f"threshold {threshold:g}", note)
             return 0
-        groups = idx.duplicates(threshold=threshold, verify=args.verify, neighbours=args.neighbours,
+        groups = idx.duplicates(threshold=threshold, neighbours=args.neighbours,
                                 progress=None if not args.no_progress else False)
     if args.json:
-        print(json.dumps(groups, indent=1))
-    else:
-        for n, g in enumerate(groups, 1):
-            print(f"group {n} ({len(g['ids'])} images): {' '.join(g['ids'])}")
-        print(f"{len(groups)} group(s) of near-duplicates, {sum(len(g['ids']) for g in groups)} images ({how})")
+        print(json.dumps(_vector_answer(threshold, note, groups=groups), indent=1))
+        return 0
+    print(f"streamk: note: {note}", file=sys.stderr, flush=True)
+    for n, g in enumerate(groups, 1):
+        print(f"group {n} ({len(g['ids'])} images): {' '.join(g['ids'])}")
+    print(f"{len(groups)} group(s) of near-duplicates, {sum(len(g['ids']) for g in groups)} images "
+          f"(threshold {threshold:g}, by vector similarity only)")
     return 0
+
+
+def _vector_answer(threshold, note, **rest):
+    return {"schema_version": JSON_SCHEMA_VERSION, "rule": "vector", "threshold": threshold, "note": note, **rest}
 
 
 def _pair_line(p, other):
@@ -246,7 +274,8 @@ def _copy_classes(args, idx):
         pairs = [p.to_dict() for p in copies_of(idx, args.id, neighbours=args.neighbours, rotations=args.rotations,
                                                   mirrored=args.mirrored)]
         if args.json:
-            print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "id": args.id, "pairs": pairs}, indent=1))
+            print(json.dumps({"schema_version": JSON_SCHEMA_VERSION, "rule": "classes", "id": args.id, "pairs": pairs},
+                             indent=1))
         elif not pairs:
             print(f"no duplicates of {args.id}: none of its {args.neighbours} nearest images is verified "
                   f"as the same scene")
@@ -257,7 +286,7 @@ def _copy_classes(args, idx):
     report = copy_report(idx, neighbours=args.neighbours, rotations=args.rotations, mirrored=args.mirrored,
                          progress=None if not args.no_progress else False)
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps({"schema_version": report.pop("schema_version"), "rule": "classes", **report}, indent=1))
         return 0
     for n, g in enumerate(report["groups"], 1):
         print(f"group {n} ({len(g['ids'])} images, copies of one capture: keep one): {' '.join(g['ids'])}")
@@ -269,15 +298,18 @@ def _copy_classes(args, idx):
     return 0
 
 
-def _print_near_duplicates_of(args, hits, how):
+def _print_near_duplicates_of(args, hits, how, note):
     if args.json:
-        print_json_rows([h.to_dict(pairs=False) for h in hits])
-    elif not hits:
+        print(json.dumps(_vector_answer(args.threshold if args.threshold is not None else DEFAULT_DUPLICATE_THRESHOLD,
+                                        note, id=args.id, duplicates=[h.to_dict(pairs=False) for h in hits]),
+                         indent=1))
+        return
+    print(f"streamk: note: {note}", file=sys.stderr, flush=True)
+    if not hits:
         print(f"no near-duplicates of {args.id} ({how})")
     else:
         for h in hits:
-            inl = "" if h.inliers is None else f"  {h.inliers} inliers"
-            print(f"{h.score:8.4f}  {h.id}{inl}")
+            print(f"{h.score:8.4f}  {h.id}")
 
 
 def add_search_commands(sub):
@@ -333,29 +365,31 @@ def _add_server_options(se):
 
 
 def _add_duplicates_command(sub):
-    du = sub.add_parser("duplicates", help="groups of near-duplicate images by vector similarity; with --classes, "
-                                           "copies of one capture (exact / copy) told apart from other photos of "
-                                           "the same scene")
+    du = sub.add_parser("duplicates", help="copies of one capture (exact / copy) told apart from other photos of the "
+                                           "same scene (an index with local geometry); else groups by vector "
+                                           "similarity only")
     du.add_argument("dir", help="index directory")
     du.add_argument("--id", default=None, help="only this image's duplicates")
     du.add_argument("--threshold", type=unit_float, default=None, metavar="T",
-                    help="without --classes: vector similarity (inner product) of a near-duplicate (default "
-                         f"{DEFAULT_DUPLICATE_THRESHOLD}, measured on the demo's photo changes: bench/README.md)")
+                    help="groups by vector similarity only (inner product at least T; the rule without local "
+                         f"geometry, default {DEFAULT_DUPLICATE_THRESHOLD}, measured on the demo's photo changes: "
+                         "bench/README.md): they may hold other photos of the same scene")
     du.add_argument("--verify", action="store_true",
-                    help="without --classes: keep only the pairs the second stage confirms (local geometry, RANSAC)")
+                    help="deprecated, the default with local geometry: every pair is verified and classed")
     du.add_argument("--classes", action="store_true",
-                    help="class every verified pair: exact (same bytes or pixels), copy (the same capture edited: "
-                         "re-encoded, resized, cropped, bordered, captioned, toned), same scene (another photo: "
-                         "keep both); groups of copies only, with score, inliers, covered fraction and pixel "
-                         "agreement (needs local geometry)")
+                    help="the default with local geometry (kept for 0.2 call forms): class every verified pair: "
+                         "exact (same bytes or pixels), copy (the same capture edited: re-encoded, resized, cropped, "
+                         "bordered, captioned, toned), same scene (another photo: keep both); groups of copies only, "
+                         "with score, inliers, covered fraction and pixel agreement")
     du.add_argument("--rotations", action="store_true",
                     help="also find copies turned by quarter turns (describes each image three more times)")
     du.add_argument("--mirrored", action="store_true",
                     help="also find mirrored copies (describes each image once more)")
     du.add_argument("--neighbours", type=positive_int, default=10,
                     help="each image's nearest images looked at (default 10)")
-    du.add_argument("--json", action="store_true", help="print JSON (with schema_version for the classes)")
+    du.add_argument("--json", action="store_true",
+                    help="print JSON (with schema_version, rule: classes or vector, and the vector rule's note)")
     du.add_argument("--no-progress", action="store_true", help="no progress bar")
     du.add_argument("--dask", default=None, metavar="ADDRESS",
-                    help="a sharded index: its shards' owners on this Dask cluster (vector rule only)")
+                    help="a sharded index: its shards' owners on this Dask cluster (groups by vector similarity only)")
     du.set_defaults(func=_duplicates)

@@ -302,10 +302,15 @@ class DuplicatePairAnswer(Answer):
 
 class DuplicatesAnswer(Answer):
     id: str
-    threshold: float
+    threshold: float = Field(description="least vector similarity (the vector rule only)")
     verify: bool
-    duplicates: list[HitAnswer]
-    pairs: list[DuplicatePairAnswer] | None = Field(None, description="with classes=true: every verified pair "
+    rule: Literal["classes", "vector"] = Field(description="classes: copies told apart from other photos of the "
+                                               "scene (the default with local geometry); vector: by vector "
+                                               "similarity only")
+    note: str | None = Field(None, description="with the vector rule: that these may be other photos of the scene")
+    duplicates: list[HitAnswer] = Field(description="classes: its exact and copy pairs' images; vector: its near-"
+                                        "duplicates by vector similarity")
+    pairs: list[DuplicatePairAnswer] | None = Field(None, description="with the classes: every verified pair "
                                                     "among its nearest, classed, most alike first")
 
 

@@ -57,6 +57,10 @@ def raise_worker_error(out):
 # Metadata fields in which ingestion records where each file lies on this machine: not
 # shown to clients unless the server is told (--show-paths); filters may still use them.
 SERVER_PATH_FIELDS = ("path", "folder")
+VECTOR_ONLY_NOTE = ("near-duplicates by vector similarity only: they may be other photos of the same scene, not "
+                    "copies")
+VECTOR_ONLY_HOW = ("; this index keeps no local geometry: give it some (streamk index add-local-features) to have "
+                   "each pair classed exact / copy / same scene")
 
 
 class Service:
@@ -156,19 +160,20 @@ class Service:
     # ------------------------------------------------------------ search
     def _hits(self, hits, query):
         """Each hit as JSON with its image's size, kind and metadata (k reads, one transaction each)."""
+        return {"query": query, "results": self._described([h.to_dict(pairs=False) for h in hits])}
+
+    def _described(self, hits):
+        """Each hit (a dict with its id) with its image's size, kind and metadata."""
         idx = self.index
-        ids = [h.id for h in hits]
+        ids = [h["id"] for h in hits]
         records = idx.records(ids) if hits else []
         metas = idx.metadata_many(ids) if hits else []
-        out = []
-        for h, raw, meta in zip(hits, records, metas):
-            rec = ImageRecord.from_json(raw, idx.path, h.id) if raw is not None else None
-            d = h.to_dict(pairs=False)
+        for d, raw, meta in zip(hits, records, metas):
+            rec = ImageRecord.from_json(raw, idx.path, d["id"]) if raw is not None else None
             d["image_size"] = rec and rec.image_size
             d["kind"] = rec and rec.kind
             d["metadata"] = self.public_metadata(meta)
-            out.append(d)
-        return {"query": query, "results": out}
+        return hits
 
     def search(self, vector, params, features=None, query=None, record=None):
         """The results of one query vector under ``params`` (a SearchParams: its filter
@@ -186,15 +191,28 @@ class Service:
             record = self.index.geometry(image_id)
         return self.search(v, params, query={"kind": "id", "id": image_id}, record=record)
 
-    def duplicates(self, image_id, threshold, verify, max_results, classes=False):
-        hits = self.index.duplicates(image_id, threshold=threshold, verify=verify, max_results=max_results)
-        out = self._hits(hits, {})["results"]
-        answer = {"id": image_id, "threshold": threshold, "verify": bool(verify), "duplicates": out}
-        if classes:  # pixels: stored thumbnails, or files inside the served collection only
-            from ..index import copies_of
-            answer["pairs"] = [p.to_dict() for p in copies_of(self.index, image_id,
-                                                              source_filter=self._collection_file)[:max_results]]
-        return answer
+    def duplicates(self, image_id, threshold, verify, max_results, classes=None):
+        """Its copies (exact / copy pairs) and every verified pair classed, where the index keeps
+        local geometry and ``classes`` is not false; else its near-duplicates by vector
+        similarity (``threshold``, ``verify``), with a note that they may be other photos."""
+        if verify and classes is False:
+            raise errors.ConfigError("verify=true classes every verified pair: give it without classes=false")
+        if classes is None:
+            classes = bool(verify) or self.local_features_now()
+        if not classes:
+            hits = self.index.duplicates(image_id, threshold=threshold, max_results=max_results)
+            note = VECTOR_ONLY_NOTE + ("" if self.local_features_now() else VECTOR_ONLY_HOW)
+            return {"id": image_id, "threshold": threshold, "verify": False, "rule": "vector", "note": note,
+                    "duplicates": self._hits(hits, {})["results"]}
+        from ..index import copies_of
+
+        # pixels: stored thumbnails, or files inside the served collection only
+        pairs = [p.to_dict() for p in copies_of(self.index, image_id, source_filter=self._collection_file)]
+        copies = [p for p in pairs if p["class"] != "same scene"][:max_results]
+        hits = [{"id": p["b"], "score": p["score"], "stage": "verified", "inliers": p["inliers"], "verified": True,
+                 "region": None, "affine": None} for p in copies]
+        return {"id": image_id, "threshold": threshold, "verify": True, "rule": "classes", "note": None,
+                "duplicates": self._described(hits), "pairs": pairs[:max_results]}
 
     # ------------------------------------------------------------ writes
     def encoded_upload(self, image_id, described, name, metadata=None):

@@ -95,10 +95,54 @@ def test_cli_classes_report_and_says_when_there_is_none(index, capsys):
     assert main(["duplicates", str(idx.path), "--classes", "--id", "elsewhere"]) == 0
     assert capsys.readouterr().out.startswith("no duplicates of elsewhere")
     assert main(["duplicates", str(idx.path), "--classes", "--id", "elsewhere", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"schema_version": JSON_SCHEMA_VERSION, "id": "elsewhere",
-                                                   "pairs": []}
+    assert json.loads(capsys.readouterr().out) == {"schema_version": JSON_SCHEMA_VERSION, "rule": "classes",
+                                                   "id": "elsewhere", "pairs": []}
     assert main(["duplicates", str(idx.path), "--classes", "--threshold", "0.5"]) == 2  # one rule or the other
-    assert main(["duplicates", str(idx.path), "--rotations"]) == 2
+    assert main(["duplicates", str(idx.path), "--verify", "--threshold", "0.5"]) == 2
+    assert main(["duplicates", str(idx.path), "--rotations", "--threshold", "0.5"]) == 2
+
+
+def test_by_default_copies_are_grouped_and_other_photos_of_the_place_are_not(index, tmp_path, capsys):
+    """An index with local geometry: plain ``streamk duplicates`` (and --verify, --id, the
+    server's route) gives the classes; a JPEG re-encoded copy joins its original, the other
+    photos of the Invalides (same place, other captures) stay apart; --threshold asks for the
+    vector rule, said on stderr."""
+    from fastapi.testclient import TestClient
+
+    from streamk.cli import main
+    from streamk.server import Service, create_app
+
+    idx, original, path = index
+    others = sorted(i for i in idx.ids() if i not in (original, "half", "crop", "elsewhere"))
+    other_path = path.parent / (others[0] + path.suffix)
+    Image.open(other_path).convert("RGB").save(tmp_path / "reencoded.jpg", "JPEG", quality=75)
+    idx.add("reencoded", image_path=str(tmp_path / "reencoded.jpg"))
+    try:
+        expected = sorted([sorted([original, "half", "crop"]), sorted([others[0], "reencoded"])])
+        for extra in ([], ["--verify"], ["--classes"]):
+            assert main(["duplicates", str(idx.path), "--json", "--no-progress"] + extra) == 0
+            report = json.loads(capsys.readouterr().out)
+            assert report["rule"] == "classes" and sorted(sorted(g["ids"]) for g in report["groups"]) == expected
+            for g in report["groups"]:  # never two captures of the place in one group
+                assert len(set(g["ids"]) & set(others + [original])) == 1, g
+        assert main(["duplicates", str(idx.path), "--no-progress"]) == 0
+        captured = capsys.readouterr()
+        assert "2 group(s) of copies, 5 images" in captured.out and "by vector similarity" not in captured.err
+        assert main(["duplicates", str(idx.path), "--id", "reencoded", "--json"]) == 0
+        pairs = json.loads(capsys.readouterr().out)["pairs"]
+        assert [p["b"] for p in pairs if p["class"] != "same scene"] == [others[0]]
+        assert all(p["class"] == "same scene" for p in pairs if p["b"] != others[0])
+        assert main(["duplicates", str(idx.path), "--threshold", "0.5", "--no-progress"]) == 0
+        assert "by vector similarity only (asked with --threshold" in capsys.readouterr().err
+        service = Service(idx.path, workers=1, writable=False, collection=(str(path.parent), str(tmp_path)))
+        service.open()
+        with TestClient(create_app(service)) as c:
+            answer = c.get("/images/reencoded/duplicates").json()
+            assert answer["rule"] == "classes" and answer["note"] is None
+            assert [d["id"] for d in answer["duplicates"]] == [others[0]] and answer["duplicates"][0]["verified"]
+            assert {p["b"] for p in answer["pairs"]} >= {others[0]}
+    finally:
+        idx.remove(["reencoded"])
 
 
 def test_the_servers_duplicates_answer_carries_the_classes(index):
@@ -117,7 +161,9 @@ def test_the_servers_duplicates_answer_carries_the_classes(index):
         assert {p["b"]: p["class"] for p in pairs}.get(original) == "copy", pairs
         assert set(pairs[0]) == {"a", "b", "class", "score", "inliers", "covered", "agreement", "turns", "mirrored",
                                  "reason"}
-        assert c.get("/images/half/duplicates").json()["pairs"] is None  # the 0.2 answer, unchanged
+        vector = c.get("/images/half/duplicates", params={"classes": "false"}).json()  # the vector rule, asked
+        assert vector["pairs"] is None and vector["rule"] == "vector" and "same scene" in vector["note"]
+        assert c.get("/images/half/duplicates").json()["pairs"] == pairs  # the classes: the default here
         assert c.get("/images/half/duplicates").headers["Streamk-Schema-Version"]
     service2 = Service(idx.path, workers=1, writable=False)  # no collection: no file read, so no copy
     service2.open()

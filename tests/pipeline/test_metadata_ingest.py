@@ -10,6 +10,7 @@ import pytest
 
 from streamk.cli import main
 from streamk.index import StreamingIndex
+from streamk.schema import JSON_SCHEMA_VERSION
 
 pytest.importorskip("cv2")
 PIL = pytest.importorskip("PIL")
@@ -116,24 +117,38 @@ def test_duplicates_groups_the_changed_photos(work, tmp_path, capsys):
     assert main(["ingest", str(ix), str(work / "photos"), str(work / "changed"), "--workers", "1",
                  "--no-progress"]) == 0
     capsys.readouterr()
+    # no local geometry: groups by vector similarity, saying they may hold other photos of the scene
     assert main(["duplicates", str(ix), "--json", "--no-progress"]) == 0
-    groups = json.loads(capsys.readouterr().out)
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["schema_version"] == JSON_SCHEMA_VERSION and answer["rule"] == "vector"
+    assert "same scene" in answer["note"] and "streamk index add-local-features" in answer["note"]
+    groups = answer["groups"]
     assert [sorted(g["ids"]) for g in groups] == [sorted(["p0.png"] + CHANGED)]
     assert all(p[2] >= 0.5 and p[3] is None for p in groups[0]["pairs"])
     assert main(["duplicates", str(ix), "--no-progress"]) == 0
-    assert "1 group(s) of near-duplicates, 4 images" in capsys.readouterr().out
-    # verified by the second stage: the same group, each pair with its inliers
-    assert main(["duplicates", str(ix), "--verify"]) == 2  # no local geometry yet: says how to add it
-    assert "add-local-features" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "1 group(s) of near-duplicates, 4 images" in captured.out
+    note = captured.err.strip().splitlines()
+    assert len(note) == 1 and "by vector similarity only" in note[0] and "add-local-features" in note[0]
+    # the classes need the second stage
+    for asked in ("--verify", "--classes"):
+        assert main(["duplicates", str(ix), asked]) == 2  # no local geometry yet: says how to add it
+        assert "add-local-features" in capsys.readouterr().err
     assert main(["index", "add-local-features", str(ix), "--workers", "1", "--no-cache"]) == 0
     capsys.readouterr()
-    assert main(["duplicates", str(ix), "--json", "--verify", "--no-progress"]) == 0
-    groups = json.loads(capsys.readouterr().out)
-    assert [sorted(g["ids"]) for g in groups] == [sorted(["p0.png"] + CHANGED)]
-    assert all(p[3] >= 12 for p in groups[0]["pairs"])
+    # with local geometry, the default (--verify says the same): each pair classed, groups of copies only
+    for extra in ([], ["--verify"]):
+        assert main(["duplicates", str(ix), "--json", "--no-progress"] + extra) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report["schema_version"] == JSON_SCHEMA_VERSION and report["rule"] == "classes"
+        assert [sorted(g["ids"]) for g in report["groups"]] == [sorted(["p0.png"] + CHANGED)]
+        assert all(p["class"] in ("exact", "copy") and p["inliers"] > 0 for p in report["groups"][0]["pairs"])
     # one image
     assert main(["duplicates", str(ix), "--id", "p0.png", "--json"]) == 0
-    hits = json.loads(capsys.readouterr().out)
+    pairs = json.loads(capsys.readouterr().out)["pairs"]
+    assert sorted(p["b"] for p in pairs if p["class"] != "same scene") == sorted(CHANGED)
+    assert main(["duplicates", str(ix), "--id", "p0.png", "--threshold", "0.5", "--json"]) == 0  # the vector rule
+    hits = json.loads(capsys.readouterr().out)["duplicates"]
     assert sorted(h["id"] for h in hits) == sorted(CHANGED)
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     with StreamingIndex.open(ix) as idx:

@@ -165,14 +165,21 @@ def test_near_duplicates(served, photos):
         assert c.post("/images", data={"id": "p1-copy", "metadata": json.dumps({"album": "b"})},
                       files={"image": ("copy.jpg", jpeg.getvalue(), "image/jpeg")}).status_code == 201
         try:
-            for verify in ("false", "true"):
-                r = c.get("/images/p1/duplicates", params={"verify": verify})
+            for params in ({}, {"verify": "true"}):  # local geometry here: the classes, the default
+                r = c.get("/images/p1/duplicates", params=params)
                 assert r.status_code == 200, r.text
-                dups = r.json()["duplicates"]
-                assert [d["id"] for d in dups] == ["p1-copy"] and dups[0]["score"] >= 0.5, dups
+                answer = r.json()
+                dups = answer["duplicates"]
+                assert answer["rule"] == "classes" and answer["note"] is None
+                assert [d["id"] for d in dups] == ["p1-copy"] and dups[0]["verified"] and dups[0]["inliers"] > 0, dups
                 assert dups[0]["metadata"]["album"] == "b"
-                if verify == "true":
-                    assert dups[0]["verified"] and dups[0]["inliers"] >= 12
+                assert [(p["b"], p["class"]) for p in answer["pairs"]] == [("p1-copy", "copy")]
+            r = c.get("/images/p1/duplicates", params={"classes": "false"})  # the vector rule, asked for
+            dups = r.json()["duplicates"]
+            assert [d["id"] for d in dups] == ["p1-copy"] and dups[0]["score"] >= 0.5, dups
+            assert r.json()["rule"] == "vector" and "same scene" in r.json()["note"]
+            assert_error(c.get("/images/p1/duplicates", params={"classes": "false", "verify": "true"}), 400,
+                         "config")
             assert [d["id"] for d in c.get("/images/p1-copy/duplicates").json()["duplicates"]] == ["p1"]
             # a search by id is verified with the image's stored local geometry
             hits = c.post("/search", json={"id": "p1-copy", "k": 2}).json()["results"]

@@ -39,13 +39,18 @@ async def thumbnail(image_id: str, service=Depends(service_of)):
 @router.get("/images/{image_id}/duplicates", response_model=DuplicatesAnswer,
             responses=error_responses(400, 401, 404), dependencies=READ)
 async def duplicates(image_id: str, service=Depends(service_of),
-                     threshold: float = Query(0.5, gt=0, le=1, description="least vector similarity"),
-                     verify: bool = Query(False, description="keep only pairs the second stage confirms"),
+                     threshold: float = Query(0.5, gt=0, le=1, description="least vector similarity (vector "
+                                              "rule)"),
+                     verify: bool = Query(False, description="deprecated: the classes verify every pair (true "
+                                          "asks for them)"),
                      max_results: int = Query(20, ge=1, le=100),
-                     classes: bool = Query(False, description="also every verified pair among its 10 nearest, "
-                                           "classed exact / copy / same scene (needs local geometry)")):
-    """An image's near-duplicates (the same photo re-encoded, resized, cropped a little),
-    best first, with their metadata; with ``classes``, its verified pairs classed."""
+                     classes: bool | None = Query(None, description="every verified pair among its 10 nearest, "
+                                                  "classed exact / copy / same scene, its copies as duplicates "
+                                                  "(default: true where the index keeps local geometry; false: "
+                                                  "the vector rule)")):
+    """An image's copies (the same capture re-encoded, resized, cropped, ...) told apart from
+    other photos of the same scene, with their metadata; without local geometry, or with
+    ``classes=false``, its near-duplicates by vector similarity (see the answer's note)."""
     return await service.call(service.duplicates, image_id, threshold, verify, max_results, classes)
 
 
