@@ -379,13 +379,113 @@ def log10_nfa(k, n, p):
 
 
 @njit(cache=True)
+def residual_ratios(model, inv, P1, P2, idx, n, thr_q2, thr_d2, out):
+    """out[:n] = the squared error ratios of the correspondences idx[:n], sorted: max(transfer
+    error^2 / thr_d2, back-transfer error^2 / thr_q2) (the inlier rule's two tests, as one
+    tolerance scaled by sqrt(ratio))."""
+    a, b, c, d, tx, ty = model[0], model[1], model[2], model[3], model[4], model[5]
+    ia, ib, ic, id_, itx, ity = inv[0], inv[1], inv[2], inv[3], inv[4], inv[5]
+    for r in range(n):
+        k = idx[r]
+        ex = a * P1[k, 0] + b * P1[k, 1] + tx - P2[k, 0]
+        ey = c * P1[k, 0] + d * P1[k, 1] + ty - P2[k, 1]
+        fx = ia * P2[k, 0] + ib * P2[k, 1] + itx - P1[k, 0]
+        fy = ic * P2[k, 0] + id_ * P2[k, 1] + ity - P1[k, 1]
+        out[r] = max((ex * ex + ey * ey) / thr_d2, (fx * fx + fy * fy) / thr_q2)
+    out[:n].sort()
+
+
+@njit(cache=True)
+def _line_fit(P, idx, n, keep):
+    """(mean x, mean y, unit direction x, y, mean squared distance to the line) of the points
+    P[idx[r]] with keep[r]: the covariance's principal axis and smaller eigenvalue."""
+    m = 0
+    mx = 0.0
+    my = 0.0
+    for r in range(n):
+        if keep[r]:
+            mx += P[idx[r], 0]
+            my += P[idx[r], 1]
+            m += 1
+    mx /= m
+    my /= m
+    sxx = 0.0
+    sxy = 0.0
+    syy = 0.0
+    for r in range(n):
+        if keep[r]:
+            dx = P[idx[r], 0] - mx
+            dy = P[idx[r], 1] - my
+            sxx += dx * dx
+            sxy += dx * dy
+            syy += dy * dy
+    sxx /= m
+    sxy /= m
+    syy /= m
+    half = math.sqrt(0.25 * (sxx - syy) ** 2 + sxy * sxy)
+    larger = 0.5 * (sxx + syy) + half
+    if sxy != 0.0:  # the eigenvector of the larger eigenvalue
+        ux = larger - syy
+        uy = sxy
+        norm = math.sqrt(ux * ux + uy * uy)
+        ux /= norm
+        uy /= norm
+    elif sxx >= syy:
+        ux, uy = 1.0, 0.0
+    else:
+        ux, uy = 0.0, 1.0
+    return mx, my, ux, uy, 0.5 * (sxx + syy) - half
+
+
+@njit(cache=True)
+def collinear(P, idx, n, thr2, off_line):
+    """The points P[idx[:n]] lie along one line within the tolerance, but for at most
+    ``off_line`` of them: once the (up to) off_line points farthest from the line are set aside
+    (one at a time, the line refitted), the others' mean squared distance to their best-fitting
+    line (the covariance's smaller eigenvalue) is below thr2 / 3, the mean square of a uniform
+    spread over +-thr. Such inliers determine no affine map: points along a line fix the map
+    along it and its shift only; a lattice repeated along a girder matches one along a
+    windmill's sail with a translation. off_line: the chance inliers expected anywhere (n p)."""
+    if n - off_line < 3:
+        return True
+    keep = np.ones(n, np.bool_)
+    for _ in range(off_line):
+        mx, my, ux, uy, _ = _line_fit(P, idx, n, keep)
+        far = -1
+        worst = -1.0
+        for r in range(n):
+            if keep[r]:
+                d = abs(-(P[idx[r], 0] - mx) * uy + (P[idx[r], 1] - my) * ux)
+                if d > worst:
+                    worst = d
+                    far = r
+        keep[far] = False
+    return _line_fit(P, idx, n, keep)[4] < thr2 / 3.0
+
+
+@njit(cache=True)
+def log10_nfa_adaptive(ratios, k, n, p, floor2):
+    """ORSA's adaptive tolerance (Moisan, Moulon, Monasse 2012): the least log10 NFA over the
+    tolerances the inliers themselves set. With ratios[:k] the inliers' sorted squared error
+    ratios (:func:`residual_ratios`), the j nearest inliers lie within the tolerance scaled by
+    sqrt(ratios[j - 1]), where a chance correspondence agrees with probability p ratios[j - 1]:
+    min over j of :func:`log10_nfa` (j, n, p max(ratios[j - 1], floor2)). The (n - 3) factor of
+    the count of tests is this choice of j. floor2: the smallest squared ratio that means
+    anything (the positions' quantisation). +inf when k <= 3."""
+    best = np.inf
+    for j in range(MINIMAL_SAMPLE + 1, k + 1):
+        best = min(best, log10_nfa(j, n, min(p * max(ratios[j - 1], floor2), 1.0)))
+    return best
+
+
+@njit(cache=True)
 def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr_q2, thr_d2s, ht, cap, min_tentative,
                  rot_cos, rot_sin, max_hypotheses, lo_iterations, limits, tilt_tans, region, sizes, confidence,
-                 inliers, models, tentative, log_nfa):
+                 floor2, inliers, models, tentative, log_nfa):
     """Match and verify the query against each candidate c (features offsets[c]:offsets[c+1]
     of the concatenated candidate arrays, image sizes[c] = (w, h)). Fills inliers[c],
-    models[c] (6), tentative[c] and log_nfa[c] (:func:`log10_nfa` of the count, with the
-    tolerance disc of the candidate's threshold). limits: max_scale, max_aniso, (unused),
+    models[c] (6), tentative[c] and log_nfa[c] (:func:`log10_nfa_adaptive` of the inliers, +inf
+    when they are :func:`collinear` in either image). limits: max_scale, max_aniso, (unused),
     min_overlap; tilt_tans[c] the candidate's max_tilt_tan."""
     C = offsets.shape[0] - 1
     nq = qw.shape[0]
@@ -442,8 +542,21 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
                            rot_cos, rot_sin, max_hypotheses, lo_iterations, lim, region, sizes[c, 0], sizes[c, 1],
                            confidence, stamp_q, stamp_d, s, models[c])
         inliers[c] = n
+        if n <= MINIMAL_SAMPLE:
+            continue
         area = float(sizes[c, 0]) * float(sizes[c, 1])
-        log_nfa[c] = log10_nfa(n, T, min(math.pi * thr_d2s[c] / area, 1.0))
+        inv = np.empty(6, np.float64)
+        invert(models[c], inv)
+        idx = np.empty(T, np.int64)
+        s += 1
+        k = count_inliers(models[c], inv, P1, P2, gq, out_d[:T], thr_q2, thr_d2s[c], stamp_q, stamp_d, s, idx)
+        p = min(math.pi * thr_d2s[c] / area, 1.0)  # a chance inlier: in the tolerance disc
+        off_line = int(T * p)
+        if collinear(P1, idx, k, thr_q2, off_line) or collinear(P2, idx, k, thr_d2s[c], off_line):
+            continue  # degenerate: no affine map is tested (log_nfa stays +inf)
+        ratios = np.empty(k, np.float64)
+        residual_ratios(models[c], inv, P1, P2, idx, k, thr_q2, thr_d2s[c], ratios)
+        log_nfa[c] = log10_nfa_adaptive(ratios, k, T, p, floor2)
 
 
 @njit(cache=True)

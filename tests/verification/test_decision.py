@@ -150,6 +150,83 @@ def test_the_number_of_false_alarms_equals_its_formula(k, n):
     assert _k.log10_nfa(3, n, p) == math.inf  # three correspondences test nothing
 
 
+def adaptive_nfa_reference(pairs, affine, n, thr_q, thr_d, area, floor):
+    """ORSA's adaptive tolerance in numpy and scipy: the inliers' error ratios (the larger of
+    transfer / thr_d and back-transfer / thr_q), sorted; the least NFA over j of j inliers
+    within the j-th ratio times the tolerance (the ratio floored)."""
+    P = np.asarray(pairs, np.float64)
+    M, t = affine[:, :2], affine[:, 2]
+    fwd = np.linalg.norm(P[:, :2] @ M.T + t - P[:, 2:], axis=1) / thr_d
+    Mi = np.linalg.inv(M)
+    bwd = np.linalg.norm((P[:, 2:] - t) @ Mi.T - P[:, :2], axis=1) / thr_q
+    ratio = np.maximum(np.sort(np.maximum(fwd, bwd)), floor)
+    p0 = math.pi * thr_d ** 2 / area
+    return min(nfa_reference(j, n, p0 * ratio[j - 1] ** 2) for j in range(4, len(P) + 1))
+
+
+def test_the_adaptive_tolerance_equals_its_formula():
+    """The least NFA over the inliers' own tolerances (ORSA), against the kernel, on inlier
+    ratios of every order of magnitude; never above the NFA at the full tolerance."""
+    rng = np.random.default_rng(3)
+    p = math.pi * (0.02 * W) ** 2 / (W * H)
+    for n, k in ((40, 8), (300, 25), (1500, 60)):
+        ratios = np.sort(rng.uniform(0, 1, k) ** rng.uniform(1, 4)) ** 2
+        got = _k.log10_nfa_adaptive(ratios, k, n, p, 1e-4)
+        ref = min(nfa_reference(j, n, p * max(ratios[j - 1], 1e-4)) for j in range(4, k + 1))
+        assert got == pytest.approx(ref, rel=1e-9, abs=1e-9)
+        assert got <= nfa_reference(k, n, p) + 1e-9
+    assert _k.log10_nfa_adaptive(np.zeros(3), 3, 50, p, 1e-4) == math.inf
+
+
+def collinear_reference(P, thr, off_line):
+    """numpy: set aside the point farthest from the principal axis, off_line times (refitting),
+    then compare the smaller covariance eigenvalue of the rest with thr^2 / 3."""
+    P = np.asarray(P, np.float64)
+    if len(P) - off_line < 3:
+        return True
+    for _ in range(off_line):
+        V = np.linalg.eigh(np.cov(P.T, bias=True))[1]
+        d = np.abs((P - P.mean(axis=0)) @ V[:, 0])  # distance to the line: along the minor axis
+        P = np.delete(P, np.argmax(d), axis=0)
+    return np.linalg.eigvalsh(np.cov(P.T, bias=True))[0] < thr * thr / 3
+
+
+@pytest.mark.parametrize("across", [0.0, 0.3, 0.5, 0.7, 1.0, 3.0])
+def test_collinear_inliers_against_numpy(across):
+    """Points spread along a line and, uniformly, +-across x thr across it, two of them anywhere:
+    the kernel against numpy's eigen-decomposition; with two set aside, still a line."""
+    rng = np.random.default_rng(int(10 * across))
+    thr = 20.0
+    for _ in range(20):
+        n = int(rng.integers(5, 60))
+        t = rng.uniform(-400, 400, n)
+        u = rng.uniform(-across * thr, across * thr, n)
+        a = rng.uniform(0, math.pi)
+        P = np.stack([500 + t * math.cos(a) - u * math.sin(a), 400 + t * math.sin(a) + u * math.cos(a)], axis=1)
+        P[:2] = rng.uniform(0, 1000, (2, 2))
+        idx = rng.permutation(n + 5)[:n]
+        Q = np.zeros((n + 5, 2))
+        Q[idx] = P
+        for off_line in (0, 1, 2):
+            got = _k.collinear(Q, idx, n, thr * thr, off_line)
+            assert got == collinear_reference(P, thr, off_line)
+        if across <= 0.5:  # |u| <= thr / 2: a mean square below thr^2 / 12
+            assert got
+
+
+def test_inliers_along_one_line_are_not_verified(random_vocabulary):
+    """A lattice repeated along a line (a girder, a windmill's sail) matches another by a
+    translation along it: many inliers, but they determine no affine map. The same matches
+    spread over the image are verified."""
+    rng = np.random.default_rng(11)
+    for along_a_line in (True, False):
+        q, c = scene(rng, random_vocabulary, 400, 40, t=(60.0, 30.0), row=300.0 if along_a_line else None)
+        v, = verify_geometry(q, [c])
+        assert v.inliers >= 30
+        assert v.verified != along_a_line
+        assert (v.log10_nfa == math.inf) == along_a_line
+
+
 def test_the_threshold_adapts_to_the_tentative_matches():
     """The module docstring's example: 12 inliers out of 60 are significant, out of 800 not."""
     p = math.pi * (0.02 * W) ** 2 / (W * H)
@@ -157,13 +234,16 @@ def test_the_threshold_adapts_to_the_tentative_matches():
     assert nfa_reference(12, 60, p) <= eps < nfa_reference(12, 800, p)
 
 
-def scene(rng, vocabulary, n, n_true, M=None, t=(0.0, 0.0)):
+def scene(rng, vocabulary, n, n_true, M=None, t=(0.0, 0.0), row=None):
     """A query of n features and a candidate with the same descriptors (every feature a
     tentative match of its copy): the first n_true copies where M puts them, the others
-    anywhere in the candidate (chance matches: the background model)."""
+    anywhere in the candidate (chance matches: the background model). row: the first n_true
+    query features on that row of pixels (+-4), not spread over the image."""
     desc = rng.integers(0, 120, (n, 128)).astype(np.uint8)
     kp = np.zeros((n, 6))
     kp[:, :2] = rng.uniform(0, [W, H], (n, 2))
+    if row is not None:
+        kp[:n_true, 1] = row + rng.uniform(-4, 4, n_true)
     kp[:, 2] = kp[:, 4] = rng.uniform(4, 12, n)
     kp2 = kp.copy()
     kp2[:, :2] = rng.uniform(0, [W, H], (n, 2))
@@ -194,8 +274,11 @@ def test_a_true_transform_with_enough_matches_is_verified(seed, random_vocabular
     v, = verify_geometry(q, [c])
     assert v.verified and v.inliers >= 30
     assert v.log10_nfa <= math.log10(VerificationParams().false_alarms_per_pair)
-    ref = nfa_reference(v.inliers, v.tentative, math.pi * (0.02 * W) ** 2 / (W * H))
-    assert v.log10_nfa == pytest.approx(ref, rel=1e-9)
+    with_pairs, = verify_geometry(q, [c], return_pairs=True)
+    thr = 0.02 * W
+    ref = adaptive_nfa_reference(with_pairs.pairs, with_pairs.affine, v.tentative, thr, thr, W * H, 1 / (4096 * 0.02))
+    assert v.log10_nfa == pytest.approx(ref, rel=1e-6)  # pairs as float32
+    assert v.log10_nfa <= nfa_reference(v.inliers, v.tentative, math.pi * thr ** 2 / (W * H))
     q, c = scene(rng, random_vocabulary, 400, 6, M, t=(150.0, 80.0))
     few, = verify_geometry(q, [c])
     assert not few.verified  # 6 true matches among 400 are not evidence enough
