@@ -212,12 +212,14 @@ def reader_main(path, t_spawn):
             times, found = [], []
             with threadpool_limits(cmd["threads"], user_api="blas"):
                 for q in Q:
-                    if cmd.get("rows_only"):  # the search itself, without the ids of the results
+                    if cmd.get("rows_only"):  # the view's search, with the ids of its rows or without
                         t = clock()
                         with idx.store.read(buffers=True) as txn:
                             idx.view.refresh(txn)
-                            idx.view.search(txn, q[None, :], cmd["k"], mode="pq", nprobe=cmd.get("nprobe"),
-                                            rerank=cmd.get("rerank"))
+                            _, rows = idx.view.search(txn, q[None, :], cmd["k"], mode="pq", nprobe=cmd.get("nprobe"),
+                                                      rerank=cmd.get("rerank"))
+                            if cmd.get("view_ids"):
+                                idx.view.ids_of(txn, rows)
                         times.append(clock() - t)
                         continue
                     t = clock()
@@ -413,7 +415,7 @@ def timed_searches(args, reader, fx, Q, qfile, k, nprobe, threads):
     """Per-query seconds of streamk (with the ids, and the rows alone) and faiss, the three
     alternating by blocks of queries (a load that changes meanwhile falls on all three);
     and the ids / rows each found."""
-    times = {"ids": [], "rows": [], "faiss": []}
+    times = {"ids": [], "view_ids": [], "rows": [], "faiss": []}
     found, found_f = [], []
     block = args.block
     clock = args.clock if threads == 1 else "wall"  # a thread's CPU time misses the others'
@@ -423,8 +425,9 @@ def timed_searches(args, reader, fx, Q, qfile, k, nprobe, threads):
                          threads=threads, clock=clock, out=str(qfile.with_name("found.npy")))
         times["ids"] += res["times"]
         found.append(np.load(qfile.with_name("found.npy")))
-        times["rows"] += reader.ask(op="search", queries=str(qfile), lo=lo, hi=hi, k=k, nprobe=nprobe, rerank=0,
-                                    threads=threads, clock=clock, rows_only=True)["times"]
+        for key, view_ids in (("rows", False), ("view_ids", True)):
+            times[key] += reader.ask(op="search", queries=str(qfile), lo=lo, hi=hi, k=k, nprobe=nprobe, rerank=0,
+                                     threads=threads, clock=clock, rows_only=True, view_ids=view_ids)["times"]
         if fx is not None:
             tf, ff = faiss_search(fx, Q[lo:hi], k, nprobe, threads, clock)
             times["faiss"] += tf
@@ -485,7 +488,7 @@ def run_size(args, n, work, rows_out):
         for k in args.ks:
             row = {"nprobe": nprobe, "k": k}
             med, found, found_f = timed_searches(args, reader, fx, Q, qfile, k, nprobe, 1)
-            row.update(t1=med["ids"], t1_rows=med["rows"], faiss_t1=med["faiss"])
+            row.update(t1=med["ids"], t1_view_ids=med["view_ids"], t1_rows=med["rows"], faiss_t1=med["faiss"])
             row["recall"] = recalls(found, truth)
             row["overlap10"] = overlap_at(found, truth, 10)
             if found_f is not None:
@@ -634,8 +637,10 @@ def report(args, rows, codes_only):
     for r in rows:
         for s in r["search"]:
             f = s.get("faiss_t1") is not None
-            lines.append([f"{r['n']:,}", f"IVF{r['nlist']}", s["nprobe"], s["k"], ms(s["t1"]), ms(s["t1_rows"]),
-                          ms(s["faiss_t1"]) if f else "-", f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-",
+            lines.append([f"{r['n']:,}", f"IVF{r['nlist']}", s["nprobe"], s["k"], ms(s["t1"]), ms(s["t1_view_ids"]),
+                          ms(s["t1_rows"]), ms(s["faiss_t1"]) if f else "-",
+                          f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-",
+                          f"{s['t1_view_ids'] / s['faiss_t1']:.2f}" if f else "-",
                           f"{s['t1_rows'] / s['faiss_t1']:.2f}" if f else "-",
                           f"{s['recall'][1]:.3f} / {s['overlap10']:.3f}",
                           f"{s['faiss_recall'][1]:.3f} / {s['faiss_overlap10']:.3f}" if f else "-",
@@ -644,16 +649,17 @@ def report(args, rows, codes_only):
         if "flat" in r:
             s = r["flat"]
             f = "faiss_t1" in s
-            lines.append([f"{r['n']:,}", "flat PQ", "-", K, ms(s["t1"]), ms(s["t1_rows"]),
-                          ms(s["faiss_t1"]) if f else "-", f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-",
+            lines.append([f"{r['n']:,}", "flat PQ", "-", K, ms(s["t1"]), "-", ms(s["t1_rows"]),
+                          ms(s["faiss_t1"]) if f else "-", f"{s['t1'] / s['faiss_t1']:.2f}" if f else "-", "-",
                           f"{s['t1_rows'] / s['faiss_t1']:.2f}" if f else "-", f"{s['recall'][1]:.3f} / -",
                           f"{s['faiss_recall'][1]:.3f} / -" if f else "-", ms(s["tall"]),
                           ms(s["faiss_tall"]) if f else "-", r["load"]])
-    table(["N", "codec", "nprobe", "k", "streamk ms (ids)", "streamk ms (rows)", "faiss ms",
-           "streamk / faiss (ids)", "streamk / faiss (rows)", "streamk R@10 / 10@10", "faiss R@10 / 10@10",
+    table(["N", "codec", "nprobe", "k", "streamk ms (API)", "streamk ms (ids)", "streamk ms (rows)", "faiss ms",
+           "streamk / faiss (API)", "streamk / faiss (ids)", "streamk / faiss (rows)", "streamk R@10 / 10@10", "faiss R@10 / 10@10",
            f"streamk {args.threads} threads ms", f"faiss {args.threads} threads ms", "load"], lines,
           title=where + f"Search (ADC, no re-ranking), 1 thread ({args.clock} time), against faiss IndexIVFPQ with the same nlist, M, nprobe "
-                f"(alternating by blocks of {args.block} queries); (ids): the ids of the k results included; "
+                f"(alternating by blocks of {args.block} queries); (API): Index.search, the ids included; (ids): the "
+                "view's search and the ids of its k results; (rows): the view's search alone; "
                 "R@10: the exact nearest neighbour in the first 10; 10@10: share of the exact top 10 in the first 10")
     table(["N", "numpy exact ms/query (all threads)", f"streamk default (nprobe {args.default_nprobe}, "
            "re-rank top 100, k = 10) ms", "its R@1 / R@10"],
