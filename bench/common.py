@@ -3,7 +3,9 @@ average, markdown tables, and the machine it ran on."""
 
 import os
 import platform
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +31,14 @@ def table(headers, rows, title=None):
 
 
 def cpu_model():
+    """The CPU model as ``lscpu`` names it (what the benchmark tables print), else /proc/cpuinfo's."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -37,6 +47,15 @@ def cpu_model():
     except OSError:
         pass
     return "unknown"
+
+
+def paris_photos():
+    """The paris6k-subset photos of the shared data (STREAMK_SHARED_DATA, or ../shared/data)."""
+    root = Path(os.environ.get("STREAMK_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+    d = root / "paris6k-subset" / "jpg"
+    if not d.is_dir():
+        sys.exit(f"no photos at {d} (set STREAMK_SHARED_DATA)")
+    return sorted(d.glob("*.jpg"))
 
 
 def machine_info():

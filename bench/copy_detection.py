@@ -26,7 +26,6 @@ Prints, never asserts; the CPU model (lscpu) and the load average are in the tit
 
 import argparse
 import io
-import os
 import shutil
 import sys
 import tempfile
@@ -36,19 +35,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_str, log, table
+from common import cpu_model, load_str, log, paris_photos, table
 from copy_edits import EDITS, apply
-from false_verification import lscpu_model, vocabulary
+from false_verification import vocabulary
 
 import streamk  # noqa: F401  (thread policies before numpy's BLAS loads)
-
-
-def photos():
-    root = Path(os.environ.get("STREAMK_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-    d = root / "paris6k-subset" / "jpg"
-    if not d.is_dir():
-        sys.exit(f"no photos at {d} (set STREAMK_SHARED_DATA)")
-    return sorted(d.glob("*.jpg"))
 
 
 def make_copies(originals, out, seed):
@@ -123,7 +114,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     from streamk.index import copies_of, copy_report
 
-    allp = photos()
+    allp = paris_photos()
     rng = np.random.default_rng(args.seed)
     originals = [allp[i] for i in sorted(rng.choice(len(allp), args.originals, replace=False))]
     tmp = Path(tempfile.mkdtemp(prefix="streamk-copies-"))
@@ -163,7 +154,7 @@ def main(argv=None):
     rows.append(("all", len(made), total, f"{100 * total / len(made):.1f} %"))
     table(("edit", "copies", "found as copy", "recall"), rows,
           title=f"Copy recall per edit kind ({len(originals)} originals drawn with seed {args.seed}, index of {n} "
-                f"images; {lscpu_model()}, load {load_str()})")
+                f"images; {cpu_model()}, load {load_str()})")
     claimed_all, true_all = claimed + rclaimed, true + rtrue
     origin = {cid: o for cid, (o, _, _) in made.items()}
     different = sum(1 for p in report["pairs"]

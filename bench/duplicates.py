@@ -38,18 +38,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model, load_str, log, table  # noqa: E402
+from common import cpu_model, load_str, log, paris_photos, table  # noqa: E402
 
 COPIES = ("jpeg", "jpeg50", "scale", "crop90")  # what the threshold must catch
 VIEWS = ("crop", "light")  # other views of a photo (the demo's stronger changes), for context
-
-
-def shared_photos():
-    root = Path(os.environ.get("STREAMK_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-    d = root / "paris6k-subset" / "jpg"
-    if not d.is_dir():
-        sys.exit(f"no photos at {d} (set STREAMK_SHARED_DATA)")
-    return sorted(d.glob("*.jpg"))
 
 
 def landmark(path):
@@ -95,7 +87,7 @@ def main():
     from streamk.index.duplicates import DEFAULT_DUPLICATE_THRESHOLD
     from streamk.pipeline import extract_many
 
-    allp = shared_photos()
+    allp = paris_photos()
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(allp))
     measured = sorted(allp[i] for i in order[:args.photos])

@@ -28,7 +28,6 @@ thread's CPU time of the verifications (query records excluded), BLAS and Numba 
 
 import argparse
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,17 +42,6 @@ import streamk  # noqa: E402,F401  (thread policies before numpy's BLAS loads)
 CACHE = Path(os.path.expanduser("~/.cache/streamk/bench"))
 LANDMARKS = ("defense", "eiffel", "invalides", "louvre", "moulinrouge")
 PER_LANDMARK, OTHERS = 8, 10
-
-
-def lscpu_model():
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return cpu_model()
 
 
 def paris():
@@ -172,7 +160,7 @@ def main(argv=None):
                          f"{ms:.2f}"))
     table(("collection", "rule", "pairs of different places", "false per 1,000 (count)", "95 % bound per 1,000",
            "true pairs", "true pairs verified", "CPU ms per pair"), rows,
-          title=f"False verifications, paris6k-subset pairs ({lscpu_model()}, load {load_str()})")
+          title=f"False verifications, paris6k-subset pairs ({cpu_model()}, load {load_str()})")
 
 
 if __name__ == "__main__":

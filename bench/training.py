@@ -26,7 +26,6 @@ The CPU model (``lscpu``) and the load average are printed with the tables.
 """
 
 import argparse
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,17 +34,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_model, load_str, log, table  # noqa: E402
-
-
-def lscpu_model():
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return cpu_model()
 
 
 def paris_features():
@@ -110,7 +98,7 @@ def fit_part(ks, n_descriptors, database, out_dir):
         size_rows.append([k, *sizes])
     table(["k", "kd", "descriptors", "fit s", "GEMM s", "eigh s", "fit / (GEMM + eigh)", "estimated s",
            "est. cov / eigh s", "estimate / fit", "load"], rows,
-          title=f"T-emb fit against numpy's GEMM + eigh of the same shapes ({lscpu_model()}; rates measured "
+          title=f"T-emb fit against numpy's GEMM + eigh of the same shapes ({cpu_model()}; rates measured "
                 f"here: GEMM {rates.gemm64 / 1e9:.1f} GFLOP/s float64, eigh {rates.eigh / 1e9:.1f} "
                 f"(9 n^3)/s at n = {rates.eigh_order})")
     table(["k", "float32 stated MB", "float32 file MB", "float16 stated MB", "float16 file MB"], size_rows,
@@ -178,7 +166,7 @@ def main(argv=None):
     ap.add_argument("--out", default="/tmp", help="where encoders are written (and removed) to measure sizes")
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
-    print(f"CPU: {lscpu_model()}; load {load_str()}", flush=True)
+    print(f"CPU: {cpu_model()}; load {load_str()}", flush=True)
     dataset, database, queries = paris_features()
     if "fit" in parts:
         fit_part([int(k) for k in args.k.split(",")], args.descriptors, database, args.out)

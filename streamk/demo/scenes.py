@@ -68,31 +68,34 @@ def places(seed=0):
     return out
 
 
-def _windows(draw, place, offset, size):
-    (px, py), (wall, glass, frame) = place.period, place.colours
-    w, h = size
-    ox, oy = offset
+def _cells(period, offset, size):
+    """The top-left corners of a periodic grid's cells (``period`` px, shifted by ``offset``)
+    covering an image of ``size``, one cell beyond each edge, row by row."""
+    (px, py), (ox, oy), (w, h) = period, offset, size
     for y in range(-py + oy % py, h + py, py):
         for x in range(-px + ox % px, w + px, px):
-            x0, y0, x1, y1 = x + px // 5, y + py // 6, x + px - px // 5, y + py - py // 4
-            draw.rectangle((x0 - 3, y0 - 3, x1 + 3, y1 + 3), fill=frame)
-            draw.rectangle((x0, y0, x1, y1), fill=glass)
-            draw.line(((x0 + x1) // 2, y0, (x0 + x1) // 2, y1), fill=frame, width=3)  # mullion
-            draw.line((x0, (y0 + y1) // 2, x1, (y0 + y1) // 2), fill=frame, width=3)  # transom
-            draw.rectangle((x0 - 6, y1 + 4, x1 + 6, y1 + 8), fill=wall - 40)  # sill
+            yield x, y
+
+
+def _windows(draw, place, offset, size):
+    (px, py), (wall, glass, frame) = place.period, place.colours
+    for x, y in _cells((px, py), offset, size):
+        x0, y0, x1, y1 = x + px // 5, y + py // 6, x + px - px // 5, y + py - py // 4
+        draw.rectangle((x0 - 3, y0 - 3, x1 + 3, y1 + 3), fill=frame)
+        draw.rectangle((x0, y0, x1, y1), fill=glass)
+        draw.line(((x0 + x1) // 2, y0, (x0 + x1) // 2, y1), fill=frame, width=3)  # mullion
+        draw.line((x0, (y0 + y1) // 2, x1, (y0 + y1) // 2), fill=frame, width=3)  # transom
+        draw.rectangle((x0 - 6, y1 + 4, x1 + 6, y1 + 8), fill=wall - 40)  # sill
 
 
 def _tiles(draw, place, offset, size):
     (p, _), (tile, grout, inlay) = place.period, place.colours
-    w, h = size
-    ox, oy = offset
-    for y in range(-p + oy % p, h + p, p):
-        for x in range(-p + ox % p, w + p, p):
-            draw.rectangle((x, y, x + p, y + p), fill=grout)
-            draw.rectangle((x + 3, y + 3, x + p - 3, y + p - 3), fill=tile)
-            c, r = x + p // 2, p // 4
-            draw.polygon(((c, y + p // 2 - r), (c + r, y + p // 2), (c, y + p // 2 + r), (c - r, y + p // 2)),
-                         fill=inlay)
+    for x, y in _cells((p, p), offset, size):
+        draw.rectangle((x, y, x + p, y + p), fill=grout)
+        draw.rectangle((x + 3, y + 3, x + p - 3, y + p - 3), fill=tile)
+        c, r = x + p // 2, p // 4
+        draw.polygon(((c, y + p // 2 - r), (c + r, y + p // 2), (c, y + p // 2 + r), (c - r, y + p // 2)),
+                     fill=inlay)
 
 
 def _fence(draw, place, offset, size):
