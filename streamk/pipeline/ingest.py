@@ -76,12 +76,16 @@ threshold it is a near-duplicate: "skip" leaves it out (counted as a near-duplic
 (path, id, existing id, score).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import TYPE_CHECKING, Any
 
 
 from ..errors import (ConfigError, DuplicateError, IngestInterruptedError, MetadataError, StreamkError, Terminated,
@@ -92,6 +96,9 @@ from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADA
 from ..parallel import make_executor
 from ..index import validate_id
 from .tasks import ingest_task, results, task_context
+
+if TYPE_CHECKING:
+    PathLike = str | os.PathLike[str]
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff",
                               ".webp", ".ppm", ".pgm", ".pbm", ".pnm"})
@@ -171,18 +178,18 @@ def scan(roots):
 class IngestStats:
     added: int = 0
     existing: int = 0
-    failed: dict = field(default_factory=dict)  # path -> "ErrorType: reason"
-    added_ids: list = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # path -> "ErrorType: reason"
+    added_ids: list[str] = field(default_factory=list)
     seconds: float = 0.0
     processed: int = 0  # files looked at (for the rate)
-    near_duplicates: list = field(default_factory=list)  # (path, id, existing id, score)
+    near_duplicates: list[tuple[str, str, str, float]] = field(default_factory=list)  # (path, id, existing id, score)
     skipped_near_duplicates: int = 0
 
     @property
-    def n_failed(self):
+    def n_failed(self) -> int:
         return len(self.failed)
 
-    def summary(self):
+    def summary(self) -> str:
         rate = self.processed / self.seconds if self.seconds > 0 else 0.0
         near = (f", {self.skipped_near_duplicates} near-duplicates skipped" if self.skipped_near_duplicates
                 else f", {len(self.near_duplicates)} near-duplicates" if self.near_duplicates else "")
@@ -349,9 +356,12 @@ class Ingester:
     Close it (or use ``with``) to stop a Dask cluster it started.
     """
 
-    def __init__(self, index, workers=None, batch_size=64, commit_interval=2.0, report=None,
-                 progress=None, dask=None, executor=None, cache_dir=None, max_inflight=None, max_file_size=None,
-                 max_pixels=None, metadata=None, on_duplicate="keep", duplicate_threshold=DEFAULT_DUPLICATE_THRESHOLD):
+    def __init__(self, index: Any, workers: int | None = None, batch_size: int = 64, commit_interval: float = 2.0,
+                 report: Callable[[str, str], object] | None = None, progress: bool | None = None,
+                 dask: Any = None, executor: Any = None, cache_dir: PathLike | None = None,
+                 max_inflight: int | None = None, max_file_size: int | None = None, max_pixels: int | None = None,
+                 metadata: Mapping[str, Mapping[str, Any]] | None = None, on_duplicate: str = "keep",
+                 duplicate_threshold: float = DEFAULT_DUPLICATE_THRESHOLD) -> None:
         if int(batch_size) < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         if int(batch_size) > MAX_BATCH_SIZE:
@@ -376,14 +386,14 @@ class Ingester:
         self.progress = progress
         self.cache = None if cache_dir is None else FeatureCache(cache_dir)
         self.stats = IngestStats()
-        self._seen = {}  # path -> stat signature when last handled (for --watch)
+        self._seen: dict[str, Any] = {}  # path -> stat signature when last handled (for --watch)
         self._walk = None  # this pass's walk (iter_scan), to count what is left after an interruption
         self._pass_found = 0  # entries of this pass's walk handed on (not skipped as already seen)
         self._pass_start = 0  # stats.processed when this pass began
-        self.stopped_by = None  # watch: "SIGINT" or "SIGTERM" when a signal ended it
-        self._batch = []  # (path, EncodedImage)
+        self.stopped_by: str | None = None  # watch: "SIGINT" or "SIGTERM" when a signal ended it
+        self._batch: list[tuple[str, Any]] = []  # (path, EncodedImage)
         self._last_commit = time.monotonic()
-        self._bar = None
+        self._bar: Any = None
         self._safe = _SafePoints()  # replaced per pass (ingest)
         self._encoder_bytes = None
         self._extractor = index.extractor()  # pins the default extractor's params at the first write
@@ -398,16 +408,16 @@ class Ingester:
             self._voc = getattr(self.index, "vocabulary", None)
         return self._voc
 
-    def close(self):
+    def close(self) -> None:
         """Stops the executor this Ingester started (a LocalCluster, a Dask client)."""
         if self._own_executor and self.executor is not None:
             self.executor.close()
             self.executor = None
 
-    def __enter__(self):
+    def __enter__(self) -> Ingester:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ reporting
@@ -497,7 +507,7 @@ class Ingester:
                     self._fail(path, describe(exc))
 
     # ------------------------------------------------------------------ one pass
-    def ingest(self, roots, only_new=False):
+    def ingest(self, roots: Iterable[PathLike], only_new: bool = False) -> IngestStats:
         """One pass over ``roots``; returns the cumulative :class:`IngestStats`.
 
         only_new: skip files already handled in an earlier pass of this Ingester
@@ -612,7 +622,7 @@ class Ingester:
                 or time.monotonic() - self._last_commit >= self.commit_interval):
             self._flush()
 
-    def not_ingested(self, seconds=COUNT_LEFT_SECONDS):
+    def not_ingested(self, seconds: float = COUNT_LEFT_SECONDS) -> tuple[int, bool]:
         """(files of the current pass not handled, exact?): those found and not yet
         handled, plus the rest of the walk counted for at most ``seconds`` (not exact
         when the walk was not finished by then)."""
@@ -627,7 +637,8 @@ class Ingester:
         return left, True
 
     # ------------------------------------------------------------------ watch
-    def watch(self, roots, interval=5.0, max_polls=None, on_poll=None):
+    def watch(self, roots: Iterable[PathLike], interval: float = 5.0, max_polls: int | None = None,
+              on_poll: Callable[[int, IngestStats], object] | None = None) -> IngestStats:
         """Ingest, then poll ``roots`` every ``interval`` seconds for new or changed files.
 
         Stops after ``max_polls`` passes (None: until KeyboardInterrupt or
