@@ -256,3 +256,12 @@ def test_no_import_cycles_between_modules():
         if v not in index:
             visit(v)
     assert not cycles, "modules that import each other (at module level):\n" + "\n".join(map(str, cycles))
+
+
+def test_test_files_have_unique_names():
+    """pytest imports test modules by their base name (no __init__.py in tests/): two files of
+    one name in different folders stop the whole run at collection."""
+    from collections import Counter
+
+    names = Counter(p.name for p in (REPO / "tests").rglob("test_*.py") if ".venv" not in p.parts)
+    assert not [n for n, c in names.items() if c > 1], sorted(n for n, c in names.items() if c > 1)
