@@ -28,13 +28,27 @@ Members only on :class:`~streamk.index.StreamingIndex` (one LMDB environment's o
 dask, hosts)``, ``open(..., dask)``.
 """
 
+from __future__ import annotations  # annotations are never evaluated at run time
+
+import os
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import numpy as np
+from numpy.typing import NDArray
 
 from ..errors import EncoderMismatchError
 from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES
 from .search_params import SearchParams
 from .second_stage import Hit
+
+if TYPE_CHECKING:
+    from ..encoding import Encoder
+    from .queries import QueryEncoder
+
+_I = TypeVar("_I", bound="Index")
 
 
 class Index(ABC):
@@ -47,52 +61,56 @@ class Index(ABC):
     :class:`~streamk.index.QueryEncoder`), ``encoder`` and ``vocabulary`` (None: no
     second stage)."""
 
+    # set by every implementation (declared for the type checker only)
+    fingerprint: str
+    queries: QueryEncoder
+
     # ------------------------------------------------------------ life
     @abstractmethod
-    def close(self):
+    def close(self) -> None:
         """Close the index (every shard); further calls fail."""
 
-    def __enter__(self):
+    def __enter__(self: _I) -> _I:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------ what it holds
     @abstractmethod
-    def __len__(self):
+    def __len__(self) -> int:
         """The number of images."""
 
     @abstractmethod
-    def __contains__(self, image_id):
+    def __contains__(self, image_id: object) -> bool:
         """Whether ``image_id`` is stored (False for an invalid id)."""
 
     @abstractmethod
-    def ids(self):
+    def ids(self) -> list[str]:
         """Every image id, sorted: O(N), for listings, not for search."""
 
     @abstractmethod
-    def records(self, image_ids):
+    def records(self, image_ids: Iterable[str]) -> list[Any]:
         """The stored JSON records (bytes) of ``image_ids``, None for an absent id."""
 
     @abstractmethod
-    def info(self, image_id):
+    def info(self, image_id: str) -> dict[str, Any]:
         """The stored record of an image (source, sha256, n_descriptors, row, ...), or UnknownIdError."""
 
     @abstractmethod
-    def vector(self, image_id):
+    def vector(self, image_id: str) -> NDArray[np.float32]:
         """The stored vector of an image (float32, unit norm)."""
 
     @abstractmethod
-    def geometry(self, image_id):
+    def geometry(self, image_id: str) -> bytes | None:
         """The stored local-geometry record of an image (bytes), or None when it has none."""
 
     @abstractmethod
-    def thumbnail(self, image_id):
+    def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image (bytes), or None when it has none."""
 
     @abstractmethod
-    def vectors_page(self, after=None, n=256):
+    def vectors_page(self, after: Any = None, n: int = 256) -> tuple[list[str], NDArray[np.float32], Any]:
         """Up to ``n`` (<= MAX_BATCH) images after the cursor ``after`` (None or -1: from the
         start; else what the previous page returned): (ids, their vectors (m, D) float32,
         the cursor of the next page). A pass over the whole index in bounded memory ends
@@ -100,46 +118,50 @@ class Index(ABC):
 
     # ------------------------------------------------------------ writing
     @abstractmethod
-    def add(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+    def add(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
+            descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
+            box: Sequence[float] | None = None, metadata: Mapping[str, Any] | None = None) -> str:
         """Add one image from exactly one source (an image file inside ``box``, a
         descriptor set or a vector) with its ``metadata``; returns its id once durable and
         searchable. Same content under the same id: nothing written."""
 
     @abstractmethod
-    def add_many(self, items, batch_size=None):
+    def add_many(self, items: Iterable[Mapping[str, Any]], batch_size: int | None = None) -> list[Any]:
         """Add many ({"id", and one of "image_path", "descriptors", "vector"; "metadata"}),
         ``batch_size`` per transaction (None: the index's default); one AddResult per item."""
 
     @abstractmethod
-    def write_encoded(self, encoded, replace=False):
+    def write_encoded(self, encoded: Iterable[Any], replace: bool = False) -> Any:
         """Write already-encoded images (EncodedImage); per image "added", "exists" or the
         named error that kept it out."""
 
     @abstractmethod
-    def update(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+    def update(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
+               descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
+               box: Sequence[float] | None = None, metadata: Mapping[str, Any] | None = None) -> str:
         """Replace the content of an existing image (UnknownIdError if absent); its
         metadata is kept, updated with ``metadata``."""
 
     @abstractmethod
-    def remove(self, image_ids):
+    def remove(self, image_ids: str | Iterable[str]) -> int:
         """Remove one id or many, all or none (UnknownIdError names an absent one);
         returns the number removed."""
 
     # ------------------------------------------------------------ metadata and filters
     @abstractmethod
-    def metadata(self, image_id):
+    def metadata(self, image_id: str) -> dict[str, Any]:
         """The metadata (a dict) of an image; {} when it has none."""
 
     @abstractmethod
-    def metadata_many(self, image_ids):
+    def metadata_many(self, image_ids: Iterable[str]) -> list[dict[str, Any] | None]:
         """The metadata of each id (None for an absent id)."""
 
     @abstractmethod
-    def set_metadata(self, image_id, metadata, merge=False):
+    def set_metadata(self, image_id: str, metadata: Mapping[str, Any], merge: bool = False) -> dict[str, Any]:
         """Replace (or with ``merge``, update) an image's metadata; returns what is stored."""
 
     @property
-    def indexed_fields(self):
+    def indexed_fields(self) -> FieldNames:
         """The metadata fields search filters may use (:meth:`index_field`): call it,
         ``index.indexed_fields()`` -> a list (0.2's property form, without the call, works
         for one release with a DeprecationWarning)."""
@@ -150,30 +172,49 @@ class Index(ABC):
         """The indexed fields, a list (what :attr:`indexed_fields` returns)."""
 
     @abstractmethod
-    def index_field(self, name):
+    def index_field(self, name: str) -> bool:
         """Make metadata field ``name`` usable in search filters; False if it already was."""
 
     # ------------------------------------------------------------ codec and facts
     @abstractmethod
-    def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None, progress=None):
+    def train(self, nlist: int = 1, M: int = 16, seed: int = 0, train_size: int | None = None, codec: Any = None,
+              nprobe: int | None = None, progress: Any = None) -> Any:
         """Train (or retrain) the PQ / IVF-PQ codec, or install the trained ``codec``;
         returns it. Searches and ingestion go on meanwhile."""
 
     @abstractmethod
-    def codec_params(self):
+    def codec_params(self) -> dict[str, Any] | None:
         """{"nlist", "M", "nprobe"} of the codec in use, or None before training."""
 
     @abstractmethod
-    def codec_staleness(self):
+    def codec_staleness(self) -> dict[str, Any] | None:
         """How far the codec lags the index (trained_on, added_since, ratio, stale), or None."""
 
     @abstractmethod
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """Counts and sizes: images, codec, reader memory, and the codec's staleness."""
 
     # ------------------------------------------------------------ search
-    def search(self, query, k=10, mode=None, rerank=None, box=None, nprobe=None, verify=None, expand=None,
-               expansion="aqe", pairs=False, features=None, where=None, record=None, params=None):
+    # an image path: [Hit]; a vector or a batch of vectors (the same type): [Hit] or (scores, ids)
+    @overload
+    def search(self, query: str | os.PathLike[str], k: int = 10, mode: str | None = None,
+               rerank: int | None = None, box: Sequence[float] | None = None, nprobe: int | None = None,
+               verify: int | None = None, expand: int | None = None, expansion: str = "aqe", pairs: bool = False,
+               features: Any = None, where: Mapping[str, Any] | None = None, record: bytes | None = None,
+               params: SearchParams | None = None) -> list[Hit]: ...
+
+    @overload
+    def search(self, query: NDArray[Any], k: int = 10, mode: str | None = None,
+               rerank: int | None = None, box: Sequence[float] | None = None, nprobe: int | None = None,
+               verify: int | None = None, expand: int | None = None, expansion: str = "aqe", pairs: bool = False,
+               features: Any = None, where: Mapping[str, Any] | None = None, record: bytes | None = None,
+               params: SearchParams | None = None) -> list[Hit] | tuple[NDArray[np.float32], NDArray[Any]]: ...
+
+    def search(self, query: str | os.PathLike[str] | NDArray[Any], k: int = 10, mode: str | None = None,
+               rerank: int | None = None, box: Sequence[float] | None = None, nprobe: int | None = None,
+               verify: int | None = None, expand: int | None = None, expansion: str = "aqe", pairs: bool = False,
+               features: Any = None, where: Mapping[str, Any] | None = None, record: bytes | None = None,
+               params: SearchParams | None = None) -> list[Hit] | tuple[NDArray[np.float32], NDArray[Any]]:
         """The k best images by decreasing inner product with the query, then (second
         stage) spatially verified and expanded.
 
@@ -227,7 +268,9 @@ class Index(ABC):
         return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
 
     @abstractmethod
-    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None, params=None):
+    def first_stage(self, Q: NDArray[Any], k: int, mode: str | None = None, nprobe: int | None = None,
+                    rerank: int | None = None, where: Any = None,
+                    params: SearchParams | None = None) -> tuple[NDArray[np.float32], Any]:
         """(scores, ids) (nq, <= k) of the unit query rows Q: the first stage alone (k
         checked by the caller, capped at the number of images); ``params``: mode, nprobe,
         rerank and where from a SearchParams."""
@@ -236,26 +279,28 @@ class Index(ABC):
     def _second_stage(self, q, qrec, params):
         """[Hit]: the second stage of the unit query vector ``q`` with geometry record ``qrec``."""
 
-    def query_vector(self, query, box=None):
+    def query_vector(self, query: str | os.PathLike[str] | NDArray[Any],
+                     box: Sequence[float] | None = None) -> NDArray[np.float32]:
         """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
         return self.queries.vector(query, box)
 
-    def query_vectors(self, Q):
+    def query_vectors(self, Q: NDArray[Any]) -> NDArray[np.float32]:
         """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
         return self.queries.vectors(Q)
 
     @abstractmethod
-    def duplicates(self, image_id=None, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
-                   max_results=MAX_DUPLICATES, neighbours=DEFAULT_NEIGHBOURS, progress=None):
+    def duplicates(self, image_id: str | None = None, threshold: float = DEFAULT_DUPLICATE_THRESHOLD,
+                   verify: bool = False, max_results: int = MAX_DUPLICATES, neighbours: int = DEFAULT_NEIGHBOURS,
+                   progress: Any = None) -> list[Hit] | list[dict[str, Any]]:
         """Near-duplicates: of ``image_id`` ([Hit] best first), or the groups of the whole
         index ([{"ids", "pairs"}])."""
 
     # ------------------------------------------------------------ encoding
     @abstractmethod
-    def extractor(self):
+    def extractor(self) -> Any:
         """The extractor for image files (the index's stored parameters)."""
 
-    def check_encoder(self, encoder):
+    def check_encoder(self, encoder: Encoder) -> None:
         """Raise EncoderMismatchError unless ``encoder`` encodes as the index's encoder."""
         if encoder.fingerprint != self.fingerprint:
             raise EncoderMismatchError(

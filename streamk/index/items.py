@@ -47,7 +47,7 @@ def npz_bytes(**arrays):
     return buf.getvalue()
 
 
-def unit_vector(v):
+def unit_vector(v: "np.typing.ArrayLike") -> "np.typing.NDArray[np.float32]":
     """The encoder's output as a unit float32 vector, or a named error."""
     v = np.asarray(v, np.float32)
     n = float(np.linalg.norm(v))

@@ -26,15 +26,20 @@ the order of exactly equal scores). With a codec, the shards share one: trained
 once on a sample gathered from every shard (``train``), then installed in each.
 """
 
+from __future__ import annotations  # annotations are never evaluated at run time
+
 import hashlib
 import json
 import os
 import socket
 import threading
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..encoding import Encoder
 from ..errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormatError, NotAnIndexError,
@@ -83,7 +88,7 @@ def read_manifest(path):
 
 
 # ---------------------------------------------------------------- one shard, in the process that owns it
-_open_shards = {}  # path -> [StreamingIndex, users]: LMDB allows one environment per path and process
+_open_shards: dict[str, list[Any]] = {}  # path -> [StreamingIndex, users]: LMDB allows one environment per path and process
 _open_lock = threading.Lock()
 
 
@@ -296,7 +301,8 @@ class ShardedIndex(Index):
     """S StreamingIndex shards behind the one :class:`~streamk.index.Index` interface; see
     the module doc."""
 
-    def __init__(self, path, manifest, owners, encoder, client=None, own_client=False):
+    def __init__(self, path: str | os.PathLike[str], manifest: dict[str, Any], owners: list[Any], encoder: Encoder,
+                 client: Any = None, own_client: bool = False) -> None:
         self.path = Path(path)
         self.manifest = manifest
         self.shards = int(manifest["shards"])
@@ -310,8 +316,9 @@ class ShardedIndex(Index):
 
     # ------------------------------------------------------------ create / open
     @classmethod
-    def create(cls, path, encoder, shards, vector_dtype="float16", extractor=None, dask=None, hosts=None,
-               store_extras=True, vocabulary=None, indexed_fields=()):
+    def create(cls, path: str | os.PathLike[str], encoder: Encoder, shards: int, vector_dtype: str = "float16",
+               extractor: Any = None, dask: Any = None, hosts: Any = None, store_extras: bool = True,
+               vocabulary: Vocabulary | None = None, indexed_fields: Iterable[str] = ()) -> ShardedIndex:
         """A new sharded index at ``path`` (new or empty). With ``dask`` (an address,
         "local:N" or a Client), the shards are created by the cluster's workers, spread
         over its hosts (round robin; ``hosts`` to choose), each on the worker's disk
@@ -359,14 +366,14 @@ class ShardedIndex(Index):
         return idx
 
     @classmethod
-    def open(cls, path, readonly=False, dask=None):
+    def open(cls, path: str | os.PathLike[str], readonly: bool = False, dask: Any = None) -> ShardedIndex:
         """Open a sharded index: every shard in this process, or (``dask``) each by an
         actor on a worker of the host that holds it."""
         path = Path(path)
         manifest = read_manifest(path)
         encoder = Encoder.load(path / "encoder.npz")
         client, own = _client(dask)
-        owners = []
+        owners: list[_Local | _Remote] = []
         try:
             for s, d in enumerate(manifest["dirs"]):
                 shard_path = str((path / d).resolve()) if client is None else str(path / d)
@@ -385,7 +392,7 @@ class ShardedIndex(Index):
             raise
         return cls(path, manifest, owners, encoder, client, own)
 
-    def close(self):
+    def close(self) -> None:
         for o in self._owners:
             o.close()
         self._owners = []
@@ -395,18 +402,18 @@ class ShardedIndex(Index):
 
     # ------------------------------------------------------------ what ingestion and search need
     @property
-    def encoder(self):
+    def encoder(self) -> Encoder:
         return self._encoder
 
     @property
-    def vocabulary(self):
+    def vocabulary(self) -> Vocabulary | None:
         """The visual words of the shards' local geometry (``vocabulary.npz``), or None."""
         if getattr(self, "_vocabulary", None) is None:  # looked for again while there is none
             f = self.path / "vocabulary.npz"
             self._vocabulary = Vocabulary.load(f) if f.is_file() else None
         return self._vocabulary
 
-    def extractor(self):
+    def extractor(self) -> Any:
         if self._extractor is None:
             self._extractor = extractor_from_params(self.manifest["extractor"])
         return self._extractor
@@ -422,16 +429,16 @@ class ShardedIndex(Index):
         pending = {s: self._owners[s].start(method, *args) for s, args in per_shard.items()}
         return {s: get() for s, get in pending.items()}
 
-    def __len__(self):
+    def __len__(self) -> int:
         return sum(self._scatter(ShardActor.count, {s: () for s in range(self.shards)}).values())
 
-    def __contains__(self, image_id):
+    def __contains__(self, image_id: object) -> bool:
         try:
-            return self.records([image_id])[0] is not None
+            return self.records([image_id])[0] is not None  # type: ignore[list-item]
         except Exception:
             return False
 
-    def records(self, image_ids):
+    def records(self, image_ids: Iterable[str]) -> list[Any]:
         image_ids = list(image_ids)
         groups = self._by_shard(image_ids)
         got = self._scatter(ShardActor.records, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()})
@@ -441,13 +448,13 @@ class ShardedIndex(Index):
                 out[p] = raw
         return out
 
-    def info(self, image_id):
+    def info(self, image_id: str) -> dict[str, Any]:
         return self._owners[shard_of(image_id, self.shards)].call(ShardActor.info, image_id)
 
-    def vector(self, image_id):
+    def vector(self, image_id: str) -> NDArray[np.float32]:
         return self._owners[shard_of(image_id, self.shards)].call(ShardActor.vector, image_id)
 
-    def vectors_page(self, after=None, n=256, *old):
+    def vectors_page(self, after: Any = None, n: int = 256, *old: Any) -> tuple[list[str], NDArray[np.float32], Any]:
         """As :meth:`StreamingIndex.vectors_page` over every shard in turn, each page read
         where its shard lives: the cursor is (shard, its last row). ``vectors_page(shard,
         after_row, n)`` (0.2's form) still works, with a DeprecationWarning."""
@@ -472,15 +479,15 @@ class ShardedIndex(Index):
             raise ConfigError(f"shard must be in 0..{last}, got {shard!r}")
         return int(shard)
 
-    def geometry(self, image_id):
+    def geometry(self, image_id: str) -> bytes | None:
         """The stored local-geometry record of an image (bytes), or None (see StreamingIndex.geometry)."""
         return self._owners[shard_of(image_id, self.shards)].call(ShardActor.geometry, image_id)
 
-    def thumbnail(self, image_id):
+    def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image, or None (see StreamingIndex.thumbnail)."""
         return self._owners[shard_of(image_id, self.shards)].call(ShardActor.thumbnail, image_id)
 
-    def ids(self):
+    def ids(self) -> list[str]:
         return sorted(i for ids in self._scatter(ShardActor.ids, {s: () for s in range(self.shards)}).values() for i in ids)
 
     # ------------------------------------------------------------ writing
@@ -511,7 +518,7 @@ class ShardedIndex(Index):
                 out[p] = r
         return out
 
-    def write_encoded(self, encoded, replace=False):
+    def write_encoded(self, encoded: Iterable[Any], replace: bool = False) -> Any:
         """Write EncodedImage items, each to its shard (one transaction per shard);
         per item "added", "exists" or the named error, in order.
 
@@ -523,7 +530,7 @@ class ShardedIndex(Index):
         ids = [e.key.decode() for e in encoded]
         pairs = [(e.content, i) for e, i in zip(encoded, ids)]
         holders = self._claims(ShardActor.claim, pairs)
-        out = [None] * len(encoded)
+        out: list[Any] = [None] * len(encoded)
         stale = [p for p, h in enumerate(holders) if h is not None]
         if stale:  # does the holder still hold that content?
             recs = self.records([holders[p] for p in stale])
@@ -547,7 +554,9 @@ class ShardedIndex(Index):
             self._claims(ShardActor.release, release)
         return out
 
-    def add(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+    def add(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
+            descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
+            box: Sequence[float] | None = None, metadata: Mapping[str, Any] | None = None) -> str:
         """As :meth:`StreamingIndex.add`, for an image given as its ``vector`` (image files
         and descriptor sets go through ingestion, :class:`streamk.pipeline.Ingester`, which
         describes them where the workers are). ``add(id, vector)`` (0.2's form, the vector
@@ -558,7 +567,9 @@ class ShardedIndex(Index):
             raise out
         return image_id
 
-    def update(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+    def update(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
+               descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
+               box: Sequence[float] | None = None, metadata: Mapping[str, Any] | None = None) -> str:
         """As :meth:`StreamingIndex.update`, for an image given as its ``vector``: its content
         replaced (UnknownIdError if absent), its metadata kept, updated with ``metadata``."""
         vector = _vector_only("update", image_path, descriptors, vector, box)
@@ -568,11 +579,12 @@ class ShardedIndex(Index):
             raise out
         return image_id
 
-    def add_many(self, items, batch_size=None):
+    def add_many(self, items: Iterable[Mapping[str, Any]], batch_size: int | None = None) -> list[Any]:
         """Add {"id", "vector"} items (and "metadata"), ``batch_size`` per round of shard
         transactions (None: 1024); one AddResult per item."""
         batch_size = 1024 if batch_size is None else int(batch_size)
-        results, batch = [], []
+        results: list[Any] = []
+        batch: list[Any] = []
 
         def flush():
             outs = self.write_encoded([e for _, e in batch])
@@ -586,7 +598,7 @@ class ShardedIndex(Index):
         flush()
         return results
 
-    def remove(self, image_ids):
+    def remove(self, image_ids: str | Iterable[str]) -> int:
         """Remove ids (each from its shard); UnknownIdError if any is absent, and then
         nothing is removed."""
         if isinstance(image_ids, (str, bytes)):
@@ -609,13 +621,13 @@ class ShardedIndex(Index):
     def _owner_of(self, image_id):
         return self._owners[shard_of(validate_id(image_id), self.shards)]
 
-    def metadata(self, image_id):
+    def metadata(self, image_id: str) -> dict[str, Any]:
         """As :meth:`StreamingIndex.metadata`, from the image's shard."""
         return self._owner_of(image_id).call(ShardActor.metadata, image_id)
 
-    def metadata_many(self, image_ids):
+    def metadata_many(self, image_ids: Iterable[str]) -> list[dict[str, Any] | None]:
         """The metadata of each id (None for an absent id)."""
-        out = []
+        out: list[dict[str, Any] | None] = []
         for i in image_ids:
             try:
                 out.append(self.metadata(i))
@@ -623,11 +635,11 @@ class ShardedIndex(Index):
                 out.append(None)
         return out
 
-    def set_metadata(self, image_id, metadata, merge=False):
+    def set_metadata(self, image_id: str, metadata: Mapping[str, Any], merge: bool = False) -> dict[str, Any]:
         """As :meth:`StreamingIndex.set_metadata`, on the image's shard."""
         return self._owner_of(image_id).call(ShardActor.set_metadata, image_id, metadata, merge)
 
-    def index_field(self, name):
+    def index_field(self, name: str) -> bool:
         """As :meth:`StreamingIndex.index_field`, on every shard."""
         check_field(name)
         done = self._scatter(ShardActor.index_field, {s: (name,) for s in range(self.shards)})
@@ -636,8 +648,9 @@ class ShardedIndex(Index):
     def _indexed_fields(self):
         return self._owners[0].call(ShardActor.indexed_fields)
 
-    def duplicates(self, image_id=None, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
-                   max_results=MAX_DUPLICATES, neighbours=DEFAULT_NEIGHBOURS, progress=None):
+    def duplicates(self, image_id: str | None = None, threshold: float = DEFAULT_DUPLICATE_THRESHOLD,
+                   verify: bool = False, max_results: int = MAX_DUPLICATES, neighbours: int = DEFAULT_NEIGHBOURS,
+                   progress: Any = None) -> list[Hit] | list[dict[str, Any]]:
         """Near-duplicates across the shards, from the vectors. image_id given: that image's,
         [Hit] with score >= threshold (its vector searched on every shard). None: the groups
         of the whole index, [{"ids", "pairs"}] (each shard's images page by page, each page
@@ -649,11 +662,12 @@ class ShardedIndex(Index):
         if image_id is None:
             return sharded_duplicate_groups(self, threshold, neighbours, progress=progress)
         threshold = check_threshold(threshold)
-        hits = self.search(self.vector(image_id), k=min(int(max_results) + 1, MAX_K))
+        hits: list[Hit] = self.search(self.vector(image_id), k=min(int(max_results) + 1, MAX_K))  # type: ignore[assignment]  # a vector: [Hit]
         return [h for h in hits if h.id != image_id and h.score >= threshold][:int(max_results)]
 
     # ------------------------------------------------------------ codec
-    def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None, progress=None):
+    def train(self, nlist: int = 1, M: int = 16, seed: int = 0, train_size: int | None = None, codec: Any = None,
+              nprobe: int | None = None, progress: Any = None) -> Any:
         """One codec for every shard: fitted here on a sample gathered from the shards
         (each gives its share of ``train_size``, in proportion to its size), or the
         given trained ``codec``; then installed in each shard (its codes computed
@@ -680,7 +694,9 @@ class ShardedIndex(Index):
         return codec
 
     # ------------------------------------------------------------ search (Index.search: scattered here)
-    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None, params=None):
+    def first_stage(self, Q: NDArray[Any], k: int, mode: str | None = None, nprobe: int | None = None,
+                    rerank: int | None = None, where: Any = None,
+                    params: SearchParams | None = None) -> tuple[NDArray[np.float32], Any]:
         """As :meth:`StreamingIndex.first_stage`: scattered to every shard (``params`` sent
         whole), each shard's top k merged by score."""
         if params is None:
@@ -706,7 +722,7 @@ class ShardedIndex(Index):
             return [(i, sc) for i, sc in zip(ids[0], scores[0].tolist()) if i is not None]
         return [Hit(i, sc, **expl) for i, sc, expl in expanded_results(q, head, rest, params, search_again)]
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         per = self._scatter(ShardActor.stats, {s: () for s in range(self.shards)})
         out = {"images": sum(p["images"] for p in per.values()), "shards": self.shards,
                "codec": per[0]["codec"], "reader_memory": sum(p["reader_memory"] for p in per.values())}
@@ -717,11 +733,11 @@ class ShardedIndex(Index):
         out["per_shard"] = [per[s] for s in range(self.shards)]
         return out
 
-    def codec_params(self):
+    def codec_params(self) -> dict[str, Any] | None:
         """As :meth:`StreamingIndex.codec_params` (every shard has the same codec)."""
         return self._owners[0].call(ShardActor.codec_params)
 
-    def codec_staleness(self):
+    def codec_staleness(self) -> dict[str, Any] | None:
         """As :meth:`StreamingIndex.codec_staleness`, over every shard (one call to each)."""
         st = self.stats()
         if st.get("codec") is None or "codec_trained_on" not in st:

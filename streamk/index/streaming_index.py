@@ -24,12 +24,18 @@ Opening is cheap: the encoder is loaded when something needs encoding (an
 image or descriptor query, an add), and the codes when the first search runs.
 """
 
+from __future__ import annotations  # annotations are never evaluated at run time
+
 import io
 import json
+import os
 import time
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..encoding import Encoder
 from ..errors import (ConfigError, EncoderFileError, IndexFormatError, NotFittedError,
@@ -44,6 +50,7 @@ from .queries import MAX_BATCH, QueryEncoder, StoredExtractor
 from .reader import SearchView
 from .retraining import Trainer, codec_staleness, stale_codec_note
 from .base import Index
+from .search_params import SearchParams
 from .second_stage import Hit, second_stage, verified_first, verify_candidates, with_vectors
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key
 from .vector_store import rows_per_block
@@ -66,7 +73,7 @@ class StreamingIndex(Index):
     """
 
     # ------------------------------------------------------------ create / open
-    def __init__(self, store):
+    def __init__(self, store: Store) -> None:
         self._store = store
         try:
             self.vector_dtype = np.dtype(bytes(store.get_meta(b"vector_dtype")).decode())
@@ -75,15 +82,15 @@ class StreamingIndex(Index):
         except (TypeError, ValueError) as exc:
             store.close()
             raise IndexFormatError(f"{store.path}: unreadable index metadata ({exc})") from exc
-        self._encoder = None
-        self._vocabulary = None
+        self._encoder: Encoder | None = None
+        self._vocabulary: Vocabulary | None = None
         self._extractors = StoredExtractor(lambda: StoredExtractor.from_meta(store.get_meta(b"extractor")))
-        self._writer = None  # made by the first write (a read-only open builds none)
+        self._writer: IndexWriter | None = None  # made by the first write (a read-only open builds none)
         self.view = SearchView(store, self.dim, self.vector_dtype)
         self.queries = QueryEncoder(lambda: self.encoder, self._extractors.get, self.dim, lambda: self.vocabulary)
 
     @property
-    def writer(self):
+    def writer(self) -> IndexWriter:
         """The :class:`IndexWriter` of this index, made on first use (never by searches)."""
         if self._writer is None:
             self._writer = IndexWriter(self._store, self.vector_dtype, self.dim, lambda: self.encoder,
@@ -91,8 +98,10 @@ class StreamingIndex(Index):
         return self._writer
 
     @classmethod
-    def create(cls, path, encoder, vector_dtype="float16", extractor=None, map_size=DEFAULT_MAP_SIZE,
-               block_rows=BLOCK_ROWS, store_extras=True, vocabulary=None, max_map_size=None, indexed_fields=()):
+    def create(cls, path: str | os.PathLike[str], encoder: Encoder, vector_dtype: str = "float16",
+               extractor: Any = None, map_size: int = DEFAULT_MAP_SIZE, block_rows: int = BLOCK_ROWS,
+               store_extras: bool = True, vocabulary: Vocabulary | None = None, max_map_size: int | None = None,
+               indexed_fields: Iterable[str] = ()) -> StreamingIndex:
         """A new, empty index at ``path`` (a new or empty directory).
 
         encoder: a fitted :class:`~streamk.encoding.encoder.Encoder`, stored in the index.
@@ -149,16 +158,17 @@ class StreamingIndex(Index):
         return idx
 
     @classmethod
-    def open(cls, path, readonly=False, max_map_size=None):
+    def open(cls, path: str | os.PathLike[str], readonly: bool = False,
+             max_map_size: int | None = None) -> StreamingIndex:
         """Open an existing index; raises NotAnIndexError / IndexFormatError /
         IndexCorruptError (a truncated or damaged file). max_map_size: as in :meth:`create`."""
         return cls(Store.open(path, readonly=readonly, max_map_size=max_map_size))
 
-    def close(self):
+    def close(self) -> None:
         self._store.close()
 
     @property
-    def encoder(self):
+    def encoder(self) -> Encoder:
         """The index's Encoder (loaded from the store on first use)."""
         if self._encoder is None:
             blob = self._store.get_meta(b"encoder")
@@ -169,7 +179,7 @@ class StreamingIndex(Index):
         return self._encoder
 
     @property
-    def vocabulary(self):
+    def vocabulary(self) -> Vocabulary | None:
         """The :class:`~streamk.verification.Vocabulary` of the local geometry, or None (the
         index has no second stage)."""
         if self._vocabulary is None and self._store.get_int(b"local_features"):
@@ -181,11 +191,11 @@ class StreamingIndex(Index):
         return self._vocabulary
 
     @property
-    def has_local_features(self):
+    def has_local_features(self) -> bool:
         """Whether images added from files keep their local geometry (the second stage)."""
         return bool(self._store.get_int(b"local_features"))
 
-    def add_local_features(self, vocabulary):
+    def add_local_features(self, vocabulary: Vocabulary) -> Vocabulary | None:
         """Turn the second stage on: store ``vocabulary``; images added from now on keep
         their local geometry (``streamk index add-local-features`` adds the existing ones'
         records, :func:`streamk.pipeline.add_local_features`). Returns the vocabulary in use
@@ -205,13 +215,13 @@ class StreamingIndex(Index):
         self._vocabulary = vocabulary
         return vocabulary
 
-    def geometry(self, image_id):
+    def geometry(self, image_id: str) -> bytes | None:
         """The stored local-geometry record of an image (bytes), or None when it has none."""
         with self._store.read() as txn:
             rec = self._store.geometry_records(txn, [self._store.require_image(txn, image_id).row])[0]
             return None if rec is None else bytes(rec)
 
-    def thumbnail(self, image_id):
+    def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image (bytes), or None when it has none (only images
         whose writer made one: the HTTP server's uploads)."""
         key = id_key(image_id)
@@ -220,21 +230,21 @@ class StreamingIndex(Index):
             return self._store.get_blob(txn, "thumbnails", key)
 
     @property
-    def path(self):
+    def path(self) -> Any:
         return self._store.path
 
     @property
-    def store(self):
+    def store(self) -> Store:
         return self._store
 
     @property
-    def readonly(self):
+    def readonly(self) -> bool:
         return self._store.readonly
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._store.count("images")
 
-    def __contains__(self, image_id):
+    def __contains__(self, image_id: object) -> bool:
         try:
             key = id_key(image_id)
         except StreamkError:
@@ -242,18 +252,18 @@ class StreamingIndex(Index):
         with self._store.read() as txn:
             return self._store.has_image(txn, key)
 
-    def records(self, image_ids):
+    def records(self, image_ids: Iterable[str]) -> list[Any]:
         """The stored JSON records (bytes, checked against their CRC32C) of ``image_ids``, None
         for an absent id: one short read transaction."""
         with self._store.read() as txn:
             return [self._store.raw_image(txn, i) for i in image_ids]
 
-    def ids(self):
+    def ids(self) -> list[str]:
         """Every image id (sorted): O(N), for listings, not for search."""
         with self._store.read() as txn, txn.cursor(db=self._store.images_db) as cur:
             return [bytes(k).decode() for k in cur.iternext(keys=True, values=False)]
 
-    def vectors_page(self, after=None, n=256):
+    def vectors_page(self, after: Any = None, n: int = 256) -> tuple[list[str], NDArray[np.float32], Any]:
         """Up to ``n`` (<= MAX_BATCH) images stored after row ``after`` (None or -1: from the
         start), in row order: (ids, their vectors (m, D) float32, the last row given -- the
         next page's cursor -- or -1 when none). A pass over the whole index page by page, in
@@ -275,12 +285,12 @@ class StreamingIndex(Index):
             V = self.view.vectors_of(txn, rows) if rows else np.zeros((0, self.dim), np.float32)
         return ids, np.asarray(V, np.float32), rows[-1] if rows else -1
 
-    def info(self, image_id):
+    def info(self, image_id: str) -> dict[str, Any]:
         """The stored JSON record of an image (source, sha256, n_descriptors, added, row, ...)."""
         with self._store.read() as txn:
             return self._store.require_image(txn, image_id).to_dict()
 
-    def extras(self, image_id):
+    def extras(self, image_id: str) -> dict[str, Any]:
         """{"keypoints": (n, 6), "weights": (n,)} stored for display (may be empty)."""
         key = id_key(image_id)
         with self._store.read() as txn:
@@ -291,19 +301,21 @@ class StreamingIndex(Index):
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
 
-    def vector(self, image_id):
+    def vector(self, image_id: str) -> NDArray[np.float32]:
         """The stored vector of an image as float32."""
         with self._store.read() as txn:
             return self.view.vectors.get(txn, [self._store.require_image(txn, image_id).row])[0]
 
-    def extractor(self):
+    def extractor(self) -> Any:
         """The extractor for image files (from the stored params, or the default)."""
         return self._extractors.get()
 
     unit_vector = staticmethod(unit_vector)
 
     # ------------------------------------------------------------ writing
-    def add(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+    def add(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
+            descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
+            box: Sequence[float] | None = None, metadata: Mapping[str, Any] | None = None) -> str:
         """Add one image from exactly one source; returns its id once durable and searchable.
 
         metadata: a JSON object (dict) stored with the image (:meth:`metadata`); an image
@@ -325,37 +337,39 @@ class StreamingIndex(Index):
             raise out
         return image_id
 
-    def add_many(self, items, batch_size=None):
+    def add_many(self, items: Iterable[Mapping[str, Any]], batch_size: int | None = None) -> list[Any]:
         """Add many images, ``batch_size`` per transaction (None: 64); one AddResult per item
         (see :meth:`IndexWriter.add_many`)."""
         return self.writer.add_many(items, 64 if batch_size is None else batch_size)
 
-    def write_encoded(self, encoded, replace=False):
+    def write_encoded(self, encoded: Iterable[Any], replace: bool = False) -> Any:
         """Write already-encoded images (``EncodedImage``) in one transaction; per image
         "added", "exists" or the named error that kept it out."""
         return self.writer.write_encoded(encoded, replace)
 
-    def update(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
+    def update(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
+               descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
+               box: Sequence[float] | None = None, metadata: Mapping[str, Any] | None = None) -> str:
         """Replace the content of an existing image (UnknownIdError if absent); its metadata
         is kept, updated with ``metadata`` (and an image file's own fields)."""
         enc = self.writer.encode_item(image_id, image_path, descriptors, vector, box, metadata)
         self.writer.update(enc)
         return image_id
 
-    def remove(self, image_ids):
+    def remove(self, image_ids: str | Iterable[str]) -> int:
         """Remove one image (an id) or many (a list of ids), all or none: UnknownIdError
         if any is absent, and then nothing is removed. Returns the number removed."""
         if isinstance(image_ids, (str, bytes)) or not hasattr(image_ids, "__iter__"):
-            image_ids = [image_ids]
+            image_ids = [image_ids]  # type: ignore[list-item]
         return self.writer.remove(image_ids)
 
     # ------------------------------------------------------------ metadata
-    def metadata(self, image_id):
+    def metadata(self, image_id: str) -> dict[str, Any]:
         """The metadata (a dict) of an image; {} when it has none."""
         with self._store.read() as txn:
             return metadata_of_rows(txn, self._store, [self._store.require_image(txn, image_id).row])[0]
 
-    def metadata_many(self, image_ids):
+    def metadata_many(self, image_ids: Iterable[str]) -> list[dict[str, Any] | None]:
         """The metadata of each id (None for an absent id), in one read transaction (e.g.
         for the k results of a search)."""
         with self._store.read() as txn:
@@ -363,7 +377,7 @@ class StreamingIndex(Index):
             metas = iter(metadata_of_rows(txn, self._store, [r.row for r in records if r is not None]))
             return [None if r is None else next(metas) for r in records]
 
-    def set_metadata(self, image_id, metadata, merge=False):
+    def set_metadata(self, image_id: str, metadata: Mapping[str, Any], merge: bool = False) -> dict[str, Any]:
         """Replace an image's metadata with ``metadata`` (a dict of at most 64 KB as JSON),
         or with ``merge=True`` update it (the given fields replace theirs, the others stay);
         indexed fields follow. Returns the metadata now stored. MetadataError / UnknownIdError
@@ -374,13 +388,13 @@ class StreamingIndex(Index):
         with self._store.read() as txn:
             return indexed_fields(txn, self._store)
 
-    def index_field(self, name):
+    def index_field(self, name: str) -> bool:
         """Make metadata field ``name`` usable in search filters: posting lists (value ->
         rows) are kept for it from now on, and built for the stored images now (one pass
         over their metadata, in one transaction). Returns False if it already was."""
         return self._store.write(lambda txn: add_indexed_field(txn, self._store, name))
 
-    def allowed(self, where):
+    def allowed(self, where: Mapping[str, Any] | None) -> Any:
         """The RowFilter (rows and bitmap) a filter selects now: for checks and tests."""
         clauses = parse_filter(where)
         with self._store.read(buffers=True) as txn:
@@ -394,8 +408,9 @@ class StreamingIndex(Index):
         return allowed_rows(txn, self._store, clauses, n_rows)
 
     # ------------------------------------------------------------ near-duplicates
-    def duplicates(self, image_id=None, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
-                   max_results=MAX_DUPLICATES, neighbours=DEFAULT_NEIGHBOURS, progress=None):
+    def duplicates(self, image_id: str | None = None, threshold: float = DEFAULT_DUPLICATE_THRESHOLD,
+                   verify: bool = False, max_results: int = MAX_DUPLICATES, neighbours: int = DEFAULT_NEIGHBOURS,
+                   progress: Any = None) -> list[Hit] | list[dict[str, Any]]:
         """Near-duplicates (the same photo re-encoded, resized, cropped a little): vector
         similarity >= ``threshold`` (default measured on the demo's photo changes:
         :mod:`streamk.index.duplicates`), confirmed by the second stage with ``verify``.
@@ -408,7 +423,8 @@ class StreamingIndex(Index):
         return duplicate_groups(self, threshold, verify, neighbours, progress=progress)
 
     # ------------------------------------------------------------ codec
-    def train(self, nlist=1, M=16, seed=0, train_size=None, codec=None, nprobe=None, progress=None):
+    def train(self, nlist: int = 1, M: int = 16, seed: int = 0, train_size: int | None = None, codec: Any = None,
+              nprobe: int | None = None, progress: Any = None) -> Any:
         """Train (or retrain) the codec and swap in every image's code; returns it.
 
         nlist=1: flat PQ (ADC over every code), for up to ~10^5 images; nlist > 1:
@@ -425,28 +441,28 @@ class StreamingIndex(Index):
         return Trainer(self._store, self.dim, self.vector_dtype, progress=progress).run(
             nlist=nlist, M=M, seed=seed, train_size=train_size, codec=codec, nprobe=nprobe)
 
-    def train_pq(self, M=16, seed=0, chunk=None):
+    def train_pq(self, M: int = 16, seed: int = 0, chunk: int | None = None) -> Any:
         """Flat PQ (nlist = 1) with M bytes per image; returns its ProductQuantizer."""
         return self.train(nlist=1, M=M, seed=seed).pq_
 
-    def sample_vectors(self, n, seed=0):
+    def sample_vectors(self, n: int, seed: int = 0) -> NDArray[Any]:
         """n stored vectors (float32, fewer if the index holds fewer) drawn at random:
         a training sample (e.g. gathered from the shards of a sharded index)."""
         trainer = Trainer(self._store, self.dim, self.vector_dtype)
         return trainer.sample(trainer._stored_rows()[1], n, seed)
 
-    def codec(self):
+    def codec(self) -> Any:
         """The :class:`~streamk.quantization.ivfpq.IVFPQ` codec in use, or None before training."""
         with self._store.read() as txn:
             return self.view.codec_in_use(txn)
 
-    def product_quantizer(self):
+    def product_quantizer(self) -> Any:
         """The ProductQuantizer of a flat-PQ codec (nlist = 1), or None."""
         codec = self.codec()
         return codec.pq_ if codec is not None and codec.nlist == 1 else None
 
     # ------------------------------------------------------------ search
-    def refresh(self):
+    def refresh(self) -> Any:
         """Bring the in-memory view up to date with the store (cheap when nothing changed:
         one read of the change counter). Returns the number of changes applied."""
         with self._store.read(buffers=True) as txn:
@@ -463,7 +479,9 @@ class StreamingIndex(Index):
             ids = self.view.ids_of(txn, np.array([[r for r, _, _ in results]], np.int64).reshape(1, -1))[0]
         return [Hit(i, sc, **expl) for i, (_, sc, expl) in zip(ids, results) if i is not None]
 
-    def first_stage(self, Q, k, mode=None, nprobe=None, rerank=None, where=None, params=None):
+    def first_stage(self, Q: NDArray[Any], k: int, mode: str | None = None, nprobe: int | None = None,
+                    rerank: int | None = None, where: Any = None,
+                    params: SearchParams | None = None) -> tuple[NDArray[np.float32], Any]:
         """(scores, ids) (nq, <= k) of the unit query rows Q (checked by the caller): the
         first stage alone, what a shard of a sharded index answers (k already checked
         against MAX_K by the caller, capped here at the number of images); ``where``: a
@@ -477,7 +495,7 @@ class StreamingIndex(Index):
             scores, rows, _, _ = self._view_search(txn, Q, k, clauses, mode, nprobe, rerank)
             return scores, self.view.ids_of(txn, rows)
 
-    def verified_candidates(self, q, qrec, params):
+    def verified_candidates(self, q: NDArray[Any], qrec: Any, params: SearchParams) -> list[Any]:
         """One query's first stage (top max(k, R) of the unit vector ``q``) and the
         verification of its first R results against the query's geometry record ``qrec``
         (k, R, box, pairs, mode, nprobe, rerank and where from ``params``, a
@@ -515,12 +533,12 @@ class StreamingIndex(Index):
         scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank, allow=allow)
         return scores, rows, allow, mode
 
-    def codec_params(self):
+    def codec_params(self) -> dict[str, Any] | None:
         """{"nlist", "M", "nprobe"} of the codec in use (what retraining it again takes), or None."""
         codec = self.codec()
         return None if codec is None else {"nlist": codec.nlist, "M": codec.M, "nprobe": codec.nprobe}
 
-    def codec_staleness(self):
+    def codec_staleness(self) -> dict[str, Any] | None:
         """How far the codec lags the index (:func:`~streamk.index.retraining.codec_staleness`):
         None before training, else the images it was trained on, the images added since,
         their ratio and whether that is past STALE_CODEC_RATIO."""
@@ -539,7 +557,7 @@ class StreamingIndex(Index):
             warnings.warn(w, stacklevel=3)
 
     # ------------------------------------------------------------ facts
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """Counts and sizes: images, rows, codec, reader memory (bytes); with a codec, the
         images it was trained on and the images added since (``codec_trained_on``,
         ``added_since_training``; None for a codec trained before streamk recorded them)."""

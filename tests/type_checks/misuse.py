@@ -10,3 +10,7 @@ vector.shape  # error
 streamk.load_dataset("paris6k", image_ids=7)  # error
 streamk.open_index("my-index", readonly="yes")  # error
 streamk.create_index("my-index", k="16")  # error
+index = streamk.StreamingIndex.open("my-index")
+index.search("query.jpg", k="10")  # error
+index.remove(3)  # error
+streamk.ShardedIndex.open("my-index").search("query.jpg", box="60 40 300 220")  # error

@@ -45,3 +45,35 @@ def open_for_search(path: Path) -> "streamk.StreamingIndex | streamk.ShardedInde
 def make_index(photos: Path) -> Path:
     return streamk.create_index("my-index", train=[photos], k=16, aggregation="gmp", workers=1,
                                 log=lambda line: None, progress=False)
+
+
+def index_and_search(path: Path, photo: Path, vector: NDArray[np.float32]) -> list[str]:
+    idx = streamk.StreamingIndex.open(path)
+    idx.add("chelsea-view", image_path=photo, metadata={"folder": "paris"})
+    idx.add("v1", vector=vector)
+    results = idx.add_many([{"id": "v2", "vector": vector}], batch_size=1024)
+    assert len(results) == 1 and "v1" in idx and len(idx) >= 2
+    idx.update("v1", vector=2 * vector)
+    removed: int = idx.remove(["v1", "v2"])
+    hits = idx.search(photo, k=5, box=(60, 40, 300, 220), pairs=True)
+    for h in hits:
+        print(h.id, h.score)
+    meta: dict[str, object] = idx.metadata("chelsea-view")
+    idx.set_metadata("chelsea-view", {"year": 2024}, merge=True)
+    groups = idx.duplicates()
+    near = idx.duplicates("chelsea-view", threshold=0.8)
+    if len(idx) >= 256:
+        idx.train(nlist=1, M=16)
+    unit: NDArray[np.float32] = idx.vector("chelsea-view")
+    assert removed == 2 and meta and unit.ndim == 1 and len(groups) + len(near) >= 0
+    idx.close()
+    with streamk.StreamingIndex.open(path, readonly=True) as same:
+        return [h.id for h in same.search(str(photo), k=3)]
+
+
+def shard(path: Path, encoder: streamk.Encoder, photo: Path) -> float:
+    streamk.ShardedIndex.create(path, encoder, shards=2).close()
+    with streamk.ShardedIndex.open(path) as idx:
+        idx.add("a", image_path=photo)
+        hits = idx.search(photo, k=5)
+        return hits[0].score if hits else 0.0
