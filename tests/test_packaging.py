@@ -46,9 +46,9 @@ def test_the_api_documentation_builds_from_the_docstrings_without_warnings(tmp_p
 # ---------------------------------------------------------------- types (PEP 561, mypy)
 
 # the names of streamk/__init__ whose public signatures are annotated and type-checked (Index: the
-# base of StreamingIndex and ShardedIndex, streamk.index.Index); Ingester is next
+# base of StreamingIndex and ShardedIndex, streamk.index.Index)
 TYPED = ("Encoder", "extract", "make_extractor", "train_encoder", "load_dataset", "evaluate", "open_index",
-         "create_index", "StreamingIndex", "ShardedIndex", "Index")
+         "create_index", "StreamingIndex", "ShardedIndex", "Index", "Ingester", "SearchParams")
 
 
 def _mypy(*args):

@@ -21,8 +21,11 @@ whatever the index holds. :data:`INDEX_LIMITS` are streamk's (a Python caller's)
 (``SearchLimits`` refuses a limit above the index's).
 """
 
+from __future__ import annotations
+
 import copy
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +115,7 @@ class SearchParams:
     pairs: bool = False
     limits: SearchLimits = field(default=INDEX_LIMITS, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         lim = self.limits
         if not isinstance(lim, SearchLimits):
             raise ConfigError(f"limits must be a streamk.index.SearchLimits, got {type(lim).__name__}")
@@ -141,12 +144,12 @@ class SearchParams:
         elif not isinstance(self.where, str | bytes):
             put(self, "where", copy.deepcopy(self.where))  # the caller's dict may change after the check
 
-    def replace(self, **changes):
+    def replace(self, **changes: Any) -> SearchParams:
         """A new SearchParams with ``changes``, checked again."""
         return replace(self, **changes)
 
     @classmethod
-    def of(cls, params=None, **kwargs):
+    def of(cls, params: SearchParams | None = None, **kwargs: Any) -> SearchParams:
         """``params`` as given, or one built from the keyword arguments of a search (only
         one of the two: ConfigError when both are given, unless the keywords are the
         defaults)."""
@@ -160,11 +163,11 @@ class SearchParams:
                               f"(got params and {', '.join(given)})")
         return params
 
-    def verify_count(self):
+    def verify_count(self) -> int:
         """R: first-stage results verified when a second stage runs (the default where None)."""
         return DEFAULT_VERIFY if self.verify is None else self.verify
 
-    def expand_count(self):
+    def expand_count(self) -> int:
         """N: verified results averaged into the expanded query (the default where None)."""
         return DEFAULT_EXPAND if self.expand is None else self.expand
 

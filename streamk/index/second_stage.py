@@ -35,6 +35,14 @@ class Hit(tuple):
     result), ``pairs`` ((n, 4) x_q, y_q, x_r, y_r inlier pairs, when asked for), ``stage``
     ("first", "verified" or "expanded")."""
 
+    # set on each instance by __new__; declared here for type checkers (no class attribute is made)
+    inliers: int | None
+    verified: bool
+    region: np.ndarray | None
+    affine: np.ndarray | None
+    pairs: np.ndarray | None
+    stage: str
+
     def __new__(cls, image_id, score, **explanation):
         hit = super().__new__(cls, (image_id, float(score)))
         hit.__dict__.update({"inliers": None, "verified": False, "region": None, "affine": None, "pairs": None,

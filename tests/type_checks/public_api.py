@@ -57,7 +57,7 @@ def index_and_search(path: Path, photo: Path, vector: NDArray[np.float32]) -> li
     removed: int = idx.remove(["v1", "v2"])
     hits = idx.search(photo, k=5, box=(60, 40, 300, 220), pairs=True)
     for h in hits:
-        print(h.id, h.score)
+        print(h.id, h.score, h.inliers, h.verified, h.region)
     meta: dict[str, object] = idx.metadata("chelsea-view")
     idx.set_metadata("chelsea-view", {"year": 2024}, merge=True)
     groups = idx.duplicates()
@@ -77,3 +77,16 @@ def shard(path: Path, encoder: streamk.Encoder, photo: Path) -> float:
         idx.add("a", image_path=photo)
         hits = idx.search(photo, k=5)
         return hits[0].score if hits else 0.0
+
+
+def ingest(path: Path, folder: Path) -> str:
+    with streamk.open_index(path) as idx, streamk.Ingester(idx, workers=1, batch_size=64, progress=False) as ing:
+        stats = ing.ingest([folder])
+        left, exact = ing.not_ingested()
+        assert left >= 0 and exact in (True, False) and stats.n_failed >= 0
+        return stats.summary()
+
+
+def parameters() -> int:
+    params = streamk.SearchParams(k=5, verify=0, box=(0, 0, 10, 10))
+    return params.replace(k=3).k + params.verify_count() + params.expand_count()
