@@ -369,6 +369,12 @@ class FewRNImagesWarning(UserWarning):
     hurts retrieval (:meth:`streamk.Encoder.fit_rn_vectors` says the number)."""
 
 
+class IgnoredSearchParameterWarning(UserWarning):
+    """A search parameter given that the search cannot use: ``nprobe`` (IVF lists visited)
+    or ``rerank`` (PQ candidates re-scored) on an exact search, as every search of an index
+    without a trained codec is (``streamk index train`` makes one)."""
+
+
 class StaleCodecWarning(UserWarning):
     """A PQ / IVF-PQ search with a codec trained on far fewer images than were added since
     (more than :data:`streamk.index.retraining.STALE_CODEC_RATIO` times as many): images it

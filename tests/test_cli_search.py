@@ -333,3 +333,15 @@ def test_a_photo_search_starts_numba_without_scipy_linalg_and_finds_the_same(pho
     first = run_python("-c", f"import scipy.linalg, sys\nfrom streamk.cli import main\nsys.exit({search})", timeout=300)
     assert first.returncode == 0, first.stderr
     assert json.loads(answer) == json.loads(first.stdout) and json.loads(answer)[0]["id"] == "p2"
+
+
+def test_nprobe_on_an_index_without_a_codec_is_one_note_and_the_same_answer(photos, ix, capsys):
+    """--nprobe on an index searched exactly (no codec): the search answers as without it and
+    says once, on one line, that it had no effect (not a Python warning with its source line)."""
+    path = photos["paths"][0]
+    status, plain, err = run(capsys, "search", ix, path, "-k", "3")
+    assert status == 0 and err == ""
+    status, out, err = run(capsys, "search", ix, path, photos["paths"][1], "-k", "3", "--nprobe", "32")
+    assert status == 0 and plain.rstrip("\n") in out
+    assert err.splitlines() == ["streamk: note: nprobe=32 has no effect: this index has no trained codec, so every "
+                                "search is exact (streamk index train makes one)"], err

@@ -168,7 +168,8 @@ def print_answer(got, output, first=True, named=False):
 
 class _stale_codec_noted:
     """While inside: a StaleCodecWarning becomes one ``streamk: note:`` line on stderr
-    (naming the index as typed); other warnings are shown as usual."""
+    (naming the index as typed), an IgnoredSearchParameterWarning one such line too (once);
+    other warnings are shown as usual."""
 
     def __init__(self, where):
         self.where = where
@@ -184,18 +185,20 @@ class _stale_codec_noted:
     def __exit__(self, *exc):
         import warnings
 
-        from ..errors import StaleCodecWarning
+        from ..errors import IgnoredSearchParameterWarning, StaleCodecWarning
 
         self._catch.__exit__(*exc)
-        stale = None
+        stale, ignored = None, []
         for w in self._caught:
             if issubclass(w.category, StaleCodecWarning):
                 stale = getattr(w.message, "staleness", None)
+            elif issubclass(w.category, IgnoredSearchParameterWarning):
+                ignored += [str(w.message)] if str(w.message) not in ignored else []
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        note = stale_note(stale, self.where)
-        if note:
-            print(f"streamk: note: {note}", file=sys.stderr, flush=True)
+        for note in [stale_note(stale, self.where), *ignored]:
+            if note:
+                print(f"streamk: note: {note}", file=sys.stderr, flush=True)
 
 
 VECTOR_ONLY_NOTE = ("groups by vector similarity only{why}: a group may hold other photos of the same scene, not "

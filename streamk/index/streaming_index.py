@@ -38,8 +38,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..encoding import Encoder
-from ..errors import (ConfigError, EncoderFileError, IndexFormatError, NotFittedError,
-                      StaleCodecWarning, StreamkError, VocabularyFileError)
+from ..errors import (ConfigError, EncoderFileError, IgnoredSearchParameterWarning, IndexFormatError,
+                      NotFittedError, StaleCodecWarning, StreamkError, VocabularyFileError)
 from ..verification import Vocabulary
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, duplicate_groups,
                          duplicates_of)
@@ -55,6 +55,17 @@ from .second_stage import Hit, second_stage, verified_first, verify_candidates, 
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key
 from .vector_store import rows_per_block
 from .writer import IndexWriter
+
+
+def _warn_ignored(nprobe, rerank, no_codec):
+    """nprobe / rerank given to an exact search: said, not silently dropped."""
+    import warnings
+
+    given = ", ".join(f"{n}={v}" for n, v in (("nprobe", nprobe), ("rerank", rerank)) if v is not None)
+    why = ("this index has no trained codec, so every search is exact (streamk index train makes one)" if no_codec
+           else "the search is exact (mode='exact')")
+    warnings.warn(f"{given} has no effect: {why}", IgnoredSearchParameterWarning, stacklevel=4)
+
 
 __all__ = ["StreamingIndex"]
 
@@ -529,6 +540,8 @@ class StreamingIndex(Index):
         allow = self._row_filter(txn, clauses)
         if mode is None:
             mode = "pq" if self.view.lists is not None else "exact"
+        if mode == "exact" and (nprobe is not None or rerank is not None):
+            _warn_ignored(nprobe, rerank, self.view.lists is None)
         self._warn_if_stale(txn, mode)
         scores, rows = self.view.search(txn, Q, k, mode=mode, nprobe=nprobe, rerank=rerank, allow=allow)
         return scores, rows, allow, mode
@@ -570,4 +583,3 @@ class StreamingIndex(Index):
             out["codec_trained_on"] = st["trained_on"]
             out["added_since_training"] = st["added_since"]
         return out
-

@@ -176,3 +176,20 @@ def test_search_refuses_params_and_keywords_at_once(small_index):
         small_index.search(V[0], k=3, params=SearchParams(k=5))
     with pytest.raises(ConfigError, match="params must be"):
         small_index.search(V[0], params={"k": 5})
+
+
+def test_nprobe_or_rerank_on_an_exact_search_is_said_not_dropped(small_index):
+    """An index without a codec searches exactly: nprobe / rerank given to it have no effect,
+    and the search says so (IgnoredSearchParameterWarning) while answering as without them."""
+    import warnings
+
+    from streamk.errors import IgnoredSearchParameterWarning
+
+    V = vectors(5, 60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing said when nothing is ignored
+        plain = small_index.search(V[3], k=5)
+    with pytest.warns(IgnoredSearchParameterWarning, match=r"nprobe=32 has no effect: this index has no trained codec"):
+        assert small_index.search(V[3], k=5, nprobe=32) == plain
+    with pytest.warns(IgnoredSearchParameterWarning, match=r"rerank=10 has no effect"):
+        assert small_index.search(V[3], k=5, mode="exact", rerank=10) == plain
