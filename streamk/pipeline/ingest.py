@@ -83,6 +83,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -249,11 +250,12 @@ class _SafePoints:
     def __exit__(self, *exc):
         import signal
 
-        for sig, handler in self._old.items():
+        old, self._old = self._old, {}
+        for sig, handler in old.items():
             signal.signal(sig, handler)
-        self._old = {}
-        if exc[0] is None:
-            self.check()  # a signal noted after the last safe point is not lost
+        signum, self._pending = self._pending, None
+        if exc[0] is None and signum is not None:
+            old[signum](signum, None)  # a signal noted after the last safe point is not lost
 
     def _noted(self, signum, frame):
         if self._interruptible:
@@ -264,31 +266,19 @@ class _SafePoints:
     def check(self):
         """A safe point: the handler of a signal noted since runs here (and may raise)."""
         signum, self._pending = self._pending, None
-        if signum is not None and signum in self._old:
+        if signum is not None:
             self._old[signum](signum, None)
-        elif signum is not None:  # after __exit__: the handler it had
-            import signal
 
-            handler = signal.getsignal(signum)
-            if callable(handler):
-                handler(signum, None)
-
+    @contextmanager
     def interruptible(self, on=True):
         """A context in which a signal's handler runs at once (``on``) or is deferred (not ``on``)."""
-        return _Interruptible(self, on)
-
-
-class _Interruptible:
-    def __init__(self, points, on):
-        self.points, self.on = points, on
-
-    def __enter__(self):
-        self.before, self.points._interruptible = self.points._interruptible, self.on
-        if self.on:
-            self.points.check()
-
-    def __exit__(self, *exc):
-        self.points._interruptible = self.before
+        before, self._interruptible = self._interruptible, on
+        if on:
+            self.check()
+        try:
+            yield
+        finally:
+            self._interruptible = before
 
 
 MAX_METADATA_LINE = 2 * MAX_METADATA_BYTES  # bytes of one line of a metadata file
