@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..errors import ConfigError
+from ..features import MAX_FILE_SIZE
 from ..verification import DEFAULT_MIN_INLIERS
 from ..verification import verify_geometry as verify_records
 from .queries import MAX_BATCH
@@ -305,11 +306,11 @@ class DuplicatePair:
 class _Pixels:
     """Grey pixels (<= 256 px a side) and sha256 of stored images: the stored thumbnail,
     else the source file when it still holds the indexed content (same sha256); None when
-    neither is at hand. Bounded cache."""
+    neither is at hand. The pixels are read and decoded on first use only. Bounded cache."""
 
     def __init__(self, index, source_filter=None):
         self.index = index
-        self.cache = {}
+        self.cache = {}  # image id -> [its record, its grey pixels or _UNREAD]
         self.source_filter = source_filter  # path -> the path to read, or None (the server's collection rule)
 
     def record(self, image_id):
@@ -320,43 +321,81 @@ class _Pixels:
 
     def source_bytes(self, rec):
         import hashlib
-        import os
+
+        from ..errors import ImageReadError
+        from ..features import read_image_bytes
 
         if rec is None or not rec.source or rec.box is not None:
             return None
         path = rec.source if self.source_filter is None else self.source_filter(rec.source)
-        if path is None or not os.path.isfile(path):
+        if path is None:
             return None
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
-        except OSError:
+            data = read_image_bytes(path)
+        except ImageReadError:
             return None
         return data if not rec.sha256 or hashlib.sha256(data).hexdigest() == rec.sha256 else None
 
+    def _entry(self, image_id):
+        if image_id not in self.cache:
+            if len(self.cache) >= PIXEL_CACHE:
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[image_id] = [self.record(image_id), _UNREAD]
+        return self.cache[image_id]
+
+    def gray(self, image_id, source=None):
+        """Its grey pixels or None (``source``: its source file's bytes when already in hand)."""
+        entry = self._entry(image_id)
+        if entry[1] is _UNREAD:
+            data = self.index.thumbnail(image_id) or (self.source_bytes(entry[0]) if source is None else source)
+            entry[1] = _decoded(data, image_id)
+        return entry[1]
+
     def get(self, image_id):
-        """(grey array or None, sha256 or None)."""
-        if image_id in self.cache:
-            return self.cache[image_id]
-        from ..errors import ImageReadError
-        from ..verification import decode_for_copies
-
-        rec = self.record(image_id)
-        data = self.index.thumbnail(image_id) or self.source_bytes(rec)
-        try:
-            gray = None if data is None else decode_for_copies(data, image_id)
-        except ImageReadError:
-            gray = None
-        if len(self.cache) >= PIXEL_CACHE:
-            self.cache.pop(next(iter(self.cache)))
-        self.cache[image_id] = out = (gray, None if rec is None else rec.sha256)
-        return out
+        """(zero-argument callable: its grey array or None, read on the first call; sha256 or None)."""
+        rec = self._entry(image_id)[0]
+        return (lambda: self.gray(image_id)), (None if rec is None else rec.sha256)
 
 
-def _classify_candidates(index, pixels, image_id, qrec, cand_ids, cand_recs, scores, params, turns=0, qgray=None,
+_UNREAD = object()
+
+
+def _decoded(data, name):
+    """Grey pixels for the copy check of an image's bytes, or None (no bytes, not decodable)."""
+    from ..errors import ImageReadError
+    from ..verification import decode_for_copies
+
+    try:
+        return None if data is None else decode_for_copies(data, name)
+    except ImageReadError:
+        return None
+
+
+def _file_pixels(path, name, max_file_size):
+    """A zero-argument callable: the grey pixels of the file at ``path`` (None: no path, gone
+    or unreadable since), read and decoded on the first call only."""
+    from ..errors import ImageReadError
+    from ..features import read_image_bytes
+
+    memo = []
+
+    def pixels():
+        if not memo:
+            try:
+                data = None if path is None else read_image_bytes(path, max_file_size)
+            except ImageReadError:
+                data = None
+            memo.append(_decoded(data, name))
+        return memo[0]
+    return pixels
+
+
+def _classify_candidates(pixels, image_id, qrec, cand_ids, cand_recs, scores, params, turns=0, qgray=None,
                          qsha=None):
     """[DuplicatePair] of one image (its record ``qrec``, stored or turned) against its
-    candidates' stored records (None: the candidate has none): verified ones only."""
+    candidates' stored records (None: the candidate has none): verified ones only. qgray,
+    qsha: the query's pixels (an array, a zero-argument callable or None) and sha256, when
+    not the stored image's."""
     from ..verification import classify_pair, unpack, verify_geometry
 
     have = [i for i, r in enumerate(cand_recs) if r is not None]
@@ -384,12 +423,12 @@ def _turned_queries(index, image_id, pixels, views):
     from ..features import decode_gray_scaled
     from ..verification import make_query_record
 
-    data = pixels.source_bytes(pixels.record(image_id))
+    data = pixels.source_bytes(pixels._entry(image_id)[0])
     if data is None:
         return []
     ex = index.extractor()
     small, _ = decode_gray_scaled(data, image_id, ex.max_side)
-    gray, _ = pixels.get(image_id)
+    gray = pixels.gray(image_id, data)
     out = []
     for turns, mirrored in views:
         def view(a, turns=turns, mirrored=mirrored):
@@ -432,7 +471,7 @@ def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None
         return []
     ids = [c[0] for c in cand]
     recs = [index.geometry(i) for i in ids]
-    return _classify_candidates(index, pixels, image_id, qrec, ids, recs, [c[1] for c in cand], params, turns,
+    return _classify_candidates(pixels, image_id, qrec, ids, recs, [c[1] for c in cand], params, turns,
                                 qgray, qsha)
 
 
@@ -487,7 +526,7 @@ def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, para
             for lo, hi in zip(starts, np.r_[starts[1:], len(a)] if len(a) else []):  # one call per image
                 recs = store.geometry_records(txn, [int(a[lo])] + b[lo:hi].tolist())
                 recs = [None if r is None else bytes(r) for r in recs]
-                pairs += _classify_candidates(index, pixels, name[int(a[lo])], recs[0],
+                pairs += _classify_candidates(pixels, name[int(a[lo])], recs[0],
                                               [name[int(x)] for x in b[lo:hi]], recs[1:], s[lo:hi], params) \
                     if recs[0] is not None else []
         if rotations or mirrored:
@@ -507,14 +546,12 @@ def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, para
             "groups": copy_groups(pairs)}
 
 
-def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None):
-    """For each new image (``items``: (its file's bytes or None, its id, unit vector, stored-form
+def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None, max_file_size=MAX_FILE_SIZE):
+    """For each new image (``items``: (its file's path or None, its id, unit vector, stored-form
     geometry record or None, sha256 or None)), the most alike of its verified pairs with the
     stored images (:class:`DuplicatePair`, b the stored id), or None: what ``streamk ingest
-    --on-duplicate`` reports (one batch search, then a verification per new image)."""
-    from ..errors import ImageReadError
-    from ..verification import decode_for_copies
-
+    --on-duplicate`` reports (one batch search, then a verification per new image). A file is
+    read (up to ``max_file_size`` bytes) and decoded only when a pair needs its pixels."""
     out = [None] * len(items)
     if not items or not len(index):
         return out
@@ -524,17 +561,13 @@ def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None)
     for lo in range(0, len(V), MAX_BATCH):
         scores, ids = index.search(V[lo:lo + MAX_BATCH], k=neighbours, verify=0, expand=0)
         for i in range(scores.shape[0]):
-            data, image_id, _, qrec, sha = items[lo + i]
+            path, image_id, _, qrec, sha = items[lo + i]
             cand = [(c, float(sc)) for c, sc in zip(ids[i], scores[i]) if c is not None and c != items[lo + i][1]]
             if qrec is None or not cand:
                 continue
-            try:
-                gray = None if data is None else decode_for_copies(data, image_id)
-            except ImageReadError:
-                gray = None
             recs = [index.geometry(c) for c, _ in cand]
-            pairs = _classify_candidates(index, pixels, image_id, qrec, [c for c, _ in cand], recs,
-                                         [sc for _, sc in cand], params, qgray=gray, qsha=sha or "")
+            pairs = _classify_candidates(pixels, image_id, qrec, [c for c, _ in cand], recs, [sc for _, sc in cand],
+                                         params, qgray=_file_pixels(path, image_id, max_file_size), qsha=sha or "")
             pairs = sorted((p for p in pairs if p.kind != "same scene"), key=_pair_order)
             out[lo + i] = pairs[0] if pairs else None
     return out

@@ -446,8 +446,9 @@ class Ingester:
         classed = None  # with local geometry: a near-duplicate is a copy (or exact), never a same-scene photo
         if getattr(self.index, "has_local_features", False) and all(enc.geometry is not None for _, enc in batch):
             from ..index import copies_of_new
-            classed = copies_of_new(self.index, [(_file_bytes(path), enc.key.decode(), enc.vector, enc.geometry,
-                                                  enc.record.get("sha256")) for path, enc in batch])
+            classed = copies_of_new(self.index, [(path, enc.key.decode(), enc.vector, enc.geometry,
+                                                  enc.record.get("sha256")) for path, enc in batch],
+                                    max_file_size=self._extractor.max_file_size)
             found = [None if c is None else (c.b, c.score) for c in classed]
         else:
             found = nearest_of_vectors(self.index, V, self.duplicate_threshold)
@@ -650,15 +651,6 @@ class Ingester:
             self.stopped_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
             self._flush()
         return self.stats
-
-
-def _file_bytes(path):
-    """A file's bytes for the copy check, or None (gone since it was read: no pixels, no copy)."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
 def _stored_file_sha(raw_record):

@@ -408,8 +408,9 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
     rec_a, rec_b: the two images' GeometryRecords (features and sizes, in the frames the
     pixels are given in); pairs: (n, 4) the second stage's inlier pairs x_a, y_a, x_b, y_b
     (``verify_geometry(..., return_pairs=True)``); verified: its decision; gray_a, gray_b:
-    grey pixels of the two images at any size (None: no pixel check, so no copy);
-    sha_a, sha_b: their sha256 (equal: exact)."""
+    grey pixels of the two images at any size (None: no pixel check, so no copy), or
+    zero-argument callables giving them, called only when the geometry leaves the pixels to
+    decide; sha_a, sha_b: their sha256 (equal: exact)."""
     params = CopyParams.of(params)
     nan = np.full((2, 3), np.nan)
     if sha_a and sha_b and sha_a == sha_b:
@@ -436,6 +437,8 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
         return PairClass("same scene", n, covered, None, S,
                          f"one similarity covers {100 * covered:.0f} % of the image (a copy: >= "
                          f"{100 * params.min_covered:.0f} %)")
+    gray_a = gray_a() if callable(gray_a) else gray_a
+    gray_b = gray_b() if callable(gray_b) and gray_a is not None else gray_b  # b not read when a has no pixels
     if gray_a is None or gray_b is None:
         return PairClass("same scene", n, covered, None, S, "geometry of a copy, but no pixels to compare")
     area_a = float(np.prod(rec_a.image_size)) * abs(np.linalg.det(S[:, :2]))
