@@ -306,7 +306,7 @@ class RowIds:
     with results in it that were not in the table) is brought in, one cursor walk of
     ``row_ids`` over its rows given so far (O(block)), at most LOAD_BLOCKS blocks per
     search (none pays for many; a block is walked once per reader, the block being filled
-    again when a result lies past what its walk saw); the other rows are looked up in
+    again from where its last walk ended when a result lies past it); the other rows are looked up in
     ``row_ids`` one by one, as before the table. So a reader's first answer reads what it
     read before (a walk maps ~100 KB of ``row_ids``, and the kernel maps cached pages
     around each page touched), and a reader that answers many searches soon has every
@@ -409,47 +409,54 @@ class RowIds:
         self.slot_of_block, self.asked = grown, asked
 
     def _walk(self, txn, rows):
-        """Count a search asking for the blocks of rows (not found); walk those asked for
-        WALK_AFTER times, the most asked for first, at most LOAD_BLOCKS."""
-        B = self.block_rows
-        next_row = self.store.get_int(b"next_row", txn)
-        blocks = np.unique(rows[rows < next_row] // B)
+        """Count a search asking for the blocks of rows (not found; stored rows, so below
+        next_row); walk those asked for WALK_AFTER times, the most asked for first, at most
+        LOAD_BLOCKS."""
+        blocks = np.unique(rows // self.block_rows)
         self.asked[blocks] += 1
         due = blocks[self.asked[blocks] >= self.WALK_AFTER]
         for b in due[np.argsort(-self.asked[due], kind="stable")][:self.LOAD_BLOCKS].tolist():
-            self._walk_block(txn, b, min(B, next_row - b * B))
+            self._walk_block(txn, b)
 
-    def _walk_block(self, txn, block, n_rows):
-        """Read the ids of the first n_rows rows of block (all given) into a new slot."""
+    def _walk_block(self, txn, block):
+        """Read the ids of block's rows into its slot: all of them the first time; after
+        the last row already there when the block (the one being filled) is walked again."""
         B = self.block_rows
+        slot = int(self.slot_of_block[block])
+        if slot < 0:
+            slot = self._new_slot()
+            self.slot_of_block[block] = slot
+        seen = np.flatnonzero(self.length[slot] >= 0)
+        first = block * B + (int(seen[-1]) + 1 if len(seen) else 0)
         keys, values = [], []
         with txn.cursor(db=self.store.row_ids_db) as cur:
-            if cur.set_range(row_key(block * B)):
-                end = row_key(block * B + n_rows)
+            if cur.set_range(row_key(first)):
+                end = row_key((block + 1) * B)
                 for k, v in cur:
                     if bytes(k) >= end:
                         break
                     keys.append(bytes(k))
                     values.append(bytes(v))
-        data = b"\0".join(values) + b"\0" if values else b""
+        if not keys:
+            return
+        data = b"\0".join(values) + b"\0"
         self._make_room(len(data))
-        slot = self.n_slots  # a block walked again (the one being filled) gets a new slot
-        self.length[slot] = -1
-        if keys:
-            lens = np.array([len(v) for v in values], np.int64)
-            at = rows_from_keys(keys) - block * B
-            self.start[slot, at] = self.used + np.cumsum(lens + 1) - (lens + 1)
-            self.length[slot, at] = lens
+        lens = np.array([len(v) for v in values], np.int64)
+        at = rows_from_keys(keys) - block * B
+        self.start[slot, at] = self.used + np.cumsum(lens + 1) - (lens + 1)
+        self.length[slot, at] = lens
         self.buf[self.used:self.used + len(data)] = np.frombuffer(data, np.uint8)
-        self.slot_of_block[block] = slot
-        self.n_slots += 1
         self.used += len(data)
 
-    def _make_room(self, n_bytes):
+    def _new_slot(self):
         if self.n_slots == self.start.shape[0]:
             extra = max(4, self.n_slots)
             self.start = np.concatenate([self.start, np.zeros((extra, self.block_rows), np.int64)])
             self.length = np.concatenate([self.length, np.full((extra, self.block_rows), -1, np.int16)])
+        self.n_slots += 1
+        return self.n_slots - 1
+
+    def _make_room(self, n_bytes):
         if self.used + n_bytes > self.buf.shape[0]:
             buf = np.zeros(max(self.used + n_bytes, 2 * self.buf.shape[0], 1 << 16), np.uint8)
             buf[:self.used] = self.buf[:self.used]

@@ -59,8 +59,6 @@ from .writer import IndexWriter
 
 def _warn_ignored(nprobe, rerank, no_codec):
     """nprobe / rerank given to an exact search: said, not silently dropped."""
-    import warnings
-
     given = ", ".join(f"{n}={v}" for n, v in (("nprobe", nprobe), ("rerank", rerank)) if v is not None)
     why = ("this index has no trained codec, so every search is exact (streamk index train makes one)" if no_codec
            else "the search is exact (mode='exact')")

@@ -374,8 +374,14 @@ def log10_nfa(k, n, p):
     m = MINIMAL_SAMPLE
     if k <= m or n <= m:
         return np.inf
-    tests = (math.log(n - m) + math.lgamma(n + 1.0) - math.lgamma(m + 1.0) - math.lgamma(n - m + 1.0)) / math.log(10.0)
-    return tests + log10_binomial_tail(n - m, k - m, p)
+    return log10_tests(n) + log10_binomial_tail(n - m, k - m, p)
+
+
+@njit(cache=True)
+def log10_tests(n):
+    """log10 of ORSA's count of tests for n > 3 tentative correspondences: (n - 3) C(n, 3)."""
+    m = MINIMAL_SAMPLE
+    return (math.log(n - m) + math.lgamma(n + 1.0) - math.lgamma(m + 1.0) - math.lgamma(n - m + 1.0)) / math.log(10.0)
 
 
 @njit(cache=True)
@@ -473,8 +479,12 @@ def log10_nfa_adaptive(ratios, k, n, p, floor2):
     the count of tests is this choice of j. floor2: the smallest squared ratio that means
     anything (the positions' quantisation). +inf when k <= 3."""
     best = np.inf
+    if n <= MINIMAL_SAMPLE:
+        return best
+    tests = log10_tests(n)  # the same for every j
     for j in range(MINIMAL_SAMPLE + 1, k + 1):
-        best = min(best, log10_nfa(j, n, min(p * max(ratios[j - 1], floor2), 1.0)))
+        best = min(best, tests + log10_binomial_tail(n - MINIMAL_SAMPLE, j - MINIMAL_SAMPLE,
+                                                     min(p * max(ratios[j - 1], floor2), 1.0)))
     return best
 
 

@@ -90,6 +90,23 @@ def test_block_being_filled_and_later_rows(tmp_path):
     idx.close()
 
 
+def test_a_block_walked_again_keeps_its_slot_and_reads_only_its_new_rows(tmp_path):
+    """Images added one at a time between searches: the block being filled is walked again
+    as results pass its last walk, into the same slot, reading only the rows after it; the
+    table holds each id once (it grew by a block's slot and a copy of the block per walk)."""
+    idx = StreamingIndex.create(tmp_path / "ix", make_encoder(), vector_dtype="float32", block_rows=64)
+    V = vectors(0, 100)
+    table = RowIds(idx.store)
+    for i in range(100):
+        idx.add_many([{"id": f"r{i}", "vector": V[i]}])
+        with idx.store.read(buffers=True) as txn:
+            for _ in range(RowIds.WALK_AFTER):
+                assert table.ids(txn, np.array([i, 0])) == [f"r{i}", "r0"]
+    assert table.n_slots == 2  # one per block
+    assert table.used == sum(len(f"r{i}") + 1 for i in range(100))  # each id once, with its NUL
+    idx.close()
+
+
 @pytest.mark.parametrize("mode", ["exact", "pq"])
 def test_search_names_the_same_images_as_row_lookups(changed_index, mode):
     idx, _ = changed_index
