@@ -3,7 +3,7 @@
 A pair of images that the second stage verified is one of three things, and a user acts
 differently on each (keep one of a copy, never delete one of two photos of a place):
 
-- *exact*: the same bytes (sha256), or the same decoded pixels;
+- *exact*: the same bytes (sha256);
 - *copy*: the same capture, edited: re-encoded, resized, cropped, bordered or letterboxed,
   captioned or watermarked, its tone or colour changed, turned by quarter turns;
 - *same scene*: any other verified pair, burst shots of one scene seconds apart included
@@ -56,8 +56,8 @@ A pair is a copy when both hold (:func:`classify_pair`):
    threshold separates "the same pixels, edited" from "another capture" rather than
    from noise. ``bench/copy_detection.py`` measures both classes.
 
-*exact*: the same sha256, or equal decoded pixels (the caller checks them, with
-:func:`same_pixels`, for pairs already found to be copies of equal size).
+*exact*: the same sha256 (:func:`classify_pair` compares the two digests; :func:`same_pixels`
+tells whether two images' bytes decode to equal pixels, for callers that want that too).
 
 Mirrored copies: a mirror image reverses orientation (the second stage's plausibility
 refuses det < 0, and RootSIFT of a mirrored patch is another descriptor), so the caller
@@ -175,23 +175,22 @@ class PairClass:
 
 
 # ------------------------------------------------------------------ geometry
-def fit_similarity(P1, P2, weights=None):
+def fit_similarity(P1, P2):
     """(2, 3) least-squares similarity [sR | t] taking P1 (n, 2) onto P2 (n, 2) (orientation
     kept: no reflection); NaN with fewer than 2 distinct points. Closed form in complex
     numbers: a = sum(conj(z1 - m1) (z2 - m2)) / sum(|z1 - m1|^2), t = m2 - a m1."""
     P1 = np.asarray(P1, np.float64).reshape(-1, 2)
     P2 = np.asarray(P2, np.float64).reshape(-1, 2)
-    w = np.ones(len(P1)) if weights is None else np.asarray(weights, np.float64)
-    if len(P1) < 2 or w.sum() <= 0:
+    if len(P1) < 2:
         return np.full((2, 3), np.nan)
     z1 = P1[:, 0] + 1j * P1[:, 1]
     z2 = P2[:, 0] + 1j * P2[:, 1]
-    m1, m2 = (w * z1).sum() / w.sum(), (w * z2).sum() / w.sum()
+    m1, m2 = z1.sum() / len(z1), z2.sum() / len(z2)
     d1, d2 = z1 - m1, z2 - m2
-    den = (w * np.abs(d1) ** 2).sum()
+    den = (np.abs(d1) ** 2).sum()
     if not den > 1e-9:
         return np.full((2, 3), np.nan)
-    a = (w * np.conj(d1) * d2).sum() / den
+    a = (np.conj(d1) * d2).sum() / den
     t = m2 - a * m1
     return np.array([[a.real, -a.imag, t.real], [a.imag, a.real, t.imag]])
 
@@ -247,8 +246,7 @@ def covered_cells(size, inliers_xy):
 def covered_fraction(features_xy, size, inliers_xy):
     """The share of the GRID x GRID cells of an image of ``size`` (w, h) holding any of
     its features (``features_xy`` (n, 2)) that hold an inlier (``inliers_xy`` (k, 2))."""
-    have = np.bincount(_cells(np.asarray(features_xy, np.float64).reshape(-1, 2), size), minlength=GRID * GRID) > 0
-    hit = np.bincount(_cells(np.asarray(inliers_xy, np.float64).reshape(-1, 2), size), minlength=GRID * GRID) > 0
+    have, hit = covered_cells(size, features_xy), covered_cells(size, inliers_xy)
     n = int(have.sum())
     return float((hit & have).sum() / n) if n else 0.0
 
