@@ -442,8 +442,7 @@ class Ingester:
         """The batch without the near-duplicates to skip; each near-duplicate noted."""
         import numpy as np
 
-        V = np.stack([enc.vector for _, enc in batch])
-        classed = None  # with local geometry: a near-duplicate is a copy (or exact), never a same-scene photo
+        classed = S = None  # with local geometry: a near-duplicate is a copy (or exact), never a same-scene photo
         if getattr(self.index, "has_local_features", False) and all(enc.geometry is not None for _, enc in batch):
             from ..index import copies_of_new
             classed = copies_of_new(self.index, [(path, enc.key.decode(), enc.vector, enc.geometry,
@@ -451,12 +450,14 @@ class Ingester:
                                     max_file_size=self._extractor.max_file_size)
             found = [None if c is None else (c.b, c.score) for c in classed]
         else:
+            V = np.stack([enc.vector for _, enc in batch])
             found = nearest_of_vectors(self.index, V, self.duplicate_threshold)
-        S = V @ V.T  # within the batch: an image and an earlier one of the same batch (the vector rule)
+            S = V @ V.T  # within the batch: an image and an earlier one of the same batch (the vector rule only)
         kept = []
         for i, ((path, enc), near) in enumerate(zip(batch, found)):
-            earlier = [j for j in kept if S[i, j] >= self.duplicate_threshold and (near is None or S[i, j] > near[1])]
-            if earlier and classed is None:
+            earlier = [] if S is None else [
+                j for j in kept if S[i, j] >= self.duplicate_threshold and (near is None or S[i, j] > near[1])]
+            if earlier:
                 j = max(earlier, key=lambda j: S[i, j])
                 near = (batch[j][1].key.decode(), float(S[i, j]))
             if near is None:
