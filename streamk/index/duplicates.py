@@ -198,15 +198,21 @@ def _unique_pairs(pa, pb, ps):
     return a[first], b[first], s[first]
 
 
-def _groups(a, b, s, inl, nodes, ids):
-    """The connected components of the pairs (a[i], b[i]) over ``nodes`` (sorted, each
-    named by ``ids``), as groups of ids with their pairs, largest first."""
+def _component_labels(n, ia, ib):
+    """The connected component of each of ``n`` nodes linked by the edges (ia[k], ib[k])
+    (scipy.sparse.csgraph), as labels (n,)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
+    graph = coo_matrix((np.ones(len(ia)), (ia, ib)), shape=(n, n))
+    return connected_components(graph, directed=False)[1]
+
+
+def _groups(a, b, s, inl, nodes, ids):
+    """The connected components of the pairs (a[i], b[i]) over ``nodes`` (sorted, each
+    named by ``ids``), as groups of ids with their pairs, largest first."""
     ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
-    graph = coo_matrix((np.ones(len(a)), (ia, ib)), shape=(len(nodes), len(nodes)))
-    _, label = connected_components(graph, directed=False)
+    label = _component_labels(len(nodes), ia, ib)
     groups = {}
     for n, lab in enumerate(label.tolist()):
         groups.setdefault(lab, {"ids": [], "pairs": []})["ids"].append(ids[n])
@@ -581,11 +587,7 @@ def copy_groups(pairs):
         return []
     names, codes = np.unique([p.a for p in kept] + [p.b for p in kept], return_inverse=True)
     n = len(kept)
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    graph = coo_matrix((np.ones(n), (codes[:n], codes[n:])), shape=(len(names), len(names)))
-    _, label = connected_components(graph, directed=False)
+    label = _component_labels(len(names), codes[:n], codes[n:])
     groups = {}
     for k, lab in enumerate(label.tolist()):
         groups.setdefault(lab, {"ids": [], "pairs": []})["ids"].append(str(names[k]))
