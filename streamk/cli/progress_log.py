@@ -34,6 +34,9 @@ class ProgressLog:
 
     # -- the stream interface
     def write(self, text):
+        if not self.in_bar and "\r" not in text:  # no bar: a log line goes through as it is
+            self._text(text)
+            return len(text)
         if self.in_bar and text and text[0] not in "\r\n":
             # tqdm redraws with one write that starts with "\r" and ends a bar with "\n": other
             # text (a message printed while a bar shows) ends the bar's line and goes through

@@ -27,8 +27,6 @@ my-index --train photos/`` learns one from the user's photos.
 
 import hashlib
 import json
-import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -37,6 +35,7 @@ import numpy as np
 from ..config import cache_home
 from ..encoding import Encoder
 from ..errors import EncoderFileError, VocabularyFileError
+from ..features import atomic_write
 from ..verification import Vocabulary
 
 SAMPLE_FILE = "default_learning_sample.npz"
@@ -52,11 +51,12 @@ def sample_bytes() -> bytes:
     return resources.files(__package__).joinpath("data", SAMPLE_FILE).read_bytes()
 
 
-def learning_sample() -> tuple[list[np.ndarray], dict]:
-    """(one float32 (n_i, 128) SIFT array per photo, the file's JSON header: photos, terms)."""
+def learning_sample(data: bytes | None = None) -> tuple[list[np.ndarray], dict]:
+    """(one float32 (n_i, 128) SIFT array per photo, the file's JSON header: photos, terms);
+    ``data``: the sample's bytes when already read."""
     import io
 
-    with np.load(io.BytesIO(sample_bytes()), allow_pickle=False) as npz:
+    with np.load(io.BytesIO(sample_bytes() if data is None else data), allow_pickle=False) as npz:
         meta = json.loads(str(npz["__meta__"]))
         sets = [npz[name].astype(np.float32) for name in sorted(n for n in npz.files if n != "__meta__")]
     return sets, meta
@@ -69,32 +69,21 @@ def _cache_key(data):
     return h.hexdigest()[:16]
 
 
-def _write_atomically(path, data):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def fit_default() -> tuple[Encoder, Vocabulary]:
-    """The default encoder and vocabulary fitted now on the shipped sample (no cache)."""
-    sets, _ = learning_sample()
+def fit_default(data: bytes | None = None) -> tuple[Encoder, Vocabulary]:
+    """The default encoder and vocabulary fitted now on the shipped sample (no cache;
+    ``data``: its bytes when already read)."""
+    sets, _ = learning_sample(data)
     encoder = Encoder(**DEFAULT_CONFIG).fit(sets)
     return encoder, Vocabulary(**VOCABULARY_OPTIONS).fit(sets)
 
 
-def default_encoder(cache_dir: str | os.PathLike[str] | None = None, log=None) -> tuple[Encoder, Vocabulary]:
-    """(the default :class:`Encoder`, its :class:`Vocabulary`), from the cache or fitted
-    on the shipped sample and cached (see the module doc). ``cache_dir``: where to cache
-    (default ``<cache_home>/default-encoder``); a cache that cannot be written is skipped.
-    ``log``: called with one line when the encoder is fitted."""
-    folder = Path(cache_dir if cache_dir is not None else os.path.join(cache_home(), "default-encoder"))
-    folder = folder / _cache_key(sample_bytes())
+def default_encoder(log=None) -> tuple[Encoder, Vocabulary]:
+    """(the default :class:`Encoder`, its :class:`Vocabulary`), from the cache
+    (``<cache_home>/default-encoder``) or fitted on the shipped sample and cached (see the
+    module doc); a cache that cannot be written is skipped. ``log``: called with one line
+    when the encoder is fitted."""
+    data = sample_bytes()
+    folder = Path(cache_home()) / "default-encoder" / _cache_key(data)
     enc_path, voc_path = folder / "encoder.npz", folder / "vocabulary.npz"
     if enc_path.exists() and voc_path.exists():
         try:
@@ -104,11 +93,11 @@ def default_encoder(cache_dir: str | os.PathLike[str] | None = None, log=None) -
     if log is not None:
         log("fitting streamk's default encoder on its shipped learning sample (once; cached in "
             f"{folder})")
-    encoder, vocabulary = fit_default()
+    encoder, vocabulary = fit_default(data)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_atomically(enc_path, encoder.to_bytes())
-        _write_atomically(voc_path, vocabulary.to_bytes())
+        atomic_write(enc_path, lambda fh: fh.write(encoder.to_bytes()))
+        atomic_write(voc_path, lambda fh: fh.write(vocabulary.to_bytes()))
     except OSError:
         pass  # read-only home: fitted again next time
     return encoder, vocabulary

@@ -69,8 +69,8 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
     if encoder is None and train is None:
         enc, default_words = default_encoder(log=log)
         words = default_words if local_features and words is None else words
-        log(f"no --encoder or --train: streamk's default encoder (T-emb k=16, GMP; learned on scikit-image's "
-            f"public-domain photos, not yours). {QUALITY_NOTE}")
+        log(f"no --encoder or --train: streamk's default encoder ({enc.config.embedding} k={enc.config.k}, "
+            f"{enc.config.aggregation}; learned on scikit-image's public-domain photos, not yours). {QUALITY_NOTE}")
     elif encoder is not None:
         enc = Encoder.load(encoder)
         if local_features and words is None and train is not None:
@@ -79,8 +79,9 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
         assert train is not None
         name, params = embedding_spec(embedding, fv_pca)
         config = {"embedding": name, "k": k, "embedding_params": params, "aggregation": aggregation}
-        enc, words = _train_encoder(train, config, f"{embedding} k={k} ({aggregation})", ex,
-                                    local_features and words is None, words, **training)
+        enc, learned = _train_encoder(train, config, f"{embedding} k={k} ({aggregation})", ex,
+                                      local_features and words is None, **training)
+        words = words or learned
         if save_encoder:
             enc.save(save_encoder)
     _create_empty(path, enc, shards, dask, vector_dtype=vector_dtype, extractor=ex,
@@ -94,11 +95,12 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
     return path
 
 
-def _train_encoder(train: Any, config: dict[str, Any], what: str, extractor: Any, learn_words: bool, words: Any, *,
+def _train_encoder(train: Any, config: dict[str, Any], what: str, extractor: Any, learn_words: bool, *,
                    workers: int | None, dask: str | None, train_images: int | None, train_descriptors: int | None,
                    seed: int, cache_dir: Any, report: Callable[[str, str], object], progress: bool,
                    log: Callable[[str], object]) -> tuple[Encoder, Any]:
-    """(the encoder, the visual words) learned on a sample of the images under ``train``."""
+    """(the encoder, the visual words or None when not ``learn_words``) learned on a sample of
+    the images under ``train``."""
     paths, bad = collect_images(train)
     for p, reason in bad:
         report(p, reason)
@@ -110,7 +112,7 @@ def _train_encoder(train: Any, config: dict[str, Any], what: str, extractor: Any
             seed=seed, cache_dir=cache_dir, report=report, progress=progress, vocabulary=learn_words)
     log(f"trained {what} on {info.descriptors} descriptors of {info.images} images "
         f"(a sample of {len(paths)}; {executor.name})")
-    return enc, words or info.vocabulary
+    return enc, info.vocabulary
 
 
 def _create_empty(path, encoder, shards, dask, **options):
