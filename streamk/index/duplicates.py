@@ -476,9 +476,21 @@ def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None
     if qrec is None or not cand:
         return []
     ids = [c[0] for c in cand]
-    recs = [index.geometry(i) for i in ids]
+    recs = _geometries(index, ids)
     return _classify_candidates(pixels, image_id, qrec, ids, recs, [c[1] for c in cand], params, turns,
                                 qgray, qsha)
+
+
+def _geometries(index, ids):
+    """The stored geometry record of each of ``ids`` (bytes, or None): in one read
+    transaction where the index keeps a store (as copy_report reads them), else one
+    ``index.geometry`` call each."""
+    store = getattr(index, "store", None)
+    if store is None:
+        return [index.geometry(i) for i in ids]
+    with store.read() as txn:
+        recs = store.geometry_records(txn, [store.require_image(txn, i).row for i in ids])
+        return [None if r is None else bytes(r) for r in recs]
 
 
 def _turned_pairs(index, pixels, image_id, neighbours, params, found, views):
@@ -571,7 +583,7 @@ def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None,
             cand = [(c, float(sc)) for c, sc in zip(ids[i], scores[i]) if c is not None and c != items[lo + i][1]]
             if qrec is None or not cand:
                 continue
-            recs = [index.geometry(c) for c, _ in cand]
+            recs = _geometries(index, [c for c, _ in cand])
             pairs = _classify_candidates(pixels, image_id, qrec, [c for c, _ in cand], recs, [sc for _, sc in cand],
                                          params, qgray=_file_pixels(path, image_id, max_file_size), qsha=sha or "")
             pairs = sorted((p for p in pairs if p.kind != "same scene"), key=_pair_order)
