@@ -49,7 +49,7 @@ from streamk.encoding.postprocessing import l2_normalize, power_law
 from streamk.datasets.synthetic import jitter, sift_like
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import load_str, log, machine_info, table  # noqa: E402
+from common import load_str, log, machine_info, paris_photos, table  # noqa: E402
 
 GAMMA, N_ITER, LAM, TOL, MAX_ITER = 0.5, 10, 1.0, 1e-6, 1000  # streamk's defaults
 METHODS = ("sum", "democratic", "gmp")
@@ -262,22 +262,13 @@ def get_fv(k, learn, cache, seed):
     return emb, dt
 
 
-def shared_data_dir():
-    env = os.environ.get("STREAMK_SHARED_DATA")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return path if path.is_dir() else None
-
-
 def paris_descriptor_sets(cache, n, n_test):
     """Hessian-affine SIFT (streamk.features, at most n per image, strongest
     first) of the Paris6k subset, as RootSIFT: (learning sets, test sets) from
     disjoint images; the test images are spread over the five landmarks."""
     from streamk.features import HessianAffineSift
 
-    root = shared_data_dir()
-    files = sorted((root / "paris6k-subset" / "jpg").glob("*.jpg")) if root else []
-    if not files:
-        raise SystemExit("--real needs ../shared/data/paris6k-subset/jpg (or $STREAMK_SHARED_DATA)")
+    files = paris_photos()  # exits saying where it looked when they are absent
     test = [files[(i * len(files)) // n_test + 7] for i in range(n_test)]
     learn = [f for i, f in enumerate(files) if i % 6 == 0 and f not in test]
     ext = HessianAffineSift(max_features=n)

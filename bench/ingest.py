@@ -469,9 +469,10 @@ def legacy_rows(paths, extractor, encoder, workers, work):
 # ---------------------------------------------------------------- 6. the second process
 def second_process_rows(paths, encoder, extractor, work, runs):
     """Start -> first answer of a fresh process, for vector and image queries (median of ``runs``)."""
-    fits = [f for f in (extractor.extract(p) for p in paths[:8]) if len(f)]
+    # a photo without features is left out with its name (zipping the kept features with all paths misnamed them)
+    fits = [(p, f) for p, f in ((p, extractor.extract(p)) for p in paths[:8]) if len(f)]
     idx = StreamingIndex.create(work / "index-second", encoder, extractor=extractor)
-    for p, f in zip(paths, fits):
+    for p, f in fits:
         idx.add(Path(p).name, descriptors=f.descriptors)
     vecs = np.stack([idx.vector(i) for i in idx.ids()])
     rng = np.random.default_rng(0)

@@ -128,15 +128,16 @@ def float16_part(dataset, database, queries, encoder):
     from streamk import Encoder
 
     t0 = time.perf_counter()
-    (q32, d32) = rankings(Encoder.from_bytes(encoder.to_bytes("float32")), database, queries)
-    (q16, d16) = rankings(Encoder.from_bytes(encoder.to_bytes("float16")), database, queries)
+    b32, b16 = encoder.to_bytes("float32"), encoder.to_bytes("float16")
+    (q32, d32) = rankings(Encoder.from_bytes(b32), database, queries)
+    (q16, d16) = rankings(Encoder.from_bytes(b16), database, queries)
     top32 = np.concatenate([q32[:, :10], d32[:, :10]])
     top16 = np.concatenate([q16[:, :10], d16[:, :10]])
     overlap = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top32, top16)])
     differ = int(sum(not np.array_equal(a, b) for a, b in zip(top32, top16)))
     table(["storage", "encoder MB", "mAP (12 box queries)", "top-10 overlap", "searches whose top 10 differ"],
-          [["float32", f"{len(encoder.to_bytes('float32')) / 1e6:.1f}", f"{map_of(q32, dataset):.2f}", "1.000", "-"],
-           ["float16", f"{len(encoder.to_bytes('float16')) / 1e6:.1f}", f"{map_of(q16, dataset):.2f}",
+          [["float32", f"{len(b32) / 1e6:.1f}", f"{map_of(q32, dataset):.2f}", "1.000", "-"],
+           ["float16", f"{len(b16) / 1e6:.1f}", f"{map_of(q16, dataset):.2f}",
             f"{overlap:.4f}", f"{differ} of {len(top32)}"]],
           title=f"float16 storage, paris6k-subset, T-emb k=16 GMP learned on the database "
                 f"({time.perf_counter() - t0:.0f} s, load {load_str()})")

@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers.processes import REPO, TESTS
+from helpers.processes import REPO, subprocess_env
+from helpers.server import free_port
 from helpers.waiting import poll
 
 README = REPO / "README.md"
@@ -151,12 +151,10 @@ class Workspace:
         self.port = None
         home = root / "home"
         (home / ".cache" / "streamk" / "features").mkdir(parents=True)  # the feature cache, as after the demo
-        bin_dir = str(Path(sys.executable).parent)
-        path = os.pathsep.join([str(REPO), str(TESTS)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("STREAMK_EXAMPLE_DIR", "XDG_CACHE_HOME", "STREAMK_TOKEN")}
-        self.env.update(HOME=str(home), PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""),
-                        PYTHONPATH=path, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        self.env = subprocess_env(HOME=str(home), PYTHONUNBUFFERED="1",
+                                  PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+        for name in ("STREAMK_EXAMPLE_DIR", "XDG_CACHE_HOME", "STREAMK_TOKEN"):
+            self.env.pop(name, None)
 
     def run(self, key, slow_ok):
         plan = PLAN[key]
@@ -196,9 +194,7 @@ class Workspace:
 
     def _serve(self, line, key):
         """``streamk serve ...`` in the background on a free port, until /health answers."""
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         log = open(self.root / f"serve-{self.port}.log", "w")  # noqa: SIM115 -- closed with the server
         proc = subprocess.Popen(["bash", "-c", f"exec {line} --port {self.port}"], cwd=self.root, env=self.env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

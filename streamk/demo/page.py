@@ -92,12 +92,15 @@ def _summary(result, queries):
     return parts
 
 
-def _failures(result, queries):
+def _missed_by(result):
+    """(the queries where the methods disagree, those every method misses): indices."""
+    missed = np.array([m.missed for m in result.methods])  # methods x queries
+    return np.flatnonzero(missed.any(axis=0) & ~missed.all(axis=0)), np.flatnonzero(missed.all(axis=0))
+
+
+def _failures(result, queries, disagree, all_miss):
     """The queries some method misses: first those where the methods disagree (what the
     aggregation changes), then those every method misses; each row links to the query."""
-    missed = np.array([m.missed for m in result.methods])  # methods x queries
-    disagree = np.flatnonzero(missed.any(axis=0) & ~missed.all(axis=0))
-    all_miss = np.flatnonzero(missed.all(axis=0))
     parts = ['<section id="failures"><h2>Failures</h2>',
              (f"<p>{len(disagree) + len(all_miss)} of {len(queries)} queries are missed by at least one "
               "method: a negative among its first results, before all of the query's positives. AP per "
@@ -128,9 +131,8 @@ def _ap(value):
     return "n/a" if np.isnan(value) else f"{value:.1f}"
 
 
-def _contents(queries, result):
-    missed = np.array([m.missed for m in result.methods])
-    n_disagree, n_all = int((missed.any(axis=0) & ~missed.all(axis=0)).sum()), int(missed.all(axis=0).sum())
+def _contents(queries, disagree, all_miss):
+    n_disagree, n_all = len(disagree), len(all_miss)
 
     def link(anchor, text):
         return f'<a href="#{anchor}">{_e(text)}</a>'
@@ -160,7 +162,9 @@ def write_page(out, result, database, queries, positives, junk, info_lines, show
              "<title>streamk demo</title>", f"<style>{_CSS}</style></head><body>",
              "<h1>streamk demo: sum, democratic and GMP aggregation</h1>"]
     parts += [f'<p class="info">{_e(line)}</p>' for line in info_lines]
-    parts += _contents(queries, result) + _summary(result, queries) + _failures(result, queries)
+    disagree, all_miss = _missed_by(result)
+    parts += (_contents(queries, disagree, all_miss) + _summary(result, queries)
+              + _failures(result, queries, disagree, all_miss))
     parts.append('<section id="reading"><h2>How to read a query</h2>'
                  f"<p>Each query (blue border) with its top {show} results per method: rank, score (cosine), "
                  "id. Border of a result: green, same scene; red, another scene; grey, junk (shares only the "
