@@ -12,6 +12,7 @@ run again alone in a fresh process (:func:`retry_alone`), and only an item that 
 that one too gets ``TaskFailure("crashed", CRASHED)``, so a killed worker loses nothing.
 """
 
+import gc
 import multiprocessing
 import os
 import threading
@@ -191,13 +192,14 @@ def _close_pipe(pipe):
 
 
 def _end_within(ending, timeout):
-    """End the (pool, pipe) pairs of ``ending`` within about ``timeout`` + 2 s: queued
+    """End the (pool, pipe) pairs of ``ending`` within about ``timeout`` + 3 s: queued
     tasks cancelled, running ones given ``timeout``; then the pipe the workers watch
     closed (each exits at EOF, :func:`~streamk.parallel.worker_process.exit_with_parent`),
-    then SIGKILL for any left."""
-    processes = []
-    for pool, _ in ending:
-        processes += list((getattr(pool, "_processes", None) or {}).values())  # before shutdown forgets them
+    then SIGKILL for any left; then the pools' manager threads are let end and collected."""
+    processes, managers = [], []
+    for pool, _ in ending:  # both read before shutdown forgets them
+        processes += list((getattr(pool, "_processes", None) or {}).values())
+        managers.append(getattr(pool, "_executor_manager_thread", None))
         pool.shutdown(wait=False, cancel_futures=True)
     deadline = time.monotonic() + timeout
     for p in processes:
@@ -210,23 +212,16 @@ def _end_within(ending, timeout):
         if p.is_alive():
             p.kill()
             p.join(1.0)
-    _release(pool for pool, _ in ending)
-
-
-def _release(pools, timeout=2.0):
-    """Let each pool's manager thread end (its workers are gone: it notices at once), then
-    collect: the queues' semaphores are unlinked now, not at interpreter exit -- a process
-    that ends by a signal right after (a server re-raising SIGTERM) runs no finalizer, and
-    multiprocessing's resource tracker would warn of "leaked semaphore objects"."""
-    import gc
-
-    enders = [threading.Thread(target=pool.shutdown, kwargs={"wait": True}, daemon=True) for pool in pools]
-    for t in enders:
-        t.start()
-    deadline = time.monotonic() + timeout
-    for t in enders:
-        t.join(max(0.0, deadline - time.monotonic()))
-    del enders
+    # The manager threads hold the pools' queues until they end (their workers are gone: they
+    # notice at once); then collect, so that the queues' semaphores are unlinked now, not at
+    # interpreter exit -- a process that ends by a signal right after (a server re-raising
+    # SIGTERM) runs no finalizer, and multiprocessing's resource tracker would warn of
+    # "leaked semaphore objects".
+    deadline = time.monotonic() + 2.0
+    for t in managers:
+        if t is not None:
+            t.join(max(0.0, deadline - time.monotonic()))
+    del managers, processes  # the thread objects keep the queues as attributes
     gc.collect()
 
 
