@@ -18,8 +18,8 @@ lists are laid out or split between threads.
 import numpy as np
 from numba import njit, prange
 
-from ._heap import replace_root
-from ._pq_kernels import four_scores, one_score
+from ._heap import drain, offer, replace_root
+from ._pq_kernels import fill_table, four_scores, one_score
 
 
 @njit
@@ -122,6 +122,56 @@ def ivf_topk_serial(codes, rows, start, size, dead, filtered, allow, probes, coa
     out_r = np.full((nq, 1, k), -1, dtype=np.int64)
     for u in range(nq):
         _scan_part(codes, rows, start, size, dead, filtered, allow, probes, coarse, tables, k, 1, u, out_s, out_r)
+    return out_s, out_r
+
+
+@njit(cache=True)
+def nearest_lists(G, half_norms, n_probe, size):
+    """The ``n_probe`` lists each query visits: those of the largest G[a, l] - half_norms[l]
+    (float32: the nearest centroids, as |q - c_l|^2 = |q|^2 - 2 (<q, c_l> - |c_l|^2 / 2)),
+    nearest first, ties by list number, kept in a heap of n_probe (no sort of nlist
+    numbers). G (nq, nlist) float32: <q, c_l>; size (nlist,) int64: the lists' entries.
+    Returns (probes (nq, n_probe) int64, coarse (nq, n_probe) float32: G at the probes,
+    entries (the probed lists' entries, all queries))."""
+    nq, nlist = G.shape
+    probes = np.empty((nq, n_probe), np.int64)
+    coarse = np.empty((nq, n_probe), np.float32)
+    hs = np.empty(n_probe, np.float32)
+    hr = np.empty(n_probe, np.int64)
+    crit = np.empty(n_probe, np.float32)
+    entries = 0
+    for a in range(nq):
+        filled = 0
+        for lst in range(nlist):
+            filled = offer(hs, hr, n_probe, filled, G[a, lst] - half_norms[lst], lst)
+        drain(hs, hr, filled, crit, probes[a])
+        for p in range(n_probe):
+            coarse[a, p] = G[a, probes[a, p]]
+            entries += size[probes[a, p]]
+    return probes, coarse, entries
+
+
+@njit(cache=True)
+def ivf_topk_sorted(codes, rows, start, size, dead, probes, coarse, cb_t, Q, k):
+    """``ivf_topk_serial`` then ``merge_topk``, unfiltered, in one call, each query's table
+    built here (``_pq_kernels.fill_table`` of Q[a] with the codebooks cb_t (M, d, 256)): the
+    k best rows of each query among the lists it probes, (nq, k) scores and rows, best
+    first, ties by row, unused slots (-inf, -1). The same numbers as those kernels given
+    ``adc_tables(cb_t, Q)``: one scan, one heap drained in order."""
+    nq = probes.shape[0]
+    out_s = np.empty((nq, k), np.float32)
+    out_r = np.empty((nq, k), np.int64)
+    table = np.empty((1, cb_t.shape[0], cb_t.shape[2]), np.float32)
+    hs = np.empty((1, 1, k), np.float32)
+    hr = np.empty((1, 1, k), np.int64)
+    no_filter = np.zeros(0, np.uint64)
+    for a in range(nq):
+        fill_table(cb_t, Q[a], table[0])
+        hs[:] = -np.inf
+        hr[:] = -1
+        _scan_part(codes, rows, start, size, dead, False, no_filter, probes[a:a + 1], coarse[a:a + 1], table, k, 1,
+                   0, hs, hr)
+        drain(hs[0, 0], hr[0, 0], k, out_s[a], out_r[a])
     return out_s, out_r
 
 

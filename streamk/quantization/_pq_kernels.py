@@ -44,6 +44,34 @@ def one_score(codes, t, i):
     return s
 
 
+@njit(inline="always")
+def fill_table(cb_t, q, t):
+    """t[m, j] = <q_m, centroid j of sub-space m> = sum_i q[m d + i] cb_t[m, i, j] for a
+    query q (D,) and the codebooks cb_t (M, d, 256) (each sub-space's transposed), summed
+    in float32 in the order i = 0..d-1. The loop over the 256 centroids is innermost and
+    reads cb_t contiguously: it runs on SIMD lanes (~4x fewer cycles than M small GEMVs)."""
+    n_sub, d, n_cent = cb_t.shape
+    for m in range(n_sub):
+        tm = t[m]
+        for j in range(n_cent):
+            tm[j] = np.float32(0.0)
+        for i in range(d):
+            x = q[m * d + i]
+            c = cb_t[m, i]
+            for j in range(n_cent):
+                tm[j] += x * c[j]
+
+
+@njit(cache=True)
+def adc_tables(cb_t, Q):
+    """(nq, M, 256) float32 look-up tables of queries Q (nq, D): ``fill_table`` of each,
+    one query at a time (a query's table does not depend on its batch)."""
+    out = np.empty((Q.shape[0], cb_t.shape[0], cb_t.shape[2]), np.float32)
+    for a in range(Q.shape[0]):
+        fill_table(cb_t, Q[a], out[a])
+    return out
+
+
 @njit(parallel=True, cache=True)
 def adc_scores(codes, table):
     """Asymmetric distance computation: score[i] = sum_m table[m, codes[i, m]].

@@ -21,12 +21,14 @@ right choice below some 10^5 images.
 import io
 import json
 
+import numba
 import numpy as np
 
 from ..checks import as_vectors
 from ..errors import ConfigError, DimensionError, NotFittedError, TooFewImagesError
+from . import _ivf_kernels
+from .inverted_lists import PARALLEL_MIN
 from .pq import N_CENTROIDS, ProductQuantizer
-from ._heap import merge_topk
 
 FORMAT = "streamk-ivfpq"
 FORMAT_VERSION = 1
@@ -185,17 +187,19 @@ class IVFPQ:
             raise ConfigError(f"nprobe must be >= 1, got {nprobe!r}")
         return P
 
-    def _probe(self, Q, P):
-        """probe() of checked float32 queries."""
-        G = Q @ self.centroids_.T  # (nq, nlist) inner products
-        if self.nlist == 1:
-            return np.zeros((Q.shape[0], 1), np.int64), G.astype(np.float32)
-        crit = np.ascontiguousarray(G - self._half_norms(), dtype=np.float32)
-        if getattr(self, "_list_numbers", None) is None:
-            self._list_numbers = np.arange(self.nlist, dtype=np.int64)[None, :]
-        # the P largest by a heap (ties by list number), not a sort of nlist numbers
-        _, probes = merge_topk(crit, self._list_numbers, P)
-        return probes, np.take_along_axis(G, probes, axis=1).astype(np.float32)
+    def _probe(self, Q, P, size=None):
+        """probe() of checked float32 queries; with ``size`` (the lists' entries, (nlist,)
+        int64), also the number of entries the probes hold (all queries)."""
+        G = Q @ self.centroids_.T  # (nq, nlist) inner products: one GEMV (GEMM) by BLAS
+        probes, coarse, entries = _ivf_kernels.nearest_lists(
+            G, self._half_norms(), P, self._no_sizes if size is None else size)
+        return (probes, coarse) if size is None else (probes, coarse, entries)
+
+    @property
+    def _no_sizes(self):
+        if getattr(self, "_zero_sizes", None) is None:
+            self._zero_sizes = np.zeros(self.nlist, np.int64)
+        return self._zero_sizes
 
     def tables(self, Q):
         """(nq, M, 256) float32 look-up tables of <q_m, residual centroid>."""
@@ -218,7 +222,12 @@ class IVFPQ:
         if allow is not None:
             probes, coarse = self._probe(Q, self.nlist)  # every list, nearest first
             return lists.search(probes, coarse, self.pq_.tables_of_checked(Q), dead, k, allow=allow, min_probe=P)
-        probes, coarse = self._probe(Q, P)
+        probes, coarse, entries = self._probe(Q, P, lists.size)
+        if getattr(lists, "deferred", None) is None and (entries < PARALLEL_MIN or numba.get_num_threads() == 1):
+            # what lists.search does on one thread, its tables built and its results sorted
+            # in the same kernel (a query's table, probes and scan in two calls, not six)
+            return _ivf_kernels.ivf_topk_sorted(lists.codes, lists.rows, lists.start, lists.size, dead, probes,
+                                                coarse, self.pq_.codebooks_by_dim(), Q, k)
         return lists.search(probes, coarse, self.pq_.tables_of_checked(Q), dead, k)
 
     def lists_of(self, V):

@@ -120,22 +120,27 @@ class ProductQuantizer:
         return self.codebooks_[np.arange(self.M)[None, :], codes].reshape(codes.shape[0], -1)
 
     def tables(self, queries):
-        """Inner-product look-up tables (Q, M, 256) float32.
+        """Inner-product look-up tables (Q, M, 256) float32: entry (m, j) is
+        sum_i q[m d + i] c_mj[i], summed in float32 in the order i = 0..d-1.
 
-        One query at a time (M products of a 256 x D/M matrix by a vector), so a
-        query's table does not depend on the other queries of its batch: a GEMM
-        over the batch sums in batch-dependent orders, and a one-ulp change
-        reorders tied scores."""
+        One query at a time (``_pq_kernels.adc_tables``), so a query's table does not
+        depend on the other queries of its batch: a GEMM over the batch sums in
+        batch-dependent orders, and a one-ulp change reorders tied scores."""
         self._check_fitted()
         return self.tables_of_checked(np.ascontiguousarray(as_vectors(queries, dim=self.dim), dtype=np.float32))
 
     def tables_of_checked(self, Q):
         """tables() of finite float32 queries (nq, D) of the right dimension."""
-        sub = Q.reshape(Q.shape[0], self.M, -1)  # (Q, M, d)
-        out = np.empty((sub.shape[0], self.M, N_CENTROIDS), np.float32)
-        for a in range(sub.shape[0]):
-            np.matmul(self.codebooks_, sub[a][:, :, None], out=out[a][:, :, None])
-        return out
+        return _pq_kernels.adc_tables(self.codebooks_by_dim(), Q)
+
+    def codebooks_by_dim(self):
+        """The codebooks as (M, D/M, 256) float32, each sub-space's transposed (what the
+        table kernels read), made once per set of codebooks."""
+        cached = getattr(self, "_by_dim", None)
+        if cached is None or cached[0] is not self.codebooks_:
+            cached = (self.codebooks_, np.ascontiguousarray(self.codebooks_.transpose(0, 2, 1), dtype=np.float32))
+            self._by_dim = cached
+        return cached[1]
 
     def scores(self, queries, codes):
         """Approximate inner products of each query with each code (Q, N)."""

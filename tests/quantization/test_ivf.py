@@ -152,6 +152,33 @@ def test_inverted_lists_search_equals_reference(trained, nprobe, k):
         assert il.garbage == 0 and il.n_entries == len(V) - len(dead_rows)
 
 
+@pytest.mark.parametrize("nprobe,k", [(1, 5), (4, 10), (16, 50), (4, 3000)])
+def test_codec_search_equals_reference(trained, nprobe, k, monkeypatch):
+    """codec.search (probes, tables and scan of a query in one kernel call on one thread)
+    against the plain-numpy IVFADC, removed rows left out; bit for bit the lists' own
+    search with the codec's probes and tables (cut into parts for several threads)."""
+    V, codec = trained
+    rng = np.random.default_rng(100 + nprobe + k)
+    lists, codes = codec.encode(V)
+    rows = np.arange(len(V), dtype=np.int64) * 2 + 1
+    dead = np.zeros(rows.max() + 1, np.uint8)
+    dead_rows = rng.choice(rows, 150, replace=False)
+    dead[dead_rows] = 1
+    il = InvertedLists.build(codec.nlist, codec.M, lambda: iter([(lists, codes, rows)]), dead, 0xFFFFFFFF)
+    Q = clustered(rng, 6, 64)
+    ref_s, ref_r = ref_search(codec, lists, codes, rows, dead_rows, Q, nprobe, k)
+    s, r = codec.search(il, Q, k, nprobe, dead)
+    for a in range(len(Q)):
+        n = len(ref_r[a])
+        assert (r[a, n:] == -1).all() and np.isneginf(s[a, n:]).all()
+        assert_same_ranking(s[a, :n], r[a, :n], ref_s[a], ref_r[a])
+    # the lists' own search with the codec's probes and tables, cut into parts where there are threads
+    monkeypatch.setattr("streamk.quantization.inverted_lists.PARALLEL_MIN", 1)
+    s2, r2 = il.search(*codec.probe(Q, nprobe), codec.tables(Q), dead, k)
+    np.testing.assert_array_equal(r2, r)
+    np.testing.assert_array_equal(s2, s)
+
+
 def test_lists_split_between_threads_give_the_same_result(trained, monkeypatch):
     import streamk.quantization.inverted_lists as il_module
 

@@ -199,3 +199,15 @@ def test_importing_the_index_loads_neither_scipy_linalg_nor_sklearn():
             "print(sorted(m for m in ('scipy.linalg', 'sklearn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_tables_are_the_inner_products_with_the_centroids(pq, data):
+    """Entry (m, j) of a query's table is <q_m, c_mj> (float64 reference, float32 rounding:
+    d products of unit-scale numbers, each sum within a few ulps of the exact one)."""
+    Q = data[:5] + 0.01
+    d = pq.codebooks_.shape[2]
+    ref = np.einsum("qmd,mjd->qmj", Q.reshape(5, pq.M, d).astype(np.float64), pq.codebooks_.astype(np.float64))
+    tables = pq.tables(Q)
+    assert tables.shape == (5, pq.M, 256) and tables.dtype == np.float32
+    scale = np.abs(Q).max() * np.abs(pq.codebooks_).max() * d
+    np.testing.assert_allclose(tables, ref, rtol=0, atol=d * np.finfo(np.float32).eps * scale)
