@@ -207,12 +207,12 @@ VECTOR_ONLY_NOTE = ("groups by vector similarity only{why}: a group may hold oth
 
 def _vector_only_note(idx, args):
     """Why these groups are by the vector alone, and what gives the copy classes instead."""
-    if getattr(idx, "has_local_features", False):
+    if idx.vocabulary is not None:  # local geometry, single or sharded
         return VECTOR_ONLY_NOTE.format(why=" (asked with --threshold or --dask)",
                                        how="leave them out to have each pair classed exact / copy / same scene")
-    if not hasattr(idx, "has_local_features"):  # a sharded index: the classes are one index's
-        return VECTOR_ONLY_NOTE.format(why=" (a sharded index)",
-                                       how="the copy classes run on one index (not a sharded one)")
+    if not hasattr(idx, "has_local_features"):  # a sharded index made without visual words
+        return VECTOR_ONLY_NOTE.format(why=" (a sharded index without local geometry)",
+                                       how="the copy classes need an index created with visual words")
     return VECTOR_ONLY_NOTE.format(why=" (this index keeps no local geometry)",
                                    how=f"give it some with `streamk index add-local-features {args.dir}` to have "
                                        "each pair classed exact / copy / same scene")
@@ -233,7 +233,7 @@ def _duplicates(args):
         raise ConfigError("--rotations and --mirrored find turned or mirrored copies for the copy classes: "
                           "give them without --threshold or --dask")
     with open_from_args(args, readonly=True) as idx:
-        local = getattr(idx, "has_local_features", False)
+        local = idx.vocabulary is not None  # local geometry, on one index or on shards
         if not by_vector and local:
             return _copy_classes(args, idx)
         if args.classes or args.verify or args.rotations or args.mirrored:

@@ -14,8 +14,10 @@ answers on the same images.
 Written once, here: the search (parameters checked once as a
 :class:`~streamk.index.SearchParams`, the query prepared by
 :meth:`~streamk.index.QueryEncoder.prepare`, then the first stage, or the second stage
-whose ordering and expansion live in :mod:`streamk.index.second_stage`), the query
-vectors, the encoder check and the context manager. Each implementation provides the
+whose ordering and expansion live in :mod:`streamk.index.second_stage`), near-duplicates
+and their copy classes (:mod:`streamk.index.duplicates`, over ``vectors_page`` and
+``search``: a sharded index's pairs span its shards), the query vectors, the encoder check
+and the context manager. Each implementation provides the
 rest with the same signatures.
 
 Members only on :class:`~streamk.index.StreamingIndex` (one LMDB environment's own):
@@ -40,7 +42,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..errors import EncoderMismatchError
-from .duplicates import DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES
+from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, vector_duplicate_groups,
+                         vector_duplicates_of, verified_duplicates)
 from .search_params import SearchParams
 from .second_stage import Hit
 
@@ -288,12 +291,32 @@ class Index(ABC):
         """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
         return self.queries.vectors(Q)
 
-    @abstractmethod
-    def duplicates(self, image_id: str | None = None, threshold: float = DEFAULT_DUPLICATE_THRESHOLD,
+    def duplicates(self, image_id: str | None = None, threshold: float | None = None,
                    verify: bool = False, max_results: int = MAX_DUPLICATES, neighbours: int = DEFAULT_NEIGHBOURS,
                    progress: Any = None) -> list[Hit] | list[dict[str, Any]]:
-        """Near-duplicates: of ``image_id`` ([Hit] best first), or the groups of the whole
-        index ([{"ids", "pairs"}])."""
+        """Near-duplicates by vector similarity: of ``image_id`` ([Hit] best first, score >=
+        ``threshold`` (None: DEFAULT_DUPLICATE_THRESHOLD), at most ``max_results``), or the
+        groups of the whole index ([{"ids", "pairs": [[id_a, id_b, score, None], ...]}],
+        each image's top ``neighbours`` searched; largest first). Such a group may hold other
+        photos of the same scene.
+
+        ``verify=True`` (deprecated, DeprecationWarning): the copy classes instead, as
+        ``streamk duplicates`` and the server give them (:func:`streamk.index.copies_of`,
+        :func:`streamk.index.copy_report`, on a single or a sharded index): its copy and
+        exact pairs only, in the shapes above (inliers filled in); a threshold given keeps
+        the pairs that score at least that. Call copies_of / copy_report for each pair's
+        class, covered fraction and pixel agreement."""
+        if verify:
+            return verified_duplicates(self, image_id, threshold, max_results, neighbours, progress)
+        threshold = DEFAULT_DUPLICATE_THRESHOLD if threshold is None else threshold
+        return self._vector_duplicates(image_id, threshold, max_results, neighbours, progress)
+
+    def _vector_duplicates(self, image_id, threshold, max_results, neighbours, progress):
+        """The vector rule of :meth:`duplicates` through this interface (search, vectors_page);
+        an implementation may answer it faster from its own storage."""
+        if image_id is None:
+            return vector_duplicate_groups(self, threshold, neighbours, progress=progress)
+        return vector_duplicates_of(self, image_id, threshold, max_results)
 
     # ------------------------------------------------------------ encoding
     @abstractmethod

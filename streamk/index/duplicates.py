@@ -1,44 +1,54 @@
 """Near-duplicates: images that are the same photo re-encoded, resized or cropped a little.
 
-Two images are near-duplicates when the inner product of their unit vectors is at
-least a threshold (``DEFAULT_DUPLICATE_THRESHOLD``, measured by ``bench/duplicates.py`` on
-the demo's photo changes with T-emb k = 16: see bench/README.md), and, when asked
-(``verify=True``), when the second stage confirms the pair: RANSAC finds at least
-``min_inliers`` inliers between their local-geometry records.
+Two rules, one entry point (:meth:`streamk.index.Index.duplicates`, written once in
+``streamk/index/base.py`` for the single and the sharded index):
 
-- One image (:func:`duplicates_of`): a range search, the first-stage top
-  ``max_results + 1`` of its own vector kept down to the threshold (bounded: at most
-  ``max_results`` come back, MAX_DUPLICATES by default).
-- The whole index (:func:`duplicate_groups`; a sharded one: :func:`sharded_duplicate_groups`):
-  every image's top ``neighbours`` (batches of ``batch_size`` vectors read block by block
-  from the map, or page by page where each shard lives, searched as a batch), the pairs
-  at or above the threshold, then the connected components of those pairs
-  (scipy.sparse.csgraph): a group holds images linked by a chain of near-duplicate pairs.
-  N searches in all: with a PQ / IVF codec this is what a few thousand queries cost per
-  second; an exact index compares every pair (N^2 D), fine up to some 10^4 images.
+- By vector similarity (``verify=False``): the inner product of their unit vectors is at
+  least a threshold (``DEFAULT_DUPLICATE_THRESHOLD``, measured by ``bench/duplicates.py`` on
+  the demo's photo changes with T-emb k = 16: see bench/README.md). Such a group may hold
+  other photos of the same scene.
+- By the copy classes (``verify=True``, deprecated in 0.3 for :func:`copy_report` /
+  :func:`copies_of`, which say each pair's class): the pairs classed exact or copy below.
+  Until 0.3 ``verify=True`` kept the pairs with >= 12 RANSAC inliers, which grouped
+  different photos of one scene (two Invalides photos share 204 inliers, a copy 63).
+
+The vector rule:
+
+- One image (:func:`duplicates_of`; any index: :func:`vector_duplicates_of`): a range
+  search, the first-stage top ``max_results + 1`` of its own vector kept down to the
+  threshold (bounded: at most ``max_results`` come back, MAX_DUPLICATES by default).
+- The whole index (:func:`duplicate_groups`; any index, e.g. a sharded one:
+  :func:`vector_duplicate_groups`): every image's top ``neighbours`` (batches of
+  ``batch_size`` vectors read block by block from the map, or page by page where each
+  shard lives, searched as a batch), the pairs at or above the threshold, then the
+  connected components of those pairs (scipy.sparse.csgraph): a group holds images linked
+  by a chain of near-duplicate pairs. N searches in all: with a PQ / IVF codec this is
+  what a few thousand queries cost per second; an exact index compares every pair
+  (N^2 D), fine up to some 10^4 images.
 - Ingestion (:func:`nearest_of_vectors`): each new image's nearest stored image, for
   ``streamk ingest --on-duplicate skip|keep|report``.
 
-Copies (``streamk duplicates --classes``; :func:`copy_report`, :func:`copies_of`,
-:func:`copies_of_new` for ingestion): the vector only proposes (each image's
-DEFAULT_COPY_NEIGHBOURS nearest, whatever their score); each candidate is verified by the
-second stage and each verified pair classed exact / copy / same scene by
+Copies (``streamk duplicates``; :func:`copy_report`, :func:`copies_of`, :func:`copies_of_new`
+for ingestion; any :class:`~streamk.index.Index`, single or sharded, through its interface):
+the vector only proposes (each image's DEFAULT_COPY_NEIGHBOURS nearest, whatever their score,
+searched page by page with :meth:`Index.vectors_page` and :meth:`Index.search`); each candidate
+is verified by the second stage and each verified pair classed exact / copy / same scene by
 :func:`streamk.verification.classify_pair` (one similarity, precise inliers over most of the
-smaller image, the aligned pixels agree). Pixels: the stored thumbnail, else the source file
-when it still holds the indexed content. Groups are made of exact and copy pairs only.
+smaller image, the aligned pixels agree). A pair is verified from the image whose id sorts
+first, whichever shard holds each. Pixels: the stored thumbnail, else the source file when
+it still holds the indexed content. Groups are made of exact and copy pairs only.
 Quarter-turned and mirrored copies need the turned / mirrored query (``rotations``,
 ``mirrored``): the source file described again, 3 times / once per image.
 """
 
 import sys
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..features import MAX_FILE_SIZE
-from ..verification import DEFAULT_MIN_INLIERS
-from ..verification import verify_geometry as verify_records
 from .queries import MAX_BATCH
 from .search_params import check_count
 from .second_stage import Hit
@@ -66,33 +76,24 @@ def check_threshold(threshold):
     return t
 
 
-def _verified(txn, store, row, cand_rows, min_inliers):
-    """Inliers of each candidate row against ``row``'s record (-1: a record is missing)."""
-    recs = store.geometry_records(txn, [row] + list(cand_rows))
-    out = np.full(len(cand_rows), -1, np.int64)
-    have = [i for i, r in enumerate(recs[1:]) if r is not None]
-    if recs[0] is None or not have:
-        return out
-    for i, v in zip(have, verify_records(recs[0], [recs[1:][i] for i in have], min_inliers=min_inliers)):
-        out[i] = v.inliers
-    return out
-
-
 def _need_geometry(index):
-    if not index.has_local_features:
+    if index.vocabulary is None:
         raise ConfigError("verify=True needs the second stage: this index keeps no local geometry "
                           "(give it some with `streamk index add-local-features`)")
 
 
-def duplicates_of(index, image_id, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
-                  max_results=MAX_DUPLICATES, mode=None, min_inliers=DEFAULT_MIN_INLIERS):
-    """The near-duplicates of one stored image: [Hit] (score >= threshold, best first,
-    at most ``max_results``; with ``verify``, only the pairs the second stage confirms,
-    each Hit carrying its ``inliers``)."""
+def _progress_bar(total, desc, progress):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="img", file=sys.stderr, dynamic_ncols=True,
+                disable=True if progress is False else (None if progress is None else False))
+
+
+def duplicates_of(index, image_id, threshold=DEFAULT_DUPLICATE_THRESHOLD, max_results=MAX_DUPLICATES, mode=None):
+    """The near-duplicates of one image stored in a StreamingIndex, by vector similarity:
+    [Hit] (score >= threshold, best first, at most ``max_results``), in one read transaction."""
     threshold = check_threshold(threshold)
     max_results = check_count("max_results", max_results, 1, MAX_DUPLICATES * 10)
-    if verify:
-        _need_geometry(index)
     store = index.store
     with store.read(buffers=True) as txn:
         row = store.require_image(txn, image_id).row
@@ -104,32 +105,32 @@ def duplicates_of(index, image_id, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify
         scores, rows = view.search(txn, q, max_results + 1, mode=mode)
         keep = (rows[0] >= 0) & (rows[0] != row) & (scores[0] >= threshold)
         rows, scores = rows[0][keep][:max_results], scores[0][keep][:max_results]
-        inliers = _verified(txn, store, row, rows, min_inliers) if verify and len(rows) else None
-        if inliers is not None:
-            ok = inliers >= min_inliers
-            rows, scores, inliers = rows[ok], scores[ok], inliers[ok]
         ids = view.ids_of(txn, rows)
-    if inliers is None:
-        return [Hit(i, s) for i, s in zip(ids, scores)]
-    return [Hit(i, s, inliers=int(n), verified=True, stage="verified") for i, s, n in zip(ids, scores, inliers)]
+    return [Hit(i, s) for i, s in zip(ids, scores)]
 
 
-def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False, neighbours=DEFAULT_NEIGHBOURS,
-                     batch_size=256, mode=None, progress=None, min_inliers=DEFAULT_MIN_INLIERS):
-    """Groups of near-duplicates in the whole index: [{"ids": [...], "pairs": [[id_a, id_b,
-    score, inliers or None], ...]}], largest group first (ids in the order they were added).
-    See the module doc for the cost."""
-    from tqdm.auto import tqdm
+def vector_duplicates_of(index, image_id, threshold=DEFAULT_DUPLICATE_THRESHOLD, max_results=MAX_DUPLICATES):
+    """The near-duplicates of one image of any :class:`~streamk.index.Index` (a sharded one:
+    its vector searched on every shard), by vector similarity: [Hit], as :func:`duplicates_of`."""
+    from .queries import MAX_K
 
+    threshold = check_threshold(threshold)
+    max_results = check_count("max_results", max_results, 1, MAX_DUPLICATES * 10)
+    hits = index.search(index.vector(image_id), k=min(max_results + 1, MAX_K), verify=0, expand=0)
+    return [h for h in hits if h.id != image_id and h.score >= threshold][:max_results]
+
+
+def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, neighbours=DEFAULT_NEIGHBOURS,
+                     batch_size=256, mode=None, progress=None):
+    """Groups of near-duplicates in the whole of a StreamingIndex, by vector similarity:
+    [{"ids": [...], "pairs": [[id_a, id_b, score, None], ...]}], largest group first (ids in
+    the order they were added). See the module doc for the cost."""
     threshold = check_threshold(threshold)
     neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
     batch_size = check_count("batch_size", batch_size, 1, MAX_BATCH)
-    if verify:
-        _need_geometry(index)
     store = index.store
     view = index.view
-    bar = tqdm(total=len(index), desc="duplicates", unit="img", file=sys.stderr, dynamic_ncols=True,
-               disable=True if progress is False else (None if progress is None else False))
+    bar = _progress_bar(len(index), "duplicates", progress)
     try:
         with store.read(buffers=True) as txn:
             view.refresh(txn)
@@ -138,21 +139,11 @@ def duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, verify=False,
             a, b, s = _scan_pairs(txn, store, view, threshold, neighbours, batch_size, mode, bar)
             if not len(a):
                 return []
-            inl = None
-            if verify:
-                inl = np.full(len(a), -1, np.int64)
-                starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]])
-                for lo, hi in zip(starts, np.r_[starts[1:], len(a)]):  # one call per image with pairs
-                    inl[lo:hi] = _verified(txn, store, int(a[lo]), b[lo:hi], min_inliers)
-                ok = inl >= min_inliers
-                a, b, s, inl = a[ok], b[ok], s[ok], inl[ok]
-                if not len(a):
-                    return []
             nodes = np.unique(np.concatenate([a, b]))
             ids = view.ids_of(txn, nodes)
     finally:
         bar.close()
-    return _groups(a, b, s, inl, nodes, ids)
+    return _groups(a, b, s, None, nodes, ids)
 
 
 def _scan_pairs(txn, store, view, threshold, neighbours, batch_size, mode, bar):
@@ -222,40 +213,50 @@ def _groups(a, b, s, inl, nodes, ids):
     return sorted(groups.values(), key=lambda g: -len(g["ids"]))
 
 
-def sharded_duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, neighbours=DEFAULT_NEIGHBOURS,
-                             batch_size=256, progress=None):
-    """The groups of near-duplicates of a ShardedIndex, from the vectors: each shard's
-    images read page by page (``batch_size``, :meth:`StreamingIndex.vectors_page`, where
-    the shard lives), each page searched as a batch on every shard for its top
-    ``neighbours``; then the same pairs and groups as :func:`duplicate_groups` (ids in a
-    group sorted)."""
-    from tqdm.auto import tqdm
+def neighbour_pairs(index, neighbours, batch_size=256, threshold=-np.inf, bar=None):
+    """(a, b, score) of each image of any :class:`~streamk.index.Index` with its top
+    ``neighbours`` at or above ``threshold``: id arrays (object) with a < b, each pair once
+    (its higher score kept), sorted by a then b. Each shard's images read page by page
+    (``batch_size``, :meth:`Index.vectors_page`, where the shard lives), each page searched
+    as a batch (on every shard)."""
+    pa, pb, ps = [], [], []
+    after = None
+    while True:  # every shard's images in turn, page by page (Index.vectors_page's cursor)
+        page, Q, after = index.vectors_page(after, batch_size)
+        if not page:
+            break
+        scores, cand = index.search(Q, k=neighbours + 1, verify=0, expand=0)
+        found = cand != None  # elementwise: ids, None where a shard had fewer
+        for part, x in zip((pa, pb, ps), _page_pairs(np.asarray(page, object), cand, scores, found, threshold)):
+            part.append(x)
+        if bar is not None:
+            bar.update(len(page))
+    if not any(len(x) for x in pa):
+        return np.zeros(0, object), np.zeros(0, object), np.zeros(0, np.float32)
+    names, codes = np.unique(np.concatenate(pa + pb).astype(str), return_inverse=True)  # ids -> integers
+    n = sum(len(x) for x in pa)
+    a, b, s = _unique_pairs([codes[:n]], [codes[n:]], ps)  # the codes sort as the ids do
+    names = names.astype(object)
+    return names[a], names[b], s
 
+
+def vector_duplicate_groups(index, threshold=DEFAULT_DUPLICATE_THRESHOLD, neighbours=DEFAULT_NEIGHBOURS,
+                             batch_size=256, progress=None):
+    """The groups of near-duplicates of any :class:`~streamk.index.Index` (a ShardedIndex's),
+    from the vectors (:func:`neighbour_pairs`); the same pairs and groups as
+    :func:`duplicate_groups` (ids in a group sorted)."""
     threshold = check_threshold(threshold)
     neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
     batch_size = check_count("batch_size", batch_size, 1, MAX_BATCH)
-    pa, pb, ps = [], [], []
-    bar = tqdm(total=len(index), desc="duplicates", unit="img", file=sys.stderr, dynamic_ncols=True,
-               disable=True if progress is False else (None if progress is None else False))
+    bar = _progress_bar(len(index), "duplicates", progress)
     try:
-        after = None
-        while True:  # every shard's images in turn, page by page (Index.vectors_page's cursor)
-            page, Q, after = index.vectors_page(after, batch_size)
-            if not page:
-                break
-            scores, cand = index.search(Q, k=neighbours + 1, verify=0, expand=0)
-            found = cand != None  # noqa: E711 (elementwise: ids, None where a shard had fewer)
-            for part, x in zip((pa, pb, ps), _page_pairs(np.asarray(page, object), cand, scores, found, threshold)):
-                part.append(x)
-            bar.update(len(page))
+        a, b, s = neighbour_pairs(index, neighbours, batch_size, threshold, bar)
     finally:
         bar.close()
-    if not any(len(x) for x in pa):
+    if not len(a):
         return []
-    names, codes = np.unique(np.concatenate(pa + pb), return_inverse=True)  # ids -> integers
-    n = sum(len(x) for x in pa)
-    a, b, s = _unique_pairs([codes[:n]], [codes[n:]], ps)
-    return _groups(a, b, s, None, np.arange(len(names)), names.tolist())
+    names, codes = np.unique(np.concatenate([a, b]).astype(str), return_inverse=True)
+    return _groups(codes[:len(a)], codes[len(a):], s, None, np.arange(len(names)), names.tolist())
 
 
 def nearest_of_vectors(index, V, threshold=DEFAULT_DUPLICATE_THRESHOLD):
@@ -483,8 +484,8 @@ def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None
 
 def _geometries(index, ids):
     """The stored geometry record of each of ``ids`` (bytes, or None): in one read
-    transaction where the index keeps a store (as copy_report reads them), else one
-    ``index.geometry`` call each."""
+    transaction where the index keeps a store (a StreamingIndex), else one
+    ``index.geometry`` call each (a sharded index: on the shard that holds it)."""
     store = getattr(index, "store", None)
     if store is None:
         return [index.geometry(i) for i in ids]
@@ -519,34 +520,34 @@ def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, para
     """Every verified pair among each image's ``neighbours`` nearest, classed (exact / copy /
     same scene), and the groups that copy and exact pairs make (never same-scene ones):
     ``{"schema_version", "pairs": [DuplicatePair.to_dict()], "groups": [{"ids", "pairs"}]}``,
-    groups largest first. ``rotations``: each image's quarter-turned queries too (three
-    descriptions per image: see bench/copy_detection.py for the cost)."""
-    from tqdm.auto import tqdm
-
+    groups largest first. Any :class:`~streamk.index.Index`: a sharded one's pairs span its
+    shards. ``rotations``: each image's quarter-turned queries too (three descriptions per
+    image: see bench/copy_detection.py for the cost)."""
     from ..schema import JSON_SCHEMA_VERSION
 
+    pairs = copy_pairs(index, neighbours, rotations, params, progress, batch_size, mirrored)
+    return {"schema_version": JSON_SCHEMA_VERSION, "pairs": [p.to_dict() for p in pairs],
+            "groups": copy_groups(pairs)}
+
+
+def copy_pairs(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, params=None, progress=None,
+               batch_size=256, mirrored=False):
+    """The classed pairs of :func:`copy_report`: [DuplicatePair], exact first, then copies,
+    then same scene, each class by decreasing score. Each pair is verified from its smaller
+    id (the same on every kind of index)."""
     neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
     batch_size = check_count("batch_size", batch_size, 1, MAX_BATCH)
     _need_geometry(index)
-    store, view = index.store, index.view
-    bar = tqdm(total=len(index) * (2 if rotations or mirrored else 1), desc="copies", unit="img", file=sys.stderr,
-               dynamic_ncols=True, disable=True if progress is False else (None if progress is None else False))
+    bar = _progress_bar(len(index) * (2 if rotations or mirrored else 1), "copies", progress)
     pixels = _Pixels(index)
     pairs = []
     try:
-        with store.read(buffers=True) as txn:
-            view.refresh(txn)
-            mode = "pq" if view.lists is not None else "exact"
-            a, b, s = _scan_pairs(txn, store, view, -np.inf, neighbours, batch_size, mode, bar)
-            nodes = np.unique(np.concatenate([a, b])) if len(a) else np.zeros(0, np.int64)
-            name = dict(zip(nodes.tolist(), view.ids_of(txn, nodes)))
-            starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if len(a) else []
-            for lo, hi in zip(starts, np.r_[starts[1:], len(a)] if len(a) else []):  # one call per image
-                recs = store.geometry_records(txn, [int(a[lo])] + b[lo:hi].tolist())
-                recs = [None if r is None else bytes(r) for r in recs]
-                pairs += _classify_candidates(pixels, name[int(a[lo])], recs[0],
-                                              [name[int(x)] for x in b[lo:hi]], recs[1:], s[lo:hi], params) \
-                    if recs[0] is not None else []
+        a, b, s = neighbour_pairs(index, neighbours, batch_size, bar=bar)
+        starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if len(a) else []
+        for lo, hi in zip(starts, np.r_[starts[1:], len(a)] if len(a) else []):  # one call per image
+            image_id = str(a[lo])
+            pairs += _pairs_with(index, pixels, image_id, index.geometry(image_id),
+                                 list(zip(b[lo:hi].tolist(), s[lo:hi].tolist())), params)
         if rotations or mirrored:
             found = {}
             for p in pairs:
@@ -560,8 +561,36 @@ def copy_report(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, para
     finally:
         bar.close()
     pairs.sort(key=_pair_order)
-    return {"schema_version": JSON_SCHEMA_VERSION, "pairs": [p.to_dict() for p in pairs],
-            "groups": copy_groups(pairs)}
+    return pairs
+
+
+VERIFY_DEPRECATED = (
+    "Index.duplicates(verify=True) keeps the copy and exact pairs of the copy classes since streamk 0.3 (it kept "
+    "every pair with >= 12 inliers, other photos of the same scene too); verify=True will be removed after "
+    "streamk 0.3: call streamk.index.copies_of(index, image_id) for one image's pairs, or "
+    "streamk.index.copy_report(index) for the whole index's, each pair classed exact / copy / same scene")
+
+
+def verified_duplicates(index, image_id=None, threshold=None, max_results=MAX_DUPLICATES,
+                        neighbours=DEFAULT_COPY_NEIGHBOURS, progress=None):
+    """``Index.duplicates(verify=True)`` (deprecated, with a DeprecationWarning): the exact and
+    copy pairs of :func:`copies_of` / :func:`copy_report`, in 0.2's shapes. image_id given:
+    [Hit] of its copies (exact first, then by score; at most ``max_results``), each
+    verified with its ``inliers``. None: the groups of copies, [{"ids", "pairs": [[id_a,
+    id_b, score, inliers], ...]}], largest first. ``threshold`` (None: none): a pair scoring
+    below it is left out, as 0.2 did."""
+    warnings.warn(VERIFY_DEPRECATED, DeprecationWarning, stacklevel=3)
+    threshold = None if threshold is None else check_threshold(threshold)
+    max_results = check_count("max_results", max_results, 1, MAX_DUPLICATES * 10)
+    if image_id is not None:
+        pairs = copies_of(index, image_id, neighbours=neighbours)
+    else:
+        pairs = copy_pairs(index, neighbours, progress=progress)
+    pairs = [p for p in pairs if p.kind != "same scene" and (threshold is None or p.score >= threshold)]
+    if image_id is not None:
+        return [Hit(p.b, p.score, inliers=p.inliers, verified=True, stage="verified") for p in pairs[:max_results]]
+    return [{"ids": g["ids"], "pairs": [[p["a"], p["b"], p["score"], p["inliers"]] for p in g["pairs"]]}
+            for g in copy_groups(pairs)]
 
 
 def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None, max_file_size=MAX_FILE_SIZE):
@@ -618,9 +647,13 @@ __all__ = [
     "check_threshold",
     "copies_of",
     "copy_groups",
+    "copy_pairs",
     "copy_report",
     "duplicate_groups",
     "duplicates_of",
     "nearest_of_vectors",
-    "sharded_duplicate_groups",
+    "neighbour_pairs",
+    "vector_duplicate_groups",
+    "vector_duplicates_of",
+    "verified_duplicates",
 ]

@@ -48,12 +48,10 @@ from ..features import default_extractor, extractor_from_params
 from ..quantization import IVFPQ, default_train_size
 from .items import AddResult, encoded_vector
 from ..verification import Vocabulary
-from .queries import MAX_K, QueryEncoder
+from .queries import QueryEncoder
 from .search_params import SearchParams
 from .base import Index
 from .second_stage import Hit, expanded_results, verified_first
-from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, check_threshold,
-                         sharded_duplicate_groups)
 from .metadata import check_field
 from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex
@@ -647,23 +645,6 @@ class ShardedIndex(Index):
 
     def _indexed_fields(self):
         return self._owners[0].call(ShardActor.indexed_fields)
-
-    def duplicates(self, image_id: str | None = None, threshold: float = DEFAULT_DUPLICATE_THRESHOLD,
-                   verify: bool = False, max_results: int = MAX_DUPLICATES, neighbours: int = DEFAULT_NEIGHBOURS,
-                   progress: Any = None) -> list[Hit] | list[dict[str, Any]]:
-        """Near-duplicates across the shards, from the vectors. image_id given: that image's,
-        [Hit] with score >= threshold (its vector searched on every shard). None: the groups
-        of the whole index, [{"ids", "pairs"}] (each shard's images page by page, each page
-        searched as a batch on every shard; see :func:`streamk.index.duplicates.sharded_duplicate_groups`).
-        ``verify`` (the second stage) runs on one StreamingIndex (:meth:`StreamingIndex.duplicates`)."""
-        if verify:
-            raise ConfigError("duplicates with verify need one (unsharded) index: a sharded index answers them "
-                              "from the vectors (leave out --verify)")
-        if image_id is None:
-            return sharded_duplicate_groups(self, threshold, neighbours, progress=progress)
-        threshold = check_threshold(threshold)
-        hits: list[Hit] = self.search(self.vector(image_id), k=min(int(max_results) + 1, MAX_K))  # type: ignore[assignment]  # a vector: [Hit]
-        return [h for h in hits if h.id != image_id and h.score >= threshold][:int(max_results)]
 
     # ------------------------------------------------------------ codec
     def train(self, nlist: int = 1, M: int = 16, seed: int = 0, train_size: int | None = None, codec: Any = None,

@@ -41,8 +41,7 @@ from ..encoding import Encoder
 from ..errors import (ConfigError, EncoderFileError, IgnoredSearchParameterWarning, IndexFormatError,
                       NotFittedError, StaleCodecWarning, StreamkError, VocabularyFileError)
 from ..verification import Vocabulary
-from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, duplicate_groups,
-                         duplicates_of)
+from .duplicates import duplicate_groups, duplicates_of
 from .items import unit_vector
 from .metadata import (add_indexed_field, allowed_rows, check_field, indexed_fields,
                        metadata_of_rows, parse_filter)
@@ -417,19 +416,12 @@ class StreamingIndex(Index):
         return allowed_rows(txn, self._store, clauses, n_rows)
 
     # ------------------------------------------------------------ near-duplicates
-    def duplicates(self, image_id: str | None = None, threshold: float = DEFAULT_DUPLICATE_THRESHOLD,
-                   verify: bool = False, max_results: int = MAX_DUPLICATES, neighbours: int = DEFAULT_NEIGHBOURS,
-                   progress: Any = None) -> list[Hit] | list[dict[str, Any]]:
-        """Near-duplicates (the same photo re-encoded, resized, cropped a little): vector
-        similarity >= ``threshold`` (default measured on the demo's photo changes:
-        :mod:`streamk.index.duplicates`), confirmed by the second stage with ``verify``.
-
-        image_id given: that image's near-duplicates, [Hit] best first (at most
-        ``max_results``). None: the groups of the whole index, [{"ids", "pairs"}] (each
-        image's top ``neighbours`` searched, in batches, with a progress bar)."""
+    def _vector_duplicates(self, image_id, threshold, max_results, neighbours, progress):
+        """The vector rule of :meth:`Index.duplicates` from this index's own map: one read
+        transaction, the vector blocks read in order (:mod:`streamk.index.duplicates`)."""
         if image_id is not None:
-            return duplicates_of(self, image_id, threshold, verify, max_results)
-        return duplicate_groups(self, threshold, verify, neighbours, progress=progress)
+            return duplicates_of(self, image_id, threshold, max_results)
+        return duplicate_groups(self, threshold, neighbours, progress=progress)
 
     # ------------------------------------------------------------ codec
     def train(self, nlist: int = 1, M: int = 16, seed: int = 0, train_size: int | None = None, codec: Any = None,

@@ -9,8 +9,11 @@ exists (brute force over the vectors and the metadata).
 
 Small synthetic data (seconds): 300 clustered vectors, and 6 "scenes" of random
 keypoints seen in 3 views each (a scale and a shift of the same features), so that the
-second stage verifies the views of a scene and nothing else."""
+second stage verifies the views of a scene and nothing else; and a copy of one view (the
+same features and the same thumbnail as that view, a vector near its own), so that the copy
+classes find one copy among the views of the scenes."""
 
+import io
 import json
 
 import numpy as np
@@ -18,7 +21,7 @@ import pytest
 
 from streamk.errors import UnknownIdError
 from streamk.features import Features
-from streamk.index import Index, SearchParams, ShardedIndex, StreamingIndex, encoded_vector
+from streamk.index import Index, SearchParams, ShardedIndex, StreamingIndex, copies_of, copy_report, encoded_vector
 from streamk.verification import stored_record
 
 from helpers.index import DIM, make_encoder, vectors  # noqa: E402
@@ -51,22 +54,48 @@ def scene_views(seed=0):
     return out
 
 
+COPIED, COPY = "scene5-view0", "scene5-copy"  # a copy of one view: its features and its pixels
+
+
+def scene_images():
+    """{image id: (vector, Features)} of the scenes' views and the copy of COPIED (its vector
+    near COPIED's: inner product about 0.93)."""
+    out = scene_views()
+    vec, f = out[COPIED]
+    w = vec + 0.05 * np.random.default_rng(3).standard_normal(DIM)
+    out[COPY] = ((w / np.linalg.norm(w)).astype(np.float32), f)
+    return out
+
+
+def thumbnail():
+    """The thumbnail COPIED and its copy share: a smooth random texture (JPEG), at SIZE / 2."""
+    from PIL import Image
+
+    noise = np.random.default_rng(4).uniform(0, 255, (SIZE[1] // 16, SIZE[0] // 16)).astype(np.uint8)
+    img = Image.fromarray(noise).resize((SIZE[0] // 2, SIZE[1] // 2), Image.Resampling.BICUBIC)
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
 def items(vocabulary):
-    """The EncodedImage of every image (vectors with metadata; scenes with their geometry)."""
+    """The EncodedImage of every image (vectors with metadata; scenes with their geometry,
+    COPIED and COPY with the same thumbnail)."""
     V = vectors(11, N_VECTORS)
     out = [encoded_vector(f"v{i:03d}", V[i], DIM, {"group": f"g{i % 4}", "n": int(i)}) for i in range(N_VECTORS)]
     out.append(encoded_vector("v000-copy", V[0] + 1e-3 * np.ones(DIM), DIM, {"group": "copies", "n": -1}))
-    for image_id, (vec, f) in scene_views().items():
+    for image_id, (vec, f) in scene_images().items():
         rec = stored_record(vocabulary, f.keypoints, f.descriptors, f.image_size)
-        out.append(encoded_vector(image_id, vec, DIM, {"group": "scenes", "n": 1000})._replace(geometry=rec))
+        enc = encoded_vector(image_id, vec, DIM, {"group": "scenes", "n": 1000})._replace(geometry=rec)
+        out.append(enc._replace(thumbnail=thumbnail()) if image_id in (COPIED, COPY) else enc)
     return out
 
 
 def stored_vectors():
     V = vectors(11, N_VECTORS)
-    ids = [f"v{i:03d}" for i in range(N_VECTORS)] + ["v000-copy"] + list(scene_views())
+    ids = [f"v{i:03d}" for i in range(N_VECTORS)] + ["v000-copy"] + list(scene_images())
     copy = V[0] + 1e-3 * np.ones(DIM)
-    rows = [*V, copy / np.linalg.norm(copy), *(v for v, _ in scene_views().values())]
+    rows = [*V, copy / np.linalg.norm(copy), *(v for v, _ in scene_images().values())]
     return ids, np.asarray(rows, np.float32)
 
 
@@ -234,6 +263,55 @@ def test_near_duplicates(index, reference):
     assert [sorted(g["ids"]) for g in groups] == [["v000", "v000-copy"]]
     groups = index.duplicates(progress=False)
     assert sorted(sorted(g["ids"]) for g in groups) == sorted(sorted(g["ids"]) for g in reference.duplicates(progress=False))
+
+
+def classed(pairs):
+    """{(a, b): (class, inliers, covered, agreement)} and {(a, b): score} of pairs' to_dict()."""
+    return ({(p["a"], p["b"]): (p["class"], p["inliers"], p["covered"], p["agreement"]) for p in pairs},
+            {(p["a"], p["b"]): p["score"] for p in pairs})
+
+
+def test_copy_classes(index, reference):
+    """The same classed pairs on every kind, across shards: the views of each scene verified
+    with each other as same scene (another capture, or no pixels to compare), the copy of
+    COPIED with it as a copy; the groups hold the copy pair only."""
+    _, V = stored_vectors()
+    ids = stored_vectors()[0]
+    report = copy_report(index, neighbours=10, progress=False)
+    want = copy_report(reference, neighbours=10, progress=False)
+    (got_classes, got_scores), (want_classes, want_scores) = classed(report["pairs"]), classed(want["pairs"])
+    assert got_classes == want_classes
+    assert all(abs(got_scores[k] - want_scores[k]) < 1e-4 for k in got_scores)
+    scenes = {i.split("-")[0] for i in ids if i.startswith("scene")}
+    same = {tuple(sorted((a, b))) for s in scenes for a in ids for b in ids
+            if a < b and a.startswith(s + "-") and b.startswith(s + "-")}  # brute force: every pair in a scene
+    assert set(got_classes) == same  # verified from the smaller id, nothing across scenes
+    for (a, b), (kind, inliers, covered, agreement) in got_classes.items():
+        assert abs(got_scores[(a, b)] - float(V[ids.index(a)] @ V[ids.index(b)])) < 1e-4
+        if {a, b} == {COPIED, COPY}:
+            assert kind == "copy" and inliers == N_FEATURES and covered == 1.0 and agreement > 0.99
+        else:
+            assert kind == "same scene"
+    assert [g["ids"] for g in report["groups"]] == [[COPY, COPIED]]
+    one = [p.to_dict() for p in copies_of(index, COPY)]
+    assert classed(one)[0] == classed([p.to_dict() for p in copies_of(reference, COPY)])[0]
+    assert [(p["b"], p["class"]) for p in one][:1] == [(COPIED, "copy")]
+
+
+def test_duplicates_with_verify_gives_the_copy_classes(index, reference):
+    """``duplicates(verify=True)`` (deprecated): the copy pairs of the classes, never other
+    views of the scene, on every kind."""
+    with pytest.warns(DeprecationWarning, match="copy_report"):
+        groups = index.duplicates(verify=True, progress=False)
+    assert [sorted(g["ids"]) for g in groups] == [[COPY, COPIED]]
+    [(a, b, score, inliers)] = groups[0]["pairs"]
+    assert {a, b} == {COPIED, COPY} and inliers == N_FEATURES and 0.8 < score < 0.99
+    with pytest.warns(DeprecationWarning, match="copies_of"):
+        hits = index.duplicates(COPIED, verify=True)
+    assert [(h.id, h.inliers, h.verified) for h in hits] == [(COPY, N_FEATURES, True)]
+    with pytest.warns(DeprecationWarning):
+        assert index.duplicates(COPIED, verify=True, threshold=0.99) == []  # a threshold given: scores below it out
+        assert hits_of(index.duplicates("scene2-view1", verify=True)) == []  # verified views, but no copies
 
 
 def test_metadata(index, reference):

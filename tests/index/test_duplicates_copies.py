@@ -134,6 +134,11 @@ def test_by_default_copies_are_grouped_and_other_photos_of_the_place_are_not(ind
         assert all(p["class"] == "same scene" for p in pairs if p["b"] != others[0])
         assert main(["duplicates", str(idx.path), "--threshold", "0.5", "--no-progress"]) == 0
         assert "by vector similarity only (asked with --threshold" in capsys.readouterr().err
+        with pytest.warns(DeprecationWarning, match="copy_report"):  # the library: the same groups
+            groups = idx.duplicates(verify=True, progress=False)
+        assert sorted(sorted(g["ids"]) for g in groups) == expected
+        with pytest.warns(DeprecationWarning, match="copies_of"):
+            assert [h.id for h in idx.duplicates("reencoded", verify=True)] == [others[0]]
         service = Service(idx.path, workers=1, writable=False, collection=(str(path.parent), str(tmp_path)))
         service.open()
         with TestClient(create_app(service)) as c:
@@ -143,6 +148,43 @@ def test_by_default_copies_are_grouped_and_other_photos_of_the_place_are_not(ind
             assert {p["b"] for p in answer["pairs"]} >= {others[0]}
     finally:
         idx.remove(["reencoded"])
+
+
+def test_a_sharded_index_gives_the_same_classes_with_pairs_across_shards(index, tmp_path, capsys):
+    """The same photos in a 3-shard index: the same pairs, classes and groups as one index
+    (pixels from the source files: no thumbnails), copies on other shards than their original;
+    ``streamk duplicates`` on it gives the classes."""
+    from streamk.index import ShardedIndex, encoded_image_file, shard_of
+
+    idx, original, _ = index
+    many = ShardedIndex.create(tmp_path / "many", idx.encoder, shards=3, vector_dtype="float32",
+                               extractor=idx.extractor(), vocabulary=idx.vocabulary)
+    try:
+        stored = []  # what the one index stored of each photo (its record, vector and geometry)
+        for image_id in idx.ids():
+            info = idx.info(image_id)
+            n = info["n_descriptors"]
+            stored.append(encoded_image_file(image_id, info["source"], info["sha256"], idx.vector(image_id),
+                                             np.zeros((n, 5), np.float32), np.ones(n), info["image_size"],
+                                             geometry=idx.geometry(image_id)))
+        assert many.write_encoded(stored) == ["added"] * len(stored)
+        want = copy_report(idx, neighbours=7, progress=False)
+        got = copy_report(many, neighbours=7, progress=False)
+
+        def classed(report):
+            return {(p["a"], p["b"]): (p["class"], p["inliers"], p["covered"], p["agreement"]) for p in report["pairs"]}
+        assert classed(got) == classed(want) and got["groups"] == want["groups"]
+        [group] = got["groups"]
+        assert sorted(group["ids"]) == sorted([original, "half", "crop"])
+        assert len({shard_of(i, 3) for i in group["ids"]}) > 1  # pairs across shards
+        assert [p.to_dict() for p in copies_of(many, "half", neighbours=7)][0]["class"] == "copy"
+    finally:
+        many.close()
+    from streamk.cli import main
+
+    assert main(["duplicates", str(tmp_path / "many"), "--json", "--no-progress", "--neighbours", "7"]) == 0
+    cli = json.loads(capsys.readouterr().out)  # the CLI on the sharded index: the classes too
+    assert cli["rule"] == "classes" and cli["groups"] == want["groups"]
 
 
 def test_the_servers_duplicates_answer_carries_the_classes(index):

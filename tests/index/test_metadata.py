@@ -278,7 +278,7 @@ def test_sharded_filtered_search_equals_one_index(tmp_path, encoder, filled):
             want = idx.duplicates(image_id, threshold=0.8)
             got = many.duplicates(image_id, threshold=0.8)
             assert [h.id for h in got] == [h.id for h in want] and all(h.score >= 0.8 for h in got)
-        with pytest.raises(ConfigError, match="unsharded"):  # the second stage needs one index
+        with pytest.raises(ConfigError, match="local geometry"), pytest.warns(DeprecationWarning):  # no second stage
             many.duplicates("i10", verify=True)
         with pytest.raises(FilterError):
             many.search(V[0], k=3, where={"free": 1})

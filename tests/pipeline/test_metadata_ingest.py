@@ -153,7 +153,8 @@ def test_duplicates_groups_the_changed_photos(work, tmp_path, capsys):
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
     with StreamingIndex.open(ix) as idx:
         assert idx.duplicates("p1.png") == []
-        verified = idx.duplicates("p0.png", verify=True)
+        with pytest.warns(DeprecationWarning, match="copies_of"):  # verify=True: the copy classes since 0.3
+            verified = idx.duplicates("p0.png", verify=True)
         assert sorted(h.id for h in verified) == sorted(CHANGED) and all(h.inliers >= 12 for h in verified)
         assert idx.duplicates(threshold=0.999) == []  # no two photos are that close
     with StreamingIndex.open(ix) as idx:  # the second stage (verification, expansion) keeps to a filter
