@@ -94,7 +94,7 @@ def test_every_package_states_its_job_and_its_public_names():
         doc = (module.__doc__ or "").strip()
         assert doc, f"streamk.{name} has no docstring"
         if name == "widgets":  # loaded lazily (ipywidgets), names listed all the same
-            assert set(module.__all__) == {"SearchApp", "WeightsView", "EvalDashboard"}
+            assert set(module.__all__) == {"SearchApp", "WeightsView", "EvalDashboard", "DuplicatesView"}
             continue
         assert module.__all__, f"streamk.{name} lists no public names"
         missing = [n for n in module.__all__ if not hasattr(module, n)]

@@ -1,14 +1,16 @@
-"""Notebook widgets (ipywidgets): search, descriptor weights, evaluation.
+"""Notebook widgets (ipywidgets): search, descriptor weights, evaluation, duplicates.
 
-    from streamk.widgets import SearchApp, WeightsView, EvalDashboard
+    from streamk.widgets import SearchApp, WeightsView, EvalDashboard, DuplicatesView
     SearchApp(index, dataset=dataset)        # query, crop, k, exact/PQ, sum/democratic/GMP, live
     WeightsView(index.encoder)               # keypoints coloured by democratic and GMP weights
     EvalDashboard(dataset, configs)          # mAP table, per-query AP, PR curves, the paper's plots
+    DuplicatesView(index)                    # duplicate pairs classed exact / copy / same scene, groups
 
 Needs the ``notebooks`` extra: ``pip install -e ".[notebooks]"``.
 """
 
-_WHERE = {"SearchApp": "search", "WeightsView": "weights", "EvalDashboard": "evaluate"}
+_WHERE = {"SearchApp": "search", "WeightsView": "weights", "EvalDashboard": "evaluate",
+          "DuplicatesView": "duplicates"}
 __all__ = list(_WHERE)
 
 

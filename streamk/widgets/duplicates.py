@@ -1,0 +1,153 @@
+"""DuplicatesView: an index's duplicate pairs, or one image's copies, in a notebook.
+
+    view = DuplicatesView(index)                    # the whole index: every verified pair classed
+    view = DuplicatesView(index, image_id="a.jpg")  # one image's pairs with its nearest
+    view                                            # shown as the cell's output
+
+The classes are the index's own (:func:`streamk.index.copy_report`, :func:`streamk.index.copies_of`:
+the same as ``streamk duplicates`` and the server's ``/images/{id}/duplicates``), on a single or a
+sharded index that keeps local geometry. Each pair shows its class (exact / copy / same scene),
+the vector score, the inliers of its similarity, the fraction of the smaller image they cover,
+the pixels' agreement and why, with both thumbnails. Groups ("keep one") are made of exact and
+copy pairs only: other photos of the same scene are never grouped. *copies* shows the exact and
+copy pairs; *every verified pair* adds the same-scene ones (a redraw, nothing computed again).
+Typing an id (empty: the whole index) or changing *neighbours* and pressing *find* computes the
+pairs again: a whole-index pass costs about 12 s of CPU per 1,000 images (bench/copy_detection.py).
+"""
+
+import html
+
+import ipywidgets as W
+
+from ..errors import ImageReadError
+from .common import ErrorBox, ThumbnailCache, data_uri, guarded, placeholder_svg
+
+DEFAULT_NEIGHBOURS = 10  # as streamk.index.DEFAULT_COPY_NEIGHBOURS (not imported: this module stays light)
+KIND_COLOUR = {"exact": "#2a2", "copy": "#28a", "same scene": "#999"}
+THUMB_PX = 120  # the thumbnails' side in the table
+
+
+class DuplicatesView(W.VBox):
+    """See the module doc. Programmatic use (tests, scripts) goes through the methods the
+    controls call: :meth:`find` and the control widgets' ``value``. ``pairs`` and ``groups``
+    hold the last answer (each pair as :meth:`streamk.index.DuplicatePair.to_dict` gives it)."""
+
+    def __init__(self, index, image_id=None, neighbours=DEFAULT_NEIGHBOURS, every_pair=False, thumbnails=None,
+                 run=True):
+        self.index = index
+        self.thumbnails = thumbnails or ThumbnailCache()
+        self.pairs, self.groups = [], []
+        self.state = 0  # redraws
+        self.searches = 0  # answers computed
+        self._thumbs = {}  # image id -> data URI
+        self.image = W.Text(value=image_id or "", description="image id",
+                            placeholder="empty: every pair of the index")
+        self.neighbours = W.BoundedIntText(value=neighbours, min=1, max=1000, description="neighbours")
+        self.show = W.ToggleButtons(options=[("copies", False), ("every verified pair", True)], value=every_pair)
+        self.find_button = W.Button(description="find", button_style="primary")
+        self.errors = ErrorBox()
+        self.status = W.HTML()
+        self.groups_view = W.HTML()
+        self.pairs_view = W.HTML()
+        self.find_button.on_click(lambda _: self.find())
+        # an id typed computes on Enter (or leaving the box), not on each key
+        self.image.continuous_update = False
+        self.image.observe(lambda _: self.find(), names="value")
+        self.show.observe(lambda _: self.draw(), names="value")
+        super().__init__([W.HBox([self.image, self.neighbours, self.find_button]), self.show, self.errors,
+                          self.status, self.groups_view, self.pairs_view])
+        self.add_class("streamk-duplicates")
+        if run:
+            self.find()
+
+    # ------------------------------------------------------------ answers
+    def find(self):
+        """Compute the pairs (of the typed image, or of the whole index) and draw them; an
+        error is shown in the widget, the previous answer kept."""
+        return guarded(self.errors, self._find)
+
+    def _find(self):
+        from ..index import copies_of, copy_report
+
+        image_id = self.image.value.strip() or None
+        if image_id is None:
+            report = copy_report(self.index, neighbours=self.neighbours.value, progress=False)
+            pairs, groups = report["pairs"], report["groups"]
+        else:
+            pairs = [p.to_dict() for p in copies_of(self.index, image_id, neighbours=self.neighbours.value)]
+            groups = one_image_group(image_id, pairs)
+        self.pairs, self.groups = pairs, groups
+        self.searches += 1
+        self.draw()
+
+    def shown_pairs(self):
+        """The pairs the table shows: copies (exact and copy) only, or every verified pair."""
+        return list(self.pairs) if self.show.value else [p for p in self.pairs if p["class"] != "same scene"]
+
+    # ------------------------------------------------------------ drawing
+    def draw(self):
+        shown = self.shown_pairs()
+        counts = {k: sum(p["class"] == k for p in self.pairs) for k in KIND_COLOUR}
+        self.status.value = (f"<b>{len(self.groups)} group(s) of copies</b>, "
+                             f"{sum(len(g['ids']) for g in self.groups)} images; pairs: {counts['exact']} exact, "
+                             f"{counts['copy']} copy, {counts['same scene']} same scene (other photos: keep both)")
+        self.groups_view.value = "".join(
+            f'<div class="streamk-group" data-ids="{html.escape(" ".join(g["ids"]))}">group {n} '
+            f"({len(g['ids'])} images, copies of one capture: keep one): {html.escape(', '.join(g['ids']))}</div>"
+            for n, g in enumerate(self.groups, 1))
+        if not shown:
+            what = "verified pairs" if self.show.value else "copies"
+            self.pairs_view.value = f'<p class="streamk-no-pairs">no {what} found</p>'
+        else:
+            rows = "".join(self._row(p) for p in shown)
+            self.pairs_view.value = (
+                f'<table class="streamk-pairs" data-state="{self.state + 1}"><tr><th>class</th><th>a</th><th>b</th>'
+                "<th>score</th><th>inliers</th><th>covered</th><th>pixels agree</th><th>why</th></tr>"
+                f"{rows}</table>")
+        self.state += 1
+
+    def _row(self, p):
+        agreement = "-" if p["agreement"] is None else f"{p['agreement']:.2f}"
+        turned = (f", turned {90 * p['turns']}°" if p.get("turns") else "") + (", mirrored" if p.get("mirrored") else "")
+        a, b, kind = (html.escape(str(p[k])) for k in ("a", "b", "class"))
+        return (f'<tr class="streamk-pair" data-a="{a}" data-b="{b}" data-class="{kind}">'
+                f'<td style="color:{KIND_COLOUR.get(p["class"], "#000")}"><b>{kind}</b></td>'
+                f"<td>{self._figure(p['a'])}</td><td>{self._figure(p['b'])}</td>"
+                f"<td>{p['score']:.3f}</td><td>{int(p['inliers'])}</td><td>{100 * p['covered']:.0f} %</td>"
+                f"<td>{agreement}</td><td>{html.escape(p['reason'] + turned)}</td></tr>")
+
+    def _figure(self, image_id):
+        return (f'<figure style="margin:0"><img src="{self.thumbnail_uri(image_id)}" '
+                f'style="max-width:{THUMB_PX}px;max-height:{THUMB_PX}px"/>'
+                f"<figcaption>{html.escape(image_id)}</figcaption></figure>")
+
+    def thumbnail_uri(self, image_id):
+        """The image's stored thumbnail, else one made from its source file, else a grey square
+        saying there is none (a data URI; each image's read once per view)."""
+        if image_id not in self._thumbs:
+            self._thumbs[image_id] = self._thumbnail_uri(image_id)
+        return self._thumbs[image_id]
+
+    def _thumbnail_uri(self, image_id):
+        data = self.index.thumbnail(image_id)
+        if data:
+            return data_uri(data)
+        info = self.index.info(image_id)
+        if info.get("source"):
+            try:
+                return data_uri(self.thumbnails.get(info["source"], info.get("box")))
+            except (ImageReadError, OSError):  # moved or changed since: said, not raised
+                return placeholder_svg("source unreadable")
+        return placeholder_svg("no thumbnail")
+
+
+def one_image_group(image_id, pairs):
+    """The group of one image's answer: the image and those of its pairs classed exact or copy
+    ([] when none): the pairs all start at the image, so their copies form one group."""
+    copies = [p for p in pairs if p["class"] in ("exact", "copy")]
+    if not copies:
+        return []
+    return [{"ids": sorted({image_id} | {p["b"] for p in copies}), "pairs": copies}]
+
+
+__all__ = ["DuplicatesView"]

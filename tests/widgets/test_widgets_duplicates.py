@@ -1,0 +1,150 @@
+"""DuplicatesView: the classed pairs of an index (or of one image) with both thumbnails, groups
+of copies only; controls changed programmatically redraw; errors stay in the widget."""
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ipywidgets")
+Image = pytest.importorskip("PIL.Image")
+
+
+@pytest.fixture(scope="module")
+def index(paris6k_subset_photos, small_vocabulary, tmp_path_factory):
+    """4 Invalides photos (other captures of one place) and two edited copies of the first:
+    a half-size JPEG q30 and a crop. No image keeps a thumbnail: they are made from the files."""
+    from streamk.config import default_cache_dir
+    from streamk.encoding import Encoder
+    from streamk.features import HessianAffineSift, extract
+    from streamk.index import StreamingIndex
+
+    photos = [p for p in paris6k_subset_photos if "invalides" in p.name][::8][:4]
+    ex = HessianAffineSift()
+    feats = [extract(p, ex, cache=default_cache_dir()) for p in photos]
+    enc = Encoder(embedding="temb", k=4, aggregation="gmp").fit([f.descriptors for f in feats])
+    tmp = tmp_path_factory.mktemp("dupview")
+    img = Image.open(photos[0]).convert("RGB")
+    W, H = img.size
+    img.resize((W // 2, H // 2), Image.Resampling.LANCZOS).save(tmp / "half.jpg", quality=30)
+    img.crop((0, 0, int(0.8 * W), int(0.85 * H))).save(tmp / "crop.jpg", quality=90)
+    idx = StreamingIndex.create(tmp / "ix", enc, vector_dtype="float32", extractor=ex, vocabulary=small_vocabulary)
+    for p in photos:
+        idx.add(p.stem, image_path=str(p))
+    idx.add("half", image_path=str(tmp / "half.jpg"))
+    idx.add("crop", image_path=str(tmp / "crop.jpg"))
+    yield idx, photos[0].stem, [p.stem for p in photos[1:]]
+    idx.close()
+
+
+def rows(view):
+    """[(a, b, class)] of the table's rows, parsed from its HTML."""
+    return re.findall(r'class="streamk-pair" data-a="([^"]*)" data-b="([^"]*)" data-class="([^"]*)"',
+                      view.pairs_view.value)
+
+
+def groups(view):
+    return [g.split(" ") for g in re.findall(r'class="streamk-group" data-ids="([^"]*)"', view.groups_view.value)]
+
+
+def test_the_whole_index_copies_grouped_other_captures_apart(index):
+    from streamk.index import copy_report
+    from streamk.widgets import DuplicatesView
+
+    idx, original, others = index
+    view = DuplicatesView(idx, neighbours=5)
+    assert view.errors.text == "" and view.searches == 1
+    assert groups(view) == [sorted([original, "half", "crop"])]  # never another capture of the place
+    want = copy_report(idx, neighbours=5, progress=False)
+    assert view.pairs == want["pairs"]  # the library's classes, as the CLI prints them
+    copies = [(p["a"], p["b"], p["class"]) for p in want["pairs"] if p["class"] != "same scene"]
+    assert rows(view) == copies and {frozenset(r[:2]) for r in copies} >= {frozenset((original, "half")),
+                                                                           frozenset((original, "crop"))}
+    # each row: its score, inliers, covered fraction and pixel agreement, and both thumbnails
+    for p, row in zip([p for p in want["pairs"] if p["class"] != "same scene"],
+                      view.pairs_view.value.split('class="streamk-pair"')[1:]):
+        cells = re.findall(r"<td>([^<]*)</td>", row)
+        assert cells[:4] == [f"{p['score']:.3f}", str(p["inliers"]), f"{100 * p['covered']:.0f} %",
+                             f"{p['agreement']:.2f}"]
+        assert row.count("data:image/jpeg;base64,") == 2
+    assert all(p["agreement"] >= 0.5 and p["covered"] >= 0.75 for p in want["pairs"] if p["class"] == "copy")
+
+
+def test_every_pair_is_a_redraw_and_shows_the_same_scene_pairs(index):
+    from streamk.widgets import DuplicatesView
+
+    idx, original, others = index
+    view = DuplicatesView(idx, neighbours=5)
+    state = view.state
+    view.show.value = True  # every verified pair: drawn from the answer in hand
+    assert view.searches == 1 and view.state == state + 1
+    shown = rows(view)
+    assert len(shown) == len(view.pairs) and any(kind == "same scene" for _, _, kind in shown)
+    assert all(kind == "same scene" for a, b, kind in shown if {a, b} & set(others))
+    assert groups(view) == [sorted([original, "half", "crop"])]  # the groups do not change
+    view.show.value = False
+    assert all(kind != "same scene" for _, _, kind in rows(view))
+
+
+def test_one_image(index):
+    from streamk.index import copies_of
+    from streamk.widgets import DuplicatesView
+
+    idx, original, others = index
+    view = DuplicatesView(idx, image_id="half", neighbours=5, every_pair=True)
+    assert view.errors.text == ""
+    want = [p.to_dict() for p in copies_of(idx, "half", neighbours=5)]
+    assert rows(view) == [(p["a"], p["b"], p["class"]) for p in want] and all(a == "half" for a, _, _ in rows(view))
+    assert ("half", original, "copy") in rows(view)
+    assert groups(view) == [sorted({"half"} | {p["b"] for p in want if p["class"] != "same scene"})]
+    assert original in groups(view)[0] and not set(groups(view)[0]) & set(others)
+    view.image.value = others[0]  # typing another id (Enter) computes its pairs
+    assert view.searches == 2 and all(a == others[0] for a, _, _ in rows(view))
+    assert groups(view) == [] and "0 group(s) of copies" in view.status.value
+
+
+def test_errors_are_shown_and_the_last_answer_kept(index, tmp_path, encoder_for_errors):
+    from streamk.index import StreamingIndex
+    from streamk.widgets import DuplicatesView
+
+    idx, original, _ = index
+    view = DuplicatesView(idx, image_id="half", neighbours=5)
+    before = rows(view)
+    view.image.value = "nope"
+    assert "UnknownIdError" in view.errors.text and rows(view) == before and view.searches == 1
+    view.image.value = "half"
+    assert view.errors.text == "" and rows(view) == before
+    with StreamingIndex.create(tmp_path / "plain", encoder_for_errors, vector_dtype="float32") as plain:
+        plain.add("x", vector=np.ones(encoder_for_errors.dim, np.float32))
+        bare = DuplicatesView(plain)  # no local geometry: said in the widget, with what to do
+        assert "ConfigError" in bare.errors.text and "add-local-features" in bare.errors.text
+        assert bare.pairs == [] and bare.pairs_view.value == ""
+
+
+def test_a_thumbnail_falls_back_to_the_source_then_to_a_placeholder(index, tmp_path):
+    from streamk.widgets import DuplicatesView
+
+    idx, original, _ = index
+    view = DuplicatesView(idx, run=False)
+    assert view.searches == 0 and view.pairs_view.value == ""
+    assert idx.thumbnail(original) is None
+    assert view.thumbnail_uri(original).startswith("data:image/jpeg;base64,")  # made from its source file
+    reads = view.thumbnails.reads
+    view.thumbnail_uri(original)
+    assert view.thumbnails.reads == reads  # read once
+    view._thumbs.clear()
+    src = idx.info("crop")["source"]
+    moved = tmp_path / "moved.jpg"
+    os.rename(src, moved)
+    try:
+        assert view.thumbnail_uri("crop").startswith("data:image/svg+xml")  # said, not raised
+    finally:
+        os.rename(moved, src)
+
+
+@pytest.fixture(scope="module")
+def encoder_for_errors():
+    from helpers.index import make_encoder
+
+    return make_encoder()
