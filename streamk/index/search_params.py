@@ -154,13 +154,32 @@ class SearchParams:
         one of the two: ConfigError when both are given, unless the keywords are the
         defaults)."""
         if params is None:
-            return cls(**kwargs)
+            return cls._built(kwargs)
         if not isinstance(params, cls):
             raise ConfigError(f"params must be a streamk.index.SearchParams, got {type(params).__name__}")
         given = sorted(n for n, v in kwargs.items() if not _is_default(n, v))
         if given:
             raise ConfigError(f"give the search's parameters as params= or as keyword arguments, not both "
                               f"(got params and {', '.join(given)})")
+        return params
+
+    @classmethod
+    def _built(cls, kwargs):
+        """cls(**kwargs), the last one kept and given again for the same keywords (values
+        and types: 1 and True differ) without its checks (it is frozen; a search in a loop
+        builds the same one each time); ``where`` and ``box`` given: built anew."""
+        if kwargs.get("where") is not None or kwargs.get("box") is not None:
+            return cls(**kwargs)
+        key = tuple((name, type(value), value) for name, value in kwargs.items())
+        last = cls.__dict__.get("_last")
+        if last is not None and last[0] == key:
+            return last[1]
+        params = cls(**kwargs)
+        try:
+            hash(key)
+        except TypeError:
+            return params
+        cls._last = (key, params)
         return params
 
     def verify_count(self) -> int:

@@ -552,11 +552,14 @@ class StreamingIndex(Index):
         """A StaleCodecWarning for a PQ search whose codec is stale (O(1): two small reads)."""
         if mode != "pq":
             return
-        st = codec_staleness(txn, self._store)
-        note = stale_codec_note(st, str(self._store.path))
+        seen = (self.view.seq, self.view.epoch)  # refreshed in txn: the record changes only with seq
+        if getattr(self, "_staleness_seen", (None,))[0] != seen:
+            st = codec_staleness(txn, self._store)
+            self._staleness_seen = (seen, st, stale_codec_note(st, str(self._store.path)))
+        _, st, note = self._staleness_seen
         if note is not None:
             w = StaleCodecWarning(note)
-            w.staleness = st
+            w.staleness = dict(st)  # the caller's copy (the record is kept for the next search)
             warnings.warn(w, stacklevel=3)
 
     # ------------------------------------------------------------ facts

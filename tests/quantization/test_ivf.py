@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streamk import Encoder
-from streamk.errors import ConfigError, DimensionError, NotFittedError, TooFewImagesError
+from streamk.errors import ConfigError, DimensionError, NonFiniteError, NotFittedError, TooFewImagesError
 from streamk.index import StreamingIndex
 from streamk.quantization.inverted_lists import InvertedLists
 from streamk.quantization.ivfpq import IVFPQ
@@ -256,6 +256,14 @@ def test_batched_search_api(tmp_path, encoder):
             idx.search(np.zeros((2, 63)), k=1)
         with pytest.raises(Exception, match="zero norm"):
             idx.search(np.zeros((2, 64)), k=1)
+        for bad in (np.nan, np.inf):
+            Qbad = V[:3].astype(np.float64)
+            Qbad[1, 7] = bad
+            with pytest.raises(NonFiniteError):
+                idx.search(Qbad, k=1)
+        Q = V[:3] * np.array([[2.0], [0.5], [1e-30]])  # the query rows are made unit vectors
+        np.testing.assert_allclose(idx.query_vectors(Q), V[:3] / np.linalg.norm(V[:3], axis=1, keepdims=True),
+                                   rtol=1e-6)
         with pytest.raises(NotFittedError):
             idx.search(V[:2], k=1, mode="pq")
         assert idx.remove(["v0", "v1"]) == 2
