@@ -44,18 +44,30 @@ class ConvergenceWarning(UserWarning):
     """Conjugate gradient stopped at max_iter before reaching tol."""
 
 
-def gram(Phi):
-    """K = Phi Phi^T through one BLAS syrk (half the flops of a GEMM)."""
+def gram_upper(Phi):
+    """The upper triangle (j >= i) of K = Phi Phi^T, by one BLAS syrk (half the flops of a
+    GEMM); the entries below the diagonal are not set. What the solvers read (n, n)."""
     blas = sys.modules.get("scipy.linalg._fblas")  # scipy.linalg.blas's own; a command loads it alone (cli.startup)
     if blas is None:
         from scipy.linalg import blas  # here, not at import: the package costs 0.14 s
 
     Phi = np.asarray(Phi)
-    syrk = blas.ssyrk if Phi.dtype == np.float32 else blas.dsyrk
-    # Phi.T is Fortran-contiguous, so BLAS reads Phi without a copy.
-    K = syrk(1.0, Phi.T, trans=1)
+    float32 = Phi.dtype == np.float32
+    syrk = blas.ssyrk if float32 else blas.dsyrk
+    n = Phi.shape[0]
+    # BLAS fills the lower triangle of its column-major C, which the C-contiguous view
+    # C.T holds as the upper. C from numpy's allocator (not f2py's zero-filled one): with
+    # beta = 0 BLAS sets C itself, and freshly zeroed pages cost 10 ms of page faults a
+    # photo. Phi.T is Fortran-contiguous, so BLAS reads Phi without a copy.
+    C = np.empty((n, n), dtype=np.float32 if float32 else np.float64, order="F")
+    return syrk(1.0, Phi.T, beta=0.0, c=C, trans=1, lower=1, overwrite_c=1).T
+
+
+def gram(Phi):
+    """K = Phi Phi^T (n, n), both triangles."""
+    K = gram_upper(Phi)
     _kernels.mirror_upper(K)
-    return K.T  # symmetric: the transpose is the C-contiguous view
+    return K
 
 
 def check_params(method, gamma, n_iter, lam, solver="auto"):
@@ -72,25 +84,42 @@ def check_params(method, gamma, n_iter, lam, solver="auto"):
 
 
 def democratic_weights(K, gamma=DEFAULT_GAMMA, n_iter=DEFAULT_N_ITER):
-    """Democratic weights of Algorithm 1 on K+ = max(K, 0) (n,)."""
+    """Democratic weights of Algorithm 1 on K+ = max(K, 0) (n,); K symmetric (its upper triangle is read)."""
     check_params("democratic", gamma, n_iter, 1.0)
     return _kernels.sinkhorn_dense(as_gram(K), float(gamma), int(n_iter))
 
 
-def _warn_unconverged(iters, residual, tol, max_iter):
+def _warn_unconverged(iters, residual, tol, max_iter, stacklevel):
     # A constant message, so Python's default filter shows it once, not per image.
     if iters >= max_iter and residual > tol:
         warnings.warn(f"GMP conjugate gradient reached max_iter={max_iter} before tol={tol:g} "
                       "(K + lam I is ill-conditioned: embeddings with large norms, e.g. Fisher vectors, "
-                      "want a larger lam); the weights are approximate", ConvergenceWarning, stacklevel=3)
+                      "want a larger lam); the weights are approximate", ConvergenceWarning, stacklevel=stacklevel)
+
+
+def _gmp(K, lam, tol, max_iter, stacklevel):
+    alpha, iters, residual = _kernels.cg_dense(K, float(lam), float(tol), int(max_iter))
+    _warn_unconverged(iters, residual, tol, max_iter, stacklevel + 1)
+    return alpha
 
 
 def gmp_weights(K, lam=DEFAULT_LAMBDA, tol=DEFAULT_TOL, max_iter=DEFAULT_MAX_ITER):
-    """GMP dual weights alpha = (K + lam I)^-1 1 by conjugate gradient (n,)."""
+    """GMP dual weights alpha = (K + lam I)^-1 1 by conjugate gradient (n,); K symmetric
+    (its upper triangle is read)."""
     check_params("gmp", 0.5, 1, lam)
-    alpha, iters, residual = _kernels.cg_dense(as_gram(K), float(lam), float(tol), int(max_iter))
-    _warn_unconverged(iters, residual, tol, max_iter)
-    return alpha
+    return _gmp(as_gram(K), lam, tol, max_iter, stacklevel=3)  # the warning points at gmp_weights' caller
+
+
+def dense_weights(K_upper, method, gamma=DEFAULT_GAMMA, n_iter=DEFAULT_N_ITER, lam=DEFAULT_LAMBDA,
+                  tol=DEFAULT_TOL, max_iter=DEFAULT_MAX_ITER):
+    """Democratic or GMP weights from the upper triangle of K, as :func:`gram_upper` gives it:
+    nothing below the diagonal is read, nor checked for finiteness (the triangle is).
+    The parameters are the caller's to check (:func:`check_params`)."""
+    if not _kernels.all_finite(K_upper, True):
+        raise NonFiniteError("Gram matrix contains NaN or infinite values")
+    if method == "democratic":
+        return _kernels.sinkhorn_dense(K_upper, float(gamma), int(n_iter))
+    return _gmp(K_upper, lam, tol, max_iter, stacklevel=4)  # the warning points at aggregate_many's caller
 
 
 def gmp_primal(Phi, lam=DEFAULT_LAMBDA):
@@ -114,7 +143,7 @@ def _block_weights(grams, offsets, order, method, gamma, n_iter, lam, tol, max_i
         direct = CHOLESKY_MAX_ROWS if solver == "auto" else 0
         alpha_sorted, iters, residual = _kernels.gmp_blocks(
             grams, gram_offsets, offsets, float(lam), float(tol), int(max_iter), direct)
-        _warn_unconverged(iters, residual, tol, max_iter)
+        _warn_unconverged(iters, residual, tol, max_iter, stacklevel=4)
     alpha = np.empty_like(alpha_sorted)
     alpha[order] = alpha_sorted
     return alpha
@@ -162,7 +191,9 @@ def aggregate_many(embedded, methods=METHODS, gamma=DEFAULT_GAMMA, n_iter=DEFAUL
         raise DimensionError(f"embedded descriptors must be (n, D), got shape {Phi.shape}")
     if Phi.shape[0] == 0:
         raise EmptyDescriptorSetError("cannot aggregate an empty descriptor set")
-    if not np.isfinite(Phi).all():
+    Phi = np.ascontiguousarray(Phi)
+    finite = _kernels.all_finite(Phi, False) if Phi.dtype in (np.float32, np.float64) else np.isfinite(Phi).all()
+    if not finite:
         raise NonFiniteError("embedded descriptors contain NaN or infinite values")
     K = None
     out = {}
@@ -171,9 +202,8 @@ def aggregate_many(embedded, methods=METHODS, gamma=DEFAULT_GAMMA, n_iter=DEFAUL
             alpha = np.ones(Phi.shape[0])
         else:
             if K is None:
-                K = gram(np.ascontiguousarray(Phi))
-            alpha = democratic_weights(K, gamma, n_iter) if method == "democratic" \
-                else gmp_weights(K, lam, tol, max_iter)
+                K = gram_upper(Phi)
+            alpha = dense_weights(K, method, gamma, n_iter, lam, tol, max_iter)
         xi = alpha.astype(Phi.dtype) @ Phi  # BLAS gemv
         out[method] = (xi.astype(np.float64), alpha)
     return out
