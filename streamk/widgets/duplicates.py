@@ -12,7 +12,7 @@ the pixels' agreement and why, with both thumbnails. Groups ("keep one") are mad
 copy pairs only: other photos of the same scene are never grouped. *copies* shows the exact and
 copy pairs; *every verified pair* adds the same-scene ones (a redraw, nothing computed again).
 Typing an id (empty: the whole index) or changing *neighbours* and pressing *find* computes the
-pairs again: a whole-index pass costs about 12 s of CPU per 1,000 images (bench/copy_detection.py).
+pairs again: bench/copy_detection.py measures what a whole-index pass costs per 1,000 images.
 """
 
 import html
