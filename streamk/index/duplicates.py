@@ -78,8 +78,9 @@ def check_threshold(threshold):
 
 def _need_geometry(index):
     if index.vocabulary is None:
-        raise ConfigError("verify=True needs the second stage: this index keeps no local geometry "
-                          "(give it some with `streamk index add-local-features`)")
+        how = ("create it with local features (`streamk index create --shards N` without --no-local-features)"
+               if hasattr(index, "shards") else "give it some with `streamk index add-local-features`")
+        raise ConfigError(f"verify=True needs the second stage: this index keeps no local geometry ({how})")
 
 
 def _progress_bar(total, desc, progress):
