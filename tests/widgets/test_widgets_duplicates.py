@@ -148,3 +148,25 @@ def encoder_for_errors():
     from helpers.index import make_encoder
 
     return make_encoder()
+
+
+def test_a_sharded_index_is_shown_alike(index, tmp_path):
+    """The same photos in 2 shards (their stored records, vectors and geometry): the same rows
+    and groups as on one index."""
+    from streamk.index import ShardedIndex, encoded_image_file
+    from streamk.widgets import DuplicatesView
+
+    idx, original, _ = index
+    with ShardedIndex.create(tmp_path / "many", idx.encoder, shards=2, vector_dtype="float32",
+                             extractor=idx.extractor(), vocabulary=idx.vocabulary) as many:
+        stored = []
+        for image_id in idx.ids():
+            info = idx.info(image_id)
+            n = info["n_descriptors"]
+            stored.append(encoded_image_file(image_id, info["source"], info["sha256"], idx.vector(image_id),
+                                             np.zeros((n, 5), np.float32), np.ones(n), info["image_size"],
+                                             geometry=idx.geometry(image_id)))
+        assert many.write_encoded(stored) == ["added"] * len(stored)
+        one, sharded = DuplicatesView(idx, neighbours=5), DuplicatesView(many, neighbours=5)
+        assert sharded.errors.text == "" and rows(sharded) == rows(one)
+        assert groups(sharded) == groups(one) == [sorted([original, "half", "crop"])]
