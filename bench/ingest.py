@@ -161,12 +161,13 @@ def encode_by_parts(acc, encoder, X):
     E = emb.embed(Xr)
     acc["embed"][-1] += CPU() - t
     if isinstance(E, np.ndarray):  # dense: the Gram (one triangle, as aggregate_many), the weights and xi timed apart
-        K = timed(acc, "gram", agg.gram_upper, np.ascontiguousarray(E))
-        if c.aggregation == "sum":
-            alpha = timed(acc, "weights", np.ones, E.shape[0])
-        else:
-            alpha = timed(acc, "weights", agg.dense_weights, K, c.aggregation, c.gamma, c.n_iter, c.lam, c.tol,
-                          c.max_iter)
+        with agg.gram_memory(E) as memory:
+            K = timed(acc, "gram", agg.gram_upper, np.ascontiguousarray(E), memory)
+            if c.aggregation == "sum":
+                alpha = timed(acc, "weights", np.ones, E.shape[0])
+            else:
+                alpha = timed(acc, "weights", agg.dense_weights, K, c.aggregation, c.gamma, c.n_iter, c.lam, c.tol,
+                              c.max_iter)
         xi = timed(acc, "xi", lambda: (alpha.astype(E.dtype) @ E).astype(np.float64))
         acc.setdefault("aggregate", []).append(acc["gram"][-1] + acc["weights"][-1] + acc["xi"][-1])
     else:

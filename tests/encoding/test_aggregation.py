@@ -84,6 +84,65 @@ def test_gram_of_non_contiguous_input(dtype):
         np.testing.assert_allclose(gram(Phi), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
+def _gmp_within_tolerance(Phi, alpha, lam=1.0, tol=1e-6):
+    """CG stops at ||r|| <= tol sqrt(n): alpha within that over lambda_min(K + lam I), with
+    a margin for the float32 Gram's rounding (D eps per entry of unit rows)."""
+    K = Phi.astype(np.float64) @ Phi.astype(np.float64).T
+    ref = gmp_reference(K, lam)
+    n, D = Phi.shape
+    lam_min = np.linalg.eigvalsh(K)[0] + lam
+    dK = 4 * D * np.finfo(np.float32).eps
+    return np.linalg.norm(alpha - ref) <= (tol * np.sqrt(n) + n * dK * np.linalg.norm(ref)) / lam_min
+
+
+def test_the_kept_gram_memory_serves_gram_after_gram_of_any_size():
+    """aggregate keeps the Gram's memory between calls: a smaller Gram after a larger one, a
+    larger one after, and one too big to keep, all give the weights of their own K."""
+    import streamk.encoding.aggregation as agg
+
+    rng = np.random.default_rng(30)
+    sets = []
+    for n in (60, 25, 90, 400):
+        Phi = rng.standard_normal((n, 16)).astype(np.float32)
+        sets.append(Phi / np.linalg.norm(Phi, axis=1, keepdims=True))
+    big = 400 * 400 * 4
+    assert agg.GRAM_BUFFER_MAX_BYTES >= big
+    saved = agg.GRAM_BUFFER_MAX_BYTES
+    try:
+        agg.GRAM_BUFFER_MAX_BYTES = big - 1  # the last set's Gram gets its own memory
+        for Phi in sets:
+            _, alpha = aggregate(Phi, "gmp")
+            assert _gmp_within_tolerance(Phi, alpha)
+            _, alpha = aggregate(Phi, "democratic", gamma=0.5, n_iter=10)
+            K = Phi.astype(np.float64) @ Phi.T.astype(np.float64)
+            ref = sinkhorn_reference(K, 0.5, 10)
+            # K's float32 rounding (D eps per entry), amplified at most (1 + 2 gamma) an iteration
+            dK = 4 * Phi.shape[1] * np.finfo(np.float32).eps
+            bound = 2.0 ** 10 * len(Phi) * dK * np.linalg.norm(ref) / (np.maximum(K, 0) @ ref).min()
+            assert np.linalg.norm(alpha - ref) <= bound
+    finally:
+        agg.GRAM_BUFFER_MAX_BYTES = saved
+
+
+def test_the_kept_gram_memory_is_used_by_one_thread_at_a_time():
+    """Threads aggregating at once: one uses the kept memory, the others their own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import streamk.encoding.aggregation as agg
+
+    rng = np.random.default_rng(31)
+    sets = [rng.standard_normal((n, 12)).astype(np.float32) for n in (80, 50, 120, 70, 95, 40)] * 3
+    sets = [Phi / np.linalg.norm(Phi, axis=1, keepdims=True) for Phi in sets]
+    with ThreadPoolExecutor(4) as pool:
+        alphas = list(pool.map(lambda Phi: aggregate(Phi, "gmp")[1], sets))
+    assert all(_gmp_within_tolerance(Phi, alpha) for Phi, alpha in zip(sets, alphas))
+    with agg.gram_memory(sets[0]) as held:  # held here: aggregate gets its own
+        assert held is not None
+        with agg.gram_memory(sets[1]) as other:
+            assert other is None
+        assert _gmp_within_tolerance(sets[1], aggregate(sets[1], "gmp")[1])
+
+
 # ---------------------------------------------------------------- BOW case (section "The BOW case")
 
 
