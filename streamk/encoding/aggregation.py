@@ -229,9 +229,8 @@ def aggregate_many(embedded, methods=METHODS, gamma=DEFAULT_GAMMA, n_iter=DEFAUL
     if Phi.shape[0] == 0:
         raise EmptyDescriptorSetError("cannot aggregate an empty descriptor set")
     Phi = np.ascontiguousarray(Phi)
-    finite = _kernels.all_finite(Phi, False) if Phi.dtype in (np.float32, np.float64) else np.isfinite(Phi).all()
-    if not finite:
-        raise NonFiniteError("embedded descriptors contain NaN or infinite values")
+    if all(method == "sum" for method in methods):
+        _check_finite_embeddings(Phi)
     K = None
     out = {}
     with contextlib.ExitStack() as stack:  # the Gram lives in the kept buffer until the weights are out
@@ -242,7 +241,19 @@ def aggregate_many(embedded, methods=METHODS, gamma=DEFAULT_GAMMA, n_iter=DEFAUL
                 if K is None:
                     memory = stack.enter_context(gram_memory(Phi))
                     K = gram_upper(Phi, memory)
-                alpha = dense_weights(K, method, gamma, n_iter, lam, tol, max_iter)
+                try:
+                    alpha = dense_weights(K, method, gamma, n_iter, lam, tol, max_iter)
+                except NonFiniteError:
+                    # Phi is checked only now: a row with NaN or inf puts one on K's diagonal
+                    # (a sum of squares), so the Gram's check covers it; say which it was.
+                    _check_finite_embeddings(Phi)
+                    raise
             xi = alpha.astype(Phi.dtype) @ Phi  # BLAS gemv
             out[method] = (xi.astype(np.float64), alpha)
     return out
+
+
+def _check_finite_embeddings(Phi):
+    finite = _kernels.all_finite(Phi, False) if Phi.dtype in (np.float32, np.float64) else np.isfinite(Phi).all()
+    if not finite:
+        raise NonFiniteError("embedded descriptors contain NaN or infinite values")

@@ -287,8 +287,15 @@ class TriangulationEmbedding(Embedding):
         X = self._check_input(X)
         R = _kernels.triangulation_residuals(X, self.centroids_)
         Phi = R @ self.projection_  # the n x kd x D projection dominates T-emb
-        Phi -= self.mean_ @ self.projection_
+        Phi -= self._projected_mean()
         return Phi
+
+    def _projected_mean(self):
+        """mean_ @ projection_ (D,), computed once for the learned arrays (1 ms a photo)."""
+        cached = self.__dict__.get("_projected_mean_cache")
+        if cached is None or cached[0] is not self.mean_ or cached[1] is not self.projection_:
+            cached = self._projected_mean_cache = (self.mean_, self.projection_, self.mean_ @ self.projection_)
+        return cached[2]
 
     def transform(self, X):
         Phi = self.whiten(X)

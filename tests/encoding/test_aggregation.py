@@ -558,6 +558,22 @@ def test_aggregate_rejects_non_finite_embeddings():
             aggregate(blocks, method)
 
 
+def test_aggregate_names_what_is_not_finite():
+    """The dense path checks Phi through its Gram (a row with NaN or inf puts one on K's
+    diagonal), and still says whether the embeddings or the Gram were at fault."""
+    for bad in (np.nan, np.inf, -np.inf):
+        for where in ((0, 0), (3, 2), (4, 1)):
+            Phi = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+            Phi[where] = bad
+            for methods in (("sum",), ("democratic",), ("gmp",), ("sum", "gmp")):
+                with pytest.raises(NonFiniteError, match="embedded descriptors"):
+                    aggregate_many(Phi, methods)
+    huge = np.full((4, 3), 1e20, dtype=np.float32)  # finite, but its Gram overflows float32
+    for method in ("democratic", "gmp"):
+        with pytest.raises(NonFiniteError, match="Gram matrix"):
+            aggregate(huge, method)
+
+
 def test_aggregate_rejects_empty_and_bad_shapes():
     for method in ("sum", "democratic", "gmp"):
         with pytest.raises(EmptyDescriptorSetError):

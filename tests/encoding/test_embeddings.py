@@ -156,6 +156,18 @@ def test_temb_transform_matches_numpy_reference(temb_setup):
     np.testing.assert_array_equal(emb.embed(X), out)
 
 
+def test_temb_whiten_after_a_refit_uses_the_new_arrays():
+    """whiten keeps mean_ @ projection_ between calls: a refit (new arrays) must not reuse it."""
+    rng = np.random.default_rng(5)
+    emb = TriangulationEmbedding(3, seed=0).fit(clustered(rng, 800, 6))
+    X = clustered(rng, 20, 6)
+    emb.whiten(X)
+    emb.fit(clustered(rng, 800, 6) + 0.5)
+    R = triangulation_residuals_reference(X, emb.centroids_)
+    Phi = (R - emb.mean_.astype(np.float64)) @ emb.projection_.astype(np.float64)
+    np.testing.assert_allclose(emb.whiten(X), Phi, atol=2e-5 * np.abs(Phi).max())
+
+
 def test_temb_needs_k_at_least_2():
     X = clustered(np.random.default_rng(4), 200, 4)
     with pytest.raises(ConfigError):
