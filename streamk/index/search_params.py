@@ -36,7 +36,7 @@ from ..verification import DEFAULT_R
 from .metadata import parse_filter
 
 MODES = ("exact", "pq")  # every stored vector; the PQ / IVF-PQ codes, then re-ranking
-EXPANSIONS = ("aqe", "alpha")  # average query expansion; alpha-QE
+EXPANSIONS = ("aqe", "alpha", "recursive")  # average query expansion; alpha-QE; recursive AQE
 DEFAULT_VERIFY = DEFAULT_R  # first-stage results verified (Philbin et al. 2007 verify the top 100-1000)
 DEFAULT_EXPAND = DEFAULT_TOP  # verified results averaged into the expanded query, at most
 
@@ -97,8 +97,8 @@ class SearchParams:
     nprobe: IVF lists visited (>= 1; None: the codec's). rerank: PQ candidates re-scored
     (0..limits.rerank; None: max(4k, 100)). verify: R first-stage results spatially
     verified (0..limits.verify; None: 100; 0: off). expand: verified results averaged
-    into the expanded query (0..limits.expand; None: 50; 0: off). expansion: "aqe" or
-    "alpha". box: (x1, y1, x2, y2) in the query image's pixels, finite, x1 < x2 and
+    into the expanded query (0..limits.expand; None: 50; 0: off; recursive: added per
+    round). expansion: "aqe", "alpha" or "recursive" (one index, not sharded). box: (x1, y1, x2, y2) in the query image's pixels, finite, x1 < x2 and
     y1 < y2 (:func:`streamk.checks.check_box`). where: a metadata filter
     (:mod:`streamk.index.metadata`), kept as a copy. pairs: return the inlier pairs.
     """

@@ -6,7 +6,8 @@ query expanded with them and searched once more.
     verify:      the R rows' geometry records (one read each, from ``geometry``) against
                  the query's record (streamk.verification: tentative matches + RANSAC)
     re-rank:     verified rows (verification's decision) first, by inliers
-    expand:      q' = normalise(q + sum of the first N verified rows' vectors) (AQE; or alpha-QE)
+    expand:      q' = normalise(q + sum of the first N verified rows' vectors) (AQE; or alpha-QE;
+                 or recursive AQE: N more verified rows a round, each round's new results verified)
     again:       top k + V of q'; the result: the V verified rows, then the rows of the
                  second search that are not among them, k in all
 
@@ -21,8 +22,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import GeometryRecordError
+from ..errors import ConfigError, GeometryRecordError
 from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, rerank, verify_geometry
+from ..verification import recursive_expansion
 from ..verification import DEFAULT_MIN_INLIERS
 from .search_params import DEFAULT_EXPAND, DEFAULT_VERIFY, EXPANSIONS
 
@@ -136,7 +138,7 @@ def verified_first(candidates, min_inliers=DEFAULT_MIN_INLIERS):
     return [candidates[i] for i in order[:n_verified]], [candidates[i] for i in order[n_verified:]]
 
 
-def expanded_results(q, head, rest, params, search_again):
+def expanded_results(q, head, rest, params, search_again, again=None):
     """The final k results of one query, [(id, score, explanation)], from its candidates
     split by :func:`verified_first`: the verified ``head`` (by inliers; the first
     ``params.expand_count()`` with their vectors) and the ``rest`` (first-stage order).
@@ -144,10 +146,15 @@ def expanded_results(q, head, rest, params, search_again):
     The verified first; then, when some are averaged into an expanded query (AQE or
     alpha-QE, ``params.expansion``), the results of ``search_again(q2, n)`` -> [(id, score)]
     best first, else the rest; an id once only, k in all. Written once for one index (ids
-    are rows) and for the shards of a sharded index (ids are image ids)."""
+    are rows) and for the shards of a sharded index (ids are image ids). The recursive
+    expansion also verifies the results of its searches: ``again`` is
+    (verify(ids, scores) -> [Candidate], vectors(ids) -> (n, D)), where the records are
+    (one index; None elsewhere: ConfigError)."""
     k = params.k
     n_expand = min(params.expand_count(), len(head))
-    if n_expand:
+    if n_expand and params.expansion == "recursive":
+        head, tail = recursive_results(q, head, rest, params, search_again, again)
+    elif n_expand:
         V = np.stack([c.vector for c in head[:n_expand]])
         q2 = expand_query(q, V, method=params.expansion).astype(np.float32)[None, :]
         explained = {c.id: c.explanation for c in rest}
@@ -166,6 +173,38 @@ def expanded_results(q, head, rest, params, search_again):
     return [(c.id, c.score, c.explanation) for c in out]
 
 
+def recursive_results(q, head, rest, params, search_again, again):
+    """(verified, tail) [Candidate] of the recursive expansion
+    (:func:`streamk.verification.recursive_expansion`, step ``params.expand_count()``): the
+    verified of the first stage and of its searches by inliers, and the last search's
+    results."""
+    if again is None:
+        raise ConfigError("expansion='recursive' verifies the results of its own searches, which a sharded index "
+                          "cannot do yet: use expansion='aqe'")
+    verify, vectors = again
+    R, known = params.verify_count(), {c.id: c for c in head}
+    explained = {c.id: c.explanation for c in rest}
+    scores = {}
+
+    def search(q2):
+        found = search_again(q2.astype(np.float32)[None, :], params.k + len(head) + R)
+        scores.update(found)
+        return found
+
+    def verify_ids(ids):
+        checked = verify(ids, [scores[i] for i in ids])
+        known.update((c.id, c) for c in checked if c.explanation.get("verified"))
+        explained.update((c.id, c.explanation) for c in checked)
+        return [(c.explanation.get("inliers") or 0, bool(c.explanation.get("verified"))) for c in checked]
+
+    rx = recursive_expansion(q, [(c.id, c.explanation["inliers"]) for c in head],
+                             lambda ids: vectors([known[i] for i in ids]), search, verify_ids,
+                             step=params.expand_count(), checked=[c.id for c in rest[:max(0, R - len(head))]], window=R,
+                             max_verifications=R)  # rest[:R - len(head)]: the first stage's unverified top R
+    tail = [Candidate(i, sc, None, {**explained.get(i, {}), "stage": "expanded"}) for i, sc in rx.results]
+    return [known[i] for i, _ in rx.verified], tail
+
+
 def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=None, min_inliers=DEFAULT_MIN_INLIERS):
     """[(row, score, explanation)] of the final k results of one query; see the module doc.
 
@@ -179,7 +218,15 @@ def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=N
     def search_again(q2, n):
         s2, r2 = view.search(txn, q2, n, mode=mode, nprobe=params.nprobe, rerank=params.rerank, allow=allow)
         return [(r, sc) for r, sc in zip(r2[0].tolist(), s2[0].tolist()) if r >= 0]
-    return expanded_results(q, head, rest, params, search_again)
+
+    def verify_again(ids, id_scores):  # the recursive expansion's new results (at most R of them)
+        return verify_candidates(view, txn, ids, id_scores, qrec, params, min_inliers)
+
+    def vectors_of(candidates):
+        unread = [c.id for c in candidates if c.vector is None]
+        read = dict(zip(unread, view.vectors_of(txn, np.array(unread, np.int64)))) if unread else {}
+        return np.stack([read[c.id] if c.vector is None else c.vector for c in candidates])
+    return expanded_results(q, head, rest, params, search_again, again=(verify_again, vectors_of))
 
 
 def with_vectors(view, txn, head, n):
@@ -192,5 +239,5 @@ def with_vectors(view, txn, head, n):
 
 
 __all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
-           "damaged_records", "expanded_results", "query_record", "records_of", "second_stage", "verified_first",
-           "verify_candidates", "with_vectors"]
+           "damaged_records", "expanded_results", "query_record", "records_of", "recursive_results", "second_stage",
+           "verified_first", "verify_candidates", "with_vectors"]

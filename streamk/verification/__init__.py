@@ -11,9 +11,9 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         decode_for_copies as decode_for_copies, same_pixels as same_pixels,
     )
     from .expansion import (
-        DEFAULT_TOP as DEFAULT_TOP, alpha_query_expansion as alpha_query_expansion,
-        average_query_expansion as average_query_expansion, expand_query as expand_query,
-        expansion_rows as expansion_rows,
+        DEFAULT_TOP as DEFAULT_TOP, RECURSIVE_ROUNDS as RECURSIVE_ROUNDS, RecursiveExpansion as RecursiveExpansion,
+        alpha_query_expansion as alpha_query_expansion, average_query_expansion as average_query_expansion,
+        expand_query as expand_query, expansion_rows as expansion_rows, recursive_expansion as recursive_expansion,
     )
     from .matching import tentative_matches as tentative_matches
     from .ransac import RansacResult as RansacResult, apply_affine as apply_affine, ransac_affine as ransac_affine

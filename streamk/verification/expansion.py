@@ -8,24 +8,47 @@
   max(q . d_i, 0)^alpha d_i), alpha = 3: a result counts with its similarity to
   the query raised to alpha; alpha = 0 is AQE.
 
+- recursive AQE (Chum et al. 2007, "recursive average query expansion"): AQE again
+  and again, each query averaging every verified image so far, the results of each
+  expanded search verified in turn; :func:`recursive_expansion`.
+
 Expansion uses verified images only unless asked (``include_unverified``): see
 :func:`expansion_rows`. The expanded vector is L2-normalised and searched once more
-by the first stage.
+by the first stage (by the recursive expansion, once per round).
+
+Why recursive AQE. AQE over N verified images loses quality as N drops (paris6k-subset
+GMP k = 16: 84.3 mAP at N = 50, 81.5 at N = 5): none of the verified images is wrong;
+five simply carry less than the fifteen or so a query's top 100 verifies. Recursion
+keeps N as the step: each round adds at most N verified images, the ones with the most
+inliers first (Chum et al.'s queue keyed by inliers), searches, and verifies the new
+results of that search, so that an image the first stage ranked too low to verify
+can still join. It stops as the paper's does, when no verified image is left to add or
+50 are averaged, and within bounds on work: at most :data:`RECURSIVE_ROUNDS` expanded
+searches and R new verifications (the first stage's R, so that verification at most
+doubles). Discriminative QE (Arandjelovic & Zisserman 2012) and weights from the
+verification's evidence change how the N images count, not how many there are, so
+neither recovers what N = 5 leaves out; alpha-QE collapses with GMP similarities of
+0.1-0.3 (cubed, they weigh the expanded images at 0.001-0.03).
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import ConfigError, DimensionError, NonFiniteError
+from .spatial import DEFAULT_R
 
 DEFAULT_ALPHA = 3.0  # Radenovic et al. 2018
-DEFAULT_TOP = 50  # verified results averaged, at most
+DEFAULT_TOP = 50  # verified results averaged, at most (Chum et al. 2007: "m < 50"; recursive AQE stops at 50)
+# expanded searches of one recursive expansion, at most: with the R new verifications it
+# may add (DEFAULT_R), its cost stays within about twice AQE's second stage
+RECURSIVE_ROUNDS = 4
 
-__all__ = ["DEFAULT_ALPHA", "DEFAULT_TOP", "alpha_query_expansion", "average_query_expansion", "expand_query",
-           "expansion_rows"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_TOP", "RECURSIVE_ROUNDS", "RecursiveExpansion", "alpha_query_expansion",
+           "average_query_expansion", "expand_query", "expansion_rows", "recursive_expansion"]
 
 
 def _vectors(query, neighbours):
@@ -91,3 +114,71 @@ def expansion_rows(ranking, n_verified, top=DEFAULT_TOP, include_unverified=Fals
         raise ConfigError(f"n_verified = {n_verified} exceeds the ranking's length {len(ranking)}")
     n = int(top) if include_unverified else min(int(top), int(n_verified))
     return ranking[:n].astype(np.int64)
+
+
+
+
+class RecursiveExpansion(NamedTuple):
+    """What :func:`recursive_expansion` found: ``vector`` (the last expanded query, unit),
+    ``averaged`` (the ids in it, in the order they joined), ``verified`` ([(id, inliers)]:
+    the verified ids given and the ones it verified, by inliers, ties in the order found),
+    ``results`` (the last search's [(id, score)], best first), ``searches`` and
+    ``verifications`` (the new ones)."""
+
+    vector: np.ndarray
+    averaged: list
+    verified: list
+    results: list
+    searches: int
+    verifications: int
+
+
+def _count(name, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def recursive_expansion(query, verified, vectors, search, verify=None, step=DEFAULT_TOP, checked=(),
+                        top=DEFAULT_TOP, window=DEFAULT_R, max_verifications=DEFAULT_R, rounds=RECURSIVE_ROUNDS):
+    """Recursive AQE (Chum et al. 2007), bounded; see the module doc.
+
+    query: (D,) vector; verified: [(id, inliers)] the images verified so far, best first;
+    vectors(ids) -> (n, D) their vectors; search(q) -> [(id, score)] best first;
+    verify(ids) -> [(inliers, verified)] of new ids (None: nothing new is verified);
+    step: images added per round (``expand``); checked: ids verified before, whatever the
+    answer, never verified again; top: images averaged in all; window: the first results
+    of each search whose new ids are verified; max_verifications: new verifications in
+    all; rounds: expanded searches, at most.
+
+    Each round: the next ``step`` ids of the queue (the verified, by inliers) join the
+    average, q' = normalise(q + sum of their vectors); q' is searched; the new ids among
+    its first ``window`` results are verified, and those verified join the queue behind
+    the ids already averaged, by inliers. It stops when no id is left to add, ``top`` are
+    averaged, or after ``rounds`` searches. Returns :class:`RecursiveExpansion`; with
+    nothing verified, no search is made and ``vector`` is None.
+    """
+    q, _ = _vectors(query, np.zeros((0, np.size(query))))
+    step, top, window = _count("step", step, 1), _count("top", top, 1), _count("window", window, 0)
+    budget, rounds = _count("max_verifications", max_verifications, 0), _count("rounds", rounds, 1)
+    queue = [(i, int(c)) for i, c in verified]
+    seen = set(checked) | {i for i, _ in queue}
+    total, used, results, vector, searches, new_checks = np.zeros_like(q), 0, [], None, 0, 0
+    while searches < rounds:
+        take = min(step, len(queue) - used, top - used)
+        if take <= 0:
+            break
+        added = _vectors(q, vectors([i for i, _ in queue[used:used + take]]))[1]
+        total, used = total + added.sum(axis=0), used + take
+        vector = _normalise(q + total)
+        results, searches = list(search(vector)), searches + 1
+        new = [i for i, _ in results[:window] if i not in seen][:budget - new_checks]
+        if verify is None or not new:
+            continue
+        seen.update(new)
+        new_checks += len(new)
+        found = [(i, int(c)) for i, (c, ok) in zip(new, verify(new)) if ok]
+        queue[used:] = sorted(queue[used:] + found, key=lambda v: -v[1])  # stable: ties in the order found
+    order = sorted(range(len(queue)), key=lambda j: -queue[j][1])
+    return RecursiveExpansion(vector, [i for i, _ in queue[:used]], [queue[j] for j in order], results, searches,
+                              new_checks)
