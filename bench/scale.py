@@ -230,6 +230,12 @@ def reader_main(path, t_spawn):
             if cmd.get("out"):
                 np.save(cmd["out"], np.array(found, np.int64))
             reply({"times": times, "median": statistics.median(times), "mean": float(np.mean(times))})
+        elif op == "scanned":  # entries of the lists each query probes (what its scan reads), mean
+            Q = np.load(cmd["queries"])
+            with idx.store.read(buffers=True) as txn:
+                idx.view.refresh(txn)
+            probes, _ = idx.view.codec.probe(Q, cmd["nprobe"])
+            reply({"per_query": float(idx.view.lists.size[probes].sum()) / len(Q)})
         elif op == "one":
             q = np.load(cmd["queries"])[cmd["i"]]
             t = time.perf_counter()
@@ -369,6 +375,15 @@ def faiss_search(fx, Q, k, nprobe, threads, clock="wall"):
     return times, np.array(found)
 
 
+def faiss_scanned(fx, Q, nprobe):
+    """Codes faiss's scan reads per query (its IVF statistics), mean."""
+    import faiss
+    fx.nprobe = nprobe
+    faiss.cvar.indexIVF_stats.reset()
+    fx.search(Q, 10)
+    return faiss.cvar.indexIVF_stats.ndis / len(Q)
+
+
 def faiss_add(fx, n, args):
     t = time.perf_counter()
     for lo, V in args.vset.database_chunks(n):
@@ -490,6 +505,8 @@ def run_size(args, n, work, rows_out):
             med, found, found_f = timed_searches(args, reader, fx, Q, qfile, k, nprobe, 1)
             row.update(t1=med["ids"], t1_view_ids=med["view_ids"], t1_rows=med["rows"], faiss_t1=med["faiss"])
             row["recall"] = recalls(found, truth)
+            row["scanned"] = reader.ask(op="scanned", queries=str(qfile), nprobe=nprobe)["per_query"]
+            row["faiss_scanned"] = faiss_scanned(fx, Q, nprobe) if fx is not None else None
             row["overlap10"] = overlap_at(found, truth, 10)
             if found_f is not None:
                 row["faiss_recall"] = recalls(found_f, truth)
@@ -661,6 +678,14 @@ def report(args, rows, codes_only):
                 f"(alternating by blocks of {args.block} queries); (API): Index.search, the ids included; (ids): the "
                 "view's search and the ids of its k results; (rows): the view's search alone; "
                 "R@10: the exact nearest neighbour in the first 10; 10@10: share of the exact top 10 in the first 10")
+    table(["N", "codec", "nprobe", "streamk codes scanned", "faiss codes scanned", "streamk / faiss"],
+          [[f"{r['n']:,}", f"IVF{r['nlist']}", s["nprobe"], f"{s['scanned']:,.0f}",
+            "-" if s.get("faiss_scanned") is None else f"{s['faiss_scanned']:,.0f}",
+            "-" if not s.get("faiss_scanned") else f"{s['scanned'] / s['faiss_scanned']:.2f}"]
+           for r in rows for s in r["search"] if s["k"] == r["search"][0]["k"] and "scanned" in s],
+          title=where + "Codes each query's scan reads (the entries of the lists it probes), mean: each "
+                "codec's coarse quantiser (trained apart) balances its lists its own way, so equal nprobe may "
+                "be unequal work")
     table(["N", "numpy exact ms/query (all threads)", f"streamk default (nprobe {args.default_nprobe}, "
            "re-rank top 100, k = 10) ms", "its R@1 / R@10"],
           [[f"{r['n']:,}", ms(r["t_exact_numpy"]), ms(r["rerank"]["t1"]),
