@@ -478,25 +478,278 @@ def log10_nfa_adaptive(ratios, k, n, p, floor2):
     min over j of :func:`log10_nfa` (j, n, p max(ratios[j - 1], floor2)). The (n - 3) factor of
     the count of tests is this choice of j. floor2: the smallest squared ratio that means
     anything (the positions' quantisation). +inf when k <= 3."""
+    return adaptive_nfa_tolerance(ratios, k, n, p, floor2)[0]
+
+
+@njit(cache=True)
+def adaptive_nfa_tolerance(ratios, k, n, p, floor2):
+    """(:func:`log10_nfa_adaptive`, the squared tolerance ratio its least NFA was reached at;
+    1 when none is finite)."""
     best = np.inf
+    tol2 = 1.0
     if n <= MINIMAL_SAMPLE:
-        return best
+        return best, tol2
     tests = log10_tests(n)  # the same for every j
     for j in range(MINIMAL_SAMPLE + 1, k + 1):
-        best = min(best, tests + log10_binomial_tail(n - MINIMAL_SAMPLE, j - MINIMAL_SAMPLE,
-                                                     min(p * max(ratios[j - 1], floor2), 1.0)))
-    return best
+        r2 = max(ratios[j - 1], floor2)
+        v = tests + log10_binomial_tail(n - MINIMAL_SAMPLE, j - MINIMAL_SAMPLE, min(p * r2, 1.0))
+        if v < best:
+            best = v
+            tol2 = r2
+    return best, tol2
+
+
+@njit(cache=True)
+def deleted_ratios(P1, idx, n, fit, n_fit, in_fit, out):
+    """out[:n] (the squared error ratios of the correspondences idx[:n]) divided by (1 - h)^2
+    for those of the least-squares fit ``fit[:n_fit]``, h their leverage in that fit
+    (1 / n_fit + d^T S^-1 d, d the query point less the fit's mean, S the fit's centred
+    scatter): the ratio of each one's *deleted* residual, its residual against the map fitted
+    to the others (the PRESS residual). A least-squares map pulls toward the points it is fitted
+    to, 3 correspondences' worth (6 parameters): 7 points fitted by 6 parameters agree within a
+    pixel whatever they are. +inf when h = 1 (the 3 points a map passes through test
+    nothing, as in ORSA's count). in_fit: (T,) bool scratch, all False, left so."""
+    if n_fit == 0:
+        return
+    mx = 0.0
+    my = 0.0
+    for r in range(n_fit):
+        mx += P1[fit[r], 0]
+        my += P1[fit[r], 1]
+        in_fit[fit[r]] = True
+    mx /= n_fit
+    my /= n_fit
+    sxx = 0.0
+    sxy = 0.0
+    syy = 0.0
+    for r in range(n_fit):
+        dx = P1[fit[r], 0] - mx
+        dy = P1[fit[r], 1] - my
+        sxx += dx * dx
+        sxy += dx * dy
+        syy += dy * dy
+    det = sxx * syy - sxy * sxy
+    for r in range(n):
+        k = idx[r]
+        if not in_fit[k]:
+            continue
+        dx = P1[k, 0] - mx
+        dy = P1[k, 1] - my
+        h = 1.0 / n_fit + ((syy * dx * dx - 2.0 * sxy * dx * dy + sxx * dy * dy) / det if det > 0.0 else 1.0)
+        out[r] = out[r] / ((1.0 - h) * (1.0 - h)) if h < 1.0 - 1e-9 else np.inf
+    for r in range(n_fit):
+        in_fit[fit[r]] = False
+
+
+@njit(cache=True)
+def score_model(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, p, floor2, stamp_q, stamp_d, s, idx, ratios, fit, n_fit,
+                in_fit):
+    """(log10 NFA of the model's one-to-one inliers at the tolerance r with ORSA's adaptive
+    tolerance, those inliers' count, the squared tolerance ratio chosen, next stamp): the
+    decision's statistic (spatial.py), the residuals of the model's own least-squares fit
+    ``fit[:n_fit]`` (none: n_fit 0) deleted ones (:func:`deleted_ratios`). idx, ratios: (T,)."""
+    s += 1
+    k = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
+    if k <= MINIMAL_SAMPLE:
+        return np.inf, k, 1.0, s
+    a, b, c, d, tx, ty = model[0], model[1], model[2], model[3], model[4], model[5]
+    ia, ib, ic, id_, itx, ity = inv[0], inv[1], inv[2], inv[3], inv[4], inv[5]
+    for r in range(k):
+        j = idx[r]
+        ex = a * P1[j, 0] + b * P1[j, 1] + tx - P2[j, 0]
+        ey = c * P1[j, 0] + d * P1[j, 1] + ty - P2[j, 1]
+        fx = ia * P2[j, 0] + ib * P2[j, 1] + itx - P1[j, 0]
+        fy = ic * P2[j, 0] + id_ * P2[j, 1] + ity - P1[j, 1]
+        ratios[r] = max((ex * ex + ey * ey) / thr_d2, (fx * fx + fy * fy) / thr_q2)
+    deleted_ratios(P1, idx, k, fit, n_fit, in_fit, ratios)
+    ratios[:k].sort()
+    nfa, tol2 = adaptive_nfa_tolerance(ratios, k, P1.shape[0], p, floor2)
+    return nfa, k, tol2, s
+
+
+@njit(cache=True)
+def refit(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, f2, stamp_q, stamp_d, s, idx, out):
+    """One step of iterated least squares: ``out`` = the least-squares affine map of the
+    model's one-to-one inliers within sqrt(f2) times the tolerances. (fitted, the inliers it
+    was fitted to, next stamp); idx[:n] = their positions."""
+    s += 1
+    n = count_inliers(model, inv, P1, P2, cq, cd, thr_q2 * f2, thr_d2 * f2, stamp_q, stamp_d, s, idx)
+    return fit_affine(P1, P2, idx, n, out), n, s
+
+
+LO_STEPS = 4  # refits per round, the tolerance shrinking from r to the chosen one (Lebeda et al. 2012)
+INNER_RANSAC = 10  # the inner RANSAC's samples per local optimisation (Lebeda et al. 2012: 10)
+INNER_SAMPLE = 12  # the inner RANSAC's sample: at most this many, and half, of the best model's inliers
+
+
+@njit(cache=True)
+def _lo_round(start, P1, P2, cq, cd, thr_q2, thr_d2, limits, region, img_w, img_h, p, floor2, stamp_q, stamp_d,
+              s, work, best_model, best, best_fit):
+    """One round of :func:`local_optimisation` from ``start`` (overwritten): LO_STEPS refits,
+    the tolerance shrinking geometrically from r to sqrt(best[2]) r. best: (log10 NFA, inliers
+    at r, chosen squared tolerance ratio, size of its fit) of best_model, best_fit[:best[3]] its
+    fit; all updated when a refit improves on them. work: (idx, ratios, fit, in_fit, scratch).
+    Returns (improved, next stamp)."""
+    idx, ratios, fit, in_fit, scratch = work
+    inv = np.empty(6, np.float64)
+    nxt = np.empty(6, np.float64)
+    max_scale, aniso, tilt, overlap = limits[0], limits[1], limits[2], limits[3]
+    no_region = region.shape[0] != 4
+    end = best[2]
+    improved = False
+    for i in range(LO_STEPS):
+        f2 = end ** (i / (LO_STEPS - 1.0))
+        if not invert(start, inv):
+            break
+        ok, n, s = refit(start, inv, P1, P2, cq, cd, thr_q2, thr_d2, f2, stamp_q, stamp_d, s, fit, nxt)
+        if not ok or not map_ok(nxt, max_scale, aniso, tilt) or not invert(nxt, inv):
+            break
+        nfa, k, t2, s = score_model(nxt, inv, P1, P2, cq, cd, thr_q2, thr_d2, p, floor2, stamp_q, stamp_d, s, idx,
+                                    ratios, fit, n, in_fit)
+        start[:] = nxt
+        if k >= best[1] and nfa < best[0] and (no_region or region_ok(nxt, region, img_w, img_h, overlap, scratch)):
+            best_model[:] = nxt
+            best[0] = nfa
+            best[1] = k
+            best[2] = t2
+            best[3] = n
+            best_fit[:n] = fit[:n]
+            improved = True
+    return improved, s
+
+
+@njit(cache=True)
+def local_optimisation(seed, P1, P2, cq, cd, thr_q2, thr_d2, rounds, inner, limits, region, img_w, img_h, p,
+                       floor2, stamp_q, stamp_d, s, best_model, best, best_fit):
+    """LO-RANSAC's local optimisation of a seed model (Chum, Matas, Kittler 2003), as Lebeda,
+    Matas and Chum fixed it ("Fixing the locally optimized RANSAC", BMVC 2012), scored by the
+    decision's statistic (:func:`score_model`). A round is LO_STEPS least-squares refits
+    (:func:`refit`), each of the previous step's model, on its one-to-one inliers within a
+    tolerance that shrinks geometrically from r to the one the best model's NFA chose
+    (iterated least squares). A refit that is plausible, keeps at least the best model's
+    inliers at r and lowers its NFA (with the residuals of the points it was fitted to
+    deleted ones) replaces it: neither the count nor the NFA ever gets worse. Rounds go on
+    while one improves (at most ``rounds``); then ``inner`` rounds start from the
+    least-squares fit of a sample of the best model's inliers (the inner RANSAC: min(
+    INNER_SAMPLE, half) of them, drawn by a fixed-seed generator: deterministic). Every model
+    is fitted to inliers of the seed's lineage: LO draws no hypothesis from outside them.
+    best_model, best (4,), best_fit (T,): the result, as :func:`_lo_round` keeps it (the seed,
+    fitted to nothing, when nothing improved; the seed must be invertible). Returns the next
+    stamp."""
+    T = P1.shape[0]
+    work = (np.empty(T, np.int64), np.empty(T, np.float64), np.empty(T, np.int64), np.zeros(T, np.bool_),
+            np.empty((20, 2)))
+    idx = work[0]
+    inv = np.empty(6, np.float64)
+    start = np.empty(6, np.float64)
+    best_model[:] = seed
+    invert(seed, inv)
+    nfa, k, tol2, s = score_model(seed, inv, P1, P2, cq, cd, thr_q2, thr_d2, p, floor2, stamp_q, stamp_d, s, idx,
+                                  work[1], work[2], 0, work[3])
+    best[0] = nfa
+    best[1] = k
+    best[2] = tol2
+    best[3] = 0
+    for _ in range(rounds):
+        start[:] = best_model
+        improved, s = _lo_round(start, P1, P2, cq, cd, thr_q2, thr_d2, limits, region, img_w, img_h, p, floor2,
+                                stamp_q, stamp_d, s, work, best_model, best, best_fit)
+        if not improved:
+            break
+    m = min(INNER_SAMPLE, int(best[1]) // 2)
+    if inner > 0 and m > MINIMAL_SAMPLE and invert(best_model, inv):
+        s += 1
+        k = count_inliers(best_model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
+        pool = idx[:k].copy()
+        state = 12345
+        for _ in range(inner):
+            for i in range(m):  # a partial Fisher-Yates shuffle: pool[:m] a sample without replacement
+                state = (1103515245 * state + 12345) % 2147483648
+                j = i + state % (k - i)
+                pool[i], pool[j] = pool[j], pool[i]
+            if not fit_affine(P1, P2, pool, m, start):
+                continue
+            _, s = _lo_round(start, P1, P2, cq, cd, thr_q2, thr_d2, limits, region, img_w, img_h, p, floor2,
+                             stamp_q, stamp_d, s, work, best_model, best, best_fit)
+    return s
+
+
+@njit(cache=True)
+def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot_sin, max_hypotheses,
+                    lo_iterations, inner, limits, region, img_w, img_h, confidence, p, floor2, stamp_q, stamp_d, stamp0,
+                    best_model):
+    """:func:`ransac_pair`'s search (the same hypotheses, order, plausibility and stopping
+    rule), with the local optimisation of :func:`local_optimisation` run from every hypothesis
+    that beats the most inliers seen so far, and the model kept by the decision's statistic:
+    the least log10 NFA (ORSA keeps its least-NFA model too); the most inliers while no
+    model has a finite NFA. Returns (the kept model's inliers at r, its log10 NFA, the squared
+    tolerance ratio that NFA chose, next stamp); best_model is filled (NaN when no model has 3
+    inliers)."""
+    T = P1.shape[0]
+    s = stamp0
+    for r in range(6):
+        best_model[r] = np.nan
+    if T == 0:
+        return 0, np.inf, 1.0, s
+    order = np.argsort(ch, kind="mergesort")
+    idx = np.empty(T, np.int64)
+    model = np.empty(6, np.float64)
+    lo_model = np.empty(6, np.float64)
+    lo = np.empty(4, np.float64)
+    lo_fit = np.empty(T, np.int64)
+    tol2 = 1.0
+    inv = np.empty(6, np.float64)
+    scratch = np.empty((20, 2))
+    best = 0  # the kept model's inliers
+    best_nfa = np.inf
+    most = 0  # the most inliers of any hypothesis or refit: the stopping rule's ratio
+    max_scale, aniso, tilt, overlap = limits[0], limits[1], limits[2], limits[3]
+    no_region = region.shape[0] != 4
+    n_hyp = min(T, max_hypotheses)
+    log_fail = math.log(1.0 - confidence) if confidence < 1.0 else -np.inf  # 1: never stop early
+    for h in range(n_hyp):
+        k = order[h]
+        for r in range(rot_cos.shape[0]):
+            frame_hypothesis(F1, T1, F2, T2, k, rot_cos[r], rot_sin[r], P1, P2, model)
+            if not map_ok(model, max_scale, aniso, tilt) or not invert(model, inv):
+                continue
+            s += 1
+            n = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
+            if n <= most or not (no_region or region_ok(model, region, img_w, img_h, overlap, scratch)):
+                continue
+            most = n
+            s = local_optimisation(model, P1, P2, cq, cd, thr_q2, thr_d2, lo_iterations, inner, limits, region, img_w,
+                                   img_h, p, floor2, stamp_q, stamp_d, s, lo_model, lo, lo_fit)
+            n2 = int(lo[1])
+            most = max(most, n2)
+            if lo[0] < best_nfa or (best_nfa == np.inf and n2 > best):
+                best_nfa = lo[0]
+                tol2 = lo[2]
+                best = n2
+                best_model[:] = lo_model
+        if most > 0 and confidence < 1.0:
+            eps = most / T
+            if eps >= 1.0:
+                break
+            need = log_fail / math.log(1.0 - eps)
+            if h + 1 >= need:
+                break
+    if best < 3:  # one or two correspondences do not determine an affine map: no model
+        for r in range(6):
+            best_model[r] = np.nan
+    return best, best_nfa, tol2, s
 
 
 @njit(cache=True)
 def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr_q2, thr_d2s, ht, cap, min_tentative,
                  rot_cos, rot_sin, max_hypotheses, lo_iterations, limits, tilt_tans, region, sizes, confidence,
-                 floor2, inliers, models, tentative, log_nfa):
+                 floor2, by_nfa, inliers, models, tentative, log_nfa):
     """Match and verify the query against each candidate c (features offsets[c]:offsets[c+1]
     of the concatenated candidate arrays, image sizes[c] = (w, h)). Fills inliers[c],
     models[c] (6), tentative[c] and log_nfa[c] (:func:`log10_nfa_adaptive` of the inliers, +inf
     when they are :func:`collinear` in either image). limits: max_scale, max_aniso, (unused),
-    min_overlap; tilt_tans[c] the candidate's max_tilt_tan."""
+    min_overlap; tilt_tans[c] the candidate's max_tilt_tan. by_nfa: the search keeps the model of
+    least NFA (:func:`ransac_pair_nfa`), else the one of most inliers (:func:`ransac_pair`)."""
     C = offsets.shape[0] - 1
     nq = qw.shape[0]
     nfq = 1
@@ -548,25 +801,43 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
         for k in range(T):
             gq[k] = qid[out_q[k]]
         lim[2] = tilt_tans[c]
-        n, s = ransac_pair(P1, P2, F1, T1, F2, T2, gq, out_d[:T], out_h[:T], thr_q2, thr_d2s[c],
-                           rot_cos, rot_sin, max_hypotheses, lo_iterations, lim, region, sizes[c, 0], sizes[c, 1],
-                           confidence, stamp_q, stamp_d, s, models[c])
+        area = float(sizes[c, 0]) * float(sizes[c, 1])
+        p = min(math.pi * thr_d2s[c] / area, 1.0)  # a chance inlier: in the tolerance disc
+        nfa, tol2 = np.inf, 1.0
+        if by_nfa:
+            n, nfa, tol2, s = ransac_pair_nfa(P1, P2, F1, T1, F2, T2, gq, out_d[:T], out_h[:T], thr_q2, thr_d2s[c],
+                                              rot_cos, rot_sin, max_hypotheses, lo_iterations, INNER_RANSAC, lim,
+                                              region, sizes[c, 0], sizes[c, 1], confidence, p, floor2, stamp_q,
+                                              stamp_d, s, models[c])
+        else:
+            n, s = ransac_pair(P1, P2, F1, T1, F2, T2, gq, out_d[:T], out_h[:T], thr_q2, thr_d2s[c], rot_cos, rot_sin,
+                               max_hypotheses, lo_iterations, lim, region, sizes[c, 0], sizes[c, 1], confidence,
+                               stamp_q, stamp_d, s, models[c])
         inliers[c] = n
         if n <= MINIMAL_SAMPLE:
             continue
-        area = float(sizes[c, 0]) * float(sizes[c, 1])
         inv = np.empty(6, np.float64)
         invert(models[c], inv)
         idx = np.empty(T, np.int64)
         s += 1
         k = count_inliers(models[c], inv, P1, P2, gq, out_d[:T], thr_q2, thr_d2s[c], stamp_q, stamp_d, s, idx)
-        p = min(math.pi * thr_d2s[c] / area, 1.0)  # a chance inlier: in the tolerance disc
         off_line = int(T * p)
         if collinear(P1, idx, k, thr_q2, off_line) or collinear(P2, idx, k, thr_d2s[c], off_line):
             continue  # degenerate: no affine map is tested (log_nfa stays +inf)
-        ratios = np.empty(k, np.float64)
-        residual_ratios(models[c], inv, P1, P2, idx, k, thr_q2, thr_d2s[c], ratios)
-        log_nfa[c] = log10_nfa_adaptive(ratios, k, T, p, floor2)
+        if not by_nfa:  # the search kept the most inliers: their NFA, the residuals as they are
+            ratios = np.empty(k, np.float64)
+            residual_ratios(models[c], inv, P1, P2, idx, k, thr_q2, thr_d2s[c], ratios)
+            nfa, tol2 = adaptive_nfa_tolerance(ratios, k, T, p, floor2)
+        # the inliers that make the NFA (within the tolerance it chose) must not lie along one
+        # line either: a precise model of a lattice along a girder keeps a chance inlier or two
+        # off the line at r, never within a few pixels
+        s += 1
+        k = count_inliers(models[c], inv, P1, P2, gq, out_d[:T], thr_q2 * tol2, thr_d2s[c] * tol2, stamp_q, stamp_d,
+                          s, idx)
+        off_line = int(T * p * tol2)
+        if collinear(P1, idx, k, thr_q2, off_line) or collinear(P2, idx, k, thr_d2s[c], off_line):
+            continue
+        log_nfa[c] = nfa
 
 
 @njit(cache=True)

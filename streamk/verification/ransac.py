@@ -28,7 +28,16 @@ and T correspondences.
   estimates); this step is what makes them precise. A final polish refits on the inliers
   within 1/2, then 1/4 of the thresholds (kept when it retains >= 95 % of the inliers):
   the loose counting threshold admits correspondences a few pixels off, which would bias
-  the map (a 2x-downscaled view: box 1.8 px off without it, 0.4 px with it).
+  the map (a 2x-downscaled view: box 1.8 px off without it, 0.4 px with it). This is
+  ``ransac_affine``'s search, and the second stage's under the fixed rule of before 0.3.
+- The second stage's significance test (spatial.py) searches the same hypotheses but keeps
+  the model of least NFA, and optimises locally as Lebeda, Matas and Chum fixed LO-RANSAC
+  ("Fixing the locally optimized RANSAC", BMVC 2012; ``_ransac_kernels.local_optimisation``):
+  rounds of iterated least squares on the one-to-one inliers within a tolerance that shrinks
+  from the counting threshold r to the one the NFA chose, then an inner RANSAC of 10
+  least-squares fits of samples of the inliers (a fixed-seed generator: deterministic), each
+  followed by a round; a refit replaces the best model only when it keeps its inliers at r
+  and lowers its NFA.
 - Only plausible models count, hypotheses and refits alike (``_ransac_kernels.plausible``):
   a model that no view of the same scene gives is skipped, and the search goes on for
   the best plausible one (refusing it only afterwards would leave true pairs whose best

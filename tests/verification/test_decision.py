@@ -277,7 +277,9 @@ def test_a_true_transform_with_enough_matches_is_verified(seed, random_vocabular
     with_pairs, = verify_geometry(q, [c], return_pairs=True)
     thr = 0.02 * W
     ref = adaptive_nfa_reference(with_pairs.pairs, with_pairs.affine, v.tentative, thr, thr, W * H, 1 / (4096 * 0.02))
-    assert v.log10_nfa == pytest.approx(ref, rel=1e-6)  # pairs as float32
+    # the refit's own points count by their deleted residuals, never below the plain ones (that
+    # formula against numpy's hat matrix and scipy: test_ransac.py); pairs as float32
+    assert v.log10_nfa >= ref - 1e-6 * abs(ref)
     assert v.log10_nfa <= nfa_reference(v.inliers, v.tentative, math.pi * thr ** 2 / (W * H))
     q, c = scene(rng, random_vocabulary, 400, 6, M, t=(150.0, 80.0))
     few, = verify_geometry(q, [c])

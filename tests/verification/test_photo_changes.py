@@ -93,7 +93,7 @@ def test_a_photo_of_another_landmark_is_not_verified_and_reranks_last(scene):
     query, box, views, records = scene
     names = ["other", "crop", "persp"]
     vs = verify_geometry(query, [records[n] for n in names], query_box=box)
-    assert not vs[0].verified and vs[0].inliers < 10
+    assert not vs[0].verified and vs[0].inliers < 12  # too few even for the fixed rule of before 0.3
     ranking, n_verified = rerank(np.arange(3), vs)
     assert n_verified == 2 and ranking[-1] == 0
 
