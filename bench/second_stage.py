@@ -1,7 +1,7 @@
 """The second stage's cost per query at R = 100, at 10k and at 1M images, beside the first
 stage's and beside OpenCV's matcher + RANSAC on the same pairs, measured in one run.
 
-    python bench/second_stage.py [--sizes 10000,1000000] [--queries 12] [--R 100]
+    python bench/second_stage.py [--sizes 10000,1000000] [--queries 12] [--R 100] [--expansions aqe,recursive]
 
 Index: N rows; row i holds the real local-geometry record of Paris photo i mod 250
 (paris6k-subset, Hessian-affine, the default vocabulary of 64 x 64 visual words learned on
@@ -27,6 +27,12 @@ and vector exist:
 - OpenCV: for the same R pairs, RootSIFT nearest neighbours with the ratio test (0.85,
   FLANN kd-trees) and ``cv2.estimateAffine2D`` (RANSAC, 20 px) on the two images' full
   feature sets (what the issue's prototype did per pair, with an affine model).
+
+With ``--expansions`` (a comma list), the warm second stage of each query runs once per
+expansion, one after the other (alternated query by query, so that the load weighs on
+each alike), and a second table gives each one's CPU ms beside the first's. The vectors
+are random here, so an expanded search finds rows the first stage did not: the
+recursive expansion then verifies as many new rows as it may (R), its worst case.
 
 Prints, never asserts; the CPU model and the load average are in the table's title.
 """
@@ -124,20 +130,44 @@ def opencv_pairs(qf, pairs_features, qbox_scale):
     return 1000 * (time.perf_counter() - t0) / len(pairs_features)
 
 
-def main():
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="10000", help="index sizes (comma list), e.g. 10000,1000000")
     p.add_argument("--queries", type=int, default=12)
     p.add_argument("--R", type=int, default=100)
     p.add_argument("--opencv-pairs", type=int, default=20, help="pairs timed with OpenCV per query")
-    args = p.parse_args()
+    p.add_argument("--expansions", default="aqe", help="expansions timed alternately (comma list; the first "
+                                                        "fills the main table)")
+    p.add_argument("--expand", type=int, default=50, help="verified results in the expanded query (per round)")
+    return p.parse_args()
+
+
+def timed_second_stage(idx, voc, qf, q, box, args, mode, expansion):
+    """(first stage ms, second stage ms, its CPU ms, the first stage's rows) of one query, in
+    one read transaction."""
+    from streamk.index import SearchParams
+    from streamk.index.second_stage import query_record, second_stage
+
+    with idx.store.read(buffers=True) as txn:
+        idx.view.refresh(txn)
+        t0 = time.perf_counter()
+        s, r = idx.view.search(txn, q, args.R, mode=mode)
+        t1, c1 = time.perf_counter(), time.thread_time()
+        qrec = query_record(voc, qf)
+        second_stage(idx.view, txn, q[0], r[0], s[0], qrec, SearchParams(
+            k=10, verify=args.R, expand=args.expand, expansion=expansion, box=box), mode=mode)
+        t2, c2 = time.perf_counter(), time.thread_time()
+    return 1000 * (t1 - t0), 1000 * (t2 - t1), 1000 * (c2 - c1), r[0]
+
+
+def main():
+    args = parse_args()
+    expansions = args.expansions.split(",")
 
     from threadpoolctl import threadpool_limits
 
     import numba
 
-    from streamk.index import SearchParams
-    from streamk.index.second_stage import query_record, second_stage
     from streamk.verification import stored_record
 
     ds, db, queries = paris()
@@ -146,13 +176,14 @@ def main():
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((len(db), DIM))
     qidx = [q.index for q in ds.queries][:args.queries]
-    rows = []
+    rows, by_expansion = [], []
     for n in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(dir=os.environ.get("STREAMK_BENCH_DIR")) as tmp:
             log(f"building {n:,} rows ...")
             idx = build(Path(tmp) / "ix", n, records, centres, rng)
             mode = "pq" if idx.view.lists is not None or n > 100_000 else "exact"
             times = {"first": [], "warm": [], "cold": [], "opencv": [], "cpu": []}
+            cpu_of = {e: [] for e in expansions}
             pairs = []
             with threadpool_limits(1):
                 numba.set_num_threads(1)
@@ -169,22 +200,19 @@ def main():
                             idx.refresh()
                         # warm: the same query run just before, so its 100 records' pages are read
                         # (after the cold phase evicted the file, a new query's rows would be on disk)
-                        for _ in range(2 if phase == "warm" else 1):
-                            with idx.store.read(buffers=True) as txn:
-                                idx.view.refresh(txn)
-                                t0 = time.perf_counter()
-                                s, r = idx.view.search(txn, q, args.R, mode=mode)
-                                t1, c1 = time.perf_counter(), time.thread_time()
-                                qrec = query_record(voc, qf)
-                                second_stage(idx.view, txn, q[0], r[0], s[0], qrec, SearchParams(
-                                    k=10, verify=args.R, expand=50, box=ds.queries[j].box), mode=mode)
-                                t2, c2 = time.perf_counter(), time.thread_time()
+                        for expansion in (expansions if phase == "warm" else expansions[:1]):
+                            for _ in range(2 if phase == "warm" else 1):
+                                run = timed_second_stage(idx, voc, qf, q, ds.queries[j].box, args, mode, expansion)
+                            if phase == "warm":
+                                cpu_of[expansion].append(run[2])
+                            if expansion == expansions[0]:
+                                first_ms, wall_ms, cpu_ms, r = run
                         if phase != "warm-up":
-                            times[phase].append(1000 * (t2 - t1))
+                            times[phase].append(wall_ms)
                         if phase == "warm":
-                            times["cpu"].append(1000 * (c2 - c1))
-                            times["first"].append(1000 * (t1 - t0))
-                            pairs.append((qf, [db[int(x) % len(db)] for x in r[0][:args.opencv_pairs] if x >= 0]))
+                            times["cpu"].append(cpu_ms)
+                            times["first"].append(first_ms)
+                            pairs.append((qf, [db[int(x) % len(db)] for x in r[:args.opencv_pairs] if x >= 0]))
                 # OpenCV after streamk's queries, not between them: its matcher leaves the
                 # caches cold and, with threads of its own, can take the core streamk's next
                 # query runs on
@@ -192,6 +220,7 @@ def main():
                     times["opencv"].append(opencv_pairs(qf, cand, 1.0))
             idx.close()
         med = {k: float(np.median(v)) for k, v in times.items()}
+        by_expansion += expansion_rows(n, cpu_of)
         rows.append([f"{n:,}", mode, f"{med['first']:.2f}", f"{med['warm']:.1f}", f"{med['cpu']:.1f}", f"{med['cold']:.1f}",
                      f"{float(np.percentile(times['warm'], 90)):.1f}", f"{med['opencv']:.0f}",
                      f"{med['opencv'] * args.R:.0f}", f"{med['opencv'] * args.R / med['warm']:.0f}x"])
@@ -202,6 +231,17 @@ def main():
           title=f"Second stage at R = {args.R}, one thread, median of {len(qidx)} queries; records "
                 f"{np.mean(sizes):,.0f} B mean, {max(sizes):,} B max; {voc.n_words} words; CPU {cpu_model()}; "
                 f"load {load_str()}")
+    if len(expansions) > 1:
+        table(["images", "expansion", "CPU ms (warm)", "p90", f"ratio to {expansions[0]} (median per query)"],
+              by_expansion, title=f"Second stage by expansion, expand {args.expand}, R = {args.R}, one thread, "
+                                  f"{len(qidx)} queries alternated; CPU {cpu_model()}; load {load_str()}")
+
+
+def expansion_rows(n, cpu_of):
+    """Table rows of each expansion's warm CPU ms ({expansion: [ms per query]}, the first the reference)."""
+    base = np.asarray(next(iter(cpu_of.values())))
+    return [[f"{n:,}", e, f"{np.median(c):.1f}", f"{np.percentile(c, 90):.1f}", f"{np.median(np.asarray(c) / base):.2f}"]
+            for e, c in cpu_of.items()]
 
 
 if __name__ == "__main__":
