@@ -193,3 +193,16 @@ def test_nprobe_or_rerank_on_an_exact_search_is_said_not_dropped(small_index):
         assert small_index.search(V[3], k=5, nprobe=32) == plain
     with pytest.warns(IgnoredSearchParameterWarning, match=r"rerank=10 has no effect"):
         assert small_index.search(V[3], k=5, mode="exact", rerank=10) == plain
+
+
+def test_params_of_the_same_keywords_are_equal_and_still_checked():
+    """SearchParams.of keeps the last one built from the same keywords: equal keywords give
+    an equal object, and keywords equal in value but not in type (True == 1) are checked."""
+    kw = dict(k=1, mode="pq", nprobe=4, rerank=0, box=None, verify=None, expand=None, expansion="aqe",
+              pairs=False, where=None)
+    first = SearchParams.of(None, **kw)
+    assert SearchParams.of(None, **kw) == first == SearchParams(**kw)
+    with pytest.raises(ConfigError):
+        SearchParams.of(None, **dict(kw, k=True))
+    assert SearchParams.of(None, **dict(kw, k=2)).k == 2 and SearchParams.of(None, **kw).k == 1
+    assert SearchParams.of(None, **dict(kw, where={"year": 2020})).where == {"year": 2020}
