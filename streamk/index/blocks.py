@@ -6,15 +6,34 @@ A row's code: its list number (uint32 LE) then its M code bytes, then their CRC3
 (4 bytes). A sealed block: the B list numbers then the B x M code bytes, then their
 CRC32C, one LMDB value. A removal: a bit in its block's bitmap (B bits, little-endian
 bit order). A code or block that fails its CRC is an IndexCorruptError naming its rows.
+
+A run (sub-database ``code_runs``, key (epoch, first block)): the codes of RUN_BLOCKS
+sealed blocks again, in list order, so that a reader reads only the lists it probes (and
+checks only their bytes). Written with the seal of the group's last block, in the same
+transaction, never changed after (a new epoch's codes get their own runs; the old epoch's
+go with its codes). Everything little-endian:
+
+- header: the run's number of blocks (uint32), nlist (uint32), then ``starts``
+  (nlist + 1 uint32: list l's entries are entries ``starts[l]:starts[l + 1]``), then the
+  CRC32C of each list's entry bytes (nlist uint32), then the CRC32C of all the header
+  before it (uint32): (2 nlist + 4) x 4 bytes, 32 KB at nlist 4,096;
+- the entries, by list then by row: each the row less the run's first row (uint32) and
+  the M code bytes. Rows without a code (NO_LIST) are left out; removed rows are kept
+  (the reader's removal marks hide them, as in the blocks).
+
+The blocks stay what every other reader of codes reads (repairs, retraining, the rows
+sealed after a reader's open); a run is derived from them, so an index without runs (made
+by an older streamk) is read from its blocks, as before.
 """
 
 import numpy as np
 
 from ..quantization import NO_LIST
-from .integrity import CRC_BYTES, checksum_ok, corrupt, describe_rows, seal
-from .keys import epoch_key, row_key, rows_of_epoch_keys
+from .integrity import CRC_BYTES, checksum_ok, corrupt, crc32c, describe_rows, seal
+from .keys import epoch_key, epoch_key_split, row_key, rows_of_epoch_keys
 
 _LIST = np.dtype("<u4")
+RUN_BLOCKS = 16  # sealed blocks per run (65,536 rows at B = 4,096)
 
 
 def pack_codes(lists, codes):
@@ -107,5 +126,119 @@ def seal_block(txn, store, epoch, block, M):
     txn.put(epoch_key(epoch, block), pack_block(lists, codes), db=store.code_blocks_db)
 
 
-__all__ = ["checked_block", "mark_removed", "open_row_codes", "pack_block", "pack_codes", "seal_block",
-           "seal_row_codes", "split_block", "unpack_codes"]
+# ------------------------------------------------------------ runs: the sealed codes in list order
+def pack_run(lists, codes, n_blocks, nlist):
+    """The stored value of a run of ``n_blocks`` blocks: the lists (n,) uint32 and codes
+    (n, M) uint8 of its rows, in row order from its first row (NO_LIST: no code)."""
+    lists = np.asarray(lists, _LIST)
+    keep = np.flatnonzero(lists != NO_LIST)
+    order = keep[np.argsort(lists[keep], kind="stable")]  # by list, then by row
+    M = codes.shape[1]
+    entries = np.empty((len(order), 4 + M), np.uint8)
+    entries[:, :4] = order.astype(_LIST).reshape(-1, 1).view(np.uint8)
+    entries[:, 4:] = codes[order]
+    starts = np.searchsorted(lists[order], np.arange(nlist + 1)).astype(_LIST)
+    flat = entries.reshape(-1)
+    size = 4 + M
+    crcs = np.array([crc32c(flat[a * size:b * size]) for a, b in zip(starts[:-1].tolist(), starts[1:].tolist())],
+                    _LIST)
+    header = np.array([n_blocks, nlist], _LIST).tobytes() + starts.tobytes() + crcs.tobytes()
+    return seal(header) + entries.tobytes()
+
+
+class RunDirectory:
+    """The header of one stored run, checked: where each list's entries lie in the value."""
+
+    __slots__ = ("first_block", "n_blocks", "starts", "crcs", "entries_at")
+
+    def __init__(self, store, value, epoch, first_block, nlist):
+        head = 2 * 4
+        n_blocks, stored_nlist = (np.frombuffer(value, _LIST, 2).tolist() if len(value) >= head else (0, -1))
+        size = head + (2 * nlist + 1) * 4
+        if stored_nlist != nlist or len(value) < size + CRC_BYTES or not checksum_ok(memoryview(value)[:size + 4]):
+            raise _damaged_run(store, epoch, first_block, RUN_BLOCKS, "its header fails its checksum")
+        self.first_block, self.n_blocks = int(first_block), int(n_blocks)
+        self.starts = np.frombuffer(value, _LIST, nlist + 1, head).astype(np.int64)
+        self.crcs = np.frombuffer(value, _LIST, nlist, head + 4 * (nlist + 1)).copy()
+        self.entries_at = size + CRC_BYTES
+
+    def entries(self, store, value, epoch, lst, M):
+        """(codes (n, M) uint8, rows (n,) int64) of list ``lst`` in the run's ``value``, its
+        bytes checked against their CRC (IndexCorruptError naming the run's rows)."""
+        a, b = int(self.starts[lst]), int(self.starts[lst + 1])
+        size = 4 + M
+        lo, hi = self.entries_at + a * size, self.entries_at + b * size
+        if hi > len(value) or crc32c(memoryview(value)[lo:hi]) != int(self.crcs[lst]):
+            raise _damaged_run(store, epoch, self.first_block, self.n_blocks, f"list {lst} fails its checksum")
+        packed = np.frombuffer(value, np.uint8, hi - lo, lo).reshape(-1, size)
+        rows = np.ascontiguousarray(packed[:, :4]).view(_LIST).reshape(-1).astype(np.int64)
+        return packed[:, 4:], rows + self.first_block * store.block_rows
+
+
+def check_run(store, value, epoch, first_block, nlist, M):
+    """Check a stored run whole (its header and every list's CRC): IndexCorruptError if not."""
+    d = RunDirectory(store, value, epoch, first_block, nlist)
+    if d.entries_at + int(d.starts[-1]) * (4 + M) != len(value):
+        raise _damaged_run(store, epoch, first_block, d.n_blocks, "its size differs from its header's")
+    for lst in range(nlist):
+        d.entries(store, value, epoch, lst, M)
+
+
+def _damaged_run(store, epoch, first_block, n_blocks, what):
+    B = store.block_rows
+    rows = range(first_block * B, (first_block + n_blocks) * B)
+    return corrupt(store.path, f"the list-ordered codes of {describe_rows(rows)} (epoch {epoch}): {what}",
+                   rows=list(rows))
+
+
+def run_directories(txn, store, epoch, nlist):
+    """{first block: RunDirectory} of the runs of ``epoch`` (each header checked)."""
+    out = {}
+    if store.code_runs_db is None:  # an index of an older streamk opened read-only: no runs
+        return out
+    with txn.cursor(db=store.code_runs_db) as cur:
+        if cur.set_range(epoch_key(epoch, 0)):
+            for k, value in cur:
+                e, first = epoch_key_split(k)
+                if e != epoch:
+                    break
+                out[first] = RunDirectory(store, value, epoch, first, nlist)
+    return out
+
+
+def write_run(txn, store, epoch, first_block, M, nlist):
+    """Store the run of blocks first_block .. first_block + RUN_BLOCKS - 1; returns whether it
+    was written (not when a block is not sealed, or the store has no ``code_runs``: an index
+    of format 2 or 3 being upgraded)."""
+    if store.code_runs_db is None:
+        return False
+    B = store.block_rows
+    parts = []
+    for b in range(first_block, first_block + RUN_BLOCKS):
+        raw = txn.get(epoch_key(epoch, b), db=store.code_blocks_db)
+        if raw is None:  # not all sealed: no run (a reader reads the blocks there is)
+            return False
+        parts.append(split_block(checked_block(store, raw, epoch, b, M), M, B))
+    lists = np.concatenate([p[0] for p in parts])
+    codes = np.concatenate([p[1] for p in parts])
+    txn.put(epoch_key(epoch, first_block), pack_run(lists, codes, RUN_BLOCKS, nlist),
+            db=store.code_runs_db)
+    return True
+
+
+def write_missing_runs(txn, store, epoch, M, nlist, n_sealed, since=0):
+    """Store the runs of the groups of blocks from block ``since`` (rounded down to a group)
+    to ``n_sealed`` (blocks 0 .. n_sealed - 1 are sealed) that have none; returns how many
+    were written."""
+    n = 0
+    if store.code_runs_db is None:
+        return n
+    for first in range(since - since % RUN_BLOCKS, n_sealed - n_sealed % RUN_BLOCKS, RUN_BLOCKS):
+        if txn.get(epoch_key(epoch, first), db=store.code_runs_db) is None:
+            n += bool(write_run(txn, store, epoch, first, M, nlist))
+    return n
+
+
+__all__ = ["RUN_BLOCKS", "RunDirectory", "check_run", "checked_block", "mark_removed", "open_row_codes", "pack_block",
+           "pack_codes", "pack_run", "run_directories", "seal_block", "seal_row_codes", "split_block", "unpack_codes",
+           "write_missing_runs", "write_run"]

@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import GeometryRecordError, IndexCorruptError, NotAnIndexError, StreamkError
 from ..quantization import IVFPQ, NO_LIST
 from ..verification import parse_header
-from .blocks import checked_block, pack_block, pack_codes, seal_row_codes, split_block
+from .blocks import RUN_BLOCKS, check_run, checked_block, pack_block, pack_codes, seal_row_codes, split_block, write_run
 from . import range_columns
 from .integrity import CORRUPTION, CRC_BYTES, check_lmdb_file, checksum_ok, describe_rows
 from .metadata import decode_metadata, expected_columns, indexed_fields, posting_keys, rebuild_columns
@@ -106,6 +106,7 @@ class _Scan:
         self.row_ids = {}  # row -> id key
         self.bad_code_blocks = set()
         self.bad_code_rows = set()
+        self.bad_code_runs = set()  # first blocks of the list-ordered runs that fail a check
         self.coded = set()  # rows with a readable code (list != NO_LIST)
         self.bad_geometry = []
         self.bad_blobs = []  # (sub-db, key)
@@ -144,10 +145,11 @@ def _scan_meta(store, s):
         s.next_row = store.get_int(b"next_row", txn)
         s.fields = indexed_fields(txn, store)
         s.epoch = store.get_int(b"codec_epoch", txn)
-        s.M = None
+        s.M = s.nlist = None
         if s.epoch and "codec" not in s.bad_meta:
             try:
-                s.M = IVFPQ.from_bytes(store.get_meta(b"codec", txn)).M
+                codec = IVFPQ.from_bytes(store.get_meta(b"codec", txn))
+                s.M, s.nlist = codec.M, codec.nlist
             except (StreamkError, ValueError, TypeError):
                 s.bad_meta.append("codec")
         walked = [store.subdb(n) for n in _WALKED]
@@ -162,7 +164,8 @@ def _scan_meta(store, s):
 
 
 # the sub-databases a verification walks entry by entry (its progress bar counts them)
-_WALKED = ("vectors", "images", "row_ids", "hashes", "codes", "code_blocks", "geometry", "postings", *SEALED_SUBDBS)
+_WALKED = ("vectors", "images", "row_ids", "hashes", "codes", "code_blocks", "code_runs", "geometry", "postings",
+           *SEALED_SUBDBS)
 
 
 def _scan(store, progress):
@@ -242,6 +245,14 @@ def _scan_codes(store, s, bar):
             s.bad_code_rows.add(row)
         elif int.from_bytes(bytes(v[:4]), "little") != NO_LIST:
             s.coded.add(row)
+    for k, v in _walk(store, "code_runs", s, bar):  # the same codes in list order: checked whole
+        e, first = epoch_key_split(k)
+        if e != epoch:
+            continue
+        try:
+            check_run(store, v, e, first, s.nlist, M)
+        except IndexCorruptError:
+            s.bad_code_runs.add(first)
 
 
 def _scan_columns(store, s):
@@ -323,6 +334,7 @@ def _report(store, s, report):
                  f"{', '.join(map(str, sorted(s.bad_code_blocks)[:8]))})")
     if s.bad_code_rows:
         d.append(f"the PQ codes of {describe_rows(sorted(s.bad_code_rows))} fail their checksum")
+    d += [f"{len(s.bad_code_runs)} list-ordered run(s) of codes fail their checksum"] if s.bad_code_runs else []
     if s.epoch and "codec" not in s.bad_meta:
         uncoded = sorted(live_set - s.coded - _rows_of_blocks(s.bad_code_blocks, store.block_rows) - s.bad_code_rows)
         if uncoded:
@@ -475,7 +487,7 @@ def _repair_codes(store, s, live_set, report, progress):
         report.repaired.append("the damaged codec dropped: searches are exact until `streamk index train`")
         return
     uncoded = live_set - s.coded - _rows_of_blocks(s.bad_code_blocks, B) - s.bad_code_rows
-    if not (s.bad_code_blocks or s.bad_code_rows or uncoded):
+    if not (s.bad_code_blocks or s.bad_code_rows or uncoded or s.bad_code_runs):
         return
     with store.read() as txn:
         codec = IVFPQ.from_bytes(store.get_meta(b"codec", txn))
@@ -508,10 +520,15 @@ def _repair_codes(store, s, live_set, report, progress):
             rows, lists, codes = codes_of(txn, [r for r in sealed if r // B == b])
             bl[rows - b * B], bc[rows - b * B] = lists, codes
             txn.put(epoch_key(epoch, b), pack_block(bl, bc), db=store.code_blocks_db)
+        changed = s.bad_code_blocks | {r // B for r in sealed}
+        for first in sorted({b - b % RUN_BLOCKS for b in changed} | s.bad_code_runs):  # runs made again
+            if not write_run(txn, store, epoch, first, codec.M, codec.nlist) and store.code_runs_db is not None:
+                txn.delete(epoch_key(epoch, first), db=store.code_runs_db)
         store.bump(txn, b"*", 0)  # readers load the codes again
     store.write(rewrite)
     report.repaired.append(f"PQ codes computed again from the vectors: {len(s.bad_code_blocks)} block(s), "
-                           f"{len(s.bad_code_rows | uncoded)} row(s)")
+                           f"{len(s.bad_code_rows | uncoded)} row(s)"
+                           + (f"; {len(s.bad_code_runs)} run(s) made again" if s.bad_code_runs else ""))
 
 
 def check_index(path, repair=False, progress=None):

@@ -12,15 +12,19 @@ change counter; when it moved, the reader applies the logged changes, O(c)
 amortised for c changes (appends into the lists, removal marks, a compaction
 once the waste passes a quarter). It loads everything again only when the
 codes were retrained (a new epoch) or it fell further behind than the log
-keeps. A full load reads the sealed blocks of codes (4,096 rows per read,
-zero-copy views of the map) and the open block's rows: no read per image.
+keeps. A full load reads the headers of the runs (the sealed codes again in list
+order, RUN_BLOCKS blocks each: :mod:`streamk.index.blocks`), the sealed blocks no run
+holds yet (4,096 rows per read, zero-copy views of the map) and the open block's rows;
+a list of the runs is read (and its bytes checked) at the first search that probes it,
+into room reserved at the load. So the first answer reads the probed lists, the
+removal bitmaps and at most RUN_BLOCKS blocks, not every code.
 """
 
 import numpy as np
 
 from ..errors import ConfigError, NotFittedError
 from ..quantization import IVFPQ, NO_LIST, InvertedLists, merge_topk
-from .blocks import checked_block, open_row_codes, split_block, unpack_codes
+from .blocks import checked_block, open_row_codes, run_directories, split_block, unpack_codes
 from .integrity import corrupt, describe_rows
 from .queries import MAX_RERANK
 from .store import epoch_key, epoch_key_split, removed_rows, row_key, rows_from_keys, rows_of_epoch_keys
@@ -43,6 +47,7 @@ class SearchView:
         self.codec = None
         self._codec_seen = (-1, None)  # (epoch, codec) decoded by codec_in_use without a full load
         self.lists = None  # InvertedLists, with a codec
+        self.runs = {}  # {first block: RunDirectory} of the runs whose lists are read as probed
         self.dead = np.zeros(0, np.uint8)  # 1 for removed rows (rows past the end: alive)
         self.vectors = VectorStore(store, dim, vector_dtype)
         self.row_ids = RowIds(store)
@@ -91,23 +96,65 @@ class SearchView:
             blob = s.get_meta(b"codec", txn) if epoch else None
             self.codec = IVFPQ.from_bytes(blob) if blob is not None else None
             self.epoch = epoch
-        self.lists = None
+        self.lists, self.runs = None, {}
         if self.codec is None:
             return
-        M = self.codec.M
+        M, nlist = self.codec.M, self.codec.nlist
         tail = self._open_block_codes(txn, epoch, M)
+        self.runs = run_directories(txn, s, epoch, nlist)
+        covered = {b for d in self.runs.values() for b in range(d.first_block, d.first_block + d.n_blocks)}
+        with txn.cursor(db=s.code_blocks_db) as cur:  # the sealed blocks no run holds (keys only)
+            blocks = [block for e, block in (epoch_key_split(k) for k in self._epoch_keys(cur, epoch))
+                      if block not in covered]
 
         def parts():
-            with txn.cursor(db=s.code_blocks_db) as cur:
-                if cur.set_range(epoch_key(epoch, 0)):
-                    for k, value in cur:
-                        e, block = epoch_key_split(k)
-                        if e != epoch:
-                            break
-                        lists, codes = split_block(checked_block(s, value, epoch, block, M), M, B)
-                        yield lists, codes, np.arange(block * B, (block + 1) * B)
+            for block in blocks:
+                value = txn.get(epoch_key(epoch, block), db=s.code_blocks_db)
+                lists, codes = split_block(checked_block(s, value, epoch, block, M), M, B)
+                yield lists, codes, np.arange(block * B, (block + 1) * B)
             yield tail
-        self.lists = InvertedLists.build(self.codec.nlist, M, parts, self.dead, NO_LIST)
+        reserve = np.zeros(nlist, np.int64)  # room for the runs' entries, read list by list as probed
+        for d in self.runs.values():
+            reserve += np.diff(d.starts)
+        self.lists = InvertedLists.build(nlist, M, parts, self.dead, NO_LIST, reserve=reserve)
+        self.lists.defer(reserve > 0)
+
+    def read_all_lists(self, txn):
+        """Bring in every list not read yet (as searches probing them all would)."""
+        if self.lists is not None and self.lists.deferred is not None:
+            self.lists.fetch = lambda wanted: self._run_entries(txn, wanted)
+            try:
+                self.lists.bring_in(np.arange(self.lists.nlist, dtype=np.int64), self.dead)
+            finally:
+                self.lists.fetch = None
+
+    @staticmethod
+    def _epoch_keys(cur, epoch):
+        """The keys of ``epoch`` under a cursor of a sub-database keyed by (epoch, n)."""
+        if cur.set_range(epoch_key(epoch, 0)):
+            for k in cur.iternext(keys=True, values=False):
+                if epoch_key_split(k)[0] != epoch:
+                    return
+                yield k
+
+    def _run_entries(self, txn, wanted):
+        """(lists, codes, rows) of the entries of lists ``wanted`` in the runs read at the last
+        full load (each list's bytes checked)."""
+        M, s = self.codec.M, self.store
+        lists, codes, rows = [], [], []
+        for first, d in self.runs.items():
+            value = txn.get(epoch_key(self.epoch, first), db=s.code_runs_db)
+            if value is None:  # runs change only with the epoch, which reloads everything
+                raise corrupt(s.path, f"the list-ordered codes of blocks {first}.. (epoch {self.epoch}) are missing")
+            for lst in wanted.tolist():
+                c, r = d.entries(s, value, self.epoch, lst, M)
+                if len(r):
+                    codes.append(c)
+                    rows.append(r)
+                    lists.append(np.full(len(r), lst, np.int64))
+        if not rows:
+            return np.zeros(0, np.int64), np.zeros((0, M), np.uint8), np.zeros(0, np.int64)
+        return np.concatenate(lists), np.concatenate(codes), np.concatenate(rows)
 
     def _open_block_codes(self, txn, epoch, M):
         """(lists, codes, rows) of the rows of ``epoch`` not yet sealed into a block."""
@@ -211,7 +258,12 @@ class SearchView:
             bits = allow.bits
             if bits.shape[0] * 64 < self.dead.shape[0]:  # rows the view knows past the filter's: none allowed
                 bits = np.concatenate([bits, np.zeros((self.dead.shape[0] + 63) // 64 - bits.shape[0], np.uint64)])
-        scores, rows = self.codec.search(self.lists, Q, max(k, R), nprobe, self.dead, allow=bits)
+        if self.lists.deferred is not None:  # lists not read yet come from the runs, in this transaction
+            self.lists.fetch = lambda wanted: self._run_entries(txn, wanted)
+        try:
+            scores, rows = self.codec.search(self.lists, Q, max(k, R), nprobe, self.dead, allow=bits)
+        finally:
+            self.lists.fetch = None
         if not R:
             return scores[:, :k], rows[:, :k]
         return self.rerank(txn, Q, rows, k)

@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 from ..errors import ConfigError, DimensionError, TooFewImagesError, TrainingInProgressError
-from .blocks import pack_block, pack_codes, seal_block, seal_row_codes
+from .blocks import pack_block, pack_codes, seal_block, seal_row_codes, write_missing_runs
 from ..quantization import IVFPQ, default_train_size
 from ..quantization import NO_LIST
 from .store import epoch_key, epoch_key_split, removed_rows
@@ -211,6 +211,7 @@ class Trainer:
         done = max(sealed, full.stop) if len(full) else sealed
         for b in range(done, hi // B):  # blocks that rows coded one by one completed
             seal_block(txn, s, epoch, b, M)
+        write_missing_runs(txn, s, epoch, M, codec.nlist, max(done, hi // B), since=sealed)
         return max(done, hi // B)
 
     def _code_range(self, codec, epoch, lo, hi, sealed):
@@ -226,7 +227,7 @@ class Trainer:
     def drop_epoch(self, epoch):
         """Delete every code of ``epoch`` (short transactions)."""
         s = self.store
-        for name in ("codes", "code_blocks"):
+        for name in ("codes", "code_blocks", "code_runs"):
             while True:
                 def delete_some(txn, name=name):
                     n = 0

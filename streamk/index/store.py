@@ -30,6 +30,11 @@ Named sub-databases (keys and values are bytes; ``row`` keys are 8-byte big-endi
                 code bytes: a full block of rows, sealed once (a reader loads N rows in
                 N / BLOCK_ROWS reads). Rows that have no code (removed before the codes
                 were computed) have list NO_LIST.
+``code_runs``   epoch + first block -> the codes of RUN_BLOCKS sealed blocks again, in list order,
+                with a directory and a CRC32C per list (:mod:`streamk.index.blocks`): what a reader
+                reads of the lists it probes only. Derived from ``code_blocks``, written with the
+                seal of a group's last block; absent in an index of an older streamk (read from
+                its blocks, or added by ``streamk index upgrade``).
 ``dead``        block -> bitmap (BLOCK_ROWS bits, little-endian bit order) of removed rows.
 ``log``         8-byte seq -> op + row: b"+" (added), b"-" (removed), b"*" (new codes: reload).
 ``claims``      (a shard of a sharded index) content key -> id, for the content keys routed to
@@ -118,7 +123,7 @@ SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "
           "log", "claims")
 # Sub-databases added after format 2 was released: an index written before them lacks them;
 # a writer creates them at open, a read-only reader sees them as empty.
-OPTIONAL_SUBDBS = ("geometry", "thumbnails", "metadata", "postings", "columns")
+OPTIONAL_SUBDBS = ("geometry", "thumbnails", "metadata", "postings", "columns", "code_runs")
 SUBDB_FLAGS = {"postings": {"dupsort": True, "dupfixed": True}}  # (streamk.index.metadata)
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
@@ -333,6 +338,7 @@ class Store:
     hashes_db = _subdb("hashes", "content key -> id")
     codes_db = _subdb("codes", "(epoch, row) -> the row's code (the block being filled)")
     code_blocks_db = _subdb("code_blocks", "(epoch, block) -> a sealed block of codes")
+    code_runs_db = _subdb("code_runs", "(epoch, first block) -> the codes of RUN_BLOCKS sealed blocks in list order")
     dead_db = _subdb("dead", "block -> bitmap of removed rows")
     log_db = _subdb("log", "seq -> op + row")
     claims_db = _subdb("claims", "content key -> id (a shard's de-duplication claims)")

@@ -1,5 +1,11 @@
 """Older index formats to the current one (4), in place.
 
+Format 4 without runs (written before streamk 0.3 wrote them): the list-ordered runs of
+its sealed codes (:mod:`streamk.index.blocks`) are written, so that a reader's first search
+reads only the lists it probes (without them it reads every code, as before). The format's
+tag stays 4: runs are derived data that an older streamk ignores. Every older format gets
+them too, after its conversion.
+
 Format 3 -> 4 (checksums on what format 3 left unsealed): every image record and display
 extra is rewritten followed by its CRC32C.
 
@@ -28,7 +34,7 @@ from tqdm.auto import tqdm
 
 from ..encoding import Encoder
 from ..errors import IndexFormatError, NotAnIndexError
-from .blocks import pack_codes, seal_block, seal_row_codes
+from .blocks import pack_codes, seal_block, seal_row_codes, write_missing_runs
 from .integrity import CORRUPTION, check_lmdb_file, corrupt, disk_full, put_checked_meta, seal
 from ..quantization import IVFPQ
 from ..quantization import ProductQuantizer
@@ -41,8 +47,10 @@ V1_SUBDBS = ("meta", "images", "extras", "vectors", "codes", "hashes", "log")
 
 def upgrade(path, progress=None):
     """Upgrade the index of format 1, 2 or 3 at ``path`` to format 4 (checksums on every
-    stored record and blob); returns its number of images. One write transaction, with a
-    progress bar (``progress=False``: none)."""
+    stored record and blob), with the list-ordered runs of its codes; an index of format
+    4 written before runs gets its runs (IndexFormatError when it has them all: already
+    upgraded). Returns its number of images. One write transaction, with a progress bar
+    (``progress=False``: none)."""
     from pathlib import Path
 
     path = Path(path)
@@ -63,17 +71,19 @@ def upgrade(path, progress=None):
         if not isinstance(info, dict) or info.get("format") != FORMAT:
             raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index")
         version = info.get("version")
-        if version == FORMAT_VERSION:
-            raise IndexFormatError(f"{path} is already of format {FORMAT_VERSION}")
-        if version not in (1, 2, 3):
+        if version not in (1, 2, 3, FORMAT_VERSION):
             raise IndexFormatError(f"{path}: index format {version!r}; this streamk upgrades formats 1, 2 and 3")
-        for name in SUBDBS:  # format 1 lacks some
+        for name in SUBDBS + ("code_runs",):  # format 1 lacks some; every format before runs, code_runs
             env.open_db(name.encode(), create=True)
         store = Store(path, env, readonly=False, create_optional=version == 1)
         while True:
             txn = env.begin(write=True)
             try:
-                n = {1: _convert, 2: _add_checksums, 3: _seal_records}[version](txn, store, progress)
+                if version == FORMAT_VERSION:
+                    n = _add_runs(txn, store, path)
+                else:
+                    n = {1: _convert, 2: _add_checksums, 3: _seal_records}[version](txn, store, progress)
+                    _write_runs(txn, store)
                 txn.commit()
                 return n
             except lmdb.MapFullError:
@@ -93,6 +103,38 @@ def upgrade(path, progress=None):
                 raise
     finally:
         env.close()
+
+
+def _write_runs(txn, store):
+    """The list-ordered runs (:mod:`streamk.index.blocks`) of the codes in use that have none
+    (an index written before runs, or just converted); returns how many were written."""
+    meta = store.meta_db
+    epoch = int(bytes(txn.get(b"codec_epoch", db=meta) or b"0"))
+    blob = txn.get(b"codec", db=meta)
+    if not epoch or blob is None:
+        return 0
+    codec = IVFPQ.from_bytes(bytes(blob))
+    store.block_rows = int(bytes(txn.get(b"block_rows", db=meta) or str(BLOCK_ROWS).encode()))
+    n_sealed = 0  # the sealed blocks from block 0 on, without a gap
+    with txn.cursor(db=store.code_blocks_db) as cur:
+        if cur.set_range(epoch_key(epoch, 0)):
+            for k in cur.iternext(keys=True, values=False):
+                if bytes(k) != epoch_key(epoch, n_sealed):
+                    break
+                n_sealed += 1
+    return write_missing_runs(txn, store, epoch, codec.M, codec.nlist, n_sealed)
+
+
+def _add_runs(txn, store, path):
+    """An index of the current format written before runs: its runs added (the format's
+    tag unchanged: an older streamk reads the index as before); returns the number of
+    images, or IndexFormatError when there is nothing to add."""
+    if not _write_runs(txn, store):
+        raise IndexFormatError(f"{path} is already of format {FORMAT_VERSION}")
+    seq = struct.unpack(">Q", bytes(txn.get(b"seq", db=store.meta_db) or seq_key(0)))[0] + 1
+    txn.put(seq_key(seq), b"*" + row_key(0), db=store.log_db)  # readers load again, now from the runs
+    txn.put(b"seq", seq_key(seq), db=store.meta_db)
+    return txn.stat(store.images_db)["entries"]
 
 
 def _rewrite(txn, db, fn, bar):

@@ -10,7 +10,10 @@ counter), its JSON record under its id, its vector and id under its row
 (appended at the end of key order), its content key, one log entry, and with a
 trained codec its list and code under (epoch, row). Every B rows (the store's
 ``block_rows``, 4096) the codes of the full block are sealed into one value (B
-rows in, one value out): a reader then loads N codes in N / B reads. A removal
+rows in, one value out), and every RUN_BLOCKS blocks (65,536 rows) their codes are
+written once more in list order (a run, :mod:`streamk.index.blocks`: ~4 MB in that
+one transaction, 64 more bytes per image): a reader reads of them only the lists it
+probes. A removal
 deletes what the image had, marks its row in the block's bitmap of removed
 rows and logs it; an update is a removal and an addition (a new row).
 
@@ -35,7 +38,7 @@ from ..errors import ConfigError, IndexCorruptError, DuplicateError, IdExistsErr
 from ..features import file_metadata
 from ..quantization import IVFPQ
 from .describe import describe_context, describe_image
-from .blocks import pack_codes, seal_block, seal_row_codes
+from .blocks import RUN_BLOCKS, pack_codes, seal_block, seal_row_codes, write_run
 from .items import AddResult, EncodedImage, checked_vector, normalise_box, npz_bytes, one_source, unit_vector
 from .metadata import delete_metadata, encode_metadata, metadata_of_rows, prepare_metadata, put_metadata
 from .store import epoch_key, id_key, row_key
@@ -172,7 +175,10 @@ class IndexWriter:
                 code = seal_row_codes(pack_codes(*codec.encode(enc.vector[None, :])))[0]
             txn.put(epoch_key(epoch, row), code, db=s.codes_db)
             if (row + 1) % s.block_rows == 0:
-                seal_block(txn, s, epoch, row // s.block_rows, codec.M)
+                block = row // s.block_rows
+                seal_block(txn, s, epoch, block, codec.M)
+                if (block + 1) % RUN_BLOCKS == 0:  # the group's codes again in list order, for the readers
+                    write_run(txn, s, epoch, block + 1 - RUN_BLOCKS, codec.M, codec.nlist)
         return "added"
 
     def write_encoded(self, encoded, replace=False):

@@ -9,7 +9,11 @@ here is a Python object per image. Costs, for N entries:
   1.5x room; the arena grows by 1.5x);
 - a removal is a mark in ``dead`` (O(1)); the entries of removed rows and the
   space left by moved lists are dropped by a compaction, O(N), once they exceed
-  a quarter of the live entries: O(1) amortised per change.
+  a quarter of the live entries: O(1) amortised per change;
+- lists may be *deferred* (:meth:`InvertedLists.defer`): their entries are brought in by
+  the owner's ``fetch`` at the first search that probes them, into room reserved when
+  the arena was made (so a reader answers its first search after reading only the lists
+  it probes; the arena's untouched zero pages cost no memory until then).
 """
 
 import numba
@@ -54,14 +58,19 @@ class InvertedLists:
         self.rows = np.full(self.end, -1, np.int64)
         self.garbage = 0  # arena entries left behind by moved lists
         self.n_removed = 0  # entries of removed rows still in the arena
+        self.deferred = None  # bool (nlist,): lists whose entries are not in yet (None: none)
+        # callable(lists int64 (n,)) -> (lists, codes, rows) of their entries, set by the owner
+        # around a search that may probe deferred lists
+        self.fetch = None
 
     # ------------------------------------------------------------ building
     @classmethod
-    def build(cls, nlist, M, parts, dead, no_list):
+    def build(cls, nlist, M, parts, dead, no_list, reserve=None):
         """Lists of the entries ``parts()`` yields as (lists, codes, rows) arrays (called
         twice: the same entries each time); entries whose list is ``no_list`` or whose
         row is marked in ``dead`` are left out. Two passes, count then place, so the
-        entries are never all copied in between (they may be views of the LMDB map)."""
+        entries are never all copied in between (they may be views of the LMDB map).
+        reserve: (nlist,) more room per list (for the entries of deferred lists)."""
         counts = np.zeros(nlist, np.int64)
         for lists, _, rows in parts():
             keep = lists != no_list
@@ -70,12 +79,37 @@ class InvertedLists:
             keep_rows = np.ones(r.shape[0], bool)
             keep_rows[inside] = dead[r[inside]] == 0
             counts += np.bincount(lists[keep][keep_rows], minlength=nlist)
-        out = cls(nlist, M, counts)
+        out = cls(nlist, M, counts if reserve is None else counts + reserve)
         pos = out.start.copy()
         for lists, codes, rows in parts():
             _ivf_kernels.scatter_entries(lists, codes, rows, dead, no_list, pos, out.codes, out.rows)
         out.size = pos - out.start
         return out
+
+    # ------------------------------------------------------------ deferred lists
+    def defer(self, lists):
+        """Mark lists (bool (nlist,)) as deferred: the first search that probes one calls
+        ``fetch`` for its entries first."""
+        lists = np.asarray(lists, bool)
+        self.deferred = lists.copy() if lists.any() else None
+
+    def bring_in(self, probes, dead):
+        """Fetch the entries of the deferred lists among ``probes`` (int64, -1: none) and
+        append those of rows not marked in ``dead``."""
+        wanted = np.unique(probes[probes >= 0])
+        wanted = wanted[self.deferred[wanted]]
+        if not len(wanted):
+            return
+        if self.fetch is None:
+            raise RuntimeError("a search probes lists not read yet, and nothing was given to read them")
+        lists, codes, rows = self.fetch(wanted)
+        inside = rows < dead.shape[0]
+        live = np.ones(len(rows), bool)
+        live[inside] = dead[rows[inside]] == 0
+        self.append(lists[live], codes[live], rows[live])
+        self.deferred[wanted] = False
+        if not self.deferred.any():
+            self.deferred = None
 
     # ------------------------------------------------------------ changes
     @property
@@ -122,6 +156,7 @@ class InvertedLists:
         _ivf_kernels.compact_into(self.start, self.size, self.codes, self.rows, dead,
                                  fresh.start, fresh.codes, fresh.rows)
         fresh.size = counts
+        fresh.deferred, fresh.fetch = self.deferred, self.fetch  # deferred lists stay so (room made as they come)
         self.__dict__.update(fresh.__dict__)
 
     # ------------------------------------------------------------ search
@@ -133,6 +168,8 @@ class InvertedLists:
         only those are scored. With it, each query visits its first ``min_probe`` probes
         (default: all), then more, in order, until k allowed entries were among them."""
         nq, n_probe = probes.shape
+        if self.deferred is not None:
+            self.bring_in(probes, dead)
         filtered = allow is not None
         if filtered and min_probe is not None and min_probe < n_probe:
             counts, _ = _ivf_kernels.probes_needed(self.rows, self.start, self.size, dead, allow, probes,

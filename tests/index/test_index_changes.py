@@ -62,10 +62,14 @@ def search_digest(view, txn):
 
 
 def state(idx):
-    """(view digest, search digest) of idx's own (incremental) view, brought up to date."""
+    """(view digest, search digest) of idx's own (incremental) view, brought up to date:
+    searched first (with the lists its searches have not read yet still unread), then with
+    every list read."""
     with idx.store.read(buffers=True) as txn:
         idx.view.refresh(txn)
-        return view_digest(idx.view), search_digest(idx.view, txn)
+        searches = search_digest(idx.view, txn)
+        idx.view.read_all_lists(txn)
+        return view_digest(idx.view), searches
 
 
 def fresh_state(idx):
@@ -74,7 +78,9 @@ def fresh_state(idx):
     view = SearchView(idx.store, idx.dim, idx.vector_dtype)
     with idx.store.read(buffers=True) as txn:
         view.refresh(txn)
-        return view_digest(view), search_digest(view, txn)
+        searches = search_digest(view, txn)
+        view.read_all_lists(txn)
+        return view_digest(view), searches
 
 
 OTHER_READER = textwrap.dedent("""
