@@ -162,17 +162,25 @@ class RunDirectory:
         self.crcs = np.frombuffer(value, _LIST, nlist, head + 4 * (nlist + 1)).copy()
         self.entries_at = size + CRC_BYTES
 
-    def entries(self, store, value, epoch, lst, M):
-        """(codes (n, M) uint8, rows (n,) int64) of list ``lst`` in the run's ``value``, its
-        bytes checked against their CRC (IndexCorruptError naming the run's rows)."""
-        a, b = int(self.starts[lst]), int(self.starts[lst + 1])
-        size = 4 + M
-        lo, hi = self.entries_at + a * size, self.entries_at + b * size
-        if hi > len(value) or crc32c(memoryview(value)[lo:hi]) != int(self.crcs[lst]):
-            raise _damaged_run(store, epoch, self.first_block, self.n_blocks, f"list {lst} fails its checksum")
-        packed = np.frombuffer(value, np.uint8, hi - lo, lo).reshape(-1, size)
-        rows = np.ascontiguousarray(packed[:, :4]).view(_LIST).reshape(-1).astype(np.int64)
-        return packed[:, 4:], rows + self.first_block * store.block_rows
+    def lists_entries(self, store, value, epoch, wanted, M):
+        """(lists, codes (n, M) uint8, rows (n,) int64) of the entries of lists ``wanted``
+        (int64, increasing) in the run's ``value``: each list's bytes checked against its CRC
+        (IndexCorruptError naming the run's rows), then one gather of them all (only their
+        pages of the map are read)."""
+        size, at = 4 + M, self.entries_at
+        total = int(self.starts[-1])
+        if at + total * size > len(value):
+            raise _damaged_run(store, epoch, self.first_block, self.n_blocks, "its entries are cut short")
+        a, b = self.starts[wanted], self.starts[wanted + 1]
+        view = memoryview(value)
+        for lst, lo, hi in zip(wanted.tolist(), (at + a * size).tolist(), (at + b * size).tolist()):
+            if hi > lo and crc32c(view[lo:hi]) != self.crcs[lst]:
+                raise _damaged_run(store, epoch, self.first_block, self.n_blocks, f"list {lst} fails its checksum")
+        n = b - a
+        picked = np.repeat(a - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))  # the lists' entry numbers
+        got = np.frombuffer(value, np.uint8, total * size, at).reshape(total, size)[picked]
+        rows = got[:, :4].copy().view(_LIST).reshape(-1).astype(np.int64) + self.first_block * store.block_rows
+        return np.repeat(wanted, n), got[:, 4:], rows
 
 
 def check_run(store, value, epoch, first_block, nlist, M):
@@ -180,8 +188,7 @@ def check_run(store, value, epoch, first_block, nlist, M):
     d = RunDirectory(store, value, epoch, first_block, nlist)
     if d.entries_at + int(d.starts[-1]) * (4 + M) != len(value):
         raise _damaged_run(store, epoch, first_block, d.n_blocks, "its size differs from its header's")
-    for lst in range(nlist):
-        d.entries(store, value, epoch, lst, M)
+    d.lists_entries(store, value, epoch, np.arange(nlist, dtype=np.int64), M)
 
 
 def _damaged_run(store, epoch, first_block, n_blocks, what):

@@ -141,20 +141,15 @@ class SearchView:
         """(lists, codes, rows) of the entries of lists ``wanted`` in the runs read at the last
         full load (each list's bytes checked)."""
         M, s = self.codec.M, self.store
-        lists, codes, rows = [], [], []
+        parts = []
         for first, d in self.runs.items():
             value = txn.get(epoch_key(self.epoch, first), db=s.code_runs_db)
             if value is None:  # runs change only with the epoch, which reloads everything
                 raise corrupt(s.path, f"the list-ordered codes of blocks {first}.. (epoch {self.epoch}) are missing")
-            for lst in wanted.tolist():
-                c, r = d.entries(s, value, self.epoch, lst, M)
-                if len(r):
-                    codes.append(c)
-                    rows.append(r)
-                    lists.append(np.full(len(r), lst, np.int64))
-        if not rows:
+            parts.append(d.lists_entries(s, value, self.epoch, wanted, M))
+        if not parts:
             return np.zeros(0, np.int64), np.zeros((0, M), np.uint8), np.zeros(0, np.int64)
-        return np.concatenate(lists), np.concatenate(codes), np.concatenate(rows)
+        return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
 
     def _open_block_codes(self, txn, epoch, M):
         """(lists, codes, rows) of the rows of ``epoch`` not yet sealed into a block."""
