@@ -155,8 +155,9 @@ class QuerySet:
 
 def plus_sp_qe(qs, i, method, expand, counter):
     """The +SP+QE ranking of query i: its first stage's top R verified, expanded by ``method``:
-    "aqe" (one AQE over the first ``expand`` verified), "recursive" (step ``expand``) or
-    "recursive-capped" (recursive AQE that averages ``expand`` images in all)."""
+    "aqe" (one AQE over the first ``expand`` verified), "recursive" (step ``expand``),
+    "recursive-capped" (recursive AQE that averages ``expand`` images in all) or
+    "rounds-only" (the recursion's rounds over the first stage's verified, nothing new verified)."""
     from streamk.verification import average_query_expansion, recursive_expansion
 
     search, verify = qs.searcher(i, counter), qs.verifier(i, counter)
@@ -170,7 +171,8 @@ def plus_sp_qe(qs, i, method, expand, counter):
         found = [r for r, _ in head]
         results = search(average_query_expansion(qs.Q[i], qs.D[found[:expand]]))
     else:
-        rx = recursive_expansion(qs.Q[i], head, lambda ids: qs.D[np.asarray(ids, np.int64)], search, verify,
+        rx = recursive_expansion(qs.Q[i], head, lambda ids: qs.D[np.asarray(ids, np.int64)], search,
+                                 None if method == "rounds-only" else verify,
                                  step=expand, checked=rows[:R].tolist(),
                                  **({"top": expand} if method == "recursive-capped" else {}))
         found, results = [r for r, _ in rx.verified], rx.results
