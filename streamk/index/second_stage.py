@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import ConfigError, GeometryRecordError
 from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, rerank, verify_geometry
-from ..verification import recursive_expansion
+from ..verification import DEFAULT_TOP, recursive_expansion
 from ..verification import DEFAULT_MIN_INLIERS
 from .search_params import DEFAULT_EXPAND, DEFAULT_VERIFY, EXPANSIONS
 
@@ -175,9 +175,9 @@ def expanded_results(q, head, rest, params, search_again, again=None):
 
 def recursive_results(q, head, rest, params, search_again, again):
     """(verified, tail) [Candidate] of the recursive expansion
-    (:func:`streamk.verification.recursive_expansion`, step ``params.expand_count()``): the
-    verified of the first stage and of its searches by inliers, and the last search's
-    results."""
+    (:func:`streamk.verification.recursive_expansion`, step ``params.expand_count()``, 50
+    averaged in all or one step's worth if more): the verified of the first stage and of
+    its searches by inliers, and the last search's results."""
     if again is None:
         raise ConfigError("expansion='recursive' verifies the results of its own searches, which a sharded index "
                           "cannot do yet: use expansion='aqe'")
@@ -200,7 +200,8 @@ def recursive_results(q, head, rest, params, search_again, again):
     rx = recursive_expansion(q, [(c.id, c.explanation["inliers"]) for c in head],
                              lambda ids: vectors([known[i] for i in ids]), search, verify_ids,
                              step=params.expand_count(), checked=[c.id for c in rest[:max(0, R - len(head))]], window=R,
-                             max_verifications=R)  # rest[:R - len(head)]: the first stage's unverified top R
+                             max_verifications=R,  # rest[:R - len(head)]: the first stage's unverified top R
+                             top=max(DEFAULT_TOP, params.expand_count()))  # a larger step: one round as AQE's
     tail = [Candidate(i, sc, None, {**explained.get(i, {}), "stage": "expanded"}) for i, sc in rx.results]
     return [known[i] for i, _ in rx.verified], tail
 
