@@ -220,7 +220,7 @@ def main():
                     times["opencv"].append(opencv_pairs(qf, cand, 1.0))
             idx.close()
         med = {k: float(np.median(v)) for k, v in times.items()}
-        by_expansion += expansion_rows(n, cpu_of)
+        by_expansion += rows_by_expansion(n, cpu_of)
         rows.append([f"{n:,}", mode, f"{med['first']:.2f}", f"{med['warm']:.1f}", f"{med['cpu']:.1f}", f"{med['cold']:.1f}",
                      f"{float(np.percentile(times['warm'], 90)):.1f}", f"{med['opencv']:.0f}",
                      f"{med['opencv'] * args.R:.0f}", f"{med['opencv'] * args.R / med['warm']:.0f}x"])
@@ -237,7 +237,7 @@ def main():
                                   f"{len(qidx)} queries alternated; CPU {cpu_model()}; load {load_str()}")
 
 
-def expansion_rows(n, cpu_of):
+def rows_by_expansion(n, cpu_of):
     """Table rows of each expansion's warm CPU ms ({expansion: [ms per query]}, the first the reference)."""
     base = np.asarray(next(iter(cpu_of.values())))
     return [[f"{n:,}", e, f"{np.median(c):.1f}", f"{np.percentile(c, 90):.1f}", f"{np.median(np.asarray(c) / base):.2f}"]
