@@ -6,9 +6,11 @@ LMDB header. ``data.mdb`` begins with two meta pages (pages 0 and 1; LMDB's ``MD
 in mdb.c, after the 16-byte page header): magic 0xBEEFC0DE, data version, address, map
 size, the free and main ``MDB_db`` records (48 bytes each; the free DB's ``md_pad`` holds
 the page size), the last page number ``mm_last_pg``, the transaction id ``mm_txnid``.
-LMDB uses the meta with the higher txnid; every page up to its last page must be in the
-file. A shorter file (a partial copy, an interrupted rsync) would be mapped and then read
-past its end: a SIGBUS, no message. :func:`check_lmdb_file` refuses it first.
+LMDB uses the meta with the higher txnid; every page up to its last page that is in use
+must be in the file (the last transaction's loose pages, on the free list, may be
+missing: :mod:`.lmdb_pages`). A shorter file (a partial copy, an interrupted rsync) would
+be mapped and then read past its end: a SIGBUS, no message. :func:`check_lmdb_file`
+refuses it first.
 
 Checksums. CRC32C (the ``crc32c`` wheel: SSE4.2 / ARMv8 instructions, GB/s) of each
 stored unit, kept with it in the same value (:func:`seal` appends 4 bytes, :func:`unseal`
@@ -26,6 +28,7 @@ from pathlib import Path
 import lmdb
 
 from ..errors import DiskFullError, IndexCorruptError
+from .lmdb_pages import MissingPage, free_db_root, free_pages
 
 try:
     from crc32c import crc32c as _crc32c
@@ -71,7 +74,12 @@ def describe_rows(rows):
 def read_lmdb_meta(data_file):
     """(page size, last page number, txnid) of the meta LMDB would use, or raise
     IndexCorruptError when neither meta page is valid. Reads two pages, maps nothing."""
-    data_file = Path(data_file)
+    psize, last_pg, txnid, _ = _lmdb_meta(Path(data_file))
+    return psize, last_pg, txnid
+
+
+def _lmdb_meta(data_file):
+    """read_lmdb_meta's answer and that meta's free DB record (48 bytes)."""
     with open(data_file, "rb") as f:
         head = f.read(PAGE_HEADER + _META.size)
         metas = []
@@ -83,30 +91,49 @@ def read_lmdb_meta(data_file):
                 for page in (head, second):
                     if len(page) < PAGE_HEADER + _META.size:
                         continue
-                    magic, version, _, _, _, _, last_pg, txnid = _META.unpack_from(page, PAGE_HEADER)
+                    magic, version, _, _, free_db, _, last_pg, txnid = _META.unpack_from(page, PAGE_HEADER)
                     p = _PSIZE.unpack_from(page, PAGE_HEADER + 24)[0]
                     if magic == MDB_MAGIC and version == MDB_DATA_VERSION and p == psize:
-                        metas.append((txnid, last_pg))
+                        metas.append((txnid, last_pg, free_db))
     if not metas:
         raise corrupt(data_file.parent, f"{data_file.name} has no valid LMDB meta page "
                       f"({data_file.stat().st_size} bytes; a partial copy or a damaged header)")
-    txnid, last_pg = max(metas)
-    return psize, last_pg, txnid
+    txnid, last_pg, free_db = max(metas)
+    return psize, last_pg, txnid, free_db
 
 
 def check_lmdb_file(path):
     """Raise IndexCorruptError unless ``path``/data.mdb holds every page its LMDB header
-    names (size >= (last page + 1) x page size). The meta is read before the size, so a
-    commit in between only makes the file longer than asked."""
+    names that is in use: size >= (last page + 1) x page size, or, where the file is
+    shorter, every page past its end on LMDB's free list (a valid file can end so: pages
+    allocated and freed in its last transaction are never written; see lmdb_pages). The
+    meta is read before the size, so a commit in between only makes the file longer than
+    asked."""
     data_file = Path(path) / "data.mdb"
-    psize, last_pg, _ = read_lmdb_meta(data_file)
+    psize, last_pg, _, free_db = _lmdb_meta(data_file)
     need = (last_pg + 1) * psize
     size = data_file.stat().st_size
     if size < need:
-        raise corrupt(path, f"data.mdb is truncated: {size:,} bytes, its LMDB header needs "
-                      f"{need:,} ({last_pg + 1:,} pages of {psize} bytes; a partial copy or an interrupted "
-                      f"transfer)")
+        missing = _pages_in_use_past_end(data_file, psize, last_pg, free_db, size // psize)
+        if missing:
+            raise corrupt(path, f"data.mdb is truncated: {size:,} bytes, its LMDB header needs "
+                          f"{need:,} ({last_pg + 1:,} pages of {psize} bytes; {missing}; a partial copy or "
+                          f"an interrupted transfer)")
     return psize, last_pg
+
+
+def _pages_in_use_past_end(data_file, psize, last_pg, free_db, file_pages):
+    """'' when every page from ``file_pages`` to ``last_pg`` is on LMDB's free list, else
+    what is missing."""
+    try:
+        with open(data_file, "rb") as f:
+            free = free_pages(f, psize, free_db_root(free_db), file_pages, max_pages=file_pages)
+    except MissingPage as e:
+        return f"its free list cannot be read: {e}"
+    used = [p for p in range(file_pages, last_pg + 1) if p not in free]
+    if not used:
+        return ""
+    return f"{len(used):,} page(s) in use past its end, from page {used[0]:,}"
 
 
 # ------------------------------------------------------------ checksums

@@ -1,0 +1,90 @@
+"""LMDB's free pages, read from ``data.mdb`` with plain file reads (nothing mapped).
+
+Why: LMDB may end a transaction with its last pages never written. A page allocated and
+freed in the same write transaction is "loose"; ``mdb_page_flush`` skips it and the commit
+puts it on the free list, yet ``mm_last_pg`` counts it. So a whole, valid ``data.mdb`` can be
+a few pages shorter than (last page + 1) x page size (tests/index/test_damage.py makes such
+files with a few hundred random transactions). Those missing pages hold nothing: every one
+is on the free list. A partial copy misses pages that the trees still use. This module reads
+the free list so that the size check can tell the two apart.
+
+The layout is LMDB's, on a 64-bit build (mdb.c: ``MDB_page``, ``MDB_node``, ``MDB_db``):
+- a page begins with a 16-byte header: pgno (8), pad (2), flags (2), then lower and upper
+  (2 + 2), or, on an overflow page, its page count (4);
+- the node offsets (2 bytes each) follow, (lower - 16) / 2 of them;
+- a node is lo, hi, flags, ksize (2 bytes each), then the key and the data:
+  - in a branch node, lo | hi << 16 | flags << 32 is the child's page number;
+  - in a leaf node, lo | hi << 16 is the data size, and with F_BIGDATA the data is the page number of
+    the overflow pages that hold it.
+- The free DB (``FREE_DBI`` = 0: the first ``MDB_db`` of the meta, its root at offset 40) maps a
+  transaction id to an ID list: a count, then that many page numbers (8 bytes each).
+"""
+
+import struct
+
+P_BRANCH, P_LEAF, P_OVERFLOW, P_LEAF2 = 0x01, 0x02, 0x04, 0x20
+F_BIGDATA = 0x01
+P_INVALID = 2 ** 64 - 1
+_HEADER = struct.Struct("<QHHHH")  # pgno, pad, flags, lower, upper
+_NODE = struct.Struct("<HHHH")  # lo, hi, flags, ksize
+_OVERFLOW_PAGES = struct.Struct("<I")  # at offset 12 of an overflow page
+_ID = struct.Struct("<Q")
+_DB_ROOT = 40  # offset of md_root in an MDB_db record (pad 4, flags 2, depth 2, 4 counts of 8)
+
+
+class MissingPage(Exception):
+    """A page the free DB's tree needs lies past the end of the file (or is not a tree page)."""
+
+
+def free_db_root(free_db_record):
+    """The free DB's root page number from its 48-byte ``MDB_db`` record (P_INVALID: empty)."""
+    return _ID.unpack_from(free_db_record, _DB_ROOT)[0]
+
+
+def free_pages(f, psize, root, file_pages, max_pages):
+    """The set of page numbers on LMDB's free list, walking the free DB from ``root`` in the
+    open file ``f``; MissingPage when the walk needs a page at or past ``file_pages``.
+    Reads at most ``max_pages`` pages (the free DB of a file of that many pages cannot be
+    larger), so a damaged tree with a cycle still ends."""
+    found = set()
+    if root == P_INVALID:
+        return found
+    stack, read = [root], 0
+    while stack:
+        pgno = stack.pop()
+        read += 1
+        if read > max_pages:
+            raise MissingPage(f"the free list's tree has more than {max_pages} pages")
+        page = _read_pages(f, psize, pgno, 1, file_pages)
+        _, _, flags, lower, _ = _HEADER.unpack_from(page)
+        if flags & P_LEAF2 or not flags & (P_BRANCH | P_LEAF):
+            raise MissingPage(f"page {pgno} of the free list's tree is not a tree page")
+        for offset in struct.unpack_from(f"<{(lower - _HEADER.size) // 2}H", page, _HEADER.size):
+            lo, hi, nflags, ksize = _NODE.unpack_from(page, offset)
+            if flags & P_BRANCH:
+                stack.append(lo | hi << 16 | nflags << 32)
+                continue
+            found.update(_id_list(f, psize, page, offset + _NODE.size + ksize, lo | hi << 16, nflags, file_pages))
+    return found
+
+
+def _id_list(f, psize, page, start, size, nflags, file_pages):
+    """The page numbers of one free DB record (its data at ``start`` of ``page``, or on its
+    overflow pages)."""
+    if nflags & F_BIGDATA:
+        first = _ID.unpack_from(page, start)[0]
+        head = _read_pages(f, psize, first, 1, file_pages)
+        count = _OVERFLOW_PAGES.unpack_from(head, 12)[0]
+        data = _read_pages(f, psize, first, count, file_pages)[_HEADER.size:_HEADER.size + size]
+    else:
+        data = page[start:start + size]
+    n = _ID.unpack_from(data)[0] if len(data) >= _ID.size else 0
+    n = min(n, len(data) // _ID.size - 1)
+    return struct.unpack_from(f"<{n}Q", data, _ID.size)
+
+
+def _read_pages(f, psize, pgno, count, file_pages):
+    if pgno + count > file_pages or count < 1:
+        raise MissingPage(f"page {pgno} (+{count}) lies past the file's {file_pages} whole pages")
+    f.seek(pgno * psize)
+    return f.read(count * psize)
