@@ -746,8 +746,9 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
                  floor2, by_nfa, inliers, models, tentative, log_nfa):
     """Match and verify the query against each candidate c (features offsets[c]:offsets[c+1]
     of the concatenated candidate arrays, image sizes[c] = (w, h)). Fills inliers[c],
-    models[c] (6), tentative[c] and log_nfa[c] (:func:`log10_nfa_adaptive` of the inliers, +inf
-    when they are :func:`collinear` in either image). limits: max_scale, max_aniso, (unused),
+    models[c] (6), tentative[c] and log_nfa[c] (:func:`score_model`'s NFA of the kept model with
+    by_nfa, else :func:`log10_nfa_adaptive` of its inliers; +inf when they, or those within the
+    tolerance it chose, are :func:`collinear` in either image). limits: max_scale, max_aniso, (unused),
     min_overlap; tilt_tans[c] the candidate's max_tilt_tan. by_nfa: the search keeps the model of
     least NFA (:func:`ransac_pair_nfa`), else the one of most inliers (:func:`ransac_pair`)."""
     C = offsets.shape[0] - 1

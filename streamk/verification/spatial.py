@@ -175,7 +175,8 @@ class Verification:
     candidate, the query box (or the whole query image) mapped by the affine map (None
     without a model); pairs: on request, (inliers, 4) float32 rows x_q, y_q, x_c, y_c;
     log10_nfa: log10 of the number of false alarms of the inliers, the least over the
-    tolerances they set (module docstring; +inf without a model or with inliers along one line).
+    tolerances they set, the points a refit was fitted to counted by their deleted residuals
+    (module docstring; +inf without a model or with inliers along one line).
     """
 
     inliers: int
