@@ -1,0 +1,71 @@
+"""``streamk serve`` on a sharded index: ``GET /images/{id}/duplicates`` gives the pairs and
+copy classes that the single index gives on the same images (each pair verified from the
+shard that holds each image), copies made in the test classed copy, other photos not."""
+
+import os
+
+import numpy as np
+import pytest
+from helpers.server import make_index
+
+Image = pytest.importorskip("PIL.Image")
+
+
+def _copies(photos, folder):
+    """Two copies of photo p0 with known edits: re-encoded as JPEG, cropped to 90 % a side."""
+    folder.mkdir()
+    img = Image.open(photos["paths"][0]).convert("L")
+    img.save(folder / "jpeg.jpg", quality=80)
+    w, h = img.size
+    img.crop((0, 0, int(0.9 * w), int(0.9 * h))).save(folder / "crop.png")
+    return {"jpeg": folder / "jpeg.jpg", "crop": folder / "crop.png"}
+
+
+def _sharded_copy(single, path, shards):
+    """A ShardedIndex at ``path`` holding what ``single`` stored of each image (record, vector,
+    geometry)."""
+    from streamk.index import ShardedIndex, encoded_image_file
+
+    with ShardedIndex.create(path, single.encoder, shards=shards, vector_dtype="float32",
+                             extractor=single.extractor(), vocabulary=single.vocabulary) as many:
+        stored = []
+        for image_id in single.ids():
+            info = single.info(image_id)
+            n = info["n_descriptors"]
+            stored.append(encoded_image_file(image_id, info["source"], info["sha256"], single.vector(image_id),
+                                             np.zeros((n, 5), np.float32), np.ones(n), info["image_size"],
+                                             geometry=single.geometry(image_id)))
+        assert many.write_encoded(stored) == ["added"] * len(stored)
+
+
+def test_a_sharded_index_serves_the_single_index_duplicate_classes(photos, tmp_path, make_server):
+    from streamk.index import StreamingIndex, shard_of
+
+    copies = _copies(photos, tmp_path / "copies")
+    make_index(tmp_path / "one", photos, n=4)
+    with StreamingIndex.open(tmp_path / "one") as single:
+        for image_id, path in copies.items():
+            single.add(image_id, image_path=str(path))
+        ids = single.ids()
+        _sharded_copy(single, tmp_path / "three", shards=3)
+    assert len({shard_of(i, 3) for i in ("p0", "jpeg", "crop")}) == 3  # every pair of the group spans shards
+    folders = ["--images", os.path.dirname(photos["paths"][0]), "--images", str(tmp_path / "copies")]
+    answers = {}
+    for name in ("one", "three"):
+        srv = make_server(tmp_path / name, args=["--workers", "1", *folders])
+        with srv.client() as c:
+            assert c.get("/stats").json()["shards"] == (3 if name == "three" else 1)
+            answers[name] = {i: c.get(f"/images/{i}/duplicates").json() for i in ids}
+    for i in ids:
+        one, three = answers["one"][i], answers["three"][i]
+        assert one["rule"] == three["rule"] == "classes", (one, three)
+        assert [d["id"] for d in three["duplicates"]] == [d["id"] for d in one["duplicates"]]
+        assert len(three["pairs"]) == len(one["pairs"])
+        for p, q in zip(three["pairs"], one["pairs"]):
+            assert abs(p.pop("score") - q.pop("score")) <= 2e-4  # the same vectors, searched per shard
+            assert p == q, i
+    # the edits made here: p0 and its two copies are copies of one another, nothing else is
+    classes = {(i, p["b"]): p["class"] for i in ids for p in answers["three"][i]["pairs"]}
+    for a, b in (("p0", "jpeg"), ("p0", "crop"), ("jpeg", "crop")):
+        assert classes.get((a, b)) == classes.get((b, a)) == "copy", classes
+    assert all(c == "same scene" for (a, b), c in classes.items() if {a, b} - {"p0", "jpeg", "crop"}), classes
