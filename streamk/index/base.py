@@ -108,6 +108,13 @@ class Index(ABC):
     def geometry(self, image_id: str) -> bytes | None:
         """The stored local-geometry record of an image (bytes), or None when it has none."""
 
+    def geometries(self, image_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored local-geometry records of ``image_ids`` in their order (bytes, or None
+        where an image has none): one :meth:`geometry` call each here; an implementation
+        reads them in one go where it can (the copy classes read each image's candidates
+        so)."""
+        return [self.geometry(i) for i in image_ids]
+
     @abstractmethod
     def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image (bytes), or None when it has none."""

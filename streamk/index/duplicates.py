@@ -32,7 +32,9 @@ Copies (``streamk duplicates``; :func:`copy_report`, :func:`copies_of`, :func:`c
 for ingestion; any :class:`~streamk.index.Index`, single or sharded, through its interface):
 the vector only proposes (each image's DEFAULT_COPY_NEIGHBOURS nearest, whatever their score,
 searched page by page with :meth:`Index.vectors_page` and :meth:`Index.search`); each candidate
-is verified by the second stage and each verified pair classed exact / copy / same scene by
+is verified by the second stage (the geometry records of GEOMETRY_BATCH images and of their
+candidates read in one :meth:`Index.geometries` call: one read per shard that holds some) and
+each verified pair classed exact / copy / same scene by
 :func:`streamk.verification.classify_pair` (one similarity, precise inliers over most of the
 smaller image, the aligned pixels agree). A pair is verified from the image whose id sorts
 first, whichever shard holds each. Pixels: the stored thumbnail, else the source file when
@@ -466,33 +468,45 @@ def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=Fal
     _need_geometry(index)
     pixels = _Pixels(index, source_filter)
     hits = index.search(index.vector(image_id), k=neighbours + 1, verify=0, expand=0)
-    cand = [(h.id, h.score) for h in hits if h.id != image_id]
-    out = _pairs_with(index, pixels, image_id, index.geometry(image_id), cand, params)
+    cand = [h for h in hits if h.id != image_id]
+    out = _classified_pairs(index, pixels, np.array([image_id] * len(cand), object),
+                            np.array([h.id for h in cand], object), np.array([h.score for h in cand]), params)
     if rotations or mirrored:
         out += _turned_pairs(index, pixels, image_id, neighbours, params, {p.b for p in out if p.kind != "same scene"},
                              _views(rotations, mirrored))
     return sorted(out, key=_pair_order)
 
 
+GEOMETRY_BATCH = 32  # images whose geometry records, and their candidates', are read in one Index.geometries call
+
+
+def _classified_pairs(index, pixels, a, b, s, params):
+    """[DuplicatePair] of the verified candidate pairs (a[i], b[i], vector score s[i]) of stored
+    images, grouped by a (each a's candidates contiguous, in the order given): the records of
+    GEOMETRY_BATCH images and of their candidates read in one :meth:`Index.geometries` call
+    (a sharded index: one read per shard that holds some), each record once per batch."""
+    starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if len(a) else np.zeros(0, np.int64)
+    ends = np.r_[starts[1:], len(a)].astype(np.int64)
+    out = []
+    for g in range(0, len(starts), GEOMETRY_BATCH):
+        first, last = starts[g:g + GEOMETRY_BATCH], ends[g:g + GEOMETRY_BATCH]
+        names = sorted(set(a[first[0]:last[-1]].tolist()) | set(b[first[0]:last[-1]].tolist()))
+        recs = dict(zip(names, index.geometries(names)))
+        for lo, hi in zip(first.tolist(), last.tolist()):
+            image_id, ids = a[lo], b[lo:hi].tolist()
+            if recs[image_id] is not None:
+                out += _classify_candidates(pixels, image_id, recs[image_id], ids, [recs[i] for i in ids],
+                                            s[lo:hi].tolist(), params)
+    return out
+
+
 def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None, qsha=None):
     if qrec is None or not cand:
         return []
     ids = [c[0] for c in cand]
-    recs = _geometries(index, ids)
+    recs = index.geometries(ids)
     return _classify_candidates(pixels, image_id, qrec, ids, recs, [c[1] for c in cand], params, turns,
                                 qgray, qsha)
-
-
-def _geometries(index, ids):
-    """The stored geometry record of each of ``ids`` (bytes, or None): in one read
-    transaction where the index keeps a store (a StreamingIndex), else one
-    ``index.geometry`` call each (a sharded index: on the shard that holds it)."""
-    store = getattr(index, "store", None)
-    if store is None:
-        return [index.geometry(i) for i in ids]
-    with store.read() as txn:
-        recs = store.geometry_records(txn, [store.require_image(txn, i).row for i in ids])
-        return [None if r is None else bytes(r) for r in recs]
 
 
 def _turned_pairs(index, pixels, image_id, neighbours, params, found, views):
@@ -544,11 +558,7 @@ def copy_pairs(index, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=False, param
     pairs = []
     try:
         a, b, s = neighbour_pairs(index, neighbours, batch_size, bar=bar)
-        starts = np.flatnonzero(np.r_[True, a[1:] != a[:-1]]) if len(a) else []
-        for lo, hi in zip(starts, np.r_[starts[1:], len(a)] if len(a) else []):  # one call per image
-            image_id = str(a[lo])
-            pairs += _pairs_with(index, pixels, image_id, index.geometry(image_id),
-                                 list(zip(b[lo:hi].tolist(), s[lo:hi].tolist())), params)
+        pairs += _classified_pairs(index, pixels, a, b, s, params)
         if rotations or mirrored:
             found = {}
             for p in pairs:
@@ -613,7 +623,7 @@ def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None,
             cand = [(c, float(sc)) for c, sc in zip(ids[i], scores[i]) if c is not None and c != items[lo + i][1]]
             if qrec is None or not cand:
                 continue
-            recs = _geometries(index, [c for c, _ in cand])
+            recs = index.geometries([c for c, _ in cand])
             pairs = _classify_candidates(pixels, image_id, qrec, [c for c, _ in cand], recs, [sc for _, sc in cand],
                                          params, qgray=_file_pixels(path, image_id, max_file_size), qsha=sha or "")
             pairs = sorted((p for p in pairs if p.kind != "same scene"), key=_pair_order)

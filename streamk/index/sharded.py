@@ -215,6 +215,10 @@ class ShardActor:
         with self._lock:
             return self.index.geometry(image_id)
 
+    def geometries(self, image_ids):
+        with self._lock:
+            return self.index.geometries(image_ids)
+
     def vectors_page(self, after_row, n):
         with self._lock:
             return self.index.vectors_page(after_row, n)
@@ -480,6 +484,18 @@ class ShardedIndex(Index):
     def geometry(self, image_id: str) -> bytes | None:
         """The stored local-geometry record of an image (bytes), or None (see StreamingIndex.geometry)."""
         return self._owners[shard_of(image_id, self.shards)].call(ShardActor.geometry, image_id)
+
+    def geometries(self, image_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored local-geometry records of ``image_ids`` (bytes, or None), in their order:
+        one call on each shard that holds some, all shards at once (one read transaction each)."""
+        image_ids = list(image_ids)
+        groups = self._by_shard(image_ids)
+        got = self._scatter(ShardActor.geometries, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()})
+        out: list[bytes | None] = [None] * len(image_ids)
+        for s, pos in groups.items():
+            for p, rec in zip(pos, got[s]):
+                out[p] = rec
+        return out
 
     def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image, or None (see StreamingIndex.thumbnail)."""

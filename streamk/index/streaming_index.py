@@ -229,6 +229,13 @@ class StreamingIndex(Index):
             rec = self._store.geometry_records(txn, [self._store.require_image(txn, image_id).row])[0]
             return None if rec is None else bytes(rec)
 
+    def geometries(self, image_ids: Sequence[str]) -> list[bytes | None]:
+        """The stored local-geometry records of ``image_ids`` (bytes, or None), in one read
+        transaction."""
+        with self._store.read() as txn:
+            recs = self._store.geometry_records(txn, [self._store.require_image(txn, i).row for i in image_ids])
+            return [None if r is None else bytes(r) for r in recs]
+
     def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image (bytes), or None when it has none (only images
         whose writer made one: the HTTP server's uploads)."""

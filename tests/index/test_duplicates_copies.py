@@ -178,6 +178,10 @@ def test_a_sharded_index_gives_the_same_classes_with_pairs_across_shards(index, 
         assert sorted(group["ids"]) == sorted([original, "half", "crop"])
         assert len({shard_of(i, 3) for i in group["ids"]}) > 1  # pairs across shards
         assert [p.to_dict() for p in copies_of(many, "half", neighbours=7)][0]["class"] == "copy"
+        many.add("vector-only", vector=idx.vector(original))  # no geometry
+        ids = idx.ids()[::-1] + ["vector-only", original]  # every shard, out of order, one id twice
+        assert many.geometries(ids) == [idx.geometry(i) for i in ids[:-2]] + [None, idx.geometry(original)]
+        assert idx.geometries(ids[:-2]) == [idx.geometry(i) for i in ids[:-2]] and many.geometries([]) == []
     finally:
         many.close()
     from streamk.cli import main
