@@ -8,7 +8,9 @@ Photos: paris6k-subset's 250 photos (``../shared/data``, or ``STREAMK_SHARED_DAT
 seeded random draw of ``--originals`` of them; each gets one edited copy per edit kind of
 ``bench/copy_edits.py`` (heavy JPEG q10-30; resized to 400-640 px; cropped to 50-90 % of
 the area; a frame or letterbox; a caption band or watermark; gamma, contrast, colour cast,
-saturation; a quarter turn; a mirror image), each kind's parameters drawn at random. The index: the 250
+saturation; a quarter turn; a mirror image; upscaled by 1.05-1.25x, half of them cropped first),
+each kind's parameters drawn at random (the upscale from its own generator, so that the other
+kinds' draws are those of the runs before it was added). The index: the 250
 photos (the hard negatives: 50 photos of each landmark, among them near-identical views of
 one photographer) plus the copies, with T-emb k = 8 GMP learned on 50 of the 250 (the vector only proposes candidates) and the visual
 words of bench/false_verification.py (learned on the 250, cached).
@@ -30,6 +32,7 @@ import shutil
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +54,8 @@ def make_copies(originals, out, seed):
     for p in originals:
         img = Image.open(p).convert("RGB")
         for kind in EDITS:
-            edited, quality, what = apply(kind, img, rng)
+            own = np.random.default_rng([seed, zlib.crc32(p.stem.encode())]) if kind == "upscale" else rng
+            edited, quality, what = apply(kind, img, own)
             cid = f"copy_{kind}_{p.stem}"
             buf = io.BytesIO()
             edited.save(buf, "JPEG", quality=quality)

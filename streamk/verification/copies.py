@@ -38,6 +38,8 @@ A pair is a copy when both hold (:func:`classify_pair`):
    the common frame (a crop, area ratio < SAME_FRAME = 0.9) and holds more than
    MAX_DETAIL_RATIO = 1.25 times the other's pixels per unit of it, it is a zoomed capture
    from the same place, not a crop (copies upscaled by more than 1.25 are not supported).
+   Between MIN_BAND_SCALE = 1.1 and 1.25 a zoomed capture and an upscaled crop are told apart
+   by what the finer view holds beyond the coarser one's resolution (3., after the pixels).
 2. Pixels: the two images, warped by that similarity onto a common grid (the smaller
    image's frame, ``compare_side`` = 128 px on its longer side, from what the index
    stores: its thumbnails, or the source files), agree over the covered region (the cells
@@ -55,6 +57,34 @@ A pair is a copy when both hold (:func:`classify_pair`):
    correlate by 0.01 (1 / sqrt(n)), so any pair above 0.5 is far beyond chance, and the
    threshold separates "the same pixels, edited" from "another capture" rather than
    from noise. ``bench/copy_detection.py`` measures both classes.
+3. Detail beyond the coarser view's limit (:func:`new_detail`), for a crop whose finer view
+   shows the common region at s = 1.1-1.25 times the other's pixels. A copy never holds detail
+   its source lacks: an upscaled crop's spectrum stops at its source's Nyquist limit, 1 / (2 s)
+   cycles per finer pixel; between that and its own limit (1/2) it holds only what the
+   interpolation mirrors back from just below (and its JPEG noise). A closer capture holds the
+   scene's own finer detail there, which a natural image's 1/f spectrum (power 1 / |f|^2,
+   equal power per octave) puts at a predictable level. Measured at full size over the covered
+   region, on Hann-windowed 64-px tiles (Welch), each band between square frequency contours
+   turned as the similarity turns, 5 % apart from the limit (BAND_GUARD), the Nyquist row and
+   column left out:
+   *unexplained*: the finer view's power beyond the limit that the coarser one, sampled onto the
+   finer grid by the similarity (bilinear: it mirrors the same content an upscaling mirrors), does
+   not predict, i.e. its power minus |cross-spectrum|^2 / the prediction's power, the spectra
+   smoothed over 3 x 3 frequency bins (the coherence; a misalignment of half a pixel keeps it);
+   *relative to a natural continuation*: divided by the finer view's power in the octave below
+   the limit, and by the ratio a 1/f image gives on the same bins (:func:`band_ratio`: 1 for a
+   1/f image), then by the coarser view's own such ratio at the same fractions of its own
+   limit (how fast this scene, camera and JPEG lose power near a limit).
+   A closer capture scores what a second camera like the first would hold (the Invalides dome
+   zoomed 1.15x: 0.51); an upscaled crop scores its interpolation's mismatch and its JPEG noise
+   (Paris crops upscaled 1.05-1.25x by Lanczos, bicubic or bilinear and saved at quality 90:
+   0.05-0.15, and 0.38 in one bilinear case of 18 at 1.12x; at quality 30: 0.2-0.3).
+   MIN_NEW_DETAIL = 0.35: above it, more than a third of the detail a natural image would hold
+   beyond the limit is there and unexplained: a zoomed capture, same scene. Not measured, so not
+   applied (the pair keeps rules 1 and 2): scale under MIN_BAND_SCALE (the band is under a tenth
+   of the spectrum and inside the interpolation's transition); pixels that are not at full size
+   (a stored thumbnail, 256 px, has no band above either image's limit; a file larger than
+   PIXELS_SIDE = 1024 px is decoded smaller): such a zoomed capture stays a copy.
 
 *exact*: the same sha256 (:func:`classify_pair` compares the two digests; :func:`same_pixels`
 tells whether two images' bytes decode to equal pixels, for callers that want that too).
@@ -69,9 +99,10 @@ features). ``bench/copy_detection.py`` measures the supported edits.
 
 Cost: per pair one least-squares fit and a grid count (numpy, no Python loop over
 matches), and for the pairs whose geometry passes, two 128-px resamplings and a few
-Gaussian filters (scipy.ndimage): well under a millisecond. Decoding a thumbnail (256 px
-JPEG) is the larger part, a few milliseconds; a source file decoded in JPEG draft mode
-some 10 ms.
+Gaussian filters (scipy.ndimage), a few milliseconds at 1,024 px; the band test, for crops
+at 1.1-1.25x only, one bilinear resampling and some 200 FFTs of 64 x 64 tiles, some 50 ms.
+Decoding a thumbnail (256 px JPEG) takes a few milliseconds; a source file (up to 1,024 px,
+8-bit grey) some 10-20 ms.
 """
 
 from __future__ import annotations
@@ -90,7 +121,12 @@ DEFAULT_MIN_COVERED = 0.75  # "most of the smaller image" (module doc)
 DEFAULT_MIN_AGREEMENT = 0.5  # common part >= differences, 0 dB (module doc)
 DEFAULT_COMPARE_SIDE = 128  # pixels, the longer side of the common grid
 GRID = 8  # cells a side for the covered fraction
-PIXELS_SIDE = 256  # the longer side images are decoded at for the pixel check (as stored thumbnails)
+PIXELS_SIDE = 1024  # the longer side source files are decoded at: the extractor's, full size for the band test
+BAND_PATCH = 64  # pixels a side of the tiles the band spectra are averaged over (Welch)
+BAND_GUARD = 1.05  # frequencies within 5 % of the coarser image's limit belong to neither band (interpolation)
+COHERENCE_BINS = 3  # frequency bins a side the cross-spectrum is smoothed over (a 0.5 px misalignment keeps it)
+MIN_BAND_SCALE = 1.1  # finer / coarser pixels below which the band beyond the coarser's limit is too thin to measure
+MIN_NEW_DETAIL = 0.35  # new detail beyond the coarser image's limit, of its own: a re-capture (module doc)
 LOCAL_MEAN_SIGMA = 1.0  # compare-grid pixels: the band kept is the fine structure
 LOCAL_CONTRAST_SIGMA = 3.0
 MIN_PIXELS = 64  # common grid pixels below which agreement is not computed
@@ -110,7 +146,9 @@ __all__ = [
     "covered_cells",
     "covered_fraction",
     "decode_for_copies",
+    "band_ratio",
     "detail_ratio",
+    "new_detail",
     "fit_similarity",
     "pixel_agreement",
     "precise_inliers",
@@ -269,8 +307,9 @@ def rotate_record_frame(points, size, turns):
 
 # ------------------------------------------------------------------ pixels
 def decode_for_copies(data, name="image", side=PIXELS_SIDE):
-    """An image's bytes as a float32 grey (h, w) array of at most ``side`` pixels a side
-    (JPEG decoded in draft mode: fast), as the stored thumbnails are; or ImageReadError."""
+    """An image's bytes as an 8-bit grey (h, w) array of at most ``side`` pixels a side (a
+    JPEG larger than that decoded in draft mode: fast); or ImageReadError. At the default
+    side an image the extractor saw whole is decoded at full size (the band test needs it)."""
     from ..features import pil_image
 
     Image = pil_image()
@@ -279,7 +318,7 @@ def decode_for_copies(data, name="image", side=PIXELS_SIDE):
             img.draft("L", (side, side))
             img = img.convert("L")
             img.thumbnail((side, side), Image.BILINEAR, reducing_gap=None)
-            return np.asarray(img, np.float32)
+            return np.asarray(img, np.uint8)
     except Exception as exc:  # Pillow raises OSError, ValueError, SyntaxError, ...
         raise ImageReadError(name, f"cannot decode for the copy check ({str(exc) or type(exc).__name__})") from exc
 
@@ -366,6 +405,99 @@ def pixel_agreement(gray_a, size_a, gray_b, size_b, similarity, side=DEFAULT_COM
     return float((a * b).sum() / den) if den > 0 else 0.0
 
 
+# ------------------------------------------------------------------ detail beyond the coarser image's limit
+def _tiles(img, mask, patch=BAND_PATCH):
+    """The non-overlapping (patch, patch) tiles of ``img`` lying wholly in ``mask``, their mean removed."""
+    H, W = img.shape
+    ny, nx = H // patch, W // patch
+
+    def cut(a):
+        return a[: ny * patch, : nx * patch].reshape(ny, patch, nx, patch).swapaxes(1, 2).reshape(-1, patch, patch)
+    t = cut(np.asarray(img, np.float64))[cut(np.asarray(mask, bool)).reshape(-1, patch * patch).all(axis=1)]
+    return t - t.mean(axis=(1, 2), keepdims=True)
+
+
+def _bands(scale, theta, patch=BAND_PATCH):
+    """(beyond, below, 1/f^2 power) on the (patch, patch) FFT grid of the finer image: beyond the
+    coarser image's limit (its Nyquist square, turned by ``theta`` and shrunk by ``scale``, in
+    cycles per finer pixel 1 / (2 scale)) up to the finer's own, and the octave below that limit;
+    BAND_GUARD apart; the finer image's Nyquist row and column left out (aliasing, JPEG blocks)."""
+    f = np.fft.fftfreq(patch)
+    fx, fy = np.meshgrid(f, f)
+    m = np.maximum(np.abs(np.cos(theta) * fx + np.sin(theta) * fy), np.abs(np.cos(theta) * fy - np.sin(theta) * fx))
+    limit = 0.5 / scale
+    interior = (np.abs(fx) < 0.5) & (np.abs(fy) < 0.5)
+    return (interior & (m > limit * BAND_GUARD), interior & (m > limit / 2) & (m <= limit / BAND_GUARD),
+            1.0 / np.maximum(fx * fx + fy * fy, 1e-12))
+
+
+def _window(patch=BAND_PATCH):
+    return np.outer(np.hanning(patch), np.hanning(patch))
+
+
+def band_ratio(gray, scale, theta=0.0, mask=None):
+    """The power of ``gray`` beyond 1 / (2 scale) cycles per pixel (up to its own limit) over the
+    power in the octave below, divided by the same ratio for a 1/f image (power 1 / |f|^2):
+    1 when the spectrum goes on as a natural image's does, 0 when nothing is there (module doc).
+    Hann-windowed tiles of BAND_PATCH pixels wholly inside ``mask`` (None: all), averaged; None
+    when no tile fits."""
+    g = np.asarray(gray)
+    tiles = _tiles(g, np.ones(g.shape, bool) if mask is None else mask)
+    if not len(tiles):
+        return None
+    power = (np.abs(np.fft.fft2(tiles * _window())) ** 2).mean(axis=0)
+    beyond, below, ref = _bands(scale, theta)
+    den = power[below].sum() * ref[beyond].sum()
+    return float(power[beyond].sum() * ref[below].sum() / den) if den > 0 else None
+
+
+def _smooth(a, k=COHERENCE_BINS):
+    from scipy import ndimage
+
+    return ndimage.uniform_filter(a, (1, k, k), mode="wrap")
+
+
+def new_detail(gray_fine, size_fine, gray_coarse, size_coarse, similarity, cells=None):
+    """How much detail the finer image holds beyond the coarser one's limit that the coarser cannot
+    explain, relative to the coarser's own spectrum just below its limit (module doc): ~0 for an
+    upscaled copy, ~0.5-1 for another capture at a closer zoom. ``similarity``: (2, 3) fine -> coarse
+    full-size pixels; cells: (GRID, GRID) bool, the fine image's cells compared. None when it cannot
+    be measured: pixels not at full size (thumbnails), the scale under MIN_BAND_SCALE, no tile."""
+    from scipy import ndimage
+
+    S = np.asarray(similarity, np.float64)
+    fine, coarse = np.asarray(gray_fine), np.asarray(gray_coarse)
+    if fine.shape[::-1] != tuple(size_fine) or coarse.shape[::-1] != tuple(size_coarse):
+        return None  # a thumbnail has no band above the coarser image's limit to look at
+    scale = 1.0 / math.sqrt(abs(np.linalg.det(S[:, :2])))  # fine pixels per coarse pixel
+    if not scale >= MIN_BAND_SCALE:
+        return None
+    theta = math.atan2(S[1, 0], S[0, 0])
+    H, W = fine.shape
+    Y, X = np.mgrid[0:H, 0:W].astype(np.float64)
+    Xc, Yc = S[0, 0] * X + S[0, 1] * Y + S[0, 2], S[1, 0] * X + S[1, 1] * Y + S[1, 2]
+    mask = (Xc >= 1) & (Xc <= coarse.shape[1] - 2) & (Yc >= 1) & (Yc <= coarse.shape[0] - 2)
+    if cells is not None:
+        mask &= np.asarray(cells, bool)[(Y * GRID // H).astype(np.int64), (X * GRID // W).astype(np.int64)]
+    predicted = ndimage.map_coordinates(coarse.astype(np.float64), [Yc, Xc], order=1, mode="nearest")
+    a, b = _tiles(fine, mask), _tiles(predicted, mask)
+    inv = _inverse(S)
+    Yk, Xk = np.mgrid[0:coarse.shape[0], 0:coarse.shape[1]].astype(np.float64)
+    Xf, Yf = inv[0, 0] * Xk + inv[0, 1] * Yk + inv[0, 2], inv[1, 0] * Xk + inv[1, 1] * Yk + inv[1, 2]
+    own = band_ratio(coarse, scale, 0.0, (Xf >= 0) & (Xf <= W - 1) & (Yf >= 0) & (Yf <= H - 1))
+    if not len(a) or not own:
+        return None
+    Fa, Fb = np.fft.fft2(a * _window()), np.fft.fft2(b * _window())
+    cross = Fa * np.conj(Fb)
+    explained = (_smooth(cross.real) ** 2 + _smooth(cross.imag) ** 2) / np.maximum(_smooth(np.abs(Fb) ** 2), 1e-12)
+    unexplained = np.maximum(_smooth(np.abs(Fa) ** 2) - explained, 0.0).mean(axis=0)
+    beyond, below, ref = _bands(scale, theta)
+    power_below = (np.abs(Fa) ** 2).mean(axis=0)[below].sum()
+    if not power_below > 0:
+        return None
+    return float(unexplained[beyond].sum() * ref[below].sum() / (power_below * ref[beyond].sum()) / own)
+
+
 # ------------------------------------------------------------------ the decision
 def _extraction_unit(size):
     """Original pixels per pixel the extractor saw (it reduces the longer side to DEFAULT_MAX_SIDE)."""
@@ -450,5 +582,14 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
         what = "no common pixels" if agreement is None else f"pixels agree {agreement:.2f}"
         return PairClass("same scene", n, covered, agreement, S,
                          f"{what} (a copy: >= {params.min_agreement:.2f}): another capture of the scene")
+    if area_ratio < SAME_FRAME and detail >= MIN_BAND_SCALE:  # an upscaled crop, or a closer capture?
+        fine = ((gray_a, rec_a.image_size, gray_b, rec_b.image_size, S, pairs[inl, :2])
+                if area_a <= float(np.prod(rec_b.image_size)) else
+                (gray_b, rec_b.image_size, gray_a, rec_a.image_size, _inverse(S), pairs[inl, 2:]))
+        extra = new_detail(*fine[:5], covered_cells(fine[1], fine[5]))
+        if extra is not None and extra >= MIN_NEW_DETAIL:
+            return PairClass("same scene", n, covered, agreement, S,
+                             f"the closer view holds detail beyond the other's resolution ({extra:.2f} of a "
+                             f"natural image's, a copy: < {MIN_NEW_DETAIL:.2f}): a zoomed capture, not an upscaled crop")
     return PairClass("copy", n, covered, agreement, S,
                      f"one similarity covers {100 * covered:.0f} % and the pixels agree {agreement:.2f}")

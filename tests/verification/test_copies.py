@@ -233,3 +233,86 @@ def test_the_same_bytes_are_exact(photo_case):
     r = photo_case["record"]
     c = classify_pair(r, r, np.zeros((0, 4)), False, sha_a="ab" * 32, sha_b="ab" * 32)
     assert c.kind == "exact" and c.to_dict()["class"] == "exact"
+
+
+# ---------------------------------------------------------------- detail beyond the coarser view's limit
+def test_band_ratio_is_the_windowed_fft_band_power_of_numpy():
+    """band_ratio against a plain numpy reference (tile by tile, bin by bin), and 1 for 1/f noise."""
+    from streamk.verification.copies import BAND_GUARD, BAND_PATCH, band_ratio
+
+    rng = np.random.default_rng(3)
+    n, scale, theta = 256, 1.2, 0.1
+    f = np.fft.fftfreq(n)
+    amp = 1.0 / np.maximum(np.hypot(*np.meshgrid(f, f)), 1.0 / n)  # 1/f amplitude: power 1/|f|^2
+    img = np.real(np.fft.ifft2(amp * np.exp(2j * np.pi * rng.random((n, n)))))
+    p = BAND_PATCH
+    win = np.outer(np.hanning(p), np.hanning(p))
+    power = np.zeros((p, p))
+    tiles = [img[y:y + p, x:x + p] for y in range(0, n, p) for x in range(0, n, p)]
+    for t in tiles:
+        power += np.abs(np.fft.fft2((t - t.mean()) * win)) ** 2
+    limit, fr = 0.5 / scale, np.fft.fftfreq(p)
+    num = den = rnum = rden = 0.0
+    for i in range(p):
+        for j in range(p):
+            fx, fy = fr[j], fr[i]
+            if abs(fx) >= 0.5 or abs(fy) >= 0.5 or (fx == 0 and fy == 0):
+                continue
+            m = max(abs(np.cos(theta) * fx + np.sin(theta) * fy), abs(np.cos(theta) * fy - np.sin(theta) * fx))
+            if m > limit * BAND_GUARD:
+                num, rnum = num + power[i, j], rnum + 1 / (fx * fx + fy * fy)
+            elif limit / 2 < m <= limit / BAND_GUARD:
+                den, rden = den + power[i, j], rden + 1 / (fx * fx + fy * fy)
+    assert band_ratio(img, scale, theta) == pytest.approx((num / den) / (rnum / rden), rel=1e-9)
+    assert band_ratio(img, scale, theta) == pytest.approx(1.0, abs=0.25)  # a 1/f image goes on as one
+    flat = np.zeros((n, n))
+    flat[:, : n // 2] = 1.0  # the mask keeps only the tiles wholly inside
+    assert band_ratio(img, scale, theta, mask=flat > 0) == pytest.approx(
+        band_ratio(img[:, : n // 2], scale, theta), rel=1e-9)
+
+
+def _two_scales(img, crop, closer, wider):
+    """The scene ``img`` seen wide (all of it, downsampled to ``wider``) and closer (the window
+    ``crop``, downsampled to ``closer``): two captures, each with the detail of its own resolution."""
+    W, H = img.size
+    wide = img.resize((round(W * wider), round(H * wider)), Image.Resampling.LANCZOS)
+    near = img.crop(crop)
+    near = near.resize((round(near.width * closer), round(near.height * closer)), Image.Resampling.LANCZOS)
+    return wide, near
+
+
+def _classify_two(case, img_a, img_b):
+    from streamk.verification import verify_geometry
+
+    qa, ra, ga = case["describe"](img_a)
+    _, rb, gb = case["describe"](img_b)
+    v = verify_geometry(qa, [rb], return_pairs=True)[0]
+    return classify_pair(ra, rb, v.pairs, v.verified, ga, gb)
+
+
+def test_a_crop_upscaled_by_1_2_is_a_copy_and_a_capture_1_2x_closer_is_the_same_scene(photo_case):
+    """One scene (a Paris photo), the wide view at 0.6 of its pixels. The closer view shows a
+    window of it at 0.72 (1.2x the wide view's pixels): downsampled from the scene it holds the
+    scene's detail up to its own limit (a zoomed capture); upscaled from the wide view it holds
+    nothing beyond the wide view's (a copy). Same geometry, same window: only the band differs."""
+    img = photo_case["image"]
+    W, H = img.size
+    window = (int(0.12 * W), int(0.1 * H), int(0.82 * W), int(0.8 * H))
+    wide, near = _two_scales(img, window, closer=0.72, wider=0.6)
+    upscaled = wide.crop(tuple(round(0.6 * v) for v in window))
+    upscaled = upscaled.resize(near.size, Image.Resampling.BICUBIC)
+    copy = _classify_two(photo_case, upscaled, wide)
+    assert copy.kind == "copy", copy
+    zoomed = _classify_two(photo_case, near, wide)
+    assert zoomed.kind == "same scene" and "detail beyond" in zoomed.reason, zoomed
+    assert zoomed.agreement >= 0.5  # the pixels at 128 px cannot tell them apart: the band does
+
+
+def test_new_detail_is_not_measured_on_thumbnails_or_at_small_scales():
+    from streamk.verification.copies import new_detail
+
+    a = _texture(4, 256, 256)
+    half = np.array([[0.8, 0, 0], [0, 0.8, 0]])  # fine -> coarse: the fine view at 1.25x
+    assert new_detail(a[::4, ::4], (256, 256), a, (256, 256), half) is None  # a thumbnail: no band
+    same = np.array([[0.95, 0, 0], [0, 0.95, 0]])
+    assert new_detail(a, (256, 256), a, (256, 256), same) is None  # 1.05x: under MIN_BAND_SCALE
