@@ -75,10 +75,14 @@ A pair is a copy when both hold (:func:`classify_pair`):
    the limit, and by the ratio a 1/f image gives on the same bins (:func:`band_ratio`: 1 for a
    1/f image), then by the coarser view's own such ratio at the same fractions of its own
    limit (how fast this scene, camera and JPEG lose power near a limit).
-   A closer capture scores what a second camera like the first would hold (the Invalides dome
-   zoomed 1.15x: 0.51); an upscaled crop scores its interpolation's mismatch and its JPEG noise
-   (Paris crops upscaled 1.05-1.25x by Lanczos, bicubic or bilinear and saved at quality 90:
-   0.05-0.15, and 0.38 in one bilinear case of 18 at 1.12x; at quality 30: 0.2-0.3).
+   A closer capture scores what a second camera like the first would hold, ~0.5-1 (the
+   Invalides dome shot twice from one spot, 000252 / 000255, 1.15x: 0.53); an upscaled crop
+   scores its interpolation's mismatch and its JPEG noise (000255 warped into 000252's frame,
+   bicubic or bilinear: 0.10-0.14 saved at quality 90, 0.24-0.29 at quality 30). 54 crops of 6
+   Paris photos upscaled 1.12, 1.2, 1.25x by Lanczos, bicubic, bilinear (quality 90): 47 stay
+   copies, 1 bilinear at 1.12x scores 0.38 (same scene), and the 6 at 1.25x of two photos
+   measure 1.3x (MAX_DETAIL_RATIO refuses them, as before). ``bench/copy_detection.py``'s
+   upscale kind measures the recall.
    MIN_NEW_DETAIL = 0.35: above it, more than a third of the detail a natural image would hold
    beyond the limit is there and unexplained: a zoomed capture, same scene. Not measured, so not
    applied (the pair keeps rules 1 and 2): scale under MIN_BAND_SCALE (the band is under a tenth
