@@ -58,6 +58,21 @@ def paris_photos():
     return sorted(d.glob("*.jpg"))
 
 
+def paris_features(ground_truth=False):
+    """(paris6k-subset dataset, database Features, official query Features (cropped)) from the
+    feature cache, and with ``ground_truth`` the full official Paris6k ground truth after them."""
+    from streamk.config import default_cache_dir
+    from streamk.datasets import load_dataset
+    from streamk.datasets.benchmarks import default_data_dir, load_mat_ground_truth
+    from streamk.evaluation.experiment import dataset_features
+
+    ds = load_dataset("paris6k-subset")
+    db, queries = dataset_features(ds, None, default_cache_dir(), 2, False)
+    if not ground_truth:
+        return ds, db, queries
+    return ds, db, queries, load_mat_ground_truth(default_data_dir() / "gt" / "gnd_paris6k.mat", name="paris6k")
+
+
 def machine_info():
     import numba
     import scipy

@@ -32,25 +32,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model, load_str, log, table  # noqa: E402
+from common import cpu_model, load_str, log, paris_features, table  # noqa: E402
 
 import streamk  # noqa: E402,F401  (thread policies before numpy's BLAS loads)
 
 CACHE = Path(os.path.expanduser("~/.cache/streamk/bench"))
 R = 100
-
-
-def paris():
-    """(dataset, database Features, official query Features (cropped), full ground truth)."""
-    from streamk.config import default_cache_dir
-    from streamk.datasets import load_dataset
-    from streamk.datasets.benchmarks import default_data_dir, load_mat_ground_truth
-    from streamk.evaluation.experiment import dataset_features
-
-    ds = load_dataset("paris6k-subset")
-    db, queries = dataset_features(ds, None, default_cache_dir(), 2, False)
-    full = load_mat_ground_truth(default_data_dir() / "gt" / "gnd_paris6k.mat", name="paris6k")
-    return ds, db, queries, full
 
 
 def vectors(db, queries):
@@ -195,7 +182,7 @@ def run_method(qs, method, expand):
 def query_sets():
     from streamk.verification import make_query_record, stored_record
 
-    ds, db, queries, full = paris()
+    ds, db, queries, full = paris_features(ground_truth=True)
     D, Q = vectors(db, queries)
     voc = vocabulary(db)
     records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in db]

@@ -35,26 +35,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model, load_str, log, table  # noqa: E402
+from common import cpu_model, load_str, log, paris_features, table  # noqa: E402
 
 import streamk  # noqa: E402,F401  (thread policies before numpy's BLAS loads)
 
 CACHE = Path(os.path.expanduser("~/.cache/streamk/bench"))
 LANDMARKS = ("defense", "eiffel", "invalides", "louvre", "moulinrouge")
 PER_LANDMARK, OTHERS = 8, 10
-
-
-def paris():
-    """(image ids, Features of the 250 photos, the full Paris6k ground truth)."""
-    from streamk.config import default_cache_dir
-    from streamk.datasets import load_dataset
-    from streamk.datasets.benchmarks import default_data_dir, load_mat_ground_truth
-    from streamk.evaluation.experiment import dataset_features
-
-    ds = load_dataset("paris6k-subset")
-    db, _ = dataset_features(ds, None, default_cache_dir(), 2, False)
-    full = load_mat_ground_truth(default_data_dir() / "gt" / "gnd_paris6k.mat", name="paris6k")
-    return list(ds.image_ids), db, full
 
 
 def small_collection(ids, full, draw, draws):
@@ -136,7 +123,8 @@ def main(argv=None):
     ap.add_argument("--draws", type=int, default=4, help="selections of the small collection (default 4)")
     ap.add_argument("--collections", default="large,small")
     args = ap.parse_args(argv)
-    ids, db, full = paris()
+    ds, db, _, full = paris_features(ground_truth=True)
+    ids = list(ds.image_ids)
     results = {}
     if "large" in args.collections:
         results["large (250 photos)"] = measure("large", vocabulary("250", db), db, ids, full)

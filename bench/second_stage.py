@@ -47,22 +47,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_model, load_str, log, table  # noqa: E402
+from common import cpu_model, load_str, log, paris_features, table  # noqa: E402
 
 import streamk  # noqa: E402,F401  (thread policies before numpy's BLAS loads)
 
 CACHE = Path(os.path.expanduser("~/.cache/streamk/bench"))
 DIM = 64
-
-
-def paris():
-    from streamk.config import default_cache_dir
-    from streamk.datasets import load_dataset
-    from streamk.evaluation.experiment import dataset_features
-
-    ds = load_dataset("paris6k-subset")
-    db, queries = dataset_features(ds, None, default_cache_dir(), 2, False)
-    return ds, db, queries
 
 
 def vocabulary(db):
@@ -170,7 +160,7 @@ def main():
 
     from streamk.verification import stored_record
 
-    ds, db, queries = paris()
+    ds, db, queries = paris_features()
     voc = vocabulary(db)
     records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in db]
     rng = np.random.default_rng(0)

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from streamk.index import StreamingIndex, copies_of, copy_report
+from helpers.copies import invalides_with_copies, sharded_copy
+from streamk.index import copies_of, copy_report
 from streamk.schema import JSON_SCHEMA_VERSION
 
 Image = pytest.importorskip("PIL.Image")
@@ -17,25 +18,8 @@ Image = pytest.importorskip("PIL.Image")
 @pytest.fixture(scope="module")
 def index(paris6k_subset_photos, small_vocabulary, tmp_path_factory):
     """6 Invalides photos (same-landmark negatives) and two edited copies of one of them."""
-    from streamk.config import default_cache_dir
-    from streamk.encoding import Encoder
-    from streamk.features import HessianAffineSift, extract
-
-    photos = [p for p in paris6k_subset_photos if "invalides" in p.name][::8][:6]
-    ex = HessianAffineSift()
-    feats = [extract(p, ex, cache=default_cache_dir()) for p in photos]
-    enc = Encoder(embedding="temb", k=4, aggregation="gmp").fit([f.descriptors for f in feats])
-    tmp = tmp_path_factory.mktemp("copies")
-    img = Image.open(photos[0]).convert("RGB")
-    W, H = img.size
-    img.resize((W // 2, H // 2), Image.Resampling.LANCZOS).save(tmp / "half.jpg", quality=30)
-    img.crop((0, 0, int(0.8 * W), int(0.85 * H))).save(tmp / "crop.jpg", quality=90)
-    idx = StreamingIndex.create(tmp / "ix", enc, vector_dtype="float32", extractor=ex, vocabulary=small_vocabulary)
-    for p in photos:
-        idx.add(p.stem, image_path=str(p))
-    idx.add("elsewhere", image_path=str(paris6k_subset_photos[0]))  # La Defense: no pair with the others
-    idx.add("half", image_path=str(tmp / "half.jpg"))
-    idx.add("crop", image_path=str(tmp / "crop.jpg"))
+    idx, photos = invalides_with_copies(paris6k_subset_photos, small_vocabulary, tmp_path_factory.mktemp("copies"), 6,
+                                        extra=[("elsewhere", paris6k_subset_photos[0])])  # La Defense: no pair
     yield idx, photos[0].stem, photos[0]
     idx.close()
 
@@ -154,20 +138,11 @@ def test_a_sharded_index_gives_the_same_classes_with_pairs_across_shards(index, 
     """The same photos in a 3-shard index: the same pairs, classes and groups as one index
     (pixels from the source files: no thumbnails), copies on other shards than their original;
     ``streamk duplicates`` on it gives the classes."""
-    from streamk.index import ShardedIndex, encoded_image_file, shard_of
+    from streamk.index import shard_of
 
     idx, original, _ = index
-    many = ShardedIndex.create(tmp_path / "many", idx.encoder, shards=3, vector_dtype="float32",
-                               extractor=idx.extractor(), vocabulary=idx.vocabulary)
+    many = sharded_copy(idx, tmp_path / "many", shards=3)
     try:
-        stored = []  # what the one index stored of each photo (its record, vector and geometry)
-        for image_id in idx.ids():
-            info = idx.info(image_id)
-            n = info["n_descriptors"]
-            stored.append(encoded_image_file(image_id, info["source"], info["sha256"], idx.vector(image_id),
-                                             np.zeros((n, 5), np.float32), np.ones(n), info["image_size"],
-                                             geometry=idx.geometry(image_id)))
-        assert many.write_encoded(stored) == ["added"] * len(stored)
         want = copy_report(idx, neighbours=7, progress=False)
         got = copy_report(many, neighbours=7, progress=False)
 

@@ -4,8 +4,8 @@ shard that holds each image), copies made in the test classed copy, other photos
 
 import os
 
-import numpy as np
 import pytest
+from helpers.copies import sharded_copy
 from helpers.server import make_index
 
 Image = pytest.importorskip("PIL.Image")
@@ -21,23 +21,6 @@ def _copies(photos, folder):
     return {"jpeg": folder / "jpeg.jpg", "crop": folder / "crop.png"}
 
 
-def _sharded_copy(single, path, shards):
-    """A ShardedIndex at ``path`` holding what ``single`` stored of each image (record, vector,
-    geometry)."""
-    from streamk.index import ShardedIndex, encoded_image_file
-
-    with ShardedIndex.create(path, single.encoder, shards=shards, vector_dtype="float32",
-                             extractor=single.extractor(), vocabulary=single.vocabulary) as many:
-        stored = []
-        for image_id in single.ids():
-            info = single.info(image_id)
-            n = info["n_descriptors"]
-            stored.append(encoded_image_file(image_id, info["source"], info["sha256"], single.vector(image_id),
-                                             np.zeros((n, 5), np.float32), np.ones(n), info["image_size"],
-                                             geometry=single.geometry(image_id)))
-        assert many.write_encoded(stored) == ["added"] * len(stored)
-
-
 def test_a_sharded_index_serves_the_single_index_duplicate_classes(photos, tmp_path, make_server):
     from streamk.index import StreamingIndex, shard_of
 
@@ -47,7 +30,7 @@ def test_a_sharded_index_serves_the_single_index_duplicate_classes(photos, tmp_p
         for image_id, path in copies.items():
             single.add(image_id, image_path=str(path))
         ids = single.ids()
-        _sharded_copy(single, tmp_path / "three", shards=3)
+        sharded_copy(single, tmp_path / "three", shards=3).close()
     assert len({shard_of(i, 3) for i in ("p0", "jpeg", "crop")}) == 3  # every pair of the group spans shards
     folders = ["--images", os.path.dirname(photos["paths"][0]), "--images", str(tmp_path / "copies")]
     answers = {}

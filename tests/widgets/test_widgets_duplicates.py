@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("ipywidgets")
+from helpers.copies import invalides_with_copies, sharded_copy  # noqa: E402
 Image = pytest.importorskip("PIL.Image")
 
 
@@ -15,25 +16,7 @@ Image = pytest.importorskip("PIL.Image")
 def index(paris6k_subset_photos, small_vocabulary, tmp_path_factory):
     """4 Invalides photos (other captures of one place) and two edited copies of the first:
     a half-size JPEG q30 and a crop. No image keeps a thumbnail: they are made from the files."""
-    from streamk.config import default_cache_dir
-    from streamk.encoding import Encoder
-    from streamk.features import HessianAffineSift, extract
-    from streamk.index import StreamingIndex
-
-    photos = [p for p in paris6k_subset_photos if "invalides" in p.name][::8][:4]
-    ex = HessianAffineSift()
-    feats = [extract(p, ex, cache=default_cache_dir()) for p in photos]
-    enc = Encoder(embedding="temb", k=4, aggregation="gmp").fit([f.descriptors for f in feats])
-    tmp = tmp_path_factory.mktemp("dupview")
-    img = Image.open(photos[0]).convert("RGB")
-    W, H = img.size
-    img.resize((W // 2, H // 2), Image.Resampling.LANCZOS).save(tmp / "half.jpg", quality=30)
-    img.crop((0, 0, int(0.8 * W), int(0.85 * H))).save(tmp / "crop.jpg", quality=90)
-    idx = StreamingIndex.create(tmp / "ix", enc, vector_dtype="float32", extractor=ex, vocabulary=small_vocabulary)
-    for p in photos:
-        idx.add(p.stem, image_path=str(p))
-    idx.add("half", image_path=str(tmp / "half.jpg"))
-    idx.add("crop", image_path=str(tmp / "crop.jpg"))
+    idx, photos = invalides_with_copies(paris6k_subset_photos, small_vocabulary, tmp_path_factory.mktemp("dupview"), 4)
     yield idx, photos[0].stem, [p.stem for p in photos[1:]]
     idx.close()
 
@@ -153,20 +136,10 @@ def encoder_for_errors():
 def test_a_sharded_index_is_shown_alike(index, tmp_path):
     """The same photos in 2 shards (their stored records, vectors and geometry): the same rows
     and groups as on one index."""
-    from streamk.index import ShardedIndex, encoded_image_file
     from streamk.widgets import DuplicatesView
 
     idx, original, _ = index
-    with ShardedIndex.create(tmp_path / "many", idx.encoder, shards=2, vector_dtype="float32",
-                             extractor=idx.extractor(), vocabulary=idx.vocabulary) as many:
-        stored = []
-        for image_id in idx.ids():
-            info = idx.info(image_id)
-            n = info["n_descriptors"]
-            stored.append(encoded_image_file(image_id, info["source"], info["sha256"], idx.vector(image_id),
-                                             np.zeros((n, 5), np.float32), np.ones(n), info["image_size"],
-                                             geometry=idx.geometry(image_id)))
-        assert many.write_encoded(stored) == ["added"] * len(stored)
+    with sharded_copy(idx, tmp_path / "many", shards=2) as many:
         one, sharded = DuplicatesView(idx, neighbours=5), DuplicatesView(many, neighbours=5)
         assert sharded.errors.text == "" and rows(sharded) == rows(one)
         assert groups(sharded) == groups(one) == [sorted([original, "half", "crop"])]
