@@ -246,6 +246,48 @@ def fit_affine(P1, P2, idx, n, model):
 
 
 @njit(cache=True)
+def _clear_model(model):
+    for r in range(6):
+        model[r] = np.nan
+
+
+@njit(cache=True)
+def _usable(model, inv, limits):
+    """A plausible map (scale, anisotropy, tilt: limits[:3]) with its inverse written to inv."""
+    return map_ok(model, limits[0], limits[1], limits[2]) and invert(model, inv)
+
+
+@njit(cache=True)
+def _within_region(model, region, img_w, img_h, min_overlap, scratch):
+    """region_ok, or True when there is no region (not 4 corners) to check."""
+    return region.shape[0] != 4 or region_ok(model, region, img_w, img_h, min_overlap, scratch)
+
+
+@njit(cache=True)
+def _hypothesis_inliers(F1, T1, F2, T2, k, cos_r, sin_r, P1, P2, cq, cd, thr_q2, thr_d2, limits, stamp_q, stamp_d, s,
+                        idx, model, inv):
+    """Correspondence k's hypothesis turned by r (model) and its inliers (idx[:n]).
+    Returns (n, or -1 when the map is implausible or singular; next stamp)."""
+    frame_hypothesis(F1, T1, F2, T2, k, cos_r, sin_r, P1, P2, model)
+    if not _usable(model, inv, limits):
+        return -1, s
+    s += 1
+    return count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx), s
+
+
+@njit(cache=True)
+def _confident(most, T, tried, confidence):
+    """True when ``tried`` hypotheses reach ``confidence`` for the inlier ratio most / T (the
+    stopping rule; confidence 1: never)."""
+    if not (most > 0 and confidence < 1.0):
+        return False
+    eps = most / T
+    if eps >= 1.0:
+        return True
+    return tried >= math.log(1.0 - confidence) / math.log(1.0 - eps)
+
+
+@njit(cache=True)
 def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot_sin, max_hypotheses,
                 lo_iterations, limits, region, img_w, img_h, confidence, stamp_q, stamp_d, stamp0, best_model):
     """Best model of one pair of images: hypotheses from single correspondences (in order of
@@ -257,8 +299,7 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
     Returns (inliers, next stamp). best_model is filled (NaN when no model has 3 inliers)."""
     T = P1.shape[0]
     s = stamp0
-    for r in range(6):
-        best_model[r] = np.nan
+    _clear_model(best_model)
     if T == 0:
         return 0, s
     order = np.argsort(ch, kind="mergesort")
@@ -268,20 +309,13 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
     model = np.empty(6, np.float64)
     inv = np.empty(6, np.float64)
     best = 0
-    max_scale, aniso, tilt, overlap = limits[0], limits[1], limits[2], limits[3]
+    overlap = limits[3]
     scratch = np.empty((20, 2))
-    no_region = region.shape[0] != 4
-    n_hyp = min(T, max_hypotheses)
-    log_fail = math.log(1.0 - confidence) if confidence < 1.0 else -np.inf  # 1: never stop early
-    for h in range(n_hyp):
-        k = order[h]
+    for h in range(min(T, max_hypotheses)):
         for r in range(rot_cos.shape[0]):
-            frame_hypothesis(F1, T1, F2, T2, k, rot_cos[r], rot_sin[r], P1, P2, model)
-            if not map_ok(model, max_scale, aniso, tilt) or not invert(model, inv):
-                continue
-            s += 1
-            n = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
-            if n <= best or not (no_region or region_ok(model, region, img_w, img_h, overlap, scratch)):
+            n, s = _hypothesis_inliers(F1, T1, F2, T2, order[h], rot_cos[r], rot_sin[r], P1, P2, cq, cd, thr_q2, thr_d2,
+                                       limits, stamp_q, stamp_d, s, idx, model, inv)
+            if n <= best or not _within_region(model, region, img_w, img_h, overlap, scratch):
                 continue
             best = n
             best_model[:] = model
@@ -291,23 +325,18 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
             for it in range(lo_iterations):
                 if not fit_affine(P1, P2, cur, ncur, model):
                     break
-                if not map_ok(model, max_scale, aniso, tilt) or not invert(model, inv):
+                if not _usable(model, inv, limits):
                     break
                 s += 1
                 n2 = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx2)
-                if n2 <= best or not (no_region or region_ok(model, region, img_w, img_h, overlap, scratch)):
+                if n2 <= best or not _within_region(model, region, img_w, img_h, overlap, scratch):
                     break
                 best = n2
                 best_model[:] = model
                 ncur = n2
                 cur[:n2] = idx2[:n2]
-        if best > 0 and confidence < 1.0:
-            eps = best / T
-            if eps >= 1.0:
-                break
-            need = log_fail / math.log(1.0 - eps)
-            if h + 1 >= need:
-                break
+        if _confident(best, T, h + 1, confidence):
+            break
     if best >= 3 and lo_iterations > 0:
         # polish: refit on the inliers within a half, then a quarter of the thresholds (the
         # loose threshold admits correspondences a few pixels off, which bias a least-squares
@@ -321,19 +350,18 @@ def ransac_pair(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot
             nt = count_inliers(model, inv, P1, P2, cq, cd, thr_q2 * f, thr_d2 * f, stamp_q, stamp_d, s, idx)
             if not fit_affine(P1, P2, idx, nt, model):
                 break
-            if not map_ok(model, max_scale, aniso, tilt) or not invert(model, inv):
+            if not _usable(model, inv, limits):
                 break
             s += 1
             n2 = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx2)
             if n2 < best - best // 20:  # keeps (nearly) all: within 5 %
                 break
-            if not (no_region or region_ok(model, region, img_w, img_h, overlap, scratch)):
+            if not _within_region(model, region, img_w, img_h, overlap, scratch):
                 break
             best = n2
             best_model[:] = model
     if best < 3:  # one or two correspondences do not determine an affine map: no model
-        for r in range(6):
-            best_model[r] = np.nan
+        _clear_model(best_model)
     return best, s
 
 
@@ -389,6 +417,13 @@ def residual_ratios(model, inv, P1, P2, idx, n, thr_q2, thr_d2, out):
     """out[:n] = the squared error ratios of the correspondences idx[:n], sorted: max(transfer
     error^2 / thr_d2, back-transfer error^2 / thr_q2) (the inlier rule's two tests, as one
     tolerance scaled by sqrt(ratio))."""
+    _unsorted_ratios(model, inv, P1, P2, idx, n, thr_q2, thr_d2, out)
+    out[:n].sort()
+
+
+@njit(cache=True)
+def _unsorted_ratios(model, inv, P1, P2, idx, n, thr_q2, thr_d2, out):
+    """:func:`residual_ratios` in the order of idx[:n]."""
     a, b, c, d, tx, ty = model[0], model[1], model[2], model[3], model[4], model[5]
     ia, ib, ic, id_, itx, ity = inv[0], inv[1], inv[2], inv[3], inv[4], inv[5]
     for r in range(n):
@@ -398,7 +433,6 @@ def residual_ratios(model, inv, P1, P2, idx, n, thr_q2, thr_d2, out):
         fx = ia * P2[k, 0] + ib * P2[k, 1] + itx - P1[k, 0]
         fy = ic * P2[k, 0] + id_ * P2[k, 1] + ity - P1[k, 1]
         out[r] = max((ex * ex + ey * ey) / thr_d2, (fx * fx + fy * fy) / thr_q2)
-    out[:n].sort()
 
 
 @njit(cache=True)
@@ -552,15 +586,7 @@ def score_model(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, p, floor2, stamp_q, 
     k = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
     if k <= MINIMAL_SAMPLE:
         return np.inf, k, 1.0, s
-    a, b, c, d, tx, ty = model[0], model[1], model[2], model[3], model[4], model[5]
-    ia, ib, ic, id_, itx, ity = inv[0], inv[1], inv[2], inv[3], inv[4], inv[5]
-    for r in range(k):
-        j = idx[r]
-        ex = a * P1[j, 0] + b * P1[j, 1] + tx - P2[j, 0]
-        ey = c * P1[j, 0] + d * P1[j, 1] + ty - P2[j, 1]
-        fx = ia * P2[j, 0] + ib * P2[j, 1] + itx - P1[j, 0]
-        fy = ic * P2[j, 0] + id_ * P2[j, 1] + ity - P1[j, 1]
-        ratios[r] = max((ex * ex + ey * ey) / thr_d2, (fx * fx + fy * fy) / thr_q2)
+    _unsorted_ratios(model, inv, P1, P2, idx, k, thr_q2, thr_d2, ratios)
     deleted_ratios(P1, idx, k, fit, n_fit, in_fit, ratios)
     ratios[:k].sort()
     nfa, tol2 = adaptive_nfa_tolerance(ratios, k, P1.shape[0], p, floor2)
@@ -593,8 +619,6 @@ def _lo_round(start, P1, P2, cq, cd, thr_q2, thr_d2, limits, region, img_w, img_
     idx, ratios, fit, in_fit, scratch = work
     inv = np.empty(6, np.float64)
     nxt = np.empty(6, np.float64)
-    max_scale, aniso, tilt, overlap = limits[0], limits[1], limits[2], limits[3]
-    no_region = region.shape[0] != 4
     end = best[2]
     improved = False
     for i in range(LO_STEPS):
@@ -602,12 +626,12 @@ def _lo_round(start, P1, P2, cq, cd, thr_q2, thr_d2, limits, region, img_w, img_
         if not invert(start, inv):
             break
         ok, n, s = refit(start, inv, P1, P2, cq, cd, thr_q2, thr_d2, f2, stamp_q, stamp_d, s, fit, nxt)
-        if not ok or not map_ok(nxt, max_scale, aniso, tilt) or not invert(nxt, inv):
+        if not ok or not _usable(nxt, inv, limits):
             break
         nfa, k, t2, s = score_model(nxt, inv, P1, P2, cq, cd, thr_q2, thr_d2, p, floor2, stamp_q, stamp_d, s, idx,
                                     ratios, fit, n, in_fit)
         start[:] = nxt
-        if k >= best[1] and nfa < best[0] and (no_region or region_ok(nxt, region, img_w, img_h, overlap, scratch)):
+        if k >= best[1] and nfa < best[0] and _within_region(nxt, region, img_w, img_h, limits[3], scratch):
             best_model[:] = nxt
             best[0] = nfa
             best[1] = k
@@ -687,8 +711,7 @@ def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos,
     inliers)."""
     T = P1.shape[0]
     s = stamp0
-    for r in range(6):
-        best_model[r] = np.nan
+    _clear_model(best_model)
     if T == 0:
         return 0, np.inf, 1.0, s
     order = np.argsort(ch, kind="mergesort")
@@ -703,19 +726,11 @@ def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos,
     best = 0  # the kept model's inliers
     best_nfa = np.inf
     most = 0  # the most inliers of any hypothesis or refit: the stopping rule's ratio
-    max_scale, aniso, tilt, overlap = limits[0], limits[1], limits[2], limits[3]
-    no_region = region.shape[0] != 4
-    n_hyp = min(T, max_hypotheses)
-    log_fail = math.log(1.0 - confidence) if confidence < 1.0 else -np.inf  # 1: never stop early
-    for h in range(n_hyp):
-        k = order[h]
+    for h in range(min(T, max_hypotheses)):
         for r in range(rot_cos.shape[0]):
-            frame_hypothesis(F1, T1, F2, T2, k, rot_cos[r], rot_sin[r], P1, P2, model)
-            if not map_ok(model, max_scale, aniso, tilt) or not invert(model, inv):
-                continue
-            s += 1
-            n = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
-            if n <= most or not (no_region or region_ok(model, region, img_w, img_h, overlap, scratch)):
+            n, s = _hypothesis_inliers(F1, T1, F2, T2, order[h], rot_cos[r], rot_sin[r], P1, P2, cq, cd, thr_q2, thr_d2,
+                                       limits, stamp_q, stamp_d, s, idx, model, inv)
+            if n <= most or not _within_region(model, region, img_w, img_h, limits[3], scratch):
                 continue
             most = n
             s = local_optimisation(model, P1, P2, cq, cd, thr_q2, thr_d2, lo_iterations, inner, limits, region, img_w,
@@ -727,16 +742,10 @@ def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos,
                 tol2 = lo[2]
                 best = n2
                 best_model[:] = lo_model
-        if most > 0 and confidence < 1.0:
-            eps = most / T
-            if eps >= 1.0:
-                break
-            need = log_fail / math.log(1.0 - eps)
-            if h + 1 >= need:
-                break
+        if _confident(most, T, h + 1, confidence):
+            break
     if best < 3:  # one or two correspondences do not determine an affine map: no model
-        for r in range(6):
-            best_model[r] = np.nan
+        _clear_model(best_model)
     return best, best_nfa, tol2, s
 
 
