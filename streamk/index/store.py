@@ -96,6 +96,7 @@ One :class:`Store` per process and index; a Store is not thread-safe. Ids are
 LMDB keys, never file names: nothing is written outside the index directory.
 """
 
+import contextlib
 import json
 import os
 import threading
@@ -297,6 +298,18 @@ class _SharedEnvs:
 _SHARED = _SharedEnvs()
 
 
+def _opening_dbs(env):
+    """The transaction to open sub-databases in: on a writable environment, a write one begun
+    here. py-lmdb's own (open_db without a transaction) waits for the write lock holding the
+    GIL: forever, when another thread of this process holds that lock and needs the GIL to
+    finish (a server's writer while a backup opens the index). A read-only environment has no
+    write lock to wait for: py-lmdb's own read transaction (a handle opened in one of ours
+    would close with it)."""
+    if env.flags()["readonly"]:
+        return contextlib.nullcontext()
+    return env.begin(write=True)
+
+
 def unnumbered_image_fields(raw, path, image_id):
     """The JSON object of an image record of format 1 (before rows: ``streamk index upgrade``
     gives it one), or an IndexCorruptError naming the id."""
@@ -356,18 +369,20 @@ class Store:
         self.max_map_size = None if max_map_size is None else int(max_map_size)
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
         self._vector_store = None  # made on first use (Store.vector_store)
-        if create:
-            self._dbs = {name: env.open_db(name.encode(), create=True, **SUBDB_FLAGS.get(name, {}))
-                         for name in SUBDBS + OPTIONAL_SUBDBS}
-        else:  # never create anything in an existing database (it may not be ours); create_optional:
-            # whether the OPTIONAL_SUBDBS are made when absent (default: when writing; the upgrade decides)
-            self._dbs = {name: env.open_db(name.encode(), create=False) for name in SUBDBS}
-            for name in OPTIONAL_SUBDBS:
-                try:
-                    self._dbs[name] = env.open_db(name.encode(), create=not readonly if create_optional is None
-                                                  else create_optional, **SUBDB_FLAGS.get(name, {}))
-                except lmdb.NotFoundError:  # read-only, written by an older streamk: nothing stored
-                    self._dbs[name] = None
+        with _opening_dbs(env) as txn:
+            if create:
+                self._dbs = {name: env.open_db(name.encode(), txn=txn, create=True, **SUBDB_FLAGS.get(name, {}))
+                             for name in SUBDBS + OPTIONAL_SUBDBS}
+            else:  # never create anything in an existing database (it may not be ours); create_optional:
+                # whether the OPTIONAL_SUBDBS are made when absent (default: when writing; the upgrade decides)
+                self._dbs = {name: env.open_db(name.encode(), txn=txn, create=False) for name in SUBDBS}
+                make = not readonly if create_optional is None else create_optional
+                for name in OPTIONAL_SUBDBS:
+                    try:
+                        self._dbs[name] = env.open_db(name.encode(), txn=txn, create=make,
+                                                      **SUBDB_FLAGS.get(name, {}))
+                    except lmdb.NotFoundError:  # read-only, written by an older streamk: nothing stored
+                        self._dbs[name] = None
 
     @property
     def dbs(self):
@@ -476,10 +491,11 @@ class Store:
 
     @staticmethod
     def _check_format(path, env):
-        try:
-            meta = env.open_db(b"meta", create=False)
-        except lmdb.NotFoundError:
-            raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index") from None
+        with _opening_dbs(env) as txn:
+            try:
+                meta = env.open_db(b"meta", txn=txn, create=False)
+            except lmdb.NotFoundError:
+                raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index") from None
         with env.begin() as txn:
             raw = txn.get(b"format", db=meta)
         try:

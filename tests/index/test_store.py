@@ -333,3 +333,40 @@ def test_the_old_names_still_answer_with_a_warning(tmp_path):
     with s.read() as txn, pytest.warns(DeprecationWarning, match="geometry_records"):
         assert second_stage.records_of(s, txn, [3, 4]) == [b"geometry of row 3", None]
     s.close()
+
+
+OPEN_WHILE_WRITING = """
+import sys, threading, time
+from streamk.index.store import Store
+
+path = sys.argv[1]
+writer = Store.open(path)  # this process's writable environment, shared by every Store on the file
+steps, holding = [], threading.Event()
+
+def write():
+    with writer.env.begin(write=True):  # the write lock held while Python work goes on
+        holding.set()
+        for i in range(20):
+            steps.append(i)
+            time.sleep(0.01)
+
+t = threading.Thread(target=write)
+t.start()
+holding.wait(10)
+reader = Store.open(path, readonly=True)  # opens its sub-databases while the lock is held
+t.join(30)
+print(len(steps), t.is_alive())
+"""
+
+
+def test_a_store_opens_while_another_thread_of_the_process_holds_the_write_lock(tmp_path):
+    """py-lmdb's open_db without a transaction waits for the write lock holding the GIL: a
+    server's backup opening the index while its writer thread held a write transaction hung
+    both for good. The open must wait for the lock with the GIL released (or not need it)."""
+    from helpers.processes import run_python
+
+    path = tmp_path / "ix"
+    Store.create(path, {"encoder": b"blob", "vector_dtype": b"float16"}).close()
+    out = run_python("-c", OPEN_WHILE_WRITING, path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["20", "False"]
