@@ -339,7 +339,7 @@ def add_search_commands(sub):
                     help="query expansion with at most N verified results (default 50; 0: off)")
     se.add_argument("--expansion", choices=list(SEARCH_EXPANSIONS), default="aqe",
                     help="average query expansion (default), alpha-QE, or recursive AQE (--expand N "
-                         "verified results more a round, each round's results verified; not sharded)")
+                         "verified results more a round, each round's results verified)")
     se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
     se.add_argument("--json", action="store_true",
                     help="print JSON instead of tables: for one query an array of its results, one per line; for "

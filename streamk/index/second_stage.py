@@ -7,7 +7,8 @@ query expanded with them and searched once more.
                  the query's record (streamk.verification: tentative matches + RANSAC)
     re-rank:     verified rows (verification's decision) first, by inliers
     expand:      q' = normalise(q + sum of the first N verified rows' vectors) (AQE; or alpha-QE;
-                 or recursive AQE: N more verified rows a round, each round's new results verified)
+                 or recursive AQE: N more verified rows a round, each round's new results verified,
+                 on a sharded index by the shard that holds each: verify_on_shard, vectors_on_shard)
     again:       top k + V of q'; the result: the V verified rows, then the rows of the
                  second search that are not among them, k in all
 
@@ -148,8 +149,8 @@ def expanded_results(q, head, rest, params, search_again, again=None):
     best first, else the rest; an id once only, k in all. Written once for one index (ids
     are rows) and for the shards of a sharded index (ids are image ids). The recursive
     expansion also verifies the results of its searches: ``again`` is
-    (verify(ids, scores) -> [Candidate], vectors(ids) -> (n, D)), where the records are
-    (one index; None elsewhere: ConfigError)."""
+    (verify(ids, scores) -> [Candidate], vectors([Candidate]) -> (n, D)), each run where
+    the records and vectors are (one index's read transaction; each id's shard)."""
     k = params.k
     n_expand = min(params.expand_count(), len(head))
     if n_expand and params.expansion == "recursive":
@@ -177,10 +178,14 @@ def recursive_results(q, head, rest, params, search_again, again):
     """(verified, tail) [Candidate] of the recursive expansion
     (:func:`streamk.verification.recursive_expansion`, step ``params.expand_count()``, 50
     averaged in all or one step's worth if more): the verified of the first stage and of
-    its searches by inliers, and the last search's results."""
+    its searches by inliers, and the last search's results.
+
+    What the first stage verified is never verified again: the unverified of its top R,
+    ``rest[:R - len(head)]`` in first-stage order (a sharded index, too, verifies the merged
+    top R by id for it: ShardedIndex._verified_by_id)."""
     if again is None:
-        raise ConfigError("expansion='recursive' verifies the results of its own searches, which a sharded index "
-                          "cannot do yet: use expansion='aqe'")
+        raise ConfigError("expansion='recursive' verifies the results of its own searches: give "
+                          "again=(verify, vectors)")
     verify, vectors = again
     R, known = params.verify_count(), {c.id: c for c in head}
     explained = {c.id: c.explanation for c in rest}
@@ -224,10 +229,53 @@ def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=N
         return verify_candidates(view, txn, ids, id_scores, qrec, params, min_inliers)
 
     def vectors_of(candidates):
-        unread = [c.id for c in candidates if c.vector is None]
-        read = dict(zip(unread, view.vectors_of(txn, np.array(unread, np.int64)))) if unread else {}
-        return np.stack([read[c.id] if c.vector is None else c.vector for c in candidates])
+        return stacked_vectors(candidates, lambda rows: view.vectors_of(txn, np.array(rows, np.int64)))
     return expanded_results(q, head, rest, params, search_again, again=(verify_again, vectors_of))
+
+
+def stacked_vectors(candidates, read):
+    """(n, D): the vectors of ``candidates``, those not carried yet (``vector`` None) read in
+    one call ``read(ids)`` -> (m, D)."""
+    unread = [c.id for c in candidates if c.vector is None]
+    got = dict(zip(unread, read(unread))) if unread else {}
+    return np.stack([got[c.id] if c.vector is None else c.vector for c in candidates])
+
+
+def verify_on_shard(index, image_ids, scores, qrec, params):
+    """A shard's side of the recursive expansion: its ``image_ids`` (results of an expanded
+    search, with their scores) verified against the query's record ``qrec`` in one read
+    transaction of the shard's StreamingIndex ``index``, as :func:`verify_candidates` does
+    on one index: [Candidate] in their order, ids as image ids, the verified ones with
+    their stored vectors (what the expansion may average next). An id removed since the
+    search comes back unverified."""
+    store, view = index.store, index.view
+    with store.read(buffers=True) as txn:
+        records = [store.image(txn, i) for i in image_ids]
+        rows = np.array([-1 if r is None else r.row for r in records], np.int64)
+        found = iter(verify_candidates(view, txn, rows[rows >= 0], np.asarray(scores, np.float32)[rows >= 0], qrec,
+                                       params))
+        out = [next(found)._replace(id=i) if r >= 0 else Candidate(i, float(sc), None, {})
+               for i, r, sc in zip(image_ids, rows.tolist(), np.asarray(scores, np.float32).tolist())]
+        verified = [p for p, c in enumerate(out) if c.explanation.get("verified")]
+        if verified:
+            V = view.vectors_of(txn, rows[verified])
+            for p, v in zip(verified, V):
+                out[p] = out[p]._replace(vector=v)
+    return out
+
+
+def vectors_on_shard(index, image_ids):
+    """(n, D) float32: the stored vectors of a shard's ``image_ids`` (one read transaction);
+    an image removed since it was verified gives zeros, so that it adds nothing to an
+    expanded query."""
+    store = index.store
+    with store.read(buffers=True) as txn:
+        records = [store.image(txn, i) for i in image_ids]
+        rows = np.array([-1 if r is None else r.row for r in records], np.int64)
+        out = np.zeros((len(image_ids), index.dim), np.float32)
+        if (rows >= 0).any():
+            out[rows >= 0] = index.view.vectors_of(txn, rows[rows >= 0])
+    return out
 
 
 def with_vectors(view, txn, head, n):
@@ -241,4 +289,5 @@ def with_vectors(view, txn, head, n):
 
 __all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
            "damaged_records", "expanded_results", "query_record", "records_of", "recursive_results", "second_stage",
-           "verified_first", "verify_candidates", "with_vectors"]
+           "stacked_vectors", "vectors_on_shard", "verified_first", "verify_candidates", "verify_on_shard",
+           "with_vectors"]

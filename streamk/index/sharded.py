@@ -51,7 +51,8 @@ from ..verification import Vocabulary
 from .queries import QueryEncoder
 from .search_params import SearchParams
 from .base import Index
-from .second_stage import Hit, expanded_results, verified_first
+from .second_stage import (Candidate, Hit, expanded_results, stacked_vectors, vectors_on_shard, verified_first,
+                           verify_on_shard)
 from .metadata import check_field
 from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex
@@ -177,6 +178,16 @@ class ShardActor:
     def verified_candidates(self, q, qrec, params):
         with self._lock:
             return self.index.verified_candidates(q, qrec, params)
+
+    def verify_ids(self, image_ids, scores, qrec, params):
+        """The recursive expansion's new results on this shard, verified (second_stage.verify_on_shard)."""
+        with self._lock:
+            return verify_on_shard(self.index, image_ids, scores, qrec, params)
+
+    def vectors_of(self, image_ids):
+        """The stored vectors of this shard's ``image_ids`` (second_stage.vectors_on_shard)."""
+        with self._lock:
+            return vectors_on_shard(self.index, image_ids)
 
     def sample_vectors(self, n, seed):
         with self._lock:
@@ -708,16 +719,52 @@ class ShardedIndex(Index):
         """The second stage where each shard lives: every shard verifies its own first-stage
         top R and sends back its verified images' vectors; their candidates merged into one first-stage order (by score,
         ties by shard, then the shard's order), then the second stage written once
-        (:func:`~streamk.index.second_stage.verified_first`, ``expanded_results``)."""
+        (:func:`~streamk.index.second_stage.verified_first`, ``expanded_results``). The
+        recursive expansion verifies as one index does (:meth:`_verified_by_id`): the merged
+        top R, then each expanded search's new results, on the shards that hold them."""
+        def search_again(q2, n):
+            scores, ids = self.first_stage(q2, n, params=params)
+            return [(i, sc) for i, sc in zip(ids[0], scores[0].tolist()) if i is not None]
+
+        def verify(ids, scores):
+            return self._by_id(ShardActor.verify_ids, ids, lambda pos: ([scores[p] for p in pos], qrec, params))
+
+        def vectors(candidates):
+            return stacked_vectors(candidates, lambda ids: np.stack(self._by_id(ShardActor.vectors_of, ids)))
+        if params.expansion == "recursive":
+            head, rest = self._verified_by_id(q, params, search_again, verify)
+            return [Hit(i, sc, **expl) for i, sc, expl in
+                    expanded_results(q, head, rest, params, search_again, again=(verify, vectors))]
         parts = self._scatter(ShardActor.verified_candidates, {s: (q, qrec, params) for s in range(self.shards)})
         candidates = [c for s in range(self.shards) for c in parts[s]]
         order = np.argsort(-np.array([c.score for c in candidates], np.float32), kind="stable")
         head, rest = verified_first([candidates[i] for i in order])
-
-        def search_again(q2, n):
-            scores, ids = self.first_stage(q2, n, params=params)
-            return [(i, sc) for i, sc in zip(ids[0], scores[0].tolist()) if i is not None]
         return [Hit(i, sc, **expl) for i, sc, expl in expanded_results(q, head, rest, params, search_again)]
+
+    @staticmethod
+    def _verified_by_id(q, params, search_again, verify):
+        """(head, rest) of :func:`~streamk.index.second_stage.verified_first` over the merged
+        first stage's top max(k, R), its first R verified by id on their shards: what one
+        index verifies, so that the recursion, which verifies again what its searches find
+        outside them, gives one index's results (each shard verifying its own top R would
+        verify up to S R images, and the recursion's answers would depend on S)."""
+        found = search_again(q[None, :], max(params.k, params.verify_count()))
+        R = params.verify_count()
+        checked = verify([i for i, _ in found[:R]], [sc for _, sc in found[:R]]) if found[:R] else []
+        return verified_first(checked + [Candidate(i, float(np.float32(sc)), None, {}) for i, sc in found[R:]])
+
+    def _by_id(self, method, image_ids, extra=lambda pos: ()):
+        """[one answer per id] of ``method`` (of ShardActor) called once on each shard that
+        holds some of ``image_ids`` with (its ids, *extra(their positions)), all at once; each
+        call answers a list, one item per id it was given."""
+        image_ids = list(image_ids)
+        groups = self._by_shard(image_ids)
+        got = self._scatter(method, {s: ([image_ids[p] for p in pos], *extra(pos)) for s, pos in groups.items()})
+        out: list[Any] = [None] * len(image_ids)
+        for s, pos in groups.items():
+            for p, answer in zip(pos, got[s]):
+                out[p] = answer
+        return out
 
     def stats(self) -> dict[str, Any]:
         per = self._scatter(ShardActor.stats, {s: () for s in range(self.shards)})

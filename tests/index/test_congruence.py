@@ -231,7 +231,9 @@ def test_filters(index, reference, built, where, mode):
 
 @pytest.mark.parametrize("kwargs", [{}, {"expand": 0}, {"verify": 4, "expand": 1, "k": 3},
                                     {"box": (50, 40, 300, 250), "pairs": True}, {"expansion": "alpha", "k": 12},
-                                    {"where": {"group": "scenes"}, "k": 5}, {"mode": "pq", "rerank": 0}])
+                                    {"where": {"group": "scenes"}, "k": 5}, {"mode": "pq", "rerank": 0},
+                                    {"expansion": "recursive"},
+                                    {"expansion": "recursive", "verify": 4, "expand": 1, "k": 3}])
 def test_the_second_stage_verifies_the_views_of_a_scene(index, reference, kwargs):
     views = scene_views()
     for s in (0, 3):
@@ -245,6 +247,27 @@ def test_the_second_stage_verifies_the_views_of_a_scene(index, reference, kwargs
         assert [h.stage for h in got[:len(verified)]] == ["verified"] * len(verified)
         if kwargs.get("pairs"):
             assert all(h.pairs.shape == (h.inliers, 4) for h in got if h.verified)
+
+
+def test_the_recursive_expansion_verifies_what_its_searches_find(index, reference):
+    """expansion="recursive" (verification of each expanded search's new results, on the
+    shard that holds them): a query whose first-stage top R holds one view of its scene (its
+    vector pulled towards v000's) and whose expanded search holds the other two (brute
+    force); every kind verifies all three, as one index does."""
+    ids, V = stored_vectors()
+    vec, f = scene_views()["scene2-view1"]
+    q = vec + 1.2 * V[0]
+    q /= np.linalg.norm(q)
+    R, views = 8, {f"scene2-view{v}" for v in range(VIEWS)}
+    first = [ids[i] for i in np.argsort(-(V @ q), kind="stable")[:R]]
+    q2 = q + vec / np.linalg.norm(vec)  # the first expanded query: q + the one verified view
+    again = [ids[i] for i in np.argsort(-(V @ q2), kind="stable")[:R]]
+    assert views & set(first) == {"scene2-view1"} and views <= set(again)
+    p = SearchParams(k=8, mode="exact", verify=R, expand=1, expansion="recursive")
+    got = index.search(q, features=f, params=p)
+    assert hits_of(got) == hits_of(reference.search(q, features=f, params=p))
+    assert [h.id for h in got if h.verified][:1] == ["scene2-view1"] and {h.id for h in got if h.verified} == views
+    assert all(h.inliers > 0 for h in got if h.verified)
 
 
 def test_the_second_stage_with_a_stored_record(index, reference):

@@ -170,14 +170,38 @@ def test_a_sharded_index_verifies_where_each_shard_lives(index, collection, tmp_
         assert ing.ingest([str(p) for p in collection["photos"]]).added == N_PHOTOS
     def strip(image_id):  # ingestion names an image by its file name, the index above by its stem
         return image_id.rsplit(".", 1)[0]
-    for expand in (0, 50):
-        one = index.search(str(collection["view"]), k=6, expand=expand, mode="exact")
-        many = sharded.search(str(collection["view"]), k=6, expand=expand, mode="exact")
+    for expand, expansion in ((0, "aqe"), (50, "aqe"), (5, "recursive"), (50, "recursive")):
+        one = index.search(str(collection["view"]), k=6, expand=expand, expansion=expansion, mode="exact")
+        many = sharded.search(str(collection["view"]), k=6, expand=expand, expansion=expansion, mode="exact")
         n = sum(h.verified for h in one)
         assert n >= 1
         assert [(strip(h.id), h.inliers, h.verified) for h in many[:n]] == [(h.id, h.inliers, True) for h in one[:n]]
         assert [strip(h.id) for h in many] == [h.id for h in one]
     sharded.close()
+
+
+def test_a_shard_verifies_the_ids_it_is_given(index, collection):
+    """What a shard answers the recursive expansion: the ids given, in their order, verified
+    as the index's own search verifies them (the view of the source photo: the same inliers),
+    the verified with their stored vectors; an id removed meanwhile unverified, its vector
+    zeros (it adds nothing to an expanded query)."""
+    from streamk.features import extract
+    from streamk.index import SearchParams
+    from streamk.index.second_stage import query_record, vectors_on_shard, verify_on_shard
+
+    src, other = collection["source"].stem, collection["photos"][0].stem
+    qrec = query_record(collection["vocabulary"], extract(collection["view"], collection["extractor"]))
+    got = verify_on_shard(index, [other, "gone", src], [0.1, 0.2, 0.3], qrec, SearchParams())
+    assert [c.id for c in got] == [other, "gone", src]
+    assert np.allclose([c.score for c in got], [0.1, 0.2, 0.3])
+    hits = {h.id: h for h in index.search(str(collection["view"]), k=N_PHOTOS, expand=0, mode="exact")}  # all verified
+    assert hits[src].verified and got[2].explanation["verified"] and got[2].explanation["inliers"] == hits[src].inliers
+    assert np.array_equal(got[2].vector, index.vector(src))
+    assert got[1].explanation == {} and got[1].vector is None
+    assert got[0].explanation["inliers"] == hits[other].inliers
+    assert got[0].explanation["verified"] == hits[other].verified and (got[0].vector is None) != hits[other].verified
+    V = vectors_on_shard(index, [src, "gone", other])
+    assert np.array_equal(V[0], index.vector(src)) and not V[1].any() and np.array_equal(V[2], index.vector(other))
 
 
 def test_cli_search_prints_inliers_and_json_carries_the_explanation(index, collection):

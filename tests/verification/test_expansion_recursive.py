@@ -198,17 +198,23 @@ def test_an_index_search_equals_the_expansion_over_numpy_searches(photo_index, e
     assert [h.inliers for h in got[:len(found)]] == [c for _, c in rx.verified][:k]
 
 
-def test_a_sharded_index_says_it_cannot_yet(photo_index, tmp_path):
+@pytest.mark.parametrize("expand", [1, 50])
+def test_a_sharded_index_runs_it_as_one_index_does(photo_index, tmp_path, expand):
+    """The same photos in 2 shards: expansion='recursive' verifies each expanded search's new
+    results on the shard that holds them, and gives the one index's results (ids, scores,
+    inliers, stages); the one index's equal the numpy recursion (the test above)."""
     from streamk.index import ShardedIndex
     from streamk.pipeline import Ingester
 
-    _, view, ex, voc, encoder, photos = photo_index
+    idx, view, ex, voc, encoder, photos = photo_index
     sharded = ShardedIndex.create(tmp_path / "sh", encoder, 2, vector_dtype="float32", extractor=ex, vocabulary=voc)
     try:
         with Ingester(sharded, workers=1, progress=False) as ing:
-            assert ing.ingest([str(p) for p in photos[:6]]).added == 6
-        assert sharded.search(str(view), k=3, expansion="aqe")
-        with pytest.raises(ConfigError, match="expansion='aqe'"):
-            sharded.search(str(view), k=3, expansion="recursive")
+            assert ing.ingest([str(p) for p in photos]).added == len(photos)
+        params = {"k": 10, "verify": 6, "expand": expand, "expansion": "recursive", "mode": "exact"}
+        one, many = idx.search(str(view), **params), sharded.search(str(view), **params)
+        assert sum(h.verified for h in one) >= 2
+        assert [(h.id.rsplit(".", 1)[0], round(h.score, 5), h.inliers, h.verified, h.stage) for h in many] == \
+            [(h.id, round(h.score, 5), h.inliers, h.verified, h.stage) for h in one]  # ingestion ids: file names
     finally:
         sharded.close()
