@@ -6,6 +6,8 @@ measured in the same run (faiss ``IndexIVFPQ`` / ``IndexPQ``, numpy exact search
     python bench/scale.py                            # 10k, 100k, 1M and 10M codes (an hour or more)
     python bench/scale.py --sizes 10000,100000 --no-codes-only   # minutes
     python bench/scale.py --sizes 1000000 --nlist 4096 --M 64 --workdir /big/disk
+    python bench/scale.py --sizes 100000,1000000 --workdir /big/disk --open-only --trees OLD,NEW
+        # open -> first answer alone, of indexes a run with --keep left there, two streamk trees alternating
 
 Per N (``--vectors scenes``, the default: scenes each seen in SCENE_VIEWS database
 rows, the scene points drawn from ``bench/vectors.py``'s Gaussian mixture with the
@@ -251,12 +253,14 @@ def reply(obj):
 
 
 class Reader:
-    """The parent's handle on a reader process."""
+    """The parent's handle on a reader process (``tree``: the streamk it imports, a source
+    tree put first on its PYTHONPATH; None: this process's)."""
 
-    def __init__(self, path):
+    def __init__(self, path, tree=None):
         t = time.time()
+        env = None if tree is None else dict(os.environ, PYTHONPATH=str(tree))
         self.proc = subprocess.Popen([sys.executable, str(HERE), "--reader", str(path), repr(t)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.first = self._read()
         self.first["parent_spawn_to_first"] = time.time() - t
 
@@ -397,12 +401,15 @@ def recalls(found, truth):
 
 
 # ============================================================== one size
-def drop_page_cache(path):
+def drop_page_cache(path, how="auto"):
     """Drop the index's files from the page cache: the whole cache where permitted (root:
-    ``echo 3 > /proc/sys/vm/drop_caches``), else each file's pages (posix_fadvise
-    DONTNEED; pages another process maps stay). Returns how."""
+    ``echo 3 > /proc/sys/vm/drop_caches``; ``how`` "auto"), else, or with ``how``
+    "fadvise", each file's pages (posix_fadvise DONTNEED; pages another process maps
+    stay). Returns how."""
     os.sync()
     try:
+        if how == "fadvise":
+            raise PermissionError("asked for")
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
         return "drop_caches"
     except OSError:
@@ -415,16 +422,55 @@ def drop_page_cache(path):
         return "fadvise"
 
 
-def cold_and_warm_readers(path):
+def cold_and_warm_readers(path, how="auto", tree=None):
     """(the reader started with the index's pages dropped from the page cache, its first
     answer's times, those of a second reader started then: with the pages the first one
     read still cached); the second is closed."""
-    cold = drop_page_cache(path)
-    reader = Reader(path)
+    cold = drop_page_cache(path, how)
+    reader = Reader(path, tree)
     first = dict(reader.first, cold=cold)
-    warm_reader = Reader(path)
+    warm_reader = Reader(path, tree)
     warm_reader.close()
     return reader, first, warm_reader.first
+
+
+def run_open_only(args):
+    """``--open-only``: open -> first answer of existing indexes (``--workdir``), cold and warm,
+    ``--open-repeats`` times, the source trees of ``--trees`` alternating (each reader a fresh
+    process); medians."""
+    trees = args.trees or [None]
+    rows = []
+    for n in args.sizes:
+        path = Path(args.workdir) / f"ix{n}-{args.vset.name}"
+        if not (path / "data.mdb").exists():
+            sys.exit(f"no index at {path}: build it first (--sizes {n} --workdir {args.workdir} --keep)")
+        got = {str(t): [] for t in trees}
+        for rep in range(args.open_repeats):
+            for tree in trees if rep % 2 == 0 else trees[::-1]:  # ABBA: a load that drifts falls on both
+                reader, first, warm = cold_and_warm_readers(path, args.drop, tree)
+                reader.close()
+                got[str(tree)].append((first, warm))
+                log(f"  N {n:,} tree {tree}: cold {first['open_to_first']:.3f} s (CPU {first['open_to_first_cpu']:.3f}), "
+                    f"spawn -> first {first['parent_spawn_to_first']:.2f} s, warm {warm['open_to_first']:.3f} s; "
+                    f"load {load_str()}")
+        for tree, runs in got.items():
+            med = {key: statistics.median(f[key] for f, _ in runs) for key in
+                   ("open_to_first", "open_to_first_cpu", "parent_spawn_to_first", "start_to_import")}
+            med_warm = {key: statistics.median(w[key] for _, w in runs) for key in
+                        ("open_to_first", "open_to_first_cpu", "parent_spawn_to_first")}
+            rows.append({"n": n, "tree": tree, "cold": runs[0][0]["cold"], "runs": runs, "median": med,
+                         "median_warm": med_warm, "load": load_str()})
+    where = f"[{machine_info()['cpu']}; load {load_str()}] "
+    table(["N", "tree", "page cache", "runs", "cold: open -> first s", "of it CPU s", "spawn -> first s",
+           "warm: open -> first s", "of it CPU s", "spawn -> first s", "each cold open -> first s", "load"],
+          [[f"{r['n']:,}", r["tree"], r["cold"], len(r["runs"]), f"{r['median']['open_to_first']:.3f}",
+            f"{r['median']['open_to_first_cpu']:.3f}", f"{r['median']['parent_spawn_to_first']:.2f}",
+            f"{r['median_warm']['open_to_first']:.3f}", f"{r['median_warm']['open_to_first_cpu']:.3f}",
+            f"{r['median_warm']['parent_spawn_to_first']:.2f}",
+            " ".join(f"{f['open_to_first']:.2f}" for f, _ in r["runs"]), r["load"]] for r in rows],
+          title=where + "Open -> first answer (a reader process each time, the index dropped from the page cache "
+                "before the cold one; warm: a second reader right after), medians")
+    return rows
 
 
 def existing_index(path, n):
@@ -498,7 +544,7 @@ def run_size(args, n, work, rows_out):
     r0.close()
 
     idx.close()  # nothing of the index left mapped here: the reader opens it cold
-    reader, first, warm = cold_and_warm_readers(path)
+    reader, first, warm = cold_and_warm_readers(path, args.drop)
     mem = reader.ask(op="memory")
     out = {"n": n, "nlist": nlist, "M": args.M, "train": n_train, "t_train": t_train,
            "t_train_faiss": t_train_faiss, "rate_first": rate_first, "rate_last": rate_last,
@@ -747,7 +793,15 @@ def parse_args(argv=None):
     p.add_argument("--workdir", default=None, help="where the indexes go (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the indexes")
     p.add_argument("--json", default=None, help="also write every number here")
+    p.add_argument("--open-only", action="store_true", help="only open -> first answer of the indexes already in "
+                   "--workdir (made with --keep), cold and warm")
+    p.add_argument("--open-repeats", type=int, default=3, help="--open-only: readers per tree (medians)")
+    p.add_argument("--trees", default=None, help="--open-only: source trees whose streamk the readers import, "
+                   "alternating (comma-separated; default: this process's)")
+    p.add_argument("--drop", choices=("auto", "fadvise"), default="auto", help="how the index leaves the page "
+                   "cache: auto: drop_caches where permitted, else fadvise; fadvise: its files' pages only")
     args = p.parse_args(argv)
+    args.trees = [Path(t).resolve() for t in args.trees.split(",")] if args.trees else None
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     args.nprobes = [int(x) for x in args.nprobes.split(",") if x]
     args.ks = [int(x) for x in args.ks.split(",") if x]
@@ -769,6 +823,13 @@ def main(argv=None):
     if argv[:1] == ["--codes-only-worker"]:
         return codes_only_main(*(int(x) for x in argv[1:5]), nq=200)
     args = parse_args(argv)
+    if args.open_only:
+        if not args.workdir:
+            sys.exit("--open-only needs --workdir (the indexes a run with --keep left there)")
+        rows = run_open_only(args)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"open": rows}, indent=1, default=str))
+        return
     work = Path(args.workdir or tempfile.mkdtemp(prefix="streamk-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     rows = []

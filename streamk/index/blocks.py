@@ -199,11 +199,12 @@ def _damaged_run(store, epoch, first_block, n_blocks, what):
 
 
 def run_directories(txn, store, epoch, nlist):
-    """{first block: RunDirectory} of the runs of ``epoch`` (each header checked)."""
+    """{first block: RunDirectory} of the runs of ``epoch`` (each header checked). The
+    runs are read with readahead: py-lmdb reads every page of a value it returns."""
     out = {}
     if store.code_runs_db is None:  # an index of an older streamk opened read-only: no runs
         return out
-    with txn.cursor(db=store.code_runs_db) as cur:
+    with store.read_sequentially(), txn.cursor(db=store.code_runs_db) as cur:
         if cur.set_range(epoch_key(epoch, 0)):
             for k, value in cur:
                 e, first = epoch_key_split(k)

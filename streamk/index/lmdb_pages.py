@@ -1,4 +1,5 @@
-"""LMDB's free pages, read from ``data.mdb`` with plain file reads (nothing mapped).
+"""LMDB's pages: the free list, read from ``data.mdb`` with plain file reads (nothing
+mapped); and the map read with readahead around values read whole (:func:`read_sequentially`).
 
 Why: LMDB may end a transaction with its last pages never written. A page allocated and
 freed in the same write transaction is "loose"; ``mdb_page_flush`` skips it and the commit
@@ -20,7 +21,11 @@ The layout is LMDB's, on a 64-bit build (mdb.c: ``MDB_page``, ``MDB_node``, ``MD
   transaction id to an ID list: a count, then that many page numbers (8 bytes each).
 """
 
+import contextlib
+import ctypes
+import os
 import struct
+import sys
 
 P_BRANCH, P_LEAF, P_OVERFLOW, P_LEAF2 = 0x01, 0x02, 0x04, 0x20
 F_BIGDATA = 0x01
@@ -88,3 +93,70 @@ def _read_pages(f, psize, pgno, count, file_pages):
         raise MissingPage(f"page {pgno} (+{count}) lies past the file's {file_pages} whole pages")
     f.seek(pgno * psize)
     return f.read(count * psize)
+
+
+# ------------------------------------------------------------ readahead on the map
+# The environment maps data.mdb with readahead off (py-lmdb ``readahead=False``: LMDB's
+# MADV_RANDOM), so that a random read of a big index does not pull in its neighbours. But
+# py-lmdb touches every page of each value it returns (its ``preload``, GIL released),
+# so a value read whole, or even only looked at, is read page by page: one synchronous disk
+# read, and under load one wait for a core, per 4 KiB (the 16 MB codec at 1M: 4,096; the
+# runs of list-ordered codes: 67 MB). Around the reads of such values the map is read
+# sequentially (MADV_SEQUENTIAL: each fault reads the next readahead window, and the
+# kernel reads ahead of the touches), then random again. Advice only: the bytes are read,
+# and checked, through the map as before.
+MADV_RANDOM, MADV_SEQUENTIAL = 1, 2
+
+
+def _madvise():
+    """libc's madvise (ctypes), or None where there is none (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _madvise()
+
+
+def shared_maps(path):
+    """[(start, end)] of this process's shared mappings of the file ``path`` (matched by
+    device and inode in /proc/self/maps; [] where there is none, or no /proc)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/self/maps") as fh:
+            lines = fh.readlines()
+    except OSError:
+        return []
+    want_ino = str(st.st_ino)
+    out = []
+    for line in lines:
+        parts = line.split(None, 5)
+        if len(parts) < 5 or parts[4] != want_ino or not parts[1].endswith("s"):
+            continue
+        major, minor = (int(x, 16) for x in parts[3].split(":"))
+        if os.makedev(major, minor) != st.st_dev:
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        out.append((lo, hi))
+    return out
+
+
+@contextlib.contextmanager
+def read_sequentially(path):
+    """Within: this process's maps of the file ``path`` are read with readahead
+    (MADV_SEQUENTIAL); after: random again (MADV_RANDOM, what the environment asked for).
+    For values read whole; advice only (nothing on a system without madvise)."""
+    maps = shared_maps(path) if _MADVISE is not None else []
+    for lo, hi in maps:
+        _MADVISE(lo, hi - lo, MADV_SEQUENTIAL)
+    try:
+        yield
+    finally:
+        for lo, hi in maps:
+            _MADVISE(lo, hi - lo, MADV_RANDOM)

@@ -107,9 +107,11 @@ class SearchView:
             blocks = [block for e, block in (epoch_key_split(k) for k in self._epoch_keys(cur, epoch))
                       if block not in covered]
 
+        with s.read_sequentially():  # read whole (py-lmdb reads every page of a value)
+            values = [txn.get(epoch_key(epoch, block), db=s.code_blocks_db) for block in blocks]
+
         def parts():
-            for block in blocks:
-                value = txn.get(epoch_key(epoch, block), db=s.code_blocks_db)
+            for block, value in zip(blocks, values):
                 lists, codes = split_block(checked_block(s, value, epoch, block, M), M, B)
                 yield lists, codes, np.arange(block * B, (block + 1) * B)
             yield tail
@@ -142,8 +144,9 @@ class SearchView:
         full load (each list's bytes checked)."""
         M, s = self.codec.M, self.store
         parts = []
-        for first, d in self.runs.items():
-            value = txn.get(epoch_key(self.epoch, first), db=s.code_runs_db)
+        with s.read_sequentially():  # py-lmdb reads every page of a run it returns
+            values = [txn.get(epoch_key(self.epoch, first), db=s.code_runs_db) for first in self.runs]
+        for (first, d), value in zip(self.runs.items(), values):
             if value is None:  # runs change only with the epoch, which reloads everything
                 raise corrupt(s.path, f"the list-ordered codes of blocks {first}.. (epoch {self.epoch}) are missing")
             parts.append(d.lists_entries(s, value, self.epoch, wanted, M))

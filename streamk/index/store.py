@@ -113,6 +113,7 @@ from ..errors import (DiskFullError, GeometryRecordError, IndexExistsError, Stre
                       NotAnIndexError, ReadOnlyIndexError, UnknownIdError)
 from ..verification import unpack as unpack_geometry
 from .blocks import mark_removed
+from .lmdb_pages import read_sequentially
 from .keys import (MAX_ID_CHARS, MAX_KEY_BYTES, epoch_key, epoch_key_split, id_key, row_from_key, row_key,  # noqa: F401
                    rows_from_keys, rows_of_epoch_keys, seq_from_key, seq_key, validate_id)
 from .metadata import delete_metadata
@@ -410,6 +411,12 @@ class Store:
                          readonly=readonly, create=False, lock=True, readahead=False,
                          max_readers=126)
 
+    def read_sequentially(self):
+        """A context within which values are read from the map with the kernel's readahead
+        (:func:`~streamk.index.lmdb_pages.read_sequentially`): for values read whole, the
+        codec, the runs of codes, the sealed blocks; outside it the map is read page by page."""
+        return read_sequentially(self.path / "data.mdb")
+
     def reader_check(self):
         """Free the reader slots of processes that died holding one (a SIGKILLed reader
         keeps its slot, and with it old pages from reuse, until this runs)."""
@@ -632,8 +639,9 @@ class Store:
             with self.read() as t:
                 value = self.get_meta(key, t)
                 return None if value is None else bytes(value)
-        if key in CHECKED_META:
-            return get_checked_meta(txn, self.meta_db, key, self.path)
+        if key in CHECKED_META:  # read whole, with readahead (the codec: 16 MB at 1M)
+            with self.read_sequentially():
+                return get_checked_meta(txn, self.meta_db, key, self.path)
         return txn.get(key, db=self.meta_db)
 
     def put_meta(self, txn, key, value):

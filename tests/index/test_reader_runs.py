@@ -4,6 +4,8 @@ a reader that reads every code block (an index written before runs), and the ent
 the codec gives the stored vectors, after adds, removals, updates, retraining and reopening;
 an index without runs opens as before and `upgrade` adds them."""
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -211,3 +213,63 @@ def test_verify_names_a_damaged_run_and_repair_makes_it_again(tmp_path, encoder)
     assert check_index(path, progress=False).ok
     with StreamingIndex.open(path) as idx:
         assert_lazy_equals_full(idx)
+
+
+def _map_flags(path):
+    """The kernel's VmFlags of this process's shared maps of ``path``/data.mdb (/proc/self/smaps)."""
+    import os
+
+    st = os.stat(path / "data.mdb")
+    flags, inside = [], False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's first line
+                inside = head[4] == str(st.st_ino) and head[1].endswith("s")
+            elif inside and head[0] == "VmFlags:":
+                flags.append(set(head[1:]))
+    return flags
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps: Linux")
+def test_values_read_whole_are_read_sequentially_then_the_map_is_random_again(tmp_path, encoder, monkeypatch):
+    """The codec and the runs are read with the map's readahead on (MADV_SEQUENTIAL: "sr" in
+    the kernel's flags of the map), and after them the map is read at random again ("rr", as
+    the environment opened it), as the kernel reports it in /proc/self/smaps."""
+    import streamk.index.blocks as blocks
+
+    path = tmp_path / "ix"
+    build(path, encoder).close()
+    seen = []
+    kept = blocks.RunDirectory.__init__
+
+    def noting(self, *args):  # the map's flags while a run is read
+        seen.append(_map_flags(path))
+        kept(self, *args)
+    monkeypatch.setattr(blocks.RunDirectory, "__init__", noting)
+    with StreamingIndex.open(path, readonly=True) as idx:
+        assert _map_flags(path) and all("rr" in f for f in _map_flags(path))
+        idx.search(QUERIES[:2], k=5, nprobe=3)
+        assert seen and all(f and all("sr" in x and "rr" not in x for x in f) for f in seen)
+        assert all("rr" in f and "sr" not in f for f in _map_flags(path))
+
+
+def test_readahead_is_advice_only(tmp_path, encoder, monkeypatch):
+    """The answers with readahead asked for, and without any (no madvise), are the same."""
+    with build(tmp_path / "ix", encoder) as idx, idx.store.read(buffers=True) as txn:
+        with_advice = fresh_view(idx, txn).search(txn, QUERIES, 7, nprobe=3, rerank=20)
+        import streamk.index.lmdb_pages as pages
+        monkeypatch.setattr(pages, "_MADVISE", None)
+        without = fresh_view(idx, txn).search(txn, QUERIES, 7, nprobe=3, rerank=20)
+        np.testing.assert_array_equal(with_advice[1], without[1])
+        np.testing.assert_array_equal(with_advice[0], without[0])
+
+
+def test_a_damaged_codec_is_named_when_read(tmp_path, encoder):
+    """The codec is read with readahead, and still checked whole against its CRC32C."""
+    path = tmp_path / "ix"
+    with build(path, encoder) as idx:
+        idx.store.overwrite_value("meta", b"codec", lambda v: v[:-9] + bytes([v[-9] ^ 0x01]) + v[-8:])
+    with StreamingIndex.open(path, readonly=True) as idx:
+        with pytest.raises(IndexCorruptError, match="codec fails its checksum"):
+            idx.search(QUERIES[:1], k=3, mode="pq")
