@@ -50,6 +50,7 @@ class SearchView:
         self.runs = {}  # {first block: RunDirectory} of the runs whose lists are read as probed
         self.dead = np.zeros(0, np.uint8)  # 1 for removed rows (rows past the end: alive)
         self.vectors = VectorStore(store, dim, vector_dtype)
+        self._vectors_read = False  # since the last full load
         self.row_ids = RowIds(store)
 
     def codec_in_use(self, txn):
@@ -92,6 +93,7 @@ class SearchView:
         B = s.block_rows
         self.dead = removed_rows(txn, s, s.get_int(b"next_row", txn))
         self.row_ids = RowIds(s)  # a repair may have named rows again: read afresh, as they are needed
+        self._vectors_read = False
         if epoch != self.epoch or self.codec is None:
             blob = s.get_meta(b"codec", txn) if epoch else None
             self.codec = IVFPQ.from_bytes(blob) if blob is not None else None
@@ -267,8 +269,11 @@ class SearchView:
         return self.rerank(txn, Q, rows, k)
 
     def vectors_of(self, txn, rows):
-        """Stored vectors (n, D) float32 of rows (each must exist)."""
-        return self.vectors.get(txn, rows)
+        """Stored vectors (n, D) float32 of rows (each must exist); the first read after a
+        full load brings their pages in side by side (:meth:`VectorStore.get`): its pages are
+        likely not cached (a reader's first answer)."""
+        first, self._vectors_read = not self._vectors_read, True
+        return self.vectors.get(txn, rows, side_by_side=first)
 
     def rerank(self, txn, Q, cand, k):
         """The k best of each query's candidate rows (nq, R) by the stored vectors, read

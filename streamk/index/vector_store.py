@@ -17,12 +17,16 @@ Which rows hold an image is not stored here: a row is live from its ``add``
 until it is marked in the ``dead`` bitmaps.
 """
 
+import threading
+
+import lmdb
 import numpy as np
 
 from .integrity import CRC_BYTES, corrupt, crc32c, describe_rows
 from .keys import row_from_key, row_key
 
 BLOCK_BYTES = 16 * 4096 - 16  # 16 overflow pages less LMDB's page header
+WARM_THREADS = 8  # blocks read side by side by VectorStore.warm_blocks
 _CRCS = np.dtype("<u4")
 
 
@@ -122,13 +126,19 @@ class VectorStore:
             txn.delete(key, db=self.db)
 
     # ------------------------------------------------------------ reading
-    def get(self, txn, rows):
+    def get(self, txn, rows, side_by_side=False):
         """Vectors (n, D) float32 of rows (whose blocks must exist): one read per block,
         and of each block only the rows asked for, each checked against its CRC (the
-        values are zero-copy buffers of the map: a re-ranking of R candidates touches R
-        vectors' pages, not R blocks)."""
+        values are zero-copy buffers of the map).
+
+        py-lmdb reads every page of a value it returns, one by one, each waited for: the
+        blocks of R candidates are R x 16 page reads. side_by_side (a reader's first
+        re-ranking, its pages likely not cached): those pages are first brought into the
+        page cache by :meth:`warm_blocks`, several blocks at once."""
         rows = np.asarray(rows, np.int64)
         blocks, where = np.unique(rows // self.block_rows, return_inverse=True)
+        if side_by_side and len(blocks) >= 2 * WARM_THREADS:
+            self.warm_blocks(blocks)
         with txn.cursor(db=self.db) as cur:
             found = cur.getmulti([row_key(b) for b in blocks.tolist()])
         if len(found) != len(blocks):
@@ -151,6 +161,30 @@ class VectorStore:
         if bad:
             raise corrupt(self.store.path, f"the stored vector of {describe_rows(bad)} fails its checksum", rows=bad)
         return out
+
+    def warm_blocks(self, blocks):
+        """Read the values of ``blocks`` in WARM_THREADS threads at once, each in a read
+        transaction of its own, only to bring their pages into the page cache: the disk
+        serves WARM_THREADS reads side by side instead of one (a first re-ranking of 100
+        candidates at 100k, cold, load 8: 250 ms -> 70-90 ms). Nothing read here is used (a
+        thread's snapshot may be newer than the caller's, whose own read is the one checked),
+        errors are ignored (a caller's read will meet them), and every thread has ended when
+        this returns."""
+        keys = [row_key(b) for b in np.asarray(blocks).tolist()]
+
+        def read(share):
+            try:
+                with self.store.env.begin(buffers=True) as txn:
+                    for k in share:
+                        txn.get(k, db=self.db)
+            except lmdb.Error:  # advice only: the caller's own read meets what is wrong
+                pass
+        threads = [threading.Thread(target=read, args=(keys[i::WARM_THREADS],), daemon=True)
+                   for i in range(WARM_THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def scan(self, txn, lo=0, hi=None, live=None, chunk_blocks=64):
         """Yield (rows, vectors (n, D) float32) of rows lo..hi-1, block by block

@@ -273,3 +273,32 @@ def test_a_damaged_codec_is_named_when_read(tmp_path, encoder):
     with StreamingIndex.open(path, readonly=True) as idx:
         with pytest.raises(IndexCorruptError, match="codec fails its checksum"):
             idx.search(QUERIES[:1], k=3, mode="pq")
+
+
+def test_a_first_reranking_reads_its_blocks_side_by_side_and_leaves_no_thread(tmp_path, encoder, monkeypatch):
+    """The first vectors a view reads after a full load have their blocks' pages brought in
+    by threads (each in a transaction of its own), all ended before the read returns; the
+    vectors are those read without them, and those the index stores."""
+    import threading
+
+    import streamk.index.vector_store as vector_store
+    from streamk.index.vector_store import VectorStore
+
+    with build(tmp_path / "ix", encoder, n=1100) as idx, idx.store.read(buffers=True) as txn:
+        view = fresh_view(idx, txn)
+        assert 1090 // view.vectors.block_rows >= 4
+        monkeypatch.setattr(vector_store, "WARM_THREADS", 2)  # a small index: few blocks
+        warmed = []
+        kept = VectorStore.warm_blocks
+        monkeypatch.setattr(VectorStore, "warm_blocks", lambda self, blocks: warmed.append(len(blocks)) or
+                            kept(self, blocks))
+        rows = np.arange(0, 1090, 7)
+        before = threading.active_count()
+        first = view.vectors_of(txn, rows)
+        assert warmed and threading.active_count() == before
+        again = view.vectors_of(txn, rows)  # the pages are cached: read as always
+        assert len(warmed) == 1
+        np.testing.assert_array_equal(first, again)
+        ids = idx.ids()
+        stored = {idx.info(i)["row"]: idx.vector(i) for i in ids}
+        np.testing.assert_array_equal(first, np.stack([stored[int(r)] for r in rows]))
