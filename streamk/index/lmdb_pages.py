@@ -148,11 +148,11 @@ def shared_maps(path):
 
 
 @contextlib.contextmanager
-def read_sequentially(path):
-    """Within: this process's maps of the file ``path`` are read with readahead
-    (MADV_SEQUENTIAL); after: random again (MADV_RANDOM, what the environment asked for).
-    For values read whole; advice only (nothing on a system without madvise)."""
-    maps = shared_maps(path) if _MADVISE is not None else []
+def read_sequentially(maps):
+    """Within: the maps ``maps`` [(start, end)] (:func:`shared_maps` of a file) are read with
+    readahead (MADV_SEQUENTIAL); after: random again (MADV_RANDOM, what the environment
+    asked for). For values read whole; advice only (nothing on a system without madvise)."""
+    maps = maps if _MADVISE is not None else []
     for lo, hi in maps:
         _MADVISE(lo, hi - lo, MADV_SEQUENTIAL)
     try:

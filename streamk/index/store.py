@@ -113,7 +113,7 @@ from ..errors import (DiskFullError, GeometryRecordError, IndexExistsError, Stre
                       NotAnIndexError, ReadOnlyIndexError, UnknownIdError)
 from ..verification import unpack as unpack_geometry
 from .blocks import mark_removed
-from .lmdb_pages import read_sequentially
+from .lmdb_pages import read_sequentially, shared_maps
 from .keys import (MAX_ID_CHARS, MAX_KEY_BYTES, epoch_key, epoch_key_split, id_key, row_from_key, row_key,  # noqa: F401
                    rows_from_keys, rows_of_epoch_keys, seq_from_key, seq_key, validate_id)
 from .metadata import delete_metadata
@@ -370,6 +370,7 @@ class Store:
         self.max_map_size = None if max_map_size is None else int(max_map_size)
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
         self._vector_store = None  # made on first use (Store.vector_store)
+        self._maps = (None, [])  # (map size, this process's maps of data.mdb at that size): read_sequentially
         with _opening_dbs(env) as txn:
             if create:
                 self._dbs = {name: env.open_db(name.encode(), txn=txn, create=True, **SUBDB_FLAGS.get(name, {}))
@@ -415,7 +416,10 @@ class Store:
         """A context within which values are read from the map with the kernel's readahead
         (:func:`~streamk.index.lmdb_pages.read_sequentially`): for values read whole, the
         codec, the runs of codes, the sealed blocks; outside it the map is read page by page."""
-        return read_sequentially(self.path / "data.mdb")
+        size = self.env.info()["map_size"]
+        if self._maps[0] != size:  # a map grown since (by any Store of this process) is mapped anew
+            self._maps = (size, shared_maps(self.path / "data.mdb"))
+        return read_sequentially(self._maps[1])
 
     def reader_check(self):
         """Free the reader slots of processes that died holding one (a SIGKILLed reader
