@@ -199,12 +199,14 @@ def _damaged_run(store, epoch, first_block, n_blocks, what):
 
 
 def run_directories(txn, store, epoch, nlist):
-    """{first block: RunDirectory} of the runs of ``epoch`` (each header checked). The
-    runs are read with readahead: py-lmdb reads every page of a value it returns."""
+    """{first block: RunDirectory} of the runs of ``epoch`` (each header checked). py-lmdb
+    reads every page of a value it returns: the runs' pages are asked for at once first."""
     out = {}
     if store.code_runs_db is None:  # an index of an older streamk opened read-only: no runs
         return out
-    with store.read_sequentially(), txn.cursor(db=store.code_runs_db) as cur:
+    prefix = epoch_key(epoch, 0)[:4]
+    store.will_need(txn, "code_runs", lambda key: key[:4] == prefix)
+    with txn.cursor(db=store.code_runs_db) as cur:
         if cur.set_range(epoch_key(epoch, 0)):
             for k, value in cur:
                 e, first = epoch_key_split(k)

@@ -1,5 +1,6 @@
 """LMDB's pages: the free list, read from ``data.mdb`` with plain file reads (nothing
-mapped); and the map read with readahead around values read whole (:func:`read_sequentially`).
+mapped); and the values of a sub-database found in the map, so that their pages are read
+at once (:func:`big_values`, :func:`will_need`).
 
 Why: LMDB may end a transaction with its last pages never written. A page allocated and
 freed in the same write transaction is "loose"; ``mdb_page_flush`` skips it and the commit
@@ -21,7 +22,6 @@ The layout is LMDB's, on a 64-bit build (mdb.c: ``MDB_page``, ``MDB_node``, ``MD
   transaction id to an ID list: a count, then that many page numbers (8 bytes each).
 """
 
-import contextlib
 import ctypes
 import os
 import struct
@@ -98,14 +98,19 @@ def _read_pages(f, psize, pgno, count, file_pages):
 # ------------------------------------------------------------ readahead on the map
 # The environment maps data.mdb with readahead off (py-lmdb ``readahead=False``: LMDB's
 # MADV_RANDOM), so that a random read of a big index does not pull in its neighbours. But
-# py-lmdb touches every page of each value it returns (its ``preload``, GIL released),
-# so a value read whole, or even only looked at, is read page by page: one synchronous disk
-# read, and under load one wait for a core, per 4 KiB (the 16 MB codec at 1M: 4,096; the
-# runs of list-ordered codes: 67 MB). Around the reads of such values the map is read
-# sequentially (MADV_SEQUENTIAL: each fault reads the next readahead window, and the
-# kernel reads ahead of the touches), then random again. Advice only: the bytes are read,
-# and checked, through the map as before.
-MADV_RANDOM, MADV_SEQUENTIAL = 1, 2
+# py-lmdb touches every page of each value it returns (its ``preload``), so a value read
+# whole, or even only looked at, was read page by page: one synchronous disk read, and under
+# load one wait for a core, per 4 KiB (the 16 MB codec at 1M: 4,096; the runs of
+# list-ordered codes: 67 MB). Before such values are fetched, the reads of exactly their
+# pages are started at once (madvise MADV_WILLNEED): the values are found on their
+# overflow pages by walking the sub-database's B-tree in the map (its few branch and leaf
+# pages), from the root the caller's transaction sees. Advice only: the bytes are read, and
+# checked, through py-lmdb as before; a walk that meets anything unexpected stops.
+MADV_WILLNEED = 3
+PAGE_BYTES = 4096
+# one madvise starts at most max(read_ahead_kb, max_sectors_kb) of reads (8 MB on this
+# machine's disk, 128 KB on some): longer spans are asked for in pieces of this size
+WILLNEED_CHUNK = 256 << 10
 
 
 def _madvise():
@@ -124,39 +129,62 @@ def _madvise():
 _MADVISE = _madvise()
 
 
-def shared_maps(path):
-    """[(start, end)] of this process's shared mappings of the file ``path`` (matched by
-    device and inode in /proc/self/maps; [] where there is none, or no /proc)."""
+def map_base(path):
+    """The address at which this process maps byte 0 of the file ``path`` (a shared map,
+    matched by device and inode in /proc/self/maps), or None."""
     try:
         st = os.stat(path)
         with open("/proc/self/maps") as fh:
             lines = fh.readlines()
     except OSError:
-        return []
-    want_ino = str(st.st_ino)
-    out = []
+        return None
     for line in lines:
         parts = line.split(None, 5)
-        if len(parts) < 5 or parts[4] != want_ino or not parts[1].endswith("s"):
+        if len(parts) < 5 or parts[4] != str(st.st_ino) or not parts[1].endswith("s"):
             continue
         major, minor = (int(x, 16) for x in parts[3].split(":"))
-        if os.makedev(major, minor) != st.st_dev:
-            continue
-        lo, hi = (int(x, 16) for x in parts[0].split("-"))
-        out.append((lo, hi))
-    return out
+        if os.makedev(major, minor) == st.st_dev:
+            return int(parts[0].split("-")[0], 16) - int(parts[2], 16)
+    return None
 
 
-@contextlib.contextmanager
-def read_sequentially(maps):
-    """Within: the maps ``maps`` [(start, end)] (:func:`shared_maps` of a file) are read with
-    readahead (MADV_SEQUENTIAL); after: random again (MADV_RANDOM, what the environment
-    asked for). For values read whole; advice only (nothing on a system without madvise)."""
-    maps = maps if _MADVISE is not None else []
-    for lo, hi in maps:
-        _MADVISE(lo, hi - lo, MADV_SEQUENTIAL)
-    try:
-        yield
-    finally:
-        for lo, hi in maps:
-            _MADVISE(lo, hi - lo, MADV_RANDOM)
+def big_values(base, file_bytes, psize, root, wanted=None):
+    """{key: (address, size)} of the values stored on overflow pages in the B-tree of
+    ``root`` (a sub-database's root page, as a transaction sees it), in the map at ``base``
+    whose first ``file_bytes`` are the file's (no page past them is read); ``wanted(key) ->
+    bool`` keeps some. Reads the tree's
+    branch and leaf pages only; a page out of the file, or whose header is not the page's,
+    stops the walk (what was found so far is returned)."""
+    found, stack, read = {}, [root], 0
+    while stack and read <= file_bytes // psize:
+        pgno = stack.pop()
+        read += 1
+        if pgno == P_INVALID or (pgno + 1) * psize > file_bytes:
+            break
+        page = ctypes.string_at(base + pgno * psize, psize)
+        own, _, flags, lower, _ = _HEADER.unpack_from(page)
+        if own != pgno or flags & P_LEAF2 or not flags & (P_BRANCH | P_LEAF) or lower > psize:
+            break
+        for offset in struct.unpack_from(f"<{(lower - _HEADER.size) // 2}H", page, _HEADER.size):
+            if offset + _NODE.size > psize:
+                return found
+            lo, hi, nflags, ksize = _NODE.unpack_from(page, offset)
+            if flags & P_BRANCH:
+                stack.append(lo | hi << 16 | nflags << 32)
+                continue
+            key = page[offset + _NODE.size:offset + _NODE.size + ksize]
+            if nflags & F_BIGDATA and (wanted is None or wanted(key)):
+                first = _ID.unpack_from(page, offset + _NODE.size + ksize)[0]
+                found[key] = (base + first * psize + _HEADER.size, lo | hi << 16)
+    return found
+
+
+def will_need(spans):
+    """Start reading the map's pages under ``spans`` [(address, length)] in the background
+    (MADV_WILLNEED); nothing on a system without madvise."""
+    if _MADVISE is None:
+        return
+    for address, length in spans:
+        lo, hi = address - address % PAGE_BYTES, address + length
+        for at in range(lo, hi, WILLNEED_CHUNK):
+            _MADVISE(at, min(WILLNEED_CHUNK, hi - at), MADV_WILLNEED)

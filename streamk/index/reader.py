@@ -95,6 +95,8 @@ class SearchView:
         self.row_ids = RowIds(s)  # a repair may have named rows again: read afresh, as they are needed
         self._vectors_read = False
         if epoch != self.epoch or self.codec is None:
+            if epoch:  # read whole (16 MB at 1M): its pages asked for at once
+                s.will_need(txn, "meta", lambda key: key == b"codec")
             blob = s.get_meta(b"codec", txn) if epoch else None
             self.codec = IVFPQ.from_bytes(blob) if blob is not None else None
             self.epoch = epoch
@@ -109,8 +111,10 @@ class SearchView:
             blocks = [block for e, block in (epoch_key_split(k) for k in self._epoch_keys(cur, epoch))
                       if block not in covered]
 
-        with s.read_sequentially():  # read whole (py-lmdb reads every page of a value)
-            values = [txn.get(epoch_key(epoch, block), db=s.code_blocks_db) for block in blocks]
+        keys = {epoch_key(epoch, block) for block in blocks}
+        if keys:  # read whole: their pages asked for at once
+            s.will_need(txn, "code_blocks", keys.__contains__)
+        values = [txn.get(epoch_key(epoch, block), db=s.code_blocks_db) for block in blocks]
 
         def parts():
             for block, value in zip(blocks, values):
@@ -146,8 +150,7 @@ class SearchView:
         full load (each list's bytes checked)."""
         M, s = self.codec.M, self.store
         parts = []
-        with s.read_sequentially():  # py-lmdb reads every page of a run it returns
-            values = [txn.get(epoch_key(self.epoch, first), db=s.code_runs_db) for first in self.runs]
+        values = [txn.get(epoch_key(self.epoch, first), db=s.code_runs_db) for first in self.runs]
         for (first, d), value in zip(self.runs.items(), values):
             if value is None:  # runs change only with the epoch, which reloads everything
                 raise corrupt(s.path, f"the list-ordered codes of blocks {first}.. (epoch {self.epoch}) are missing")

@@ -113,7 +113,7 @@ from ..errors import (DiskFullError, GeometryRecordError, IndexExistsError, Stre
                       NotAnIndexError, ReadOnlyIndexError, UnknownIdError)
 from ..verification import unpack as unpack_geometry
 from .blocks import mark_removed
-from .lmdb_pages import read_sequentially, shared_maps
+from .lmdb_pages import big_values, free_db_root, map_base, will_need
 from .keys import (MAX_ID_CHARS, MAX_KEY_BYTES, epoch_key, epoch_key_split, id_key, row_from_key, row_key,  # noqa: F401
                    rows_from_keys, rows_of_epoch_keys, seq_from_key, seq_key, validate_id)
 from .metadata import delete_metadata
@@ -370,7 +370,7 @@ class Store:
         self.max_map_size = None if max_map_size is None else int(max_map_size)
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
         self._vector_store = None  # made on first use (Store.vector_store)
-        self._maps = (None, [])  # (map size, this process's maps of data.mdb at that size): read_sequentially
+        self._map = (None, None, None)  # (map size, address of byte 0 of data.mdb at that size, page size)
         with _opening_dbs(env) as txn:
             if create:
                 self._dbs = {name: env.open_db(name.encode(), txn=txn, create=True, **SUBDB_FLAGS.get(name, {}))
@@ -412,14 +412,25 @@ class Store:
                          readonly=readonly, create=False, lock=True, readahead=False,
                          max_readers=126)
 
-    def read_sequentially(self):
-        """A context within which values are read from the map with the kernel's readahead
-        (:func:`~streamk.index.lmdb_pages.read_sequentially`): for values read whole, the
-        codec, the runs of codes, the sealed blocks; outside it the map is read page by page."""
+    def will_need(self, txn, name, wanted=None):
+        """Start reading, all at once, the pages of the values of sub-database ``name`` kept on
+        overflow pages (``wanted(key) -> bool``: some of them) as the read transaction ``txn``
+        sees them: for values about to be read whole (the codec, the runs of codes, sealed
+        blocks), which py-lmdb would read page by page, each page waited for
+        (:mod:`~streamk.index.lmdb_pages`). Advice only: nothing is read from it."""
+        record = txn.get(name.encode())  # the sub-database's record in LMDB's main database
+        if record is None or len(record) != 48:
+            return
         size = self.env.info()["map_size"]
-        if self._maps[0] != size:  # a map grown since (by any Store of this process) is mapped anew
-            self._maps = (size, shared_maps(self.path / "data.mdb"))
-        return read_sequentially(self._maps[1])
+        if self._map[0] != size:  # a map grown since (by any Store of this process) is mapped anew
+            self._map = (size, map_base(self.path / "data.mdb"), self.env.stat()["psize"])
+        _, base, psize = self._map
+        try:
+            file_bytes = os.stat(self.path / "data.mdb").st_size
+        except OSError:
+            return
+        if base is not None:  # pages past the map (a file grown since the map was made) are not read
+            will_need(big_values(base, min(file_bytes, size), psize, free_db_root(bytes(record)), wanted).values())
 
     def reader_check(self):
         """Free the reader slots of processes that died holding one (a SIGKILLed reader
@@ -643,9 +654,8 @@ class Store:
             with self.read() as t:
                 value = self.get_meta(key, t)
                 return None if value is None else bytes(value)
-        if key in CHECKED_META:  # read whole, with readahead (the codec: 16 MB at 1M)
-            with self.read_sequentially():
-                return get_checked_meta(txn, self.meta_db, key, self.path)
+        if key in CHECKED_META:
+            return get_checked_meta(txn, self.meta_db, key, self.path)
         return txn.get(key, db=self.meta_db)
 
     def put_meta(self, txn, key, value):

@@ -215,43 +215,61 @@ def test_verify_names_a_damaged_run_and_repair_makes_it_again(tmp_path, encoder)
         assert_lazy_equals_full(idx)
 
 
-def _map_flags(path):
-    """The kernel's VmFlags of this process's shared maps of ``path``/data.mdb (/proc/self/smaps)."""
-    import os
+def _recorded_advice(monkeypatch):
+    """[(address, length, advice)] of every madvise lmdb_pages asks for (a recorder: nothing
+    is asked of the kernel)."""
+    import streamk.index.lmdb_pages as pages
 
-    st = os.stat(path / "data.mdb")
-    flags, inside = [], False
-    with open("/proc/self/smaps") as fh:
-        for line in fh:
-            head = line.split()
-            if "-" in head[0] and len(head) >= 5 and ":" in head[3]:  # a mapping's first line
-                inside = head[4] == str(st.st_ino) and head[1].endswith("s")
-            elif inside and head[0] == "VmFlags:":
-                flags.append(set(head[1:]))
-    return flags
+    asked = []
+    monkeypatch.setattr(pages, "_MADVISE", lambda at, n, advice: asked.append((at, n, advice)) or 0)
+    return asked
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps: Linux")
-def test_values_read_whole_are_read_sequentially_then_the_map_is_random_again(tmp_path, encoder, monkeypatch):
-    """The codec and the runs are read with the map's readahead on (MADV_SEQUENTIAL: "sr" in
-    the kernel's flags of the map), and after them the map is read at random again ("rr", as
-    the environment opened it), as the kernel reports it in /proc/self/smaps."""
-    import streamk.index.blocks as blocks
+def _covered(asked, lo, hi):
+    """Whether addresses lo:hi lie inside the spans asked for."""
+    reach = lo
+    for a, b in sorted((at, at + n) for at, n, _ in asked):
+        if a <= reach < b:
+            reach = max(reach, b)
+    return reach >= hi
 
-    path = tmp_path / "ix"
-    build(path, encoder).close()
-    seen = []
-    kept = blocks.RunDirectory.__init__
 
-    def noting(self, *args):  # the map's flags while a run is read
-        seen.append(_map_flags(path))
-        kept(self, *args)
-    monkeypatch.setattr(blocks.RunDirectory, "__init__", noting)
-    with StreamingIndex.open(path, readonly=True) as idx:
-        assert _map_flags(path) and all("rr" in f for f in _map_flags(path))
-        idx.search(QUERIES[:2], k=5, nprobe=3)
-        assert seen and all(f and all("sr" in x and "rr" not in x for x in f) for f in seen)
-        assert all("rr" in f and "sr" not in f for f in _map_flags(path))
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/maps: Linux")
+def test_values_read_whole_are_asked_for_at_once_and_nothing_else(tmp_path, encoder, monkeypatch):
+    """Before a full load reads the codec and the runs (py-lmdb reads a value page by page),
+    the reads of their pages are asked for (MADV_WILLNEED), found by walking the B-trees in
+    the map; the spans are checked against the addresses py-lmdb gives for those values, and
+    no span reaches past a page beyond them."""
+    with build(tmp_path / "ix", encoder, M=64) as idx, idx.store.read(buffers=True) as txn:
+        asked = _recorded_advice(monkeypatch)
+        view = fresh_view(idx, txn)
+        assert asked and all(advice == 3 for _, _, advice in asked)  # MADV_WILLNEED
+        values = [txn.get(b"codec", db=idx.store.meta_db)]
+        values += [txn.get(epoch_key(view.epoch, first), db=idx.store.code_runs_db) for first in view.runs]
+        spans = [(np.frombuffer(v, np.uint8).ctypes.data, len(v)) for v in values]
+        assert all(n > 4096 for _, n in spans)  # values on overflow pages
+        for at, n in spans:
+            assert _covered(asked, at, at + n)
+        for at, n, _ in asked:  # each span asked for lies within one of them (to its page)
+            assert any(a - a % 4096 <= at and at + n <= a + m for a, m in spans), (at, n)
+
+
+def test_the_walk_of_a_damaged_tree_stops(tmp_path, encoder):
+    """big_values stops at a page that is not the tree's (its header names another page, or
+    it lies past the file) and returns what it found: advice only, never an error."""
+    from streamk.index.lmdb_pages import big_values, free_db_root, map_base
+
+    with build(tmp_path / "ix", encoder, M=64) as idx, idx.store.read(buffers=True) as txn:
+        path = idx.store.path / "data.mdb"
+        base, size = map_base(path), path.stat().st_size
+        root = free_db_root(bytes(txn.get(b"code_runs")))
+        found = big_values(base, size, 4096, root)
+        assert len(found) == len(fresh_view(idx, txn).runs)
+        assert big_values(base, size, 4096, size // 4096 + 5) == {}  # past the file
+        assert big_values(base, size, 4096, root, lambda key: False) == {}
+        runs = sorted(found.values())
+        first_overflow = (runs[0][0] - base) // 4096  # an overflow page: not a tree page
+        assert big_values(base, size, 4096, first_overflow) == {}
 
 
 def test_readahead_is_advice_only(tmp_path, encoder, monkeypatch):
