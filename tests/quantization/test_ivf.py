@@ -289,6 +289,25 @@ def test_probes_and_tables_of_a_batch_are_those_of_its_queries(trained):
     np.testing.assert_array_equal(codec.probe(Q, 5)[0], np.argsort(d2, axis=1, kind="stable")[:, :5])
 
 
+def test_probe_ties_go_to_the_smaller_list(trained):
+    """Equal centroids give equal criteria: the probes are a stable sort by distance
+    (ties by list number). Entries in multiples of 1/8: every sum below is exact in float32."""
+    _, codec = trained
+    tied = IVFPQ.from_bytes(codec.to_bytes())
+    rng = np.random.default_rng(3)
+    C = rng.integers(-2, 3, (16, 64)).astype(np.float32) / 8
+    C[[5, 9, 12]] = C[2]
+    C[[7, 14]] = C[0]
+    tied.centroids_ = C
+    Q = rng.integers(-2, 3, (24, 64)).astype(np.float32) / 8
+    Q[:4] = C[2]
+    Q[4:8] = C[0] + C[2]
+    C64 = C.astype(np.float64)
+    crit = Q.astype(np.float64) @ C64.T - 0.5 * (C64 ** 2).sum(1)  # argmax of this is argmin |q - c|^2
+    for P in (1, 2, 3, 4, 7, 16):
+        np.testing.assert_array_equal(tied.probe(Q, P)[0], np.argsort(-crit, axis=1, kind="stable")[:, :P])
+
+
 @pytest.mark.parametrize("M", [3, 8, 12, 16, 64])
 @pytest.mark.parametrize("k", [1, 10, 100])
 def test_scan_scores_are_the_float32_sums_in_order(M, k):
