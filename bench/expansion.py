@@ -1,7 +1,7 @@
 """Query expansion over verified images (+SP+QE) at expand 5, 10, 20 and 50, on two
 query sets of paris6k-subset, for each expansion streamk offers.
 
-    python bench/expansion.py [--expand 5,10,20,50] [--methods aqe,recursive]
+    python bench/expansion.py [--expand 5,10,20,50] [--methods aqe,recursive] [--max-verifications 25,100]
 
 Vectors: T-emb k = 16 + GMP, no RN, seed 0, learned on the 250 photos (the row
 ``T-emb k=16 + gmp +SP+QE`` of ``streamk eval --dataset paris6k-subset --vocab-size 16``);
@@ -83,11 +83,22 @@ def every_photo_queries(ds, full):
     return out
 
 
+def verification_code():
+    """The bytes of streamk.verification's modules but the expansion's: a cached decision is
+    reused only while the code that made it is unchanged."""
+    import streamk.verification as package
+
+    root = Path(package.__file__).parent
+    return b"".join(p.read_bytes() for p in sorted(root.glob("*.py")) if p.name != "expansion.py")
+
+
 def verification_matrix(name, voc, qrecs, boxes, records):
-    """(inliers, verified): (Q, N) of every query against every database record, cached."""
+    """(inliers, verified): (Q, N) of every query against every database record, cached
+    (keyed by the records, the boxes and the verification code)."""
     from streamk.verification import verify_geometry
 
-    key = hashlib.sha1(b"".join(bytes(r) for r in records[:5]) + repr(boxes).encode()).hexdigest()[:12]
+    key = hashlib.sha1(b"".join(bytes(r) for r in records[:5]) + repr(boxes).encode()
+                       + verification_code()).hexdigest()[:12]
     path = CACHE / f"expansion-verified-{name}-{key}.npz"
     if path.exists():
         z = np.load(path)
@@ -140,11 +151,12 @@ class QuerySet:
         return verify
 
 
-def plus_sp_qe(qs, i, method, expand, counter):
+def plus_sp_qe(qs, i, method, expand, counter, budget):
     """The +SP+QE ranking of query i: its first stage's top R verified, expanded by ``method``:
     "aqe" (one AQE over the first ``expand`` verified), "recursive" (step ``expand``),
     "recursive-capped" (recursive AQE that averages ``expand`` images in all) or
-    "rounds-only" (the recursion's rounds over the first stage's verified, nothing new verified)."""
+    "rounds-only" (the recursion's rounds over the first stage's verified, nothing new verified);
+    ``budget``: the recursion's new verifications, at most."""
     from streamk.verification import average_query_expansion, recursive_expansion
 
     search, verify = qs.searcher(i, counter), qs.verifier(i, counter)
@@ -160,18 +172,18 @@ def plus_sp_qe(qs, i, method, expand, counter):
     else:
         rx = recursive_expansion(qs.Q[i], head, lambda ids: qs.D[np.asarray(ids, np.int64)], search,
                                  None if method == "rounds-only" else verify,
-                                 step=expand, checked=rows[:R].tolist(),
+                                 step=expand, checked=rows[:R].tolist(), max_verifications=budget,
                                  **({"top": expand} if method == "recursive-capped" else {}))
         found, results = [r for r, _ in rx.verified], rx.results
     return found + [r for r, _ in results if r not in set(found)]
 
 
-def run_method(qs, method, expand):
+def run_method(qs, method, expand, budget):
     """(mAP, mean extra searches, mean extra verifications) of one expansion on a query set."""
     aps, extra_s, extra_v = [], [], []
     for i in range(len(qs.Q)):
         counter = {"searches": 0, "verifications": 0}
-        ranking = plus_sp_qe(qs, i, method, expand, counter)
+        ranking = plus_sp_qe(qs, i, method, expand, counter, budget)
         pos, junk = qs.gt[i]
         aps.append(average_precision(np.asarray(ranking, np.int64), pos, junk))
         extra_s.append(counter["searches"] - 1)
@@ -203,17 +215,25 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--expand", default="5,10,20,50", help="verified images averaged, at most (comma list)")
     p.add_argument("--methods", default="aqe,recursive,recursive-capped", help="expansions (comma list)")
+    p.add_argument("--max-verifications", default=None,
+                   help="the recursion's new verifications per query, at most (comma list: a row each; default: "
+                        "the index's, streamk.index.second_stage.recursive_budget(R))")
     args = p.parse_args()
+    from streamk.index.second_stage import recursive_budget
+
     sets = query_sets()
     rows = []
+    budgets = [int(b) for b in (args.max_verifications or str(recursive_budget(R))).split(",")]
     for method in args.methods.split(","):
-        for qs in sets:
-            cells, cost = [], []
-            for n in (int(x) for x in args.expand.split(",")):
-                m, s, v = run_method(qs, method, n)
-                cells.append(f"{m:.1f}")
-                cost.append(f"{s:.1f} / {v:.0f}")
-            rows.append([method, qs.name, *cells, ", ".join(cost)])
+        for budget in (budgets if method.startswith("recursive") else budgets[:1]):
+            for qs in sets:
+                cells, cost = [], []
+                for n in (int(x) for x in args.expand.split(",")):
+                    m, s, v = run_method(qs, method, n, budget)
+                    cells.append(f"{m:.1f}")
+                    cost.append(f"{s:.1f} / {v:.0f}")
+                name = f"{method} (<= {budget} new)" if method.startswith("recursive") else method
+                rows.append([name, qs.name, *cells, ", ".join(cost)])
     table(["expansion", "queries", *[f"expand {n}" for n in args.expand.split(",")],
            "extra searches / verifications per query"], rows,
           title=f"+SP+QE mAP, paris6k-subset T-emb k = 16 GMP seed 0, R = {R}; CPU {cpu_model()}; load {load_str()}")

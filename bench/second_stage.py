@@ -1,7 +1,8 @@
 """The second stage's cost per query at R = 100, at 10k and at 1M images, beside the first
 stage's and beside OpenCV's matcher + RANSAC on the same pairs, measured in one run.
 
-    python bench/second_stage.py [--sizes 10000,1000000] [--queries 12] [--R 100] [--expansions aqe,recursive]
+    python bench/second_stage.py [--sizes 10000,1000000] [--queries 12] [--R 100]
+                                 [--expansions aqe,recursive,recursive:1.0] [--expand 50]
 
 Index: N rows; row i holds the real local-geometry record of Paris photo i mod 250
 (paris6k-subset, Hessian-affine, the default vocabulary of 64 x 64 visual words learned on
@@ -32,7 +33,8 @@ With ``--expansions`` (a comma list), the warm second stage of each query runs o
 expansion, one after the other (alternated query by query, so that the load weighs on
 each alike), and a second table gives each one's CPU ms beside the first's. The vectors
 are random here, so an expanded search finds rows the first stage did not: the
-recursive expansion then verifies as many new rows as it may (R), its worst case.
+recursive expansion then verifies as many new rows as it may, its worst case: R times
+``streamk.index.second_stage.RECURSIVE_VERIFICATIONS``, or times S for ``recursive:S``.
 
 Prints, never asserts; the CPU model and the load average are in the table's title.
 """
@@ -127,7 +129,8 @@ def parse_args():
     p.add_argument("--R", type=int, default=100)
     p.add_argument("--opencv-pairs", type=int, default=20, help="pairs timed with OpenCV per query")
     p.add_argument("--expansions", default="aqe", help="expansions timed alternately (comma list; the first "
-                                                        "fills the main table)")
+                                                        "fills the main table; recursive:S: at most S R new "
+                                                        "verifications)")
     p.add_argument("--expand", type=int, default=50, help="verified results in the expanded query (per round)")
     return p.parse_args()
 
@@ -135,9 +138,13 @@ def parse_args():
 def timed_second_stage(idx, voc, qf, q, box, args, mode, expansion):
     """(first stage ms, second stage ms, its CPU ms, the first stage's rows) of one query, in
     one read transaction."""
+    import streamk.index.second_stage as stage
     from streamk.index import SearchParams
     from streamk.index.second_stage import query_record, second_stage
 
+    expansion, _, share = expansion.partition(":")
+    default_share = stage.RECURSIVE_VERIFICATIONS
+    stage.RECURSIVE_VERIFICATIONS = float(share) if share else default_share
     with idx.store.read(buffers=True) as txn:
         idx.view.refresh(txn)
         t0 = time.perf_counter()
@@ -147,6 +154,7 @@ def timed_second_stage(idx, voc, qf, q, box, args, mode, expansion):
         second_stage(idx.view, txn, q[0], r[0], s[0], qrec, SearchParams(
             k=10, verify=args.R, expand=args.expand, expansion=expansion, box=box), mode=mode)
         t2, c2 = time.perf_counter(), time.thread_time()
+    stage.RECURSIVE_VERIFICATIONS = default_share
     return 1000 * (t1 - t0), 1000 * (t2 - t1), 1000 * (c2 - c1), r[0]
 
 

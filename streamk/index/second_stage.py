@@ -29,6 +29,15 @@ from ..verification import DEFAULT_TOP, recursive_expansion
 from ..verification import DEFAULT_MIN_INLIERS
 from .search_params import DEFAULT_EXPAND, DEFAULT_VERIFY, EXPANSIONS
 
+# the recursive expansion's new verifications per query, at most, as a share of R: the
+# second stage then verifies at most 1.1 R images, whatever its searches find. Chosen for
+# the cost target (<= 30 ms per query at R = 100, one core; AQE's second stage 23.9 ms):
+# in bench/second_stage.py's worst case (random rows: every expanded search brings new
+# ones, 4 searches) a share of 0.1 cost 1.05-1.10x AQE, 0.2 1.16-1.22x, 0.25 1.25x, 1.0
+# 1.74x (2026-11-26, 10k rows, load 8-12), leaving 0.1 the only one with a margin for load
+# and machines
+RECURSIVE_VERIFICATIONS = 0.1
+
 
 class Hit(tuple):
     """One result: ``(id, score)`` as before (it unpacks and compares as that pair), and
@@ -202,13 +211,20 @@ def recursive_results(q, head, rest, params, search_again, again):
         explained.update((c.id, c.explanation) for c in checked)
         return [(c.explanation.get("inliers") or 0, bool(c.explanation.get("verified"))) for c in checked]
 
+    checked = [c.id for c in rest[:max(0, R - len(head))]]  # the first stage's unverified top R
+    top = max(DEFAULT_TOP, params.expand_count())  # a larger step: one round as AQE's
     rx = recursive_expansion(q, [(c.id, c.explanation["inliers"]) for c in head],
                              lambda ids: vectors([known[i] for i in ids]), search, verify_ids,
-                             step=params.expand_count(), checked=[c.id for c in rest[:max(0, R - len(head))]], window=R,
-                             max_verifications=R,  # rest[:R - len(head)]: the first stage's unverified top R
-                             top=max(DEFAULT_TOP, params.expand_count()))  # a larger step: one round as AQE's
+                             step=params.expand_count(), checked=checked, window=R,
+                             max_verifications=recursive_budget(R), top=top)
     tail = [Candidate(i, sc, None, {**explained.get(i, {}), "stage": "expanded"}) for i, sc in rx.results]
     return [known[i] for i, _ in rx.verified], tail
+
+
+def recursive_budget(R):
+    """The recursive expansion's new verifications per query, at most, for R first-stage ones
+    (:data:`RECURSIVE_VERIFICATIONS` of R, rounded up)."""
+    return int(np.ceil(RECURSIVE_VERIFICATIONS * R))
 
 
 def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=None, min_inliers=DEFAULT_MIN_INLIERS):
@@ -288,6 +304,7 @@ def with_vectors(view, txn, head, n):
 
 
 __all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
-           "damaged_records", "expanded_results", "query_record", "records_of", "recursive_results", "second_stage",
+           "RECURSIVE_VERIFICATIONS", "damaged_records", "expanded_results", "query_record", "records_of",
+           "recursive_budget", "recursive_results", "second_stage",
            "stacked_vectors", "vectors_on_shard", "verified_first", "verify_candidates", "verify_on_shard",
            "with_vectors"]

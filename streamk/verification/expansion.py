@@ -17,17 +17,18 @@ Expansion uses verified images only unless asked (``include_unverified``): see
 by the first stage (by the recursive expansion, once per round).
 
 Why recursive AQE. AQE over N verified images loses quality as N drops (paris6k-subset
-GMP k = 16: 84.3 mAP at N = 50, 81.5 at N = 5): none of the verified images is wrong;
-five simply carry less than the fifteen or so a query's top 100 verifies. Recursion
-keeps N as the step: each round adds at most N verified images, the ones with the most
-inliers first (Chum et al.'s queue keyed by inliers), searches, and verifies the new
-results of that search, so that an image the first stage ranked too low to verify
-can still join. It stops as the paper's does, when no verified image is left to add or
-50 are averaged, and within bounds on work: at most :data:`RECURSIVE_ROUNDS` expanded
-searches and R new verifications (the first stage's R, so that verification at most
-doubles). Discriminative QE (Arandjelovic & Zisserman 2012) and weights from the
-verification's evidence change how the N images count, not how many there are, so
-neither recovers what N = 5 leaves out; alpha-QE collapses with GMP similarities of
+GMP k = 16: 84.6 mAP at N = 50, 83.3 at N = 5; recursive 84.5 at N = 5): none of the
+verified images is wrong; five simply carry less than the fifteen or so a query's top 100
+verifies. Recursion keeps N as the step: each round adds at most N verified images, the
+ones with the most inliers first (Chum et al.'s queue keyed by inliers), searches, and
+verifies the new results of that search, so that an image the first stage ranked too low
+to verify can still join. It stops as the paper's does, when no verified image is left to
+add or 50 are averaged, and within bounds on work: at most :data:`RECURSIVE_ROUNDS`
+expanded searches and ``max_verifications`` new verifications (an index's search allows
+R / 10: ``streamk.index.second_stage.RECURSIVE_VERIFICATIONS``, for the cost target).
+Discriminative QE (Arandjelovic & Zisserman 2012) and weights from the verification's
+evidence change how the N images count, not how many there are, so neither recovers what
+N = 5 leaves out; alpha-QE collapses with GMP similarities of
 0.1-0.3 (cubed, they weigh the expanded images at 0.001-0.03).
 """
 
@@ -43,8 +44,9 @@ from .spatial import DEFAULT_R
 
 DEFAULT_ALPHA = 3.0  # Radenovic et al. 2018
 DEFAULT_TOP = 50  # verified results averaged, at most (Chum et al. 2007: "m < 50"; recursive AQE stops at 50)
-# expanded searches of one recursive expansion, at most: with the R new verifications it
-# may add (DEFAULT_R), its cost stays within about twice AQE's second stage
+# expanded searches of one recursive expansion, at most: with the R / 10 new verifications an
+# index allows, its worst case at 10k images costs 1.05-1.10x AQE's second stage (the extra
+# searches cost more on a larger index: ~10 ms each with flat PQ over 1M codes)
 RECURSIVE_ROUNDS = 4
 
 __all__ = ["DEFAULT_ALPHA", "DEFAULT_TOP", "RECURSIVE_ROUNDS", "RecursiveExpansion", "alpha_query_expansion",

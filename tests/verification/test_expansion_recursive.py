@@ -169,6 +169,7 @@ def test_an_index_search_equals_the_expansion_over_numpy_searches(photo_index, e
     """The index's expansion='recursive' against the same recursion over exact numpy searches
     and verify_geometry on the stored records."""
     from streamk.features import image_features
+    from streamk.index.second_stage import recursive_budget
     from streamk.verification import make_query_record, verify_geometry
 
     idx, view, ex, voc, _, _ = photo_index
@@ -188,7 +189,7 @@ def test_an_index_search_equals_the_expansion_over_numpy_searches(photo_index, e
     first = [j for j, _ in search(q)]
     head = sorted([(j, c) for j, (c, ok) in zip(first[:R], verify(first[:R])) if ok], key=lambda v: -v[1])
     rx = recursive_expansion(q, head, lambda rows: V[rows], search, verify, step=expand, checked=first[:R],
-                             window=R, max_verifications=R)
+                             window=R, max_verifications=recursive_budget(R))
     found = [j for j, _ in rx.verified]
     expected = found + [j for j, _ in rx.results if j not in set(found)]
     got = idx.search(str(view), k=k, verify=R, expand=expand, expansion="recursive", mode="exact")
