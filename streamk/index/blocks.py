@@ -31,6 +31,7 @@ import numpy as np
 from ..quantization import NO_LIST
 from .integrity import CRC_BYTES, checksum_ok, corrupt, crc32c, describe_rows, seal
 from .keys import epoch_key, epoch_key_split, row_key, rows_of_epoch_keys
+from .lmdb_pages import address_of, will_need
 
 _LIST = np.dtype("<u4")
 RUN_BLOCKS = 16  # sealed blocks per run (65,536 rows at B = 4,096)
@@ -162,6 +163,17 @@ class RunDirectory:
         self.crcs = np.frombuffer(value, _LIST, nlist, head + 4 * (nlist + 1)).copy()
         self.entries_at = size + CRC_BYTES
 
+    def lists_spans(self, value, wanted, M):
+        """[(address, length)] of the entries of lists ``wanted`` (int64, increasing) in the
+        run's ``value`` (a view of the map): what :meth:`lists_entries` reads, for readahead
+        (lists next to each other make one span)."""
+        size, base = 4 + M, address_of(value) + self.entries_at
+        first = np.ones(len(wanted), bool)
+        first[1:] = wanted[1:] != wanted[:-1] + 1
+        last = np.append(np.flatnonzero(first)[1:], len(wanted)) - 1
+        a, b = self.starts[wanted[first]], self.starts[wanted[last] + 1]
+        return list(zip((base + a * size).tolist(), ((b - a) * size).tolist()))
+
     def lists_entries(self, store, value, epoch, wanted, M):
         """(lists, codes (n, M) uint8, rows (n,) int64) of the entries of lists ``wanted``
         (int64, increasing) in the run's ``value``: each list's bytes checked against its CRC
@@ -199,21 +211,32 @@ def _damaged_run(store, epoch, first_block, n_blocks, what):
 
 
 def run_directories(txn, store, epoch, nlist):
-    """{first block: RunDirectory} of the runs of ``epoch`` (each header checked). py-lmdb
-    reads every page of a value it returns: the runs' pages are asked for at once first."""
-    out = {}
+    """{first block: RunDirectory} of the runs of ``epoch`` (each header checked; their pages
+    asked for at once)."""
+    values = run_values(txn, store, epoch)
+    will_need([(address_of(v), min(len(v), (2 * nlist + 4) * 4)) for v in values.values() if len(v)])
+    return {first: RunDirectory(store, value, epoch, first, nlist) for first, value in values.items()}
+
+
+def run_values(txn, store, epoch):
+    """{first block: value} of the runs of ``epoch``, in place in the map: only the pages a
+    reader touches are read (the header, the lists it probes), not the whole run, as
+    py-lmdb's values would be (it reads every page of a value it returns: 67 MB at 1M for
+    a first answer). Found by :meth:`Store.values_in_map` and checked against the keys a
+    cursor sees; where that cannot be, py-lmdb's values. Valid while ``txn`` is."""
     if store.code_runs_db is None:  # an index of an older streamk opened read-only: no runs
-        return out
-    prefix = epoch_key(epoch, 0)[:4]
-    store.will_need(txn, "code_runs", lambda key: key[:4] == prefix)
-    with txn.cursor(db=store.code_runs_db) as cur:
+        return {}
+    with txn.cursor(db=store.code_runs_db) as cur:  # keys only: py-lmdb reads no value
+        keys = []
         if cur.set_range(epoch_key(epoch, 0)):
-            for k, value in cur:
-                e, first = epoch_key_split(k)
-                if e != epoch:
+            for k in cur.iternext(keys=True, values=False):
+                if epoch_key_split(k)[0] != epoch:
                     break
-                out[first] = RunDirectory(store, value, epoch, first, nlist)
-    return out
+                keys.append(bytes(k))
+    in_map = store.values_in_map(txn, "code_runs", epoch_key(epoch, 0)[:4]) if keys else {}
+    if in_map is None or sorted(in_map) != keys:
+        in_map = {k: txn.get(k, db=store.code_runs_db) for k in keys}
+    return {epoch_key_split(k)[1]: in_map[k] for k in keys}
 
 
 def write_run(txn, store, epoch, first_block, M, nlist):
@@ -250,5 +273,5 @@ def write_missing_runs(txn, store, epoch, M, nlist, n_sealed, since=0):
 
 
 __all__ = ["RUN_BLOCKS", "RunDirectory", "check_run", "checked_block", "mark_removed", "open_row_codes", "pack_block",
-           "pack_codes", "pack_run", "run_directories", "seal_block", "seal_row_codes", "split_block", "unpack_codes",
+           "pack_codes", "pack_run", "run_directories", "run_values", "seal_block", "seal_row_codes", "split_block", "unpack_codes",
            "write_missing_runs", "write_run"]

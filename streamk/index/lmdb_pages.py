@@ -27,6 +27,8 @@ import os
 import struct
 import sys
 
+import numpy as np
+
 P_BRANCH, P_LEAF, P_OVERFLOW, P_LEAF2 = 0x01, 0x02, 0x04, 0x20
 F_BIGDATA = 0x01
 P_INVALID = 2 ** 64 - 1
@@ -174,8 +176,10 @@ def big_values(base, file_bytes, psize, root, wanted=None):
                 continue
             key = page[offset + _NODE.size:offset + _NODE.size + ksize]
             if nflags & F_BIGDATA and (wanted is None or wanted(key)):
-                first = _ID.unpack_from(page, offset + _NODE.size + ksize)[0]
-                found[key] = (base + first * psize + _HEADER.size, lo | hi << 16)
+                first, size = _ID.unpack_from(page, offset + _NODE.size + ksize)[0], lo | hi << 16
+                if first * psize + _HEADER.size + size > file_bytes:  # past the file: damage
+                    return found
+                found[key] = (base + first * psize + _HEADER.size, size)
     return found
 
 
@@ -188,3 +192,8 @@ def will_need(spans):
         lo, hi = address - address % PAGE_BYTES, address + length
         for at in range(lo, hi, WILLNEED_CHUNK):
             _MADVISE(at, min(WILLNEED_CHUNK, hi - at), MADV_WILLNEED)
+
+
+def address_of(view):
+    """The address of the first byte of a buffer (a view of the map)."""
+    return np.frombuffer(view, np.uint8).__array_interface__["data"][0]

@@ -24,8 +24,9 @@ import numpy as np
 
 from ..errors import ConfigError, NotFittedError
 from ..quantization import IVFPQ, NO_LIST, InvertedLists, merge_topk
-from .blocks import checked_block, open_row_codes, run_directories, split_block, unpack_codes
+from .blocks import checked_block, open_row_codes, run_directories, run_values, split_block, unpack_codes
 from .integrity import corrupt, describe_rows
+from .lmdb_pages import will_need
 from .queries import MAX_RERANK
 from .store import epoch_key, epoch_key_split, removed_rows, row_key, rows_from_keys, rows_of_epoch_keys
 from .vector_store import VectorStore
@@ -150,8 +151,11 @@ class SearchView:
         full load (each list's bytes checked)."""
         M, s = self.codec.M, self.store
         parts = []
-        values = [txn.get(epoch_key(self.epoch, first), db=s.code_runs_db) for first in self.runs]
-        for (first, d), value in zip(self.runs.items(), values):
+        values = run_values(txn, s, self.epoch)  # in place: only the wanted lists' pages are read
+        will_need([span for first, d in self.runs.items() if first in values  # all at once, not page by page
+                   for span in d.lists_spans(values[first], wanted, M)])
+        for first, d in self.runs.items():
+            value = values.get(first)
             if value is None:  # runs change only with the epoch, which reloads everything
                 raise corrupt(s.path, f"the list-ordered codes of blocks {first}.. (epoch {self.epoch}) are missing")
             parts.append(d.lists_entries(s, value, self.epoch, wanted, M))

@@ -97,6 +97,7 @@ LMDB keys, never file names: nothing is written outside the index directory.
 """
 
 import contextlib
+import ctypes
 import json
 import os
 import threading
@@ -371,6 +372,7 @@ class Store:
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
         self._vector_store = None  # made on first use (Store.vector_store)
         self._map = (None, None, None)  # (map size, address of byte 0 of data.mdb at that size, page size)
+        self._in_map = (None, None)  # (what it was found for, {key: (address, size)}): values_in_map
         with _opening_dbs(env) as txn:
             if create:
                 self._dbs = {name: env.open_db(name.encode(), txn=txn, create=True, **SUBDB_FLAGS.get(name, {}))
@@ -415,12 +417,40 @@ class Store:
     def will_need(self, txn, name, wanted=None):
         """Start reading, all at once, the pages of the values of sub-database ``name`` kept on
         overflow pages (``wanted(key) -> bool``: some of them) as the read transaction ``txn``
-        sees them: for values about to be read whole (the codec, the runs of codes, sealed
-        blocks), which py-lmdb would read page by page, each page waited for
-        (:mod:`~streamk.index.lmdb_pages`). Advice only: nothing is read from it."""
+        sees them: for values about to be read whole (the codec, sealed blocks), which py-lmdb
+        would read page by page, each page waited for (:mod:`~streamk.index.lmdb_pages`).
+        Advice only: nothing is read from it."""
+        found = self._big_values(txn, name, wanted)
+        if found:
+            will_need(found.values())
+
+    def values_in_map(self, txn, name, prefix):
+        """{key: read-only view of the map} of the values of sub-database ``name`` kept on
+        overflow pages whose keys begin with ``prefix``, as the read transaction ``txn`` sees
+        them, found by walking its B-tree in the map (:func:`~streamk.index.lmdb_pages.
+        big_values`); None where the map cannot be walked (no /proc, not Linux). Unlike
+        py-lmdb's values, whose every page it reads first, only the pages touched are read:
+        for a value read in part (a run of codes: its header and the probed lists). Valid
+        while ``txn`` is; what is read from them must be checked (they carry CRCs).
+
+        The places found are kept while the sub-database's record (its root page and
+        counts: any change to its tree changes it) and the map stay the same."""
+        record = txn.get(name.encode())
+        key = (name, prefix, None if record is None else bytes(record), self.env.info()["map_size"])
+        if self._in_map[0] != key:
+            found = self._big_values(txn, name, lambda k: k[:len(prefix)] == prefix)
+            self._in_map = (key, found)
+        found = self._in_map[1]
+        if found is None:
+            return None
+        return {k: memoryview((ctypes.c_char * n).from_address(at)).cast("B").toreadonly()
+                for k, (at, n) in found.items()}
+
+    def _big_values(self, txn, name, wanted):
+        """lmdb_pages.big_values of sub-database ``name`` as ``txn`` sees it (None: no map to walk)."""
         record = txn.get(name.encode())  # the sub-database's record in LMDB's main database
         if record is None or len(record) != 48:
-            return
+            return None
         size = self.env.info()["map_size"]
         if self._map[0] != size:  # a map grown since (by any Store of this process) is mapped anew
             self._map = (size, map_base(self.path / "data.mdb"), self.env.stat()["psize"])
@@ -428,9 +458,11 @@ class Store:
         try:
             file_bytes = os.stat(self.path / "data.mdb").st_size
         except OSError:
-            return
-        if base is not None:  # pages past the map (a file grown since the map was made) are not read
-            will_need(big_values(base, min(file_bytes, size), psize, free_db_root(bytes(record)), wanted).values())
+            return None
+        if base is None:
+            return None
+        # nothing past the map (a file grown since the map was made) nor past the file is read
+        return big_values(base, min(file_bytes, size), psize, free_db_root(bytes(record)), wanted)
 
     def reader_check(self):
         """Free the reader slots of processes that died holding one (a SIGKILLed reader
@@ -537,6 +569,7 @@ class Store:
 
     def close(self):
         """Close this store (the environment with the last store of this process on it)."""
+        self._in_map = (None, None)
         key, self._env_key = self._env_key, None
         if key is not None:
             _SHARED.release(key)

@@ -235,23 +235,67 @@ def _covered(asked, lo, hi):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/maps: Linux")
-def test_values_read_whole_are_asked_for_at_once_and_nothing_else(tmp_path, encoder, monkeypatch):
-    """Before a full load reads the codec and the runs (py-lmdb reads a value page by page),
-    the reads of their pages are asked for (MADV_WILLNEED), found by walking the B-trees in
-    the map; the spans are checked against the addresses py-lmdb gives for those values, and
-    no span reaches past a page beyond them."""
+def test_the_codec_and_the_run_headers_are_asked_for_at_once_and_nothing_else(tmp_path, encoder, monkeypatch):
+    """Before a full load reads the codec (py-lmdb reads a value page by page) and the runs'
+    headers, the reads of their pages are asked for (MADV_WILLNEED), found by walking the
+    B-trees in the map; the spans are checked against the addresses py-lmdb gives for those
+    values, and reach no further."""
     with build(tmp_path / "ix", encoder, M=64) as idx, idx.store.read(buffers=True) as txn:
         asked = _recorded_advice(monkeypatch)
         view = fresh_view(idx, txn)
         assert asked and all(advice == 3 for _, _, advice in asked)  # MADV_WILLNEED
-        values = [txn.get(b"codec", db=idx.store.meta_db)]
-        values += [txn.get(epoch_key(view.epoch, first), db=idx.store.code_runs_db) for first in view.runs]
-        spans = [(np.frombuffer(v, np.uint8).ctypes.data, len(v)) for v in values]
-        assert all(n > 4096 for _, n in spans)  # values on overflow pages
-        for at, n in spans:
-            assert _covered(asked, at, at + n)
-        for at, n, _ in asked:  # each span asked for lies within one of them (to its page)
-            assert any(a - a % 4096 <= at and at + n <= a + m for a, m in spans), (at, n)
+        codec = txn.get(b"codec", db=idx.store.meta_db)
+        at, n = np.frombuffer(codec, np.uint8).ctypes.data, len(codec)
+        assert n > 4096 and _covered(asked, at, at + n)
+        nlist = idx.codec().nlist
+        heads = [(np.frombuffer(v, np.uint8).ctypes.data, (2 * nlist + 4) * 4) for v in
+                 (txn.get(epoch_key(view.epoch, first), db=idx.store.code_runs_db) for first in view.runs)]
+        for h, m in heads:
+            assert _covered(asked, h, h + m)
+        for a, m, _ in asked:  # each span lies in the codec or in a run's header (from its page)
+            assert any(b - b % 4096 <= a and a + m <= b + k for b, k in [(at, n)] + heads), (a, m)
+
+
+def _resident_pages(view):
+    """(pages in the page cache, pages) of a view of the map (mincore)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    at = np.frombuffer(view, np.uint8).ctypes.data
+    lo = at - at % 4096
+    n = (at + len(view) - lo + 4095) // 4096
+    pages = (ctypes.c_ubyte * n)()
+    assert libc.mincore(ctypes.c_void_p(lo), n * 4096, pages) == 0
+    return sum(p & 1 for p in pages), n
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="posix_fadvise, mincore, /proc/self/maps: Linux")
+def test_a_first_search_reads_the_runs_headers_and_probed_lists_only(tmp_path, encoder):
+    """The runs are read in place in the map (not through py-lmdb, which reads every page of a
+    value): with the index dropped from the page cache, a first search leaves in it a part
+    of each run (its header's and the probed list's pages), and its answer is the one of a
+    reader of every code block."""
+    import os
+
+    path = tmp_path / "ix"
+    build(path, encoder, nlist=32, M=64).close()  # runs of 17 KB: 5 pages, 32 lists
+    with StreamingIndex.open(path, readonly=True) as idx, idx.store.read(buffers=True) as txn:
+        fd = os.open(path / "data.mdb", os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        view = fresh_view(idx, txn)
+        got = view.search(txn, QUERIES[:1], 5, nprobe=1, rerank=0)
+        runs = idx.store.values_in_map(txn, "code_runs", b"")
+        assert len(runs) == 3
+        for value in runs.values():
+            resident, pages = _resident_pages(value)
+            assert 1 <= resident < pages, (resident, pages)
+        full = fresh_view(idx, txn, runs=False)
+        np.testing.assert_array_equal(got[1], full.search(txn, QUERIES[:1], 5, nprobe=1, rerank=0)[1])
 
 
 def test_the_walk_of_a_damaged_tree_stops(tmp_path, encoder):
