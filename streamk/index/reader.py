@@ -26,7 +26,7 @@ from ..errors import ConfigError, NotFittedError
 from ..quantization import IVFPQ, NO_LIST, InvertedLists, merge_topk
 from .blocks import checked_block, open_row_codes, run_directories, run_values, split_block, unpack_codes
 from .integrity import corrupt, describe_rows
-from .lmdb_pages import will_need
+from .lmdb_pages import address_of, will_need
 from .queries import MAX_RERANK
 from .store import epoch_key, epoch_key_split, removed_rows, row_key, rows_from_keys, rows_of_epoch_keys
 from .vector_store import VectorStore
@@ -52,6 +52,7 @@ class SearchView:
         self.dead = np.zeros(0, np.uint8)  # 1 for removed rows (rows past the end: alive)
         self.vectors = VectorStore(store, dim, vector_dtype)
         self._vectors_read = False  # since the last full load
+        self._runs_asked = 0
         self.row_ids = RowIds(store)
 
     def codec_in_use(self, txn):
@@ -95,6 +96,7 @@ class SearchView:
         self.dead = removed_rows(txn, s, s.get_int(b"next_row", txn))
         self.row_ids = RowIds(s)  # a repair may have named rows again: read afresh, as they are needed
         self._vectors_read = False
+        self._runs_asked = 0  # reads of lists from the runs since (SearchView._ask_for_runs)
         if epoch != self.epoch or self.codec is None:
             if epoch:  # read whole (16 MB at 1M): its pages asked for at once
                 s.will_need(txn, "meta", lambda key: key == b"codec")
@@ -152,8 +154,7 @@ class SearchView:
         M, s = self.codec.M, self.store
         parts = []
         values = run_values(txn, s, self.epoch)  # in place: only the wanted lists' pages are read
-        will_need([span for first, d in self.runs.items() if first in values  # all at once, not page by page
-                   for span in d.lists_spans(values[first], wanted, M)])
+        self._ask_for_runs(values, wanted, M)
         for first, d in self.runs.items():
             value = values.get(first)
             if value is None:  # runs change only with the epoch, which reloads everything
@@ -162,6 +163,20 @@ class SearchView:
         if not parts:
             return np.zeros(0, np.int64), np.zeros((0, M), np.uint8), np.zeros(0, np.int64)
         return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+    def _ask_for_runs(self, values, wanted, M):
+        """Readahead for the runs' pages (views of the map ``values``), asked for at once rather
+        than read page by page: at the first read after a full load (a first answer), the
+        lists ``wanted`` only; at the second, the rest of every run, whole (the kernel reads
+        them while searches go on: the lists later searches probe are then in the page
+        cache); after that, nothing (one madvise per list and run would cost more than it
+        saves once the runs are cached)."""
+        views = [(d, values[first]) for first, d in self.runs.items() if first in values]
+        if self._runs_asked == 0:
+            will_need([span for d, v in views for span in d.lists_spans(v, wanted, M)])
+        elif self._runs_asked == 1:
+            will_need([(address_of(v), len(v)) for _, v in views])
+        self._runs_asked += 1
 
     def _open_block_codes(self, txn, epoch, M):
         """(lists, codes, rows) of the rows of ``epoch`` not yet sealed into a block."""

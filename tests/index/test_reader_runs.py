@@ -364,3 +364,29 @@ def test_a_first_reranking_reads_its_blocks_side_by_side_and_leaves_no_thread(tm
         ids = idx.ids()
         stored = {idx.info(i)["row"]: idx.vector(i) for i in ids}
         np.testing.assert_array_equal(first, np.stack([stored[int(r)] for r in rows]))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/maps: Linux")
+def test_after_the_first_answer_the_runs_are_asked_for_whole_once(tmp_path, encoder, monkeypatch):
+    """The first lists read ask for their own pages; the next read asks for every run whole
+    (read by the kernel while searches go on); later reads ask for nothing. The answers are
+    those of a reader of every code block."""
+    with build(tmp_path / "ix", encoder, nlist=16, M=64) as idx, idx.store.read(buffers=True) as txn:
+        view = fresh_view(idx, txn)
+        full = fresh_view(idx, txn, runs=False)
+        runs = idx.store.values_in_map(txn, "code_runs", b"")
+        whole = [(np.frombuffer(v, np.uint8).ctypes.data, len(v)) for v in runs.values()]
+        asked = _recorded_advice(monkeypatch)
+        probes = np.argsort(-(idx.codec().centroids_ @ QUERIES.T), axis=0)  # lists by closeness, per query
+        rounds = []
+        for q in range(3):  # each search probes 2 lists no earlier one did
+            Q = QUERIES[q:q + 1]
+            assert view.lists.deferred[probes[:2, q]].all()
+            np.testing.assert_array_equal(view.search(txn, Q, 4, nprobe=2, rerank=0)[1],
+                                          full.search(txn, Q, 4, nprobe=2, rerank=0)[1])
+            rounds.append(list(asked))
+            asked.clear()
+        first, second, third = rounds
+        assert first and not any(_covered(first, at, at + n) for at, n in whole)  # parts of runs only
+        assert all(_covered(second, at, at + n) for at, n in whole)
+        assert third == []
