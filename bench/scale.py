@@ -238,7 +238,8 @@ def reader_main(path, t_spawn):
             with idx.store.read(buffers=True) as txn:
                 idx.view.refresh(txn)
             probes, _ = idx.view.codec.probe(Q, cmd["nprobe"])
-            reply({"per_query": float(idx.view.lists.size[probes].sum()) / len(Q)})
+            reply({"per_query": float(idx.view.lists.size[probes].sum()) / len(Q),
+                   "imbalance": imbalance_factor(idx.view.lists.size)})
         elif op == "one":
             q = np.load(cmd["queries"])[cmd["i"]]
             t = time.perf_counter()
@@ -387,6 +388,20 @@ def faiss_scanned(fx, Q, nprobe):
     faiss.cvar.indexIVF_stats.reset()
     fx.search(Q, 10)
     return faiss.cvar.indexIVF_stats.ndis / len(Q)
+
+
+def imbalance_factor(sizes):
+    """nlist * sum_l n_l^2 / N^2, as faiss's Clustering reports it: 1 for even lists; the
+    codes an average query scans, over N nprobe / nlist, when queries are distributed as
+    the database."""
+    sizes = np.asarray(sizes, np.float64)
+    return float(len(sizes) * (sizes ** 2).sum() / max(sizes.sum(), 1.0) ** 2)
+
+
+def faiss_imbalance(fx):
+    import faiss
+    invlists = faiss.extract_index_ivf(fx).invlists
+    return imbalance_factor([invlists.list_size(i) for i in range(invlists.nlist)])
 
 
 def faiss_add(fx, n, args):
@@ -561,8 +576,10 @@ def run_size(args, n, work, rows_out):
             med, found, found_f = timed_searches(args, reader, fx, Q, qfile, k, nprobe, 1)
             row.update(t1=med["ids"], t1_view_ids=med["view_ids"], t1_rows=med["rows"], faiss_t1=med["faiss"])
             row["recall"] = recalls(found, truth)
-            row["scanned"] = reader.ask(op="scanned", queries=str(qfile), nprobe=nprobe)["per_query"]
+            scanned = reader.ask(op="scanned", queries=str(qfile), nprobe=nprobe)
+            row["scanned"], row["imbalance"] = scanned["per_query"], scanned.get("imbalance")
             row["faiss_scanned"] = faiss_scanned(fx, Q, nprobe) if fx is not None else None
+            row["faiss_imbalance"] = faiss_imbalance(fx) if fx is not None else None
             row["overlap10"] = overlap_at(found, truth, 10)
             if found_f is not None:
                 row["faiss_recall"] = recalls(found_f, truth)
@@ -736,14 +753,17 @@ def report(args, rows, codes_only):
                 f"(alternating by blocks of {args.block} queries); (API): Index.search, the ids included; (ids): the "
                 "view's search and the ids of its k results; (rows): the view's search alone; "
                 "R@10: the exact nearest neighbour in the first 10; 10@10: share of the exact top 10 in the first 10")
-    table(["N", "codec", "nprobe", "streamk codes scanned", "faiss codes scanned", "streamk / faiss"],
+    table(["N", "codec", "nprobe", "streamk codes scanned", "faiss codes scanned", "streamk / faiss",
+           "streamk imbalance", "faiss imbalance"],
           [[f"{r['n']:,}", f"IVF{r['nlist']}", s["nprobe"], f"{s['scanned']:,.0f}",
             "-" if s.get("faiss_scanned") is None else f"{s['faiss_scanned']:,.0f}",
-            "-" if not s.get("faiss_scanned") else f"{s['scanned'] / s['faiss_scanned']:.2f}"]
+            "-" if not s.get("faiss_scanned") else f"{s['scanned'] / s['faiss_scanned']:.2f}",
+            "-" if s.get("imbalance") is None else f"{s['imbalance']:.2f}",
+            "-" if s.get("faiss_imbalance") is None else f"{s['faiss_imbalance']:.2f}"]
            for r in rows for s in r["search"] if s["k"] == r["search"][0]["k"] and "scanned" in s],
           title=where + "Codes each query's scan reads (the entries of the lists it probes), mean: each "
                 "codec's coarse quantiser (trained apart) balances its lists its own way, so equal nprobe may "
-                "be unequal work")
+                "be unequal work; imbalance: nlist sum n_l^2 / N^2 of the database's lists (1: even)")
     table(["N", "numpy exact ms/query (all threads)", f"streamk default (nprobe {args.default_nprobe}, "
            "re-rank top 100, k = 10) ms", "its R@1 / R@10"],
           [[f"{r['n']:,}", ms(r["t_exact_numpy"]), ms(r["rerank"]["t1"]),
