@@ -305,7 +305,13 @@ class IVFPQ:
             probes, coarse = self._probe(Q, self.nlist)  # every list, nearest first
             return lists.search(probes, coarse, self.pq_.tables_of_checked(Q), dead, k, allow=allow, min_probe=P)
         probes, coarse, entries = self._probe(Q, P, lists.size)
-        if getattr(lists, "deferred", None) is None and (entries < PARALLEL_MIN or numba.get_num_threads() == 1):
+        deferred = getattr(lists, "deferred", None)
+        if deferred is not None and deferred[probes].any():
+            # probed lists not read yet (a reader's first searches) come in first, as
+            # lists.search would bring them in: then the one-call kernel below applies
+            lists.bring_in(probes, dead)
+            entries = int(lists.size[probes].sum())
+        if entries < PARALLEL_MIN or numba.get_num_threads() == 1:
             # what lists.search does on one thread, its tables built and its results sorted
             # in the same kernel (a query's table, probes and scan in two calls, not six)
             return _ivf_kernels.ivf_topk_sorted(lists.codes, lists.rows, lists.start, lists.size, dead, probes,

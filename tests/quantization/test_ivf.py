@@ -179,6 +179,38 @@ def test_codec_search_equals_reference(trained, nprobe, k, monkeypatch):
     np.testing.assert_array_equal(s2, s)
 
 
+def test_codec_search_of_deferred_lists_equals_reference(trained):
+    """Lists not read yet (a reader's lists that come in as probed, through ``fetch``):
+    the probed ones are brought in once, the search equals the plain-numpy IVFADC."""
+    V, codec = trained
+    rng = np.random.default_rng(7)
+    lists, codes = codec.encode(V)
+    rows = np.arange(len(V), dtype=np.int64)
+    dead = np.zeros(len(V), np.uint8)
+    later = np.zeros(codec.nlist, bool)
+    later[rng.choice(codec.nlist, codec.nlist // 2, replace=False)] = True
+    now = ~later[lists]
+    il = InvertedLists.build(codec.nlist, codec.M, lambda: iter([(lists[now], codes[now], rows[now])]), dead,
+                             0xFFFFFFFF, reserve=np.bincount(lists[~now], minlength=codec.nlist))
+    il.defer(later)
+    fetched = []
+
+    def fetch(wanted):
+        fetched.append(wanted.copy())
+        sel = np.isin(lists, wanted)
+        return lists[sel], codes[sel], rows[sel]
+    il.fetch = fetch
+    Q = clustered(rng, 8, 64)
+    for nprobe, k in ((2, 10), (4, 40), (16, 20)):
+        ref_s, ref_r = ref_search(codec, lists, codes, rows, [], Q, nprobe, k)
+        s, r = codec.search(il, Q, k, nprobe, dead)
+        for a in range(len(Q)):
+            assert_same_ranking(s[a], r[a], ref_s[a], ref_r[a])
+    assert il.deferred is None  # nprobe 16 probed every list
+    seen = np.concatenate(fetched)
+    assert len(seen) == len(np.unique(seen)) and set(seen) == set(np.flatnonzero(later))  # each fetched once
+
+
 def test_lists_split_between_threads_give_the_same_result(trained, monkeypatch):
     import streamk.quantization.inverted_lists as il_module
 
