@@ -155,12 +155,13 @@ class QueryEncoder:
         if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] == 0:
             raise DimensionError(f"queries: expected a non-empty (nq, {self.dim}) array, got shape {Q.shape}")
         norms = np.sqrt(np.add.reduce(Q * Q, axis=1))  # np.linalg.norm(Q, axis=1), without its dispatch
-        if not ((norms > 0) & (norms < np.inf)).all():  # a NaN or an infinity in a row makes its norm so
+        if not (norms.min() > 0 and norms.max() < np.inf):  # a NaN or an infinity in a row makes its norm so
             if not np.isfinite(Q).all():
                 raise NonFiniteError("queries contain NaN or infinite values")
             if not (norms > 0).all():
                 raise ZeroVectorError(f"query {int(np.argmin(norms))} has zero norm")
-        return (Q / norms[:, None]).astype(np.float32)
+        np.divide(Q, norms[:, None], out=Q)  # Q is this call's own float64 copy
+        return Q.astype(np.float32)
 
     def is_batch(self, query):
         """A 2-D array of the vectors' dimension is a batch of vectors (a (1, D) array
