@@ -2,7 +2,7 @@
 true pairs verified, before (the fixed 12 inliers) and after (the significance test and the
 plausibility checks of ``streamk.verification``), measured in one run.
 
-    python bench/false_verification.py [--draws 4] [--collections large,small]
+    python bench/false_verification.py [--draws 4] [--collections large,small] [--set NAME=VALUE ...]
 
 Pairs: paris6k-subset's 250 photos with the official Paris6k ground truth
 (``streamk.verification.pairs``): *different places* are ordered pairs of positives
@@ -21,9 +21,14 @@ on the collection's own photos as ``streamk index create`` does; cached in
   the names; ``--draws`` different selections (shifted along the names), each learning
   its own words, their pairs pooled.
 
+``--set`` overrides a field of the significance rule's ``VerificationParams`` (repeatable, e.g.
+``--set hamming_threshold=22``): a variant measured against the fixed rule in one run.
+
 Prints, never asserts; the CPU model (lscpu) and the load average are in the title. The
 95 % bound is the one-sided Clopper-Pearson upper bound of the rate; CPU ms per pair is the
 thread's CPU time of the verifications (query records excluded), BLAS and Numba on one thread.
+"nearest different" is the least log10 NFA of a pair of different places (the margin to the
+line, log10 1e-4 = -4, under the significance rule).
 """
 
 import argparse
@@ -78,12 +83,14 @@ def vocabulary(name, feats):
 
 
 def verify_pairs(voc, feats, pairs, params):
-    """(verified flag per pair, CPU seconds of the verifications) of ordered pairs (a, b) of
-    positions in feats (the thread's CPU time: what one core spends, whatever the load)."""
+    """(verified flag per pair, log10 NFA per pair, CPU seconds of the verifications) of ordered
+    pairs (a, b) of positions in feats (the thread's CPU time: what one core spends, whatever
+    the load)."""
     from streamk.verification import make_query_record, stored_record, verify_geometry
 
     records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in feats]
     out = np.zeros(len(pairs), bool)
+    nfa = np.full(len(pairs), np.inf)
     t = 0.0
     for a in np.unique(pairs[:, 0]):
         rows = np.flatnonzero(pairs[:, 0] == a)
@@ -93,22 +100,46 @@ def verify_pairs(voc, feats, pairs, params):
         checks = verify_geometry(q, [records[b] for b in pairs[rows, 1]], params=params)
         t += time.thread_time() - t0
         out[rows] = [v.verified for v in checks]
-    return out, t
+        nfa[rows] = [v.log10_nfa for v in checks]
+    return out, nfa, t
 
 
-def measure(name, voc, feats, ids, full):
-    """{rule: (false, different pairs, true verified, true pairs, ms per pair)} of one collection."""
+def measure(name, voc, feats, ids, full, overrides):
+    """{rule: (false, different pairs, true verified, true pairs, ms per pair, least log10 NFA of
+    a pair of different places)} of one collection; overrides: the significance rule's."""
     from streamk.verification import VerificationParams
     from streamk.verification.pairs import place_pairs
 
     same, different = place_pairs(full, ids)
     pairs = np.concatenate([different, same])
     out = {}
-    for rule, params in (("before", VerificationParams.fixed_inliers()), ("after", VerificationParams())):
-        ok, seconds = verify_pairs(voc, feats, pairs, params)
+    for rule, params in (("before", VerificationParams.fixed_inliers()), ("after", VerificationParams(**overrides))):
+        ok, nfa, seconds = verify_pairs(voc, feats, pairs, params)
         out[rule] = (int(ok[:len(different)].sum()), len(different), int(ok[len(different):].sum()), len(same),
-                     1000 * seconds / len(pairs))
+                     1000 * seconds / len(pairs), float(nfa[:len(different)].min(initial=np.inf)))
         log(f"{name} {rule}: {out[rule]}")
+    return out
+
+
+def parse_overrides(items):
+    """{field: value} of ``--set NAME=VALUE`` items: a VerificationParams field, the value a Python
+    literal (a number, a tuple, None) or else the string as given."""
+    import ast
+    from dataclasses import fields
+
+    from streamk.verification import VerificationParams
+
+    known = {f.name for f in fields(VerificationParams)}
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or name not in known:
+            sys.exit(f"--set {item!r}: expected NAME=VALUE with NAME one of {sorted(known)}")
+        try:
+            out[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            out[name] = text
+    VerificationParams(**out).checked()  # a bad value fails here, before any photo is read
     return out
 
 
@@ -122,32 +153,37 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--draws", type=int, default=4, help="selections of the small collection (default 4)")
     ap.add_argument("--collections", default="large,small")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a VerificationParams field of the significance rule (repeatable)")
     args = ap.parse_args(argv)
+    overrides = parse_overrides(args.set)
     ds, db, _, full = paris_features(ground_truth=True)
     ids = list(ds.image_ids)
     results = {}
     if "large" in args.collections:
-        results["large (250 photos)"] = measure("large", vocabulary("250", db), db, ids, full)
+        results["large (250 photos)"] = measure("large", vocabulary("250", db), db, ids, full, overrides)
     if "small" in args.collections:
         pooled = {}
         for d in range(args.draws):
             sel = small_collection(ids, full, d, args.draws)
             feats = [db[i] for i in sel]
             got = measure(f"small {d}", vocabulary(f"small{d}-of-{args.draws}", feats), feats,
-                          [ids[i] for i in sel], full)
+                          [ids[i] for i in sel], full, overrides)
             for rule, v in got.items():
-                old = pooled.get(rule, (0, 0, 0, 0, 0.0))
-                pooled[rule] = tuple(a + b for a, b in zip(old[:4], v[:4])) + (old[4] + v[4] / args.draws,)
+                old = pooled.get(rule, (0, 0, 0, 0, 0.0, np.inf))
+                pooled[rule] = tuple(a + b for a, b in zip(old[:4], v[:4])) + (old[4] + v[4] / args.draws,
+                                                                                min(old[5], v[5]))
         results[f"small (50 photos, {args.draws} draws)"] = pooled
     rows = []
     for name, res in results.items():
         for rule in ("before", "after"):
-            f, nd, t, ns, ms = res[rule]
-            rows.append((name, "fixed 12 inliers" if rule == "before" else "NFA <= 1e-4 + plausible", nd,
+            f, nd, t, ns, ms, nearest = res[rule]
+            after = "NFA <= 1e-4 + plausible" + "".join(f", {k}={v!r}" for k, v in overrides.items())
+            rows.append((name, "fixed 12 inliers" if rule == "before" else after, nd,
                          f"{1000 * f / nd:.3f} ({f})", f"{1000 * upper95(f, nd):.3f}", ns, f"{100 * t / ns:.1f} %",
-                         f"{ms:.2f}"))
+                         f"{nearest:.2f}", f"{ms:.2f}"))
     table(("collection", "rule", "pairs of different places", "false per 1,000 (count)", "95 % bound per 1,000",
-           "true pairs", "true pairs verified", "CPU ms per pair"), rows,
+           "true pairs", "true pairs verified", "nearest different (log10 NFA)", "CPU ms per pair"), rows,
           title=f"False verifications, paris6k-subset pairs ({cpu_model()}, load {load_str()})")
 
 
