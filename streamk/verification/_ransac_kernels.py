@@ -576,12 +576,23 @@ def deleted_ratios(P1, idx, n, fit, n_fit, in_fit, out):
 
 
 @njit(cache=True)
+def chance_probability(p, model, thr_q2, thr_d2):
+    """The probability under H0 that a correspondence agrees with the model at the tolerance r
+    (spatial.py's docstring): p = pi r_d^2 / (w h), the candidate point in the transfer disc,
+    times min(1, r_q^2 det M / r_d^2), the back-transfer ellipse M B(r_q) when it is the smaller
+    of the two regions the point must lie in (an inlier lies in both)."""
+    det = model[0] * model[3] - model[1] * model[2]
+    return p * min(1.0, thr_q2 * det / thr_d2)
+
+
+@njit(cache=True)
 def score_model(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, p, floor2, stamp_q, stamp_d, s, idx, ratios, fit, n_fit,
                 in_fit):
     """(log10 NFA of the model's one-to-one inliers at the tolerance r with ORSA's adaptive
     tolerance, those inliers' count, the squared tolerance ratio chosen, next stamp): the
-    decision's statistic (spatial.py), the residuals of the model's own least-squares fit
-    ``fit[:n_fit]`` (none: n_fit 0) deleted ones (:func:`deleted_ratios`). idx, ratios: (T,)."""
+    decision's statistic (spatial.py), a chance inlier's probability :func:`chance_probability`,
+    the residuals of the model's own least-squares fit ``fit[:n_fit]`` (none: n_fit 0) deleted
+    ones (:func:`deleted_ratios`). idx, ratios: (T,)."""
     s += 1
     k = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
     if k <= MINIMAL_SAMPLE:
@@ -589,7 +600,7 @@ def score_model(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, p, floor2, stamp_q, 
     _unsorted_ratios(model, inv, P1, P2, idx, k, thr_q2, thr_d2, ratios)
     deleted_ratios(P1, idx, k, fit, n_fit, in_fit, ratios)
     ratios[:k].sort()
-    nfa, tol2 = adaptive_nfa_tolerance(ratios, k, P1.shape[0], p, floor2)
+    nfa, tol2 = adaptive_nfa_tolerance(ratios, k, P1.shape[0], chance_probability(p, model, thr_q2, thr_d2), floor2)
     return nfa, k, tol2, s
 
 
@@ -837,7 +848,8 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
         if not by_nfa:  # the search kept the most inliers: their NFA, the residuals as they are
             ratios = np.empty(k, np.float64)
             residual_ratios(models[c], inv, P1, P2, idx, k, thr_q2, thr_d2s[c], ratios)
-            nfa, tol2 = adaptive_nfa_tolerance(ratios, k, T, p, floor2)
+            nfa, tol2 = adaptive_nfa_tolerance(ratios, k, T, chance_probability(p, models[c], thr_q2, thr_d2s[c]),
+                                               floor2)
         # the inliers that make the NFA (within the tolerance it chose) must not lie along one
         # line either: a precise model of a lattice along a girder keeps a chance inlier or two
         # off the line at r, never within a few pixels

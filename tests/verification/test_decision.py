@@ -153,14 +153,15 @@ def test_the_number_of_false_alarms_equals_its_formula(k, n):
 def adaptive_nfa_reference(pairs, affine, n, thr_q, thr_d, area, floor):
     """ORSA's adaptive tolerance in numpy and scipy: the inliers' error ratios (the larger of
     transfer / thr_d and back-transfer / thr_q), sorted; the least NFA over j of j inliers
-    within the j-th ratio times the tolerance (the ratio floored)."""
+    within the j-th ratio times the tolerance (the ratio floored), a chance inlier's probability
+    the smaller of the transfer disc and the back-transfer ellipse over the area."""
     P = np.asarray(pairs, np.float64)
     M, t = affine[:, :2], affine[:, 2]
     fwd = np.linalg.norm(P[:, :2] @ M.T + t - P[:, 2:], axis=1) / thr_d
     Mi = np.linalg.inv(M)
     bwd = np.linalg.norm((P[:, 2:] - t) @ Mi.T - P[:, :2], axis=1) / thr_q
     ratio = np.maximum(np.sort(np.maximum(fwd, bwd)), floor)
-    p0 = math.pi * thr_d ** 2 / area
+    p0 = math.pi * min(thr_d ** 2, thr_q ** 2 * np.linalg.det(M)) / area
     return min(nfa_reference(j, n, p0 * ratio[j - 1] ** 2) for j in range(4, len(P) + 1))
 
 
@@ -176,6 +177,36 @@ def test_the_adaptive_tolerance_equals_its_formula():
         assert got == pytest.approx(ref, rel=1e-9, abs=1e-9)
         assert got <= nfa_reference(k, n, p) + 1e-9
     assert _k.log10_nfa_adaptive(np.zeros(3), 3, 50, p, 1e-4) == math.inf
+
+
+@pytest.mark.parametrize("name, M, exact", [
+    ("half size: the ellipse (a disc) inside the transfer disc", rotation(20, 0.5), True),
+    ("twice the size: the transfer disc inside the ellipse", rotation(-10, 2.0), True),
+    ("a facade seen aside, det 0.6", np.array([[0.6, 0.0], [0.2, 1.0]]), False),
+    ("stretched one way, shrunk the other, det 1", np.array([[1.6, 0.1], [0.0, 0.625]]), False),
+])
+def test_a_chance_inlier_s_probability_bounds_a_uniform_point(name, M, exact):
+    """The background model itself, drawn: a candidate point uniform in the image is an inlier
+    of the model (transfer within thr_d, back-transfer within thr_q) at most as often as the
+    kernel's probability, the smaller of pi thr_d^2 and pi thr_q^2 det M over the area; as often
+    (within 4 sigma of 400,000 draws) when one region holds the other."""
+    rng = np.random.default_rng(11)
+    thr_q, thr_d = 20.0, 25.0
+    p1 = np.array([500.0, 380.0])
+    t = np.array([W / 2, H / 2]) - M @ p1  # p1 transferred to the image centre: both regions inside
+    m = model(M, t)
+    got = _k.chance_probability(math.pi * thr_d ** 2 / (W * H), m, thr_q ** 2, thr_d ** 2)
+    assert got == pytest.approx(math.pi * min(thr_d ** 2, thr_q ** 2 * np.linalg.det(M)) / (W * H), rel=1e-12)
+    X = rng.uniform(0, [W, H], (400_000, 2))
+    fwd = np.sum((X - (M @ p1 + t)) ** 2, axis=1) <= thr_d ** 2
+    bwd = np.sum(((X - t) @ np.linalg.inv(M).T - p1) ** 2, axis=1) <= thr_q ** 2
+    freq = np.mean(fwd & bwd)
+    sigma = math.sqrt(got / len(X))
+    assert freq <= got + 4 * sigma
+    if exact:
+        assert abs(freq - got) <= 4 * sigma
+    else:
+        assert got < math.pi * thr_d ** 2 / (W * H) or np.linalg.det(M) * thr_q ** 2 >= thr_d ** 2
 
 
 def collinear_reference(P, thr, off_line):

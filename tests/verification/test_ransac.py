@@ -243,7 +243,9 @@ def test_a_refit_is_numpys_least_squares_fit_of_its_inliers(seed, f2, n_ids):
 
 def nfa_of(m, P1, P2, qid, did, tq, tc, fit=(), floor2=1e-4):
     """(log10 NFA, inliers) of a model in numpy and scipy: ORSA's least NFA over the tolerances
-    its inliers set (spatial.py's formula, written plainly), the residuals of the rows ``fit``
+    its inliers set (spatial.py's formula, written plainly: a chance inlier's probability the
+    smaller of the transfer disc pi tc^2 and the back-transfer ellipse pi tq^2 det M over the
+    image's area), the residuals of the rows ``fit``
     (the model's least-squares fit) deleted ones, r / (1 - h), h from numpy's hat matrix."""
     from scipy.stats import binom
 
@@ -264,7 +266,8 @@ def nfa_of(m, P1, P2, qid, did, tq, tc, fit=(), floor2=1e-4):
                 ratio2[r] = ratio2[r] / (1 - h[j]) ** 2 if h[j] < 1 - 1e-9 else np.inf
     ratio2 = np.maximum(np.sort(ratio2), floor2)
     tests = math.log10((n - 3) * math.comb(n, 3))
-    return min(tests + binom.logsf(j - 4, n - 3, min(LO_P * ratio2[j - 1], 1.0)) / math.log(10)
+    p = LO_P * min(1.0, tq ** 2 * np.linalg.det(M) / tc ** 2)  # the transfer disc, or the back-transfer ellipse
+    return min(tests + binom.logsf(j - 4, n - 3, min(p * ratio2[j - 1], 1.0)) / math.log(10)
                for j in range(4, k + 1)), k
 
 
