@@ -390,3 +390,16 @@ def test_after_the_first_answer_the_runs_are_asked_for_whole_once(tmp_path, enco
         assert first and not any(_covered(first, at, at + n) for at, n in whole)  # parts of runs only
         assert all(_covered(second, at, at + n) for at, n in whole)
         assert third == []
+
+
+def test_without_a_map_to_walk_the_runs_come_from_py_lmdb(tmp_path, encoder, monkeypatch):
+    """Where the map cannot be walked (no /proc/self/maps: not Linux), the runs are py-lmdb's
+    values, and the answers and entries are the same."""
+    import streamk.index.store as store
+
+    monkeypatch.setattr(store, "map_base", lambda path: None)
+    with build(tmp_path / "ix", encoder) as idx:
+        with idx.store.read(buffers=True) as txn:
+            assert idx.store.values_in_map(txn, "code_runs", b"") is None
+        idx.remove([f"b{i}" for i in range(0, 400, 5)])
+        assert_lazy_equals_full(idx)
