@@ -233,6 +233,7 @@ def test_the_defaults_in_help_are_the_packages_own():
     assert defaults.DEFAULT_DUPLICATE_THRESHOLD == index.DEFAULT_DUPLICATE_THRESHOLD
     assert tuple(defaults.DUPLICATE_POLICIES) == tuple(index.DUPLICATE_POLICIES)
     assert defaults.SEARCH_MODES == tuple(index.MODES) and defaults.SEARCH_EXPANSIONS == tuple(index.EXPANSIONS)
+    assert defaults.SEARCH_EXPANSION == index.SearchParams().expansion
     assert defaults.DEFAULT_MAX_IMAGES == pipeline.DEFAULT_MAX_IMAGES
     assert defaults.DEFAULT_DESCRIPTORS_PER_IMAGE == pipeline.DEFAULT_DESCRIPTORS_PER_IMAGE
     assert defaults.DEMO_TRANSFORMS == tuple(demo.TRANSFORMS)

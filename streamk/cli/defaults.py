@@ -23,6 +23,8 @@ DUPLICATE_POLICIES = ("keep", "skip", "report")
 SEARCH_MODES = ("exact", "pq")
 #: streamk.index.EXPANSIONS: the query expansions (average; alpha-QE; recursive average)
 SEARCH_EXPANSIONS = ("aqe", "alpha", "recursive")
+#: streamk.index.SearchParams().expansion: the query expansion a search uses unless told
+SEARCH_EXPANSION = "recursive"
 #: streamk.pipeline.DEFAULT_MAX_IMAGES: images an encoder or the visual words learn from
 DEFAULT_MAX_IMAGES = 1000
 #: streamk.pipeline.DEFAULT_DESCRIPTORS_PER_IMAGE: descriptors sampled from each of them

@@ -6,7 +6,7 @@ import os
 import sys
 
 from ..schema import JSON_SCHEMA_VERSION, SCHEMA_VERSION_KEY, with_schema_version
-from .defaults import DEFAULT_DUPLICATE_THRESHOLD, SEARCH_EXPANSIONS, SEARCH_MODES
+from .defaults import DEFAULT_DUPLICATE_THRESHOLD, SEARCH_EXPANSION, SEARCH_EXPANSIONS, SEARCH_MODES
 from .index_commands import open_from_args, stale_note
 from .options import add_limit_options, non_negative_int, positive_float, positive_int, unit_float
 
@@ -65,7 +65,7 @@ def _check_queries(args):
                               f"index open; give only query photos (or --id)")
         args.images = ([args.dir] if args.dir is not None else []) + args.images
         for option, given in (("--nprobe", args.nprobe is not None), ("--rerank", args.rerank is not None),
-                              ("--expansion", args.expansion != "aqe"), ("--pairs", args.pairs),
+                              ("--expansion", args.expansion != SEARCH_EXPANSION), ("--pairs", args.pairs),
                               ("--dask", args.dask is not None)):
             if given:
                 raise ConfigError(f"{option} is not an option of the server's search API: leave it out with "
@@ -337,8 +337,8 @@ def add_search_commands(sub):
                          "0: off)")
     se.add_argument("--expand", type=non_negative_int, default=None, metavar="N",
                     help="query expansion with at most N verified results (default 50; 0: off)")
-    se.add_argument("--expansion", choices=list(SEARCH_EXPANSIONS), default="aqe",
-                    help="average query expansion (default), alpha-QE, or recursive AQE (--expand N "
+    se.add_argument("--expansion", choices=list(SEARCH_EXPANSIONS), default=SEARCH_EXPANSION,
+                    help="average query expansion, alpha-QE, or recursive AQE (the default: --expand N "
                          "verified results more a round, each round's results verified)")
     se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
     se.add_argument("--json", action="store_true",

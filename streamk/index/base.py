@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 from ..errors import EncoderMismatchError
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, vector_duplicate_groups,
                          vector_duplicates_of, verified_duplicates)
-from .search_params import SearchParams
+from .search_params import DEFAULT_EXPANSION, SearchParams
 from .second_stage import Hit
 
 if TYPE_CHECKING:
@@ -209,21 +209,23 @@ class Index(ABC):
     @overload
     def search(self, query: str | os.PathLike[str], k: int = 10, mode: str | None = None,
                rerank: int | None = None, box: Sequence[float] | None = None, nprobe: int | None = None,
-               verify: int | None = None, expand: int | None = None, expansion: str = "aqe", pairs: bool = False,
-               features: Any = None, where: Mapping[str, Any] | None = None, record: bytes | None = None,
-               params: SearchParams | None = None) -> list[Hit]: ...
+               verify: int | None = None, expand: int | None = None, expansion: str = DEFAULT_EXPANSION,
+               pairs: bool = False, features: Any = None, where: Mapping[str, Any] | None = None,
+               record: bytes | None = None, params: SearchParams | None = None) -> list[Hit]: ...
 
     @overload
     def search(self, query: NDArray[Any], k: int = 10, mode: str | None = None,
                rerank: int | None = None, box: Sequence[float] | None = None, nprobe: int | None = None,
-               verify: int | None = None, expand: int | None = None, expansion: str = "aqe", pairs: bool = False,
-               features: Any = None, where: Mapping[str, Any] | None = None, record: bytes | None = None,
+               verify: int | None = None, expand: int | None = None, expansion: str = DEFAULT_EXPANSION,
+               pairs: bool = False, features: Any = None, where: Mapping[str, Any] | None = None,
+               record: bytes | None = None,
                params: SearchParams | None = None) -> list[Hit] | tuple[NDArray[np.float32], NDArray[Any]]: ...
 
     def search(self, query: str | os.PathLike[str] | NDArray[Any], k: int = 10, mode: str | None = None,
                rerank: int | None = None, box: Sequence[float] | None = None, nprobe: int | None = None,
-               verify: int | None = None, expand: int | None = None, expansion: str = "aqe", pairs: bool = False,
-               features: Any = None, where: Mapping[str, Any] | None = None, record: bytes | None = None,
+               verify: int | None = None, expand: int | None = None, expansion: str = DEFAULT_EXPANSION,
+               pairs: bool = False, features: Any = None, where: Mapping[str, Any] | None = None,
+               record: bytes | None = None,
                params: SearchParams | None = None) -> list[Hit] | tuple[NDArray[np.float32], NDArray[Any]]:
         """The k best images by decreasing inner product with the query, then (second
         stage) spatially verified and expanded.
@@ -250,7 +252,8 @@ class Index(ABC):
         Second stage (an index with local features, a query image or its ``features``):
         ``verify`` = R first-stage results verified by RANSAC on their local geometry
         (default 100; 0: off), verified ones first by inliers; ``expand`` = N verified
-        results averaged into the query (``expansion`` "aqe", or "alpha" for alpha-QE),
+        results averaged into the query (``expansion`` "recursive", the default: N more a
+        round, each round's new results verified; "aqe" once; "alpha" for alpha-QE),
         searched once more (default 50; 0: off). ``box`` maps the query's box into each
         verified result (``region``). ``features``: the query image's Features (already
         cropped to ``box``) when the query is given as its vector. ``record``: instead of

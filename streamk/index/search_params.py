@@ -37,6 +37,7 @@ from .metadata import parse_filter
 
 MODES = ("exact", "pq")  # every stored vector; the PQ / IVF-PQ codes, then re-ranking
 EXPANSIONS = ("aqe", "alpha", "recursive")  # average query expansion; alpha-QE; recursive AQE
+DEFAULT_EXPANSION = "recursive"  # keeps its quality when few are expanded (streamk.verification.expansion)
 DEFAULT_VERIFY = DEFAULT_R  # first-stage results verified (Philbin et al. 2007 verify the top 100-1000)
 DEFAULT_EXPAND = DEFAULT_TOP  # verified results averaged into the expanded query, at most
 
@@ -85,7 +86,7 @@ INDEX_LIMITS = SearchLimits()
 SERVER_LIMITS = INDEX_LIMITS.tighter("the HTTP server's", k=1_000, expand=200)  # an answer is JSON sent over HTTP
 
 _DEFAULTS = {"k": 10, "mode": None, "nprobe": None, "rerank": None, "verify": None, "expand": None,
-             "expansion": "aqe", "box": None, "where": None, "pairs": False}
+             "expansion": DEFAULT_EXPANSION, "box": None, "where": None, "pairs": False}
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,9 @@ class SearchParams:
     (0..limits.rerank; None: max(4k, 100)). verify: R first-stage results spatially
     verified (0..limits.verify; None: 100; 0: off). expand: verified results averaged
     into the expanded query (0..limits.expand; None: 50; 0: off; recursive: added per
-    round). expansion: "aqe", "alpha" or "recursive". box: (x1, y1, x2, y2) in the query image's pixels, finite, x1 < x2 and
-    y1 < y2 (:func:`streamk.checks.check_box`). where: a metadata filter
+    round). expansion: "aqe", "alpha" or "recursive" (the default). box: (x1, y1, x2, y2)
+    in the query image's pixels, finite, x1 < x2 and y1 < y2
+    (:func:`streamk.checks.check_box`). where: a metadata filter
     (:mod:`streamk.index.metadata`), kept as a copy. pairs: return the inlier pairs.
     """
 
@@ -109,7 +111,7 @@ class SearchParams:
     rerank: int | None = None
     verify: int | None = None
     expand: int | None = None
-    expansion: str = "aqe"
+    expansion: str = DEFAULT_EXPANSION
     box: tuple | None = None
     where: dict | None = None
     pairs: bool = False
@@ -196,5 +198,5 @@ def _is_default(name, value):
     return value is default or (default is not None and type(value) is type(default) and value == default)
 
 
-__all__ = ["DEFAULT_EXPAND", "DEFAULT_VERIFY", "EXPANSIONS", "INDEX_LIMITS", "MODES", "SERVER_LIMITS",
-           "SearchLimits", "SearchParams", "check_count"]
+__all__ = ["DEFAULT_EXPAND", "DEFAULT_EXPANSION", "DEFAULT_VERIFY", "EXPANSIONS", "INDEX_LIMITS", "MODES",
+           "SERVER_LIMITS", "SearchLimits", "SearchParams", "check_count"]

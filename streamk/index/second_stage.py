@@ -6,9 +6,11 @@ query expanded with them and searched once more.
     verify:      the R rows' geometry records (one read each, from ``geometry``) against
                  the query's record (streamk.verification: tentative matches + RANSAC)
     re-rank:     verified rows (verification's decision) first, by inliers
-    expand:      q' = normalise(q + sum of the first N verified rows' vectors) (AQE; or alpha-QE;
-                 or recursive AQE: N more verified rows a round, each round's new results verified,
-                 on a sharded index by the shard that holds each: verify_on_shard, vectors_on_shard)
+    expand:      recursive AQE (the default): q' = normalise(q + sum of the first N verified
+                 rows' vectors), searched; its new results in the top R verified (R / 10 in all)
+                 and N more verified rows added a round (4 searches at most; on a sharded index
+                 each row verified by its shard: verify_on_shard, vectors_on_shard); or AQE
+                 (one such search) or alpha-QE
     again:       top k + V of q'; the result: the V verified rows, then the rows of the
                  second search that are not among them, k in all
 

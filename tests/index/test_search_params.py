@@ -97,7 +97,7 @@ def test_frozen_and_replace_checks_again():
 def test_defaults_resolve_as_documented():
     p = SearchParams()
     assert (p.k, p.mode, p.verify, p.expand, p.expansion, p.box, p.where, p.pairs) == \
-        (10, None, None, None, "aqe", None, None, False)
+        (10, None, None, None, "recursive", None, None, False)
     assert (p.verify_count(), p.expand_count()) == (100, 50)
     assert (SearchParams(verify=0, expand=0).verify_count(), SearchParams(verify=0, expand=0).expand_count()) == (0, 0)
 

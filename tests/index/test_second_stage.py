@@ -102,7 +102,7 @@ def test_the_second_stage_equals_a_numpy_reference(index, collection, expand):
     else:
         tail = order
     expected = list(ver) + [j for j in tail if j not in set(ver)]
-    got = index.search(str(collection["view"]), k=k, verify=R, expand=expand)
+    got = index.search(str(collection["view"]), k=k, verify=R, expand=expand, expansion="aqe")
     assert len(ver) >= 1
     assert [h.id for h in got] == [ids[j] for j in expected[:k]]
     assert [h.verified for h in got[:len(ver)]] == [True] * len(ver)
