@@ -128,9 +128,9 @@ def parse_args():
     p.add_argument("--queries", type=int, default=12)
     p.add_argument("--R", type=int, default=100)
     p.add_argument("--opencv-pairs", type=int, default=20, help="pairs timed with OpenCV per query")
-    p.add_argument("--expansions", default="aqe", help="expansions timed alternately (comma list; the first "
-                                                        "fills the main table; recursive:S: at most S R new "
-                                                        "verifications)")
+    p.add_argument("--expansions", default=None, help="expansions timed alternately (comma list; the first "
+                                                       "fills the main table; recursive:S: at most S R new "
+                                                       "verifications; default: a search's own, SearchParams())")
     p.add_argument("--expand", type=int, default=50, help="verified results in the expanded query (per round)")
     return p.parse_args()
 
@@ -160,7 +160,9 @@ def timed_second_stage(idx, voc, qf, q, box, args, mode, expansion):
 
 def main():
     args = parse_args()
-    expansions = args.expansions.split(",")
+    from streamk.index import SearchParams
+
+    expansions = (args.expansions or SearchParams().expansion).split(",")
 
     from threadpoolctl import threadpool_limits
 
