@@ -17,7 +17,7 @@ Expansion uses verified images only unless asked (``include_unverified``): see
 by the first stage (by the recursive expansion, once per round).
 
 Why recursive AQE. AQE over N verified images loses quality as N drops (paris6k-subset
-GMP k = 16: 84.6 mAP at N = 50, 83.3 at N = 5; recursive 84.5 at N = 5): none of the
+GMP k = 16: 85.0 mAP at N = 50, 83.3 at N = 5; recursive 84.9 at N = 5): none of the
 verified images is wrong; five simply carry less than the fifteen or so a query's top 100
 verifies. Recursion keeps N as the step: each round adds at most N verified images, the
 ones with the most inliers first (Chum et al.'s queue keyed by inliers), searches, and
