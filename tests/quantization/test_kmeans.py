@@ -1,15 +1,16 @@
 """The coarse quantiser's spherical k-means (Dhillon and Modha 2001) checked against its
 definition in plain float64 numpy: Lloyd's objective on the sphere never decreases,
 a converged fit is its own fixed point (each centroid the normalised sum of the vectors
-nearest to it), no list is left empty, and the codec's lists are the brute-force nearest
-centroids, also for centroids an older streamk trained (not unit)."""
+nearest to it), no list is left empty; the centroids' common length is the least-squares
+one; the codec's lists are the brute-force nearest centroids, also for centroids an
+older streamk trained (of unequal lengths)."""
 
 import itertools
 
 import numpy as np
 import pytest
 
-from streamk.quantization.ivfpq import IVFPQ, spherical_kmeans
+from streamk.quantization.ivfpq import IVFPQ, common_length, spherical_kmeans
 
 EPS32 = np.finfo(np.float32).eps
 
@@ -79,6 +80,30 @@ def test_converged_fit_is_its_own_fixed_point(data):
     np.testing.assert_allclose(C, expected, atol=1e-5)
 
 
+def test_common_length_is_the_least_squares_length(data):
+    """One length rho for every centroid: rho = mean_x <x, u(x)> minimises sum_x |x - rho
+    u(x)|^2 given the lists, and the lists stay those of the unit centroids."""
+    U = spherical_kmeans(data, 24, 20, seed=0)
+    C = common_length(data, U)
+    U64, X = U.astype(np.float64), data.astype(np.float64)
+    lists = nearest(data, U)
+    rho = (X * U64[lists]).sum(1).mean()
+    np.testing.assert_allclose(np.linalg.norm(C.astype(np.float64), axis=1), rho, rtol=8 * EPS32)
+
+    def energy(r):
+        return ((X - r * U64[lists]) ** 2).sum()
+    assert energy(rho) <= min(energy(0.97 * rho), energy(1.03 * rho), energy(1.0))
+    d2 = ((X[:, None, :] - C.astype(np.float64)[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(d2.argmin(1), lists)  # equal lengths: the nearest is the inner-product rule
+
+
+def test_codec_centroids_share_one_length(data):
+    codec = IVFPQ(nlist=32, M=8, seed=0).fit(data)
+    norms = np.linalg.norm(codec.centroids_.astype(np.float64), axis=1)
+    np.testing.assert_allclose(norms, norms.mean(), rtol=8 * EPS32)
+    assert 0 < norms.mean() < 1  # unit vectors: a cluster's mean projection on its direction
+
+
 def test_codec_lists_are_the_nearest_centroids(data):
     codec = IVFPQ(nlist=32, M=8, seed=0).fit(data)
     lists, _ = codec.encode(data)
@@ -88,7 +113,7 @@ def test_codec_lists_are_the_nearest_centroids(data):
     ok = np.take_along_axis(d2, lists[:, None].astype(np.int64), axis=1)[:, 0] <= d2.min(1) + 8 * EPS32
     assert ok.all()  # brute-force argmin |x - c|^2 (up to float32 ties) ...
     assert (np.take_along_axis(G, lists[:, None].astype(np.int64), axis=1)[:, 0] >= G.max(1) - 8 * EPS32).all()
-    # ... which is argmax <x, c> for unit centroids
+    # ... which is argmax <x, c> for centroids of one length
 
 
 def test_codecs_trained_before_keep_their_lists(data):
