@@ -175,12 +175,9 @@ class ShardActor:
         with self._lock:
             return self.index.first_stage(Q, k, params=params)
 
-    def verified_candidates(self, q, qrec, params):
-        with self._lock:
-            return self.index.verified_candidates(q, qrec, params)
-
     def verify_ids(self, image_ids, scores, qrec, params):
-        """The recursive expansion's new results on this shard, verified (second_stage.verify_on_shard)."""
+        """This shard's ``image_ids`` among a query's merged top R, or an expanded search's
+        new results, verified (second_stage.verify_on_shard)."""
         with self._lock:
             return verify_on_shard(self.index, image_ids, scores, qrec, params)
 
@@ -716,12 +713,15 @@ class ShardedIndex(Index):
         return np.take_along_axis(scores, order, axis=1), np.take_along_axis(ids, order, axis=1)
 
     def _second_stage(self, q, qrec, params):
-        """The second stage where each shard lives: every shard verifies its own first-stage
-        top R and sends back its verified images' vectors; their candidates merged into one first-stage order (by score,
-        ties by shard, then the shard's order), then the second stage written once
-        (:func:`~streamk.index.second_stage.verified_first`, ``expanded_results``). The
-        recursive expansion verifies as one index does (:meth:`_verified_by_id`): the merged
-        top R, then each expanded search's new results, on the shards that hold them."""
+        """The second stage as one index runs it, whatever the expansion: the merged first
+        stage's top R verified by id on the shards that hold them (:meth:`_verified_by_id`),
+        then the second stage written once (:func:`~streamk.index.second_stage.expanded_results`;
+        the recursive expansion verifies each expanded search's new results on their
+        shards too). R verifications in all (each shard verifying its own top R would make
+        up to S R, and mark or count images one index never verifies). Round trips: the
+        first stage (every shard), the verification (the shards that hold some of the top
+        R; they send the verified images' vectors), each expanded search (every shard) and,
+        for the recursion, its verifications and the vectors it still lacks."""
         def search_again(q2, n):
             scores, ids = self.first_stage(q2, n, params=params)
             return [(i, sc) for i, sc in zip(ids[0], scores[0].tolist()) if i is not None]
@@ -731,23 +731,17 @@ class ShardedIndex(Index):
 
         def vectors(candidates):
             return stacked_vectors(candidates, lambda ids: np.stack(self._by_id(ShardActor.vectors_of, ids)))
-        if params.expansion == "recursive":
-            head, rest = self._verified_by_id(q, params, search_again, verify)
-            return [Hit(i, sc, **expl) for i, sc, expl in
-                    expanded_results(q, head, rest, params, search_again, again=(verify, vectors))]
-        parts = self._scatter(ShardActor.verified_candidates, {s: (q, qrec, params) for s in range(self.shards)})
-        candidates = [c for s in range(self.shards) for c in parts[s]]
-        order = np.argsort(-np.array([c.score for c in candidates], np.float32), kind="stable")
-        head, rest = verified_first([candidates[i] for i in order])
-        return [Hit(i, sc, **expl) for i, sc, expl in expanded_results(q, head, rest, params, search_again)]
+        head, rest = self._verified_by_id(q, params, search_again, verify)
+        return [Hit(i, sc, **expl) for i, sc, expl in
+                expanded_results(q, head, rest, params, search_again, again=(verify, vectors))]
 
     @staticmethod
     def _verified_by_id(q, params, search_again, verify):
         """(head, rest) of :func:`~streamk.index.second_stage.verified_first` over the merged
         first stage's top max(k, R), its first R verified by id on their shards: what one
-        index verifies, so that the recursion, which verifies again what its searches find
-        outside them, gives one index's results (each shard verifying its own top R would
-        verify up to S R images, and the recursion's answers would depend on S)."""
+        index verifies, so that every expansion gives one index's results (each shard
+        verifying its own top R would verify up to S R images, and the marks, inliers and
+        expanded queries would depend on S)."""
         found = search_again(q[None, :], max(params.k, params.verify_count()))
         R = params.verify_count()
         checked = verify([i for i, _ in found[:R]], [sc for _, sc in found[:R]]) if found[:R] else []

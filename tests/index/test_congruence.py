@@ -249,6 +249,29 @@ def test_the_second_stage_verifies_the_views_of_a_scene(index, reference, kwargs
             assert all(h.pairs.shape == (h.inliers, 4) for h in got if h.verified)
 
 
+@pytest.mark.parametrize("expansion, expand", [("aqe", None), ("alpha", None), ("recursive", None), ("aqe", 0)])
+def test_the_second_stage_verifies_the_merged_top_r(index, reference, expansion, expand):
+    """Every expansion, and none (expand 0), verifies the first stage's top R of the whole
+    index (brute force), R in all, on every kind: the views of the query's scene outside it
+    come back unverified, without inliers (a shard verifying its own top R would verify
+    the view at the top of its shard). The recursion verifies again what its searches
+    find: its verified are views of the scene."""
+    ids, V = stored_vectors()
+    views, R = scene_views(), 1
+    for s in (0, 3):
+        vec, f = views[f"scene{s}-view1"]
+        top = {ids[i] for i in np.argsort(-(V @ vec), kind="stable")[:R]}
+        scene = {f"scene{s}-view{v}" for v in range(VIEWS)}
+        p = SearchParams(k=12, mode="exact", verify=R, expand=expand, expansion=expansion)
+        got = index.search(vec, features=f, params=p)
+        assert hits_of(got) == hits_of(reference.search(vec, features=f, params=p))
+        assert scene - top <= {h.id for h in got}  # the other views are among the results
+        if expansion == "recursive":
+            assert {h.id for h in got if h.verified} <= scene
+        else:
+            assert {h.id for h in got if h.inliers is not None} == top == {f"scene{s}-view1"}
+
+
 def test_the_recursive_expansion_verifies_what_its_searches_find(index, reference):
     """expansion="recursive" (verification of each expanded search's new results, on the
     shard that holds them): a query whose first-stage top R holds one view of its scene (its
