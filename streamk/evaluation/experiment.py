@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from ..encoding import Encoder
 from ..errors import DatasetImageError
 from ..encoding import RotationNormalisation, l2_normalize, postprocess
-from .second_stage_rows import DEFAULT_EXPAND, SecondStageRows
+from .second_stage_rows import DEFAULT_EXPAND, DEFAULT_EXPANSION, SecondStageRows
 
 
 @dataclass
@@ -176,11 +176,12 @@ def dataset_descriptors(dataset, extractor=None, cache_dir=None, workers=None, p
 def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, methods=("sum", "democratic", "gmp"),
                      rn=(False, True), dims=(None,), power=0.5, learning=None, extractor=None, cache_dir=None,
                      workers=None, verbose=True, seeds=None, pq_bytes=(), rerank=50, verify=0, expand=DEFAULT_EXPAND,
-                     **aggregation_params):
+                     expansion=DEFAULT_EXPANSION, **aggregation_params):
     """mAP of each configuration on a dataset; returns (rows, info).
 
     ``verify`` = R > 0 adds the second stage beside each exact row (``+QE``, ``+SP``,
-    ``+SP+QE``: :mod:`streamk.evaluation.second_stage_rows`), its visual words learned on
+    ``+SP+QE(expansion)``, a search's default expansion unless ``expansion`` says:
+    :mod:`streamk.evaluation.second_stage_rows`), its visual words learned on
     the learning set with every other learned part; ``info["query_ms"]`` holds each
     such row's cost per query.
 
@@ -206,7 +207,7 @@ def evaluate_dataset(dataset, embedding="temb", k=64, embedding_params=None, met
         rows = [(r.label, evaluate(r.ranks(), dataset)) for r in results]
         if verify:
             stage = SecondStageRows.learn(learn_sets, db_features, q_features, dataset, verify, expand, seed or 0,
-                                      verbose)
+                                          verbose, expansion)
             rows = stage.beside(rows, results, dataset, query_ms)
         per_seed.append(rows)
         fit_s.append(timings.fit_s)

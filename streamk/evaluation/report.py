@@ -9,7 +9,7 @@ from ..encoding import embedding_spec
 from ..errors import ConfigError
 from ..features import make_extractor
 from .experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset, evaluate_dataset_asmk
-from .second_stage_rows import DEFAULT_EXPAND, DEFAULT_VERIFY
+from .second_stage_rows import DEFAULT_EXPAND, DEFAULT_EXPANSION, DEFAULT_VERIFY
 
 
 def learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, progress, log):
@@ -34,7 +34,7 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
              rn=(False, True), dims=None, power=0.5, seeds=1, pq_bytes=(), rerank=50, fv_pca=64, gamma=None,
              lam=None, learn_dataset=None, learn_root=None, extractor=None, max_side=None, max_features=None,
              cache=None, no_cache=False, workers=None, asmk_words=None, asmk_ma=5, verify=DEFAULT_VERIFY,
-             expand=DEFAULT_EXPAND, log=print, progress=True):
+             expand=DEFAULT_EXPAND, expansion=DEFAULT_EXPANSION, log=print, progress=True):
     """What ``streamk eval`` prints (through ``log``), as a report dict."""
     dataset = load_dataset(dataset, root)
     extractor = make_extractor(extractor, max_side=max_side, max_features=max_features)
@@ -52,7 +52,7 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
             rows, info = evaluate_dataset(
                 dataset, embedding, k, params, aggregations, rn, dims, power, learning=learning, extractor=extractor,
                 cache_dir=cache, workers=workers, verbose=progress, seeds=seeds, pq_bytes=pq_bytes or (),
-                rerank=rerank, verify=verify, expand=expand, **aggregation_params)
+                rerank=rerank, verify=verify, expand=expand, expansion=expansion, **aggregation_params)
             report["configs"].append({"embedding": embedding_name, "k": k, **info, "rows": [
                 {"method": label, "map_mean": float(np.mean([r.map for r in runs])),
                  "map_std": float(np.std([r.map for r in runs])), "per_seed": [r.to_dict() for r in runs],

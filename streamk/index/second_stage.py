@@ -130,13 +130,18 @@ def verify_candidates(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT
         except GeometryRecordError as exc:  # a stored record that fails its checks: damage, named
             raise view.store.damaged_geometry([int(cand[i]) for i in have], [recs[i] for i in have]) from exc
         checks = dict(zip(have, checked))
-    out = []
-    for i, (r, sc) in enumerate(zip(rows.tolist(), scores.tolist())):
-        v = checks.get(i)
-        out.append(Candidate(r, sc, None, {} if v is None else {
-            "inliers": v.inliers, "verified": v.verified, "region": v.region, "affine": v.affine, "pairs": v.pairs,
-            "stage": "verified" if v.verified else "first"}))
-    return out
+    return [Candidate(r, sc, None, explanation_of(checks.get(i)))
+            for i, (r, sc) in enumerate(zip(rows.tolist(), scores.tolist()))]
+
+
+def explanation_of(verification):
+    """A candidate's explanation (the fields of a :class:`Hit`) from its
+    :class:`~streamk.verification.Verification`; {} for None (not verified)."""
+    v = verification
+    if v is None:
+        return {}
+    return {"inliers": v.inliers, "verified": v.verified, "region": v.region, "affine": v.affine, "pairs": v.pairs,
+            "stage": "verified" if v.verified else "first"}
 
 
 def verified_first(candidates, min_inliers=DEFAULT_MIN_INLIERS):
@@ -306,7 +311,7 @@ def with_vectors(view, txn, head, n):
 
 
 __all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
-           "RECURSIVE_VERIFICATIONS", "damaged_records", "expanded_results", "query_record", "records_of",
+           "RECURSIVE_VERIFICATIONS", "damaged_records", "expanded_results", "explanation_of", "query_record", "records_of",
            "recursive_budget", "recursive_results", "second_stage",
            "stacked_vectors", "vectors_on_shard", "verified_first", "verify_candidates", "verify_on_shard",
            "with_vectors"]
