@@ -556,17 +556,21 @@ class StreamingIndex(Index):
             return codec_staleness(txn, self._store)
 
     def _warn_if_stale(self, txn, mode):
-        """A StaleCodecWarning for a PQ search whose codec is stale (O(1): two small reads)."""
+        """A StaleCodecWarning for the first PQ search that finds the codec stale after the
+        index changed (or was opened): once per state of the index, not per search (the
+        warning machinery cost ~5-10 us a search on a stale index; nothing when not stale:
+        one tuple compare)."""
         if mode != "pq":
             return
         seen = (self.view.seq, self.view.epoch)  # refreshed in txn: the record changes only with seq
-        if getattr(self, "_staleness_seen", (None,))[0] != seen:
-            st = codec_staleness(txn, self._store)
-            self._staleness_seen = (seen, st, stale_codec_note(st, str(self._store.path)))
-        _, st, note = self._staleness_seen
+        if getattr(self, "_staleness_seen", None) == seen:
+            return
+        st = codec_staleness(txn, self._store)
+        note = stale_codec_note(st, str(self._store.path))
+        self._staleness_seen = seen
         if note is not None:
             w = StaleCodecWarning(note)
-            w.staleness = dict(st)  # the caller's copy (the record is kept for the next search)
+            w.staleness = dict(st)
             warnings.warn(w, stacklevel=3)
 
     # ------------------------------------------------------------ facts

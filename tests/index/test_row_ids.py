@@ -132,3 +132,33 @@ def test_missing_row_id_is_damage(changed_index):
         view.refresh(txn)
         with pytest.raises(IndexCorruptError, match=str(row)):
             view.ids_of(txn, np.array([[row]]))
+
+
+def test_a_stale_codec_warns_once_per_state_of_the_index(tmp_path):
+    """A PQ search on a stale codec warns on the first search after the index changed (or
+    was opened), not on every search; a change warns again; an exact search never warns."""
+    import warnings
+
+    from streamk.errors import StaleCodecWarning
+
+    idx = StreamingIndex.create(tmp_path / "ix", make_encoder(), vector_dtype="float32", block_rows=16)
+    idx.add_many([{"id": f"a{i}", "vector": v} for i, v in enumerate(vectors(1, 20))])
+    idx.train(codec=IVFPQ(nlist=4, M=8, seed=0).fit(vectors(77, 600)), progress=False)
+    idx.add_many([{"id": f"b{i}", "vector": v} for i, v in enumerate(vectors(2, 200))])
+    assert idx.codec_staleness()["stale"]
+    Q = vectors(55, 2)
+
+    def warned(**kw):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            idx.search(Q, k=5, rerank=0, **kw)
+        return [w for w in caught if issubclass(w.category, StaleCodecWarning)]
+
+    assert warned(mode="exact") == []
+    first = warned(mode="pq")
+    assert len(first) == 1 and first[0].message.staleness["added_since"] == 200
+    assert warned(mode="pq") == [] and warned(mode="pq") == []  # same state: said once
+    idx.add_many([{"id": "c0", "vector": vectors(3, 1)[0]}])
+    again = warned(mode="pq")
+    assert len(again) == 1 and again[0].message.staleness["added_since"] == 201
+    idx.close()
