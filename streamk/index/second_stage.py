@@ -265,11 +265,12 @@ def stacked_vectors(candidates, read):
 
 
 def verify_on_shard(index, image_ids, scores, qrec, params):
-    """A shard's side of the recursive expansion: its ``image_ids`` (results of an expanded
-    search, with their scores) verified against the query's record ``qrec`` in one read
+    """A shard's side of a sharded index's second stage: its ``image_ids`` (of the merged
+    first stage's top R, or new results of an expanded search, with their scores) verified
+    against the query's record ``qrec`` in one read
     transaction of the shard's StreamingIndex ``index``, as :func:`verify_candidates` does
     on one index: [Candidate] in their order, ids as image ids, the verified ones with
-    their stored vectors (what the expansion may average next). An id removed since the
+    their stored vectors (what the expansion may average next; none with expand 0). An id removed since the
     search comes back unverified."""
     store, view = index.store, index.view
     with store.read(buffers=True) as txn:
@@ -280,7 +281,7 @@ def verify_on_shard(index, image_ids, scores, qrec, params):
         out = [next(found)._replace(id=i) if r >= 0 else Candidate(i, float(sc), None, {})
                for i, r, sc in zip(image_ids, rows.tolist(), np.asarray(scores, np.float32).tolist())]
         verified = [p for p, c in enumerate(out) if c.explanation.get("verified")]
-        if verified:
+        if verified and params.expand_count():  # expand 0: nothing is averaged
             V = view.vectors_of(txn, rows[verified])
             for p, v in zip(verified, V):
                 out[p] = out[p]._replace(vector=v)
