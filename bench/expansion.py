@@ -3,8 +3,8 @@ query sets of paris6k-subset, for each expansion streamk offers.
 
     python bench/expansion.py [--expand 5,10,20,50] [--methods aqe,recursive] [--max-verifications 25,100]
 
-Vectors: T-emb k = 16 + GMP, no RN, seed 0, learned on the 250 photos (the row
-``T-emb k=16 + gmp +SP+QE`` of ``streamk eval --dataset paris6k-subset --vocab-size 16``);
+Vectors: T-emb k = 16 + GMP, no RN, seed 0, learned on the 250 photos (the rows
+``T-emb k=16 + gmp +SP`` and ``+SP+QE(recursive)`` of ``streamk eval --dataset paris6k-subset --vocab-size 16``);
 visual words learned on the 250 photos with seed 0, as that row's.
 
 Query sets:
