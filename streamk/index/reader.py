@@ -368,6 +368,10 @@ class SearchView:
         """Object array of the ids of rows (None for -1), from the in-memory id table
         (:class:`RowIds`: rows it has not seen yet are read from ``row_ids`` first)."""
         flat = rows.reshape(-1)
+        if len(flat) and flat.min() >= 0:  # every slot a row (the usual case): no mask
+            out = np.empty(len(flat), dtype=object)
+            out[:] = self.row_ids.ids(txn, flat)
+            return out.reshape(rows.shape)
         have = flat >= 0
         out = np.full(len(flat), None, dtype=object)
         if have.any():
@@ -438,6 +442,8 @@ class RowIds:
             if found is not None:
                 return found
         start, length = self._find(rows)
+        if len(rows) and length.min() >= 0:  # every row in the table (the usual case): no masks
+            return self._gathered(start, length)
         missing = length < 0
         if missing.any():
             self._walk(txn, rows[missing])
@@ -455,6 +461,21 @@ class RowIds:
         looked_up = iter(self._look_up(txn, rows[missing]))
         it = iter(parts)
         return [next(looked_up) if m else next(it) for m in missing.tolist()]
+
+    def _gathered(self, start, length):
+        """The ids at ``start`` (``length`` bytes each, all >= 0) in the buffer: one gather
+        of their bytes with their NULs, one decode, one split (~10 numpy calls)."""
+        lens = length.astype(np.int64)
+        lens += 1  # with its NUL
+        ends = lens.cumsum()
+        first = start - ends
+        first += lens  # each id's first byte minus its place in the gathered bytes
+        pos = np.repeat(first, lens)
+        pos += np.arange(len(pos))
+        parts = self.buf[pos].tobytes().decode("utf-8").split("\0")
+        if len(parts) != len(lens) + 1:  # a NUL inside an id: damage
+            raise corrupt(self.store.path, "row_ids holds an id with a NUL character (damaged)")
+        return parts[:-1]
 
     def _few(self, rows):
         """The ids of a few rows read one by one from the table, or None when one is not in it."""
@@ -479,9 +500,11 @@ class RowIds:
             self._grow_blocks(int(blocks.max()) + 1)
         slot = self.slot_of_block[blocks]
         i = rows - blocks * B
+        if slot.min() >= 0:  # all walked: one flat gather each
+            at = slot * B
+            at += i
+            return self.start.reshape(-1)[at], self.length.reshape(-1)[at]
         walked = slot >= 0
-        if walked.all():
-            return self.start[slot, i], self.length[slot, i]
         start = np.zeros(len(rows), np.int64)
         length = np.full(len(rows), -1, np.int16)
         start[walked] = self.start[slot[walked], i[walked]]

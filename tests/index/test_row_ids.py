@@ -162,3 +162,24 @@ def test_a_stale_codec_warns_once_per_state_of_the_index(tmp_path):
     again = warned(mode="pq")
     assert len(again) == 1 and again[0].message.staleness["added_since"] == 201
     idx.close()
+
+
+def test_many_rows_all_in_the_table_equal_the_one_by_one_look_up(changed_index):
+    """Once every block is walked, many rows at once (more than RowIds.FEW: the vectorised
+    gather), in any order, repeated, with -1 slots in ids_of, name what ``row_ids`` names
+    row by row."""
+    idx, _ = changed_index
+    rows = np.array(sorted(live_ids_by_row(idx)), np.int64)
+    assert len(rows) > 4 * RowIds.FEW
+    view = SearchView(idx.store, idx.dim, idx.vector_dtype)
+    rng = np.random.default_rng(2)
+    with idx.store.read(buffers=True) as txn:
+        view.refresh(txn)
+        for _ in range(RowIds.WALK_AFTER * len(rows) // RowIds.LOAD_BLOCKS + 1):
+            view.ids_of(txn, rows[None, :])  # asked for often enough: every block walked
+        assert view.row_ids.loaded[:(rows.max() // idx.store.block_rows)].all()
+        for order in (rows, rows[::-1], rng.permutation(rows), rng.choice(rows, 3 * len(rows))):
+            assert view.row_ids.ids(txn, order) == ids_by_lookup(idx.store, txn, order)
+            padded = np.concatenate([order[:50], [-1, -1]])[None, :]
+            assert list(view.ids_of(txn, padded)[0]) == ids_by_lookup(idx.store, txn, padded[0])
+            assert list(view.ids_of(txn, order[None, :])[0]) == ids_by_lookup(idx.store, txn, order)
