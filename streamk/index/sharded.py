@@ -449,14 +449,7 @@ class ShardedIndex(Index):
             return False
 
     def records(self, image_ids: Iterable[str]) -> list[Any]:
-        image_ids = list(image_ids)
-        groups = self._by_shard(image_ids)
-        got = self._scatter(ShardActor.records, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()})
-        out = [None] * len(image_ids)
-        for s, pos in groups.items():
-            for p, raw in zip(pos, got[s]):
-                out[p] = raw
-        return out
+        return self._by_id(ShardActor.records, image_ids)
 
     def info(self, image_id: str) -> dict[str, Any]:
         return self._owners[shard_of(image_id, self.shards)].call(ShardActor.info, image_id)
@@ -496,14 +489,7 @@ class ShardedIndex(Index):
     def geometries(self, image_ids: Sequence[str]) -> list[bytes | None]:
         """The stored local-geometry records of ``image_ids`` (bytes, or None), in their order:
         one call on each shard that holds some, all shards at once (one read transaction each)."""
-        image_ids = list(image_ids)
-        groups = self._by_shard(image_ids)
-        got = self._scatter(ShardActor.geometries, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()})
-        out: list[bytes | None] = [None] * len(image_ids)
-        for s, pos in groups.items():
-            for p, rec in zip(pos, got[s]):
-                out[p] = rec
-        return out
+        return self._by_id(ShardActor.geometries, image_ids)
 
     def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image, or None (see StreamingIndex.thumbnail)."""
@@ -626,11 +612,11 @@ class ShardedIndex(Index):
         if isinstance(image_ids, (str, bytes)):
             image_ids = [image_ids]
         image_ids = list(dict.fromkeys(image_ids))
-        missing = [i for i, raw in zip(image_ids, self.records(image_ids)) if raw is None]
+        records = self.records(image_ids)
+        missing = [i for i, raw in zip(image_ids, records) if raw is None]
         if missing:
             raise UnknownIdError(f"no image {missing[0]!r} in the index ({len(missing)} unknown id(s); "
                                  "nothing removed)")
-        records = self.records(image_ids)
         groups = self._by_shard(image_ids)
         n = sum(self._scatter(ShardActor.remove, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()}).values())
         decoded = [ImageRecord.from_json(r, self.path, i) for i, r in zip(image_ids, records)]
