@@ -15,10 +15,12 @@ smaller row whatever the scan order: the result does not depend on how the
 lists are laid out or split between threads.
 """
 
+import math
+
 import numpy as np
 from numba import njit, prange
 
-from ._heap import drain, push, replace_root
+from ._heap import drain, offer, push, replace_root
 from ._pq_kernels import fill_table, four_scores, one_score
 
 
@@ -156,6 +158,121 @@ def nearest_lists(G, half_norms, n_probe, size):
         for p in range(n_probe):
             coarse[a, p] = g[probes[a, p]]
             entries += size[probes[a, p]]
+    return probes, coarse, entries
+
+
+@njit(cache=True, fastmath=True)
+def int8_inner_products(C8, Qs, out):
+    """out[a, l] = sum_j C8[l, j] Qs[a, j] in float32, in any order (fastmath lets the sum be
+    vectorised; its error is bounded whatever the order: :func:`nearest_lists_checked`).
+    C8 (nlist, D) int8, Qs (nq, D) float32, out (nq, nlist) float32. A quarter of the bytes
+    of the float32 centroids: the coarse step of one query is memory-bound."""
+    nq, d = Qs.shape
+    for a in range(nq):
+        q = Qs[a]
+        for lst in range(C8.shape[0]):
+            row = C8[lst]
+            s = np.float32(0.0)
+            for j in range(d):
+                s += np.float32(row[j]) * q[j]
+            out[a, lst] = s
+
+
+@njit(inline="always")
+def _dot64(row, q):
+    """sum_j row[j] q[j] in float64, in a fixed order: 4 running sums (j mod 4), then added
+    in order; the same number for the same vectors, and 4 chains at once instead of one."""
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    d = q.shape[0]
+    whole = d - d % 4
+    for j in range(0, whole, 4):
+        a0 += np.float64(row[j]) * np.float64(q[j])
+        a1 += np.float64(row[j + 1]) * np.float64(q[j + 1])
+        a2 += np.float64(row[j + 2]) * np.float64(q[j + 2])
+        a3 += np.float64(row[j + 3]) * np.float64(q[j + 3])
+    for j in range(whole, d):
+        a0 += np.float64(row[j]) * np.float64(q[j])
+    return ((a0 + a1) + a2) + a3
+
+
+@njit(cache=True)
+def nearest_lists_checked(A, Q, Qs, err, err_scaled, norm8, gamma, half, C, n_probe, size):
+    """:func:`nearest_lists` decided by the exact criteria <q, c_l> - |c_l|^2 / 2 (float64
+    sums of the float32 vectors; ties by list number), from A = :func:`int8_inner_products`
+    of C8 and Qs = Q s (the centroids c_l ~ s C8_l, s a scale per dimension). A[a, l] is
+    within
+
+        delta_l = min(|q| err_l, |q s| err_scaled_l) + gamma |q s| norm8_l
+
+    of <q, c_l> (err_l = |c_l - s C8_l|, err_scaled_l = |(c_l - s C8_l) / s|: Cauchy-Schwarz
+    twice; norm8_l = |C8_l|, gamma: the float32 sums' rounding, Higham's gamma_(D+1)), and
+    within delta, the largest delta_l, of them all. The n_probe largest approximate criteria
+    less delta set a threshold (each of those lists is at least that near); the lists whose
+    approximate criterion plus delta_l reaches it are summed exactly, the largest first, until
+    the next cannot beat the n_probe-th exact criterion found (n_probe and a few more lists for
+    a query). half (nlist,) float64: |c_l|^2 / 2. Returns (probes, coarse: float32 of the
+    exact <q, c_l>, entries), as :func:`nearest_lists`."""
+    nq, nlist = A.shape
+    d = Q.shape[1]
+    probes = np.empty((nq, n_probe), np.int64)
+    coarse = np.empty((nq, n_probe), np.float32)
+    hs = np.empty(n_probe, np.float64)
+    hr = np.empty(n_probe, np.int64)
+    best = np.empty(n_probe, np.float64)
+    upper = np.empty(nlist, np.float64)
+    cand = np.empty(nlist, np.int64)
+    e1 = 0.0
+    e2 = 0.0
+    e3 = 0.0
+    for lst in range(nlist):
+        e1 = max(e1, err[lst])
+        e2 = max(e2, err_scaled[lst])
+        e3 = max(e3, norm8[lst])
+    entries = 0
+    for a in range(nq):
+        q = Q[a]
+        qn = 0.0
+        qsn = 0.0
+        for j in range(d):
+            qn += np.float64(q[j]) * np.float64(q[j])
+            qsn += np.float64(Qs[a, j]) * np.float64(Qs[a, j])
+        qn = math.sqrt(qn) * (1.0 + 1e-9)  # the norms' own rounding, with room to spare
+        qsn = math.sqrt(qsn) * (1.0 + 1e-9)
+        delta = min(qn * e1, qsn * e2) + gamma * qsn * e3 + 1e-30
+        g = A[a]
+        for lst in range(n_probe):  # the n_probe largest approximate criteria, as nearest_lists
+            push(hs, hr, lst, np.float64(g[lst]) - half[lst], lst)
+        root = hs[0]
+        for lst in range(n_probe, nlist):
+            v = np.float64(g[lst]) - half[lst]
+            if v > root:
+                replace_root(hs, hr, n_probe, v, lst)
+                root = hs[0]
+        thr = root - delta
+        m = 0
+        for lst in range(nlist):
+            v = np.float64(g[lst]) - half[lst]
+            if v + delta >= thr:  # else even its largest error keeps it out
+                hi = v + min(qn * err[lst], qsn * err_scaled[lst]) + gamma * qsn * norm8[lst] + 1e-30
+                if hi >= thr:
+                    cand[m] = lst
+                    upper[m] = -hi
+                    m += 1
+        order = np.argsort(upper[:m], kind="mergesort")  # largest upper bound first
+        filled = 0
+        for t in range(m):
+            lst = cand[order[t]]
+            if filled == n_probe and -upper[order[t]] < hs[0]:
+                break  # neither this list nor any after it can be among the nearest
+            filled = offer(hs, hr, n_probe, filled, _dot64(C[lst], q) - half[lst], lst)
+        drain(hs, hr, filled, best, probes[a])
+        for p in range(n_probe):
+            lst = probes[a, p]
+            coarse[a, p] = np.float32(best[p] + half[lst])
+            entries += size[lst]
     return probes, coarse, entries
 
 

@@ -35,6 +35,8 @@ from .pq import N_CENTROIDS, ProductQuantizer
 FORMAT = "streamk-ivfpq"
 FORMAT_VERSION = 1
 TRAIN_PER_LIST = 32  # training vectors per coarse centroid (at least)
+CHECKED_MAX_QUERIES = 16  # the 8-bit coarse step for at most this many queries at once (BLAS's GEMM beyond)
+CHECKED_MAX_SHARE = 8  # ... probing at most 1 / 8 of the lists (a filtered search probes all of them)
 MIN_TRAIN_PER_LIST = 4
 EMPTY_LIST_ROUNDS = 8  # at most, after the last k-means iteration (none is needed on most data)
 
@@ -287,11 +289,52 @@ class IVFPQ:
 
     def _probe(self, Q, P, size=None):
         """probe() of checked float32 queries; with ``size`` (the lists' entries, (nlist,)
-        int64), also the number of entries the probes hold (all queries)."""
-        G = Q @ self.centroids_.T  # (nq, nlist) inner products: one GEMV (GEMM) by BLAS
-        probes, coarse, entries = _ivf_kernels.nearest_lists(
-            G, self._half_norms(), P, self._no_sizes if size is None else size)
+        int64), also the number of entries the probes hold (all queries).
+
+        A few queries probing a few lists (an interactive search): inner products with an
+        8-bit copy of the centroids (a quarter of the bytes: one query's coarse step reads
+        every centroid, 16 MB at 4,096 x 1,024, and is memory-bound), then the lists that
+        can be among the nearest summed exactly (:func:`_ivf_kernels.nearest_lists_checked`):
+        the probes are those of the exact criteria. Batches and long probe lists (a filtered
+        search visits every list): one float32 GEMM by BLAS."""
+        sizes = self._no_sizes if size is None else size
+        if Q.shape[0] <= CHECKED_MAX_QUERIES and P * CHECKED_MAX_SHARE <= self.nlist:
+            C8, scale, err, err_scaled, norm8, gamma, half = self._coarse_8bit()
+            Qs = Q * scale
+            A = np.empty((Q.shape[0], C8.shape[0]), np.float32)
+            _ivf_kernels.int8_inner_products(C8, Qs, A)
+            probes, coarse, entries = _ivf_kernels.nearest_lists_checked(A, Q, Qs, err, err_scaled, norm8, gamma, half,
+                                                                          self.centroids_, P, sizes)
+        else:
+            G = Q @ self.centroids_.T  # (nq, nlist) inner products: one GEMM by BLAS
+            probes, coarse, entries = _ivf_kernels.nearest_lists(G, self._half_norms(), P, sizes)
         return (probes, coarse) if size is None else (probes, coarse, entries)
+
+    def _coarse_8bit(self):
+        """The 8-bit copy of the current centroids and its error terms, built once (the
+        arguments of :func:`_ivf_kernels.nearest_lists_checked` after A, Q, Qs): c_l ~ s C8_l,
+        s (D,) float32 a scale per dimension (its largest |c_lj| over 127 levels: the
+        centroids' spread differs by dimension far more than by list), err_l = |c_l - s C8_l|,
+        err_scaled_l = |(c_l - s C8_l) / s|, norm8_l = |C8_l| (float64, rounded up),
+        gamma = gamma_(D+1) = (D + 1) u / (1 - (D + 1) u), u = 2^-24 (the float32 products
+        and sums, and Q s), and |c_l|^2 / 2 (float64)."""
+        cache = getattr(self, "_coarse_8bit_cache", None)
+        if cache is None or cache[0] is not self.centroids_:
+            C = self.centroids_.astype(np.float64)
+            top = np.abs(C).max(axis=0)
+            scale = np.where(top > 0, top / 127.0, 1.0).astype(np.float32)
+            s64 = scale.astype(np.float64)
+            C8 = np.clip(np.rint(C / s64), -127, 127).astype(np.int8)
+            E = C - C8 * s64
+            up = 1.0 + 1e-6
+            d1 = C.shape[1] + 1
+            u = 2.0 ** -24
+            terms = (np.ascontiguousarray(C8), scale, np.linalg.norm(E, axis=1) * up,
+                     np.linalg.norm(E / s64, axis=1) * up, np.linalg.norm(C8.astype(np.float64), axis=1) * up,
+                     d1 * u / (1.0 - d1 * u) * up, 0.5 * np.einsum("ld,ld->l", C, C))
+            cache = (self.centroids_, terms)
+            self._coarse_8bit_cache = cache
+        return cache[1]
 
     @property
     def _no_sizes(self):

@@ -372,3 +372,68 @@ def test_scan_scores_are_the_float32_sums_in_order(M, k):
     order = np.lexsort((want_r, -want_s))[:k]
     np.testing.assert_array_equal(r[0], want_r[order])
     np.testing.assert_array_equal(s[0], want_s[order])
+
+
+def _nearest_by_float64(C, Q, P):
+    """The P nearest centroids of each query, by |q - c|^2 in float64 (a stable sort: ties by list)."""
+    C64 = C.astype(np.float64)
+    crit = Q.astype(np.float64) @ C64.T - 0.5 * (C64 ** 2).sum(1)
+    return np.argsort(-crit, axis=1, kind="stable")[:, :P], Q.astype(np.float64) @ C64.T
+
+
+def test_the_8bit_coarse_step_keeps_the_exact_probes_on_near_ties(trained):
+    """One query's coarse step sums an 8-bit copy of the centroids, then only the lists that can
+    be among the nearest exactly: centroids 1e-6 apart (far below the 8-bit copy's resolution)
+    still come in the order of their exact distances, as a float64 brute force ranks them."""
+    _, codec = trained
+    near = IVFPQ.from_bytes(codec.to_bytes())
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal((8, 64)).astype(np.float32)
+    C = np.repeat(base, 8, axis=0) + (rng.standard_normal((64, 64)) * 1e-6).astype(np.float32)
+    near.centroids_ = np.ascontiguousarray(C)
+    near.nlist = len(C)
+    Q = (base[rng.integers(0, 8, 12)] + rng.standard_normal((12, 64)) * 0.3).astype(np.float32)
+    for P in (1, 3, 8):
+        probes, coarse = near.probe(Q, P)
+        want, G = _nearest_by_float64(C, Q, P)
+        np.testing.assert_array_equal(probes, want)
+        np.testing.assert_array_equal(coarse, np.take_along_axis(G, want, axis=1).astype(np.float32))
+
+
+def test_the_8bit_inner_products_stay_within_their_bound(trained):
+    """|A - <q, c_l>| within the bound the exact re-check relies on, for every list and query,
+    on centroids of very different scales and queries of any length."""
+    from streamk.quantization import _ivf_kernels
+
+    _, codec = trained
+    c = IVFPQ.from_bytes(codec.to_bytes())
+    rng = np.random.default_rng(8)
+    c.centroids_ = np.ascontiguousarray((rng.standard_normal((40, 64)) * rng.choice([1e-3, 1.0, 1e3], (40, 1)))
+                                        .astype(np.float32))
+    c.nlist = 40
+    C8, scale, e1, e2, n8, gamma, _ = c._coarse_8bit()
+    Q = (rng.standard_normal((30, 64)) * rng.choice([1e-2, 1.0, 1e2], (30, 1))).astype(np.float32)
+    Qs = Q * scale
+    A = np.empty((30, 40), np.float32)
+    _ivf_kernels.int8_inner_products(C8, Qs, A)
+    exact = Q.astype(np.float64) @ c.centroids_.astype(np.float64).T
+    err = np.abs(A.astype(np.float64) - exact)
+    qn = np.linalg.norm(Q.astype(np.float64), axis=1)[:, None]
+    qsn = np.linalg.norm(Qs.astype(np.float64), axis=1)[:, None]
+    assert (err <= np.minimum(qn * e1, qsn * e2) + gamma * qsn * n8).all()
+    assert err.max() > 0  # the copy is not exact: the bound is doing work
+
+
+def test_a_large_batch_probes_as_its_queries_do_one_at_a_time(trained):
+    """Batches past CHECKED_MAX_QUERIES go through BLAS's float32 GEMM: the same probes as the
+    8-bit step and its exact re-check give the queries one at a time (no near-ties here)."""
+    from streamk.quantization.ivfpq import CHECKED_MAX_QUERIES
+
+    _, codec = trained
+    Q = clustered(np.random.default_rng(21), CHECKED_MAX_QUERIES + 5, 64)
+    probes, coarse = codec.probe(Q, 2)  # 2 x CHECKED_MAX_SHARE <= 16 lists: one query takes the 8-bit step
+    for a in range(len(Q)):
+        p1, c1 = codec.probe(Q[a:a + 1], 2)
+        np.testing.assert_array_equal(probes[a], p1[0])
+        np.testing.assert_allclose(coarse[a], c1[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(probes, _nearest_by_float64(codec.centroids_, Q, 2)[0])
