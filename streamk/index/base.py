@@ -25,7 +25,7 @@ Members only on :class:`~streamk.index.StreamingIndex` (one LMDB environment's o
 ``store``, ``view``, ``writer``, ``readonly``, ``refresh``, ``extras``, ``allowed``,
 ``add_local_features``, ``has_local_features``, ``train_pq``, ``sample_vectors``,
 ``codec``, ``product_quantizer``, ``vector_dtype``, ``unit_vector``, ``verified_candidates``
-(what a shard answers). Only on
+(deprecated: what a shard answered before 0.3). Only on
 :class:`~streamk.index.ShardedIndex`: ``shards``, ``manifest``, ``create(..., shards,
 dask, hosts)``, ``open(..., dask)``.
 """

@@ -513,7 +513,15 @@ class StreamingIndex(Index):
         Returns [Candidate] (:class:`~streamk.index.second_stage.Candidate`, ids as image
         ids) in first-stage order: the verified ones, the first ``params.expand_count()``
         of them by inliers with their vectors, and the first k of the others, the rest
-        of what this shard could add to the k results."""
+        of what this shard could add to the k results.
+
+        Deprecated (DeprecationWarning; removed after 0.3): a sharded index no longer asks its
+        shards for this. It verifies the merged first stage's top R by id on the shards that
+        hold them (``streamk.index.second_stage.verify_on_shard``), as one index verifies its
+        own top R; ``search(..., verify=R)`` gives any index's verified results."""
+        warnings.warn("StreamingIndex.verified_candidates is deprecated and will be removed after streamk 0.3: a "
+                      "sharded index verifies the merged top R by id (streamk.index.second_stage.verify_on_shard); "
+                      "use search(..., verify=R)", DeprecationWarning, stacklevel=2)
         q = self.queries.vectors(np.asarray(q, np.float32).reshape(1, -1))
         clauses = parse_filter(params.where)
         with self._store.read(buffers=True) as txn:

@@ -274,3 +274,18 @@ def test_geometry_survives_a_sigkill_mid_batch(random_vocabulary, tmp_path):
             assert len(dump["geometry"]) == len(stored)  # no record without its image, no image without its record
             for i in sorted(stored)[:50]:
                 assert unpack(idx.geometry(i)).image_size == (640, 480)
+
+
+def test_verified_candidates_is_deprecated_and_still_answers(index, collection):
+    """No sharded index asks for it since 0.3 (they verify the merged top R by id): it warns,
+    and still gives the verified candidates a search verifies (the source photo among them)."""
+    from streamk.features import extract
+    from streamk.index import SearchParams
+    from streamk.index.second_stage import query_record
+
+    qrec = query_record(collection["vocabulary"], extract(collection["view"], collection["extractor"]))
+    q = index.encoder.encode(extract(collection["view"], collection["extractor"]).descriptors)
+    with pytest.warns(DeprecationWarning, match="verify_on_shard"):
+        got = index.verified_candidates(q, qrec, SearchParams(k=5, mode="exact"))
+    src = collection["source"].stem
+    assert any(c.id == src and c.explanation.get("verified") for c in got)
