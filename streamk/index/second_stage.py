@@ -274,8 +274,7 @@ def verify_on_shard(index, image_ids, scores, qrec, params):
     search comes back unverified."""
     store, view = index.store, index.view
     with store.read(buffers=True) as txn:
-        records = [store.image(txn, i) for i in image_ids]
-        rows = np.array([-1 if r is None else r.row for r in records], np.int64)
+        rows = _rows_of(store, txn, image_ids)
         found = iter(verify_candidates(view, txn, rows[rows >= 0], np.asarray(scores, np.float32)[rows >= 0], qrec,
                                        params))
         out = [next(found)._replace(id=i) if r >= 0 else Candidate(i, float(sc), None, {})
@@ -294,12 +293,18 @@ def vectors_on_shard(index, image_ids):
     expanded query."""
     store = index.store
     with store.read(buffers=True) as txn:
-        records = [store.image(txn, i) for i in image_ids]
-        rows = np.array([-1 if r is None else r.row for r in records], np.int64)
+        rows = _rows_of(store, txn, image_ids)
         out = np.zeros((len(image_ids), index.dim), np.float32)
         if (rows >= 0).any():
             out[rows >= 0] = index.view.vectors_of(txn, rows[rows >= 0])
     return out
+
+
+def _rows_of(store, txn, image_ids):
+    """(n,) int64: the row of each image id as ``txn`` sees the store, -1 for an id not there
+    (removed since the search that found it)."""
+    records = [store.image(txn, i) for i in image_ids]
+    return np.array([-1 if r is None else r.row for r in records], np.int64)
 
 
 def with_vectors(view, txn, head, n):
