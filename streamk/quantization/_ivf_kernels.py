@@ -168,10 +168,10 @@ def int8_inner_products(C8, Qs, out):
     C8 (nlist, D) int8, Qs (nq, D) float32, out (nq, nlist) float32. A quarter of the bytes
     of the float32 centroids: the coarse step of one query is memory-bound."""
     nq, d = Qs.shape
-    for a in range(nq):
-        q = Qs[a]
-        for lst in range(C8.shape[0]):
-            row = C8[lst]
+    for lst in range(C8.shape[0]):  # each row read once for all the queries (it stays in L1)
+        row = C8[lst]
+        for a in range(nq):
+            q = Qs[a]
             s = np.float32(0.0)
             for j in range(d):
                 s += np.float32(row[j]) * q[j]

@@ -35,7 +35,7 @@ from .pq import N_CENTROIDS, ProductQuantizer
 FORMAT = "streamk-ivfpq"
 FORMAT_VERSION = 1
 TRAIN_PER_LIST = 32  # training vectors per coarse centroid (at least)
-CHECKED_MAX_QUERIES = 16  # the 8-bit coarse step for at most this many queries at once (BLAS's GEMM beyond)
+CHECKED_MAX_QUERIES = 8  # the 8-bit coarse step for at most this many queries at once (BLAS's GEMM beyond: bench/README.md section 7)
 CHECKED_MAX_SHARE = 8  # ... probing at most 1 / 8 of the lists (a filtered search probes all of them)
 MIN_TRAIN_PER_LIST = 4
 EMPTY_LIST_ROUNDS = 8  # at most, after the last k-means iteration (none is needed on most data)
@@ -295,14 +295,21 @@ class IVFPQ:
         8-bit copy of the centroids (a quarter of the bytes: one query's coarse step reads
         every centroid, 16 MB at 4,096 x 1,024, and is memory-bound), then the lists that
         can be among the nearest summed exactly (:func:`_ivf_kernels.nearest_lists_checked`):
-        the probes are those of the exact criteria. Batches and long probe lists (a filtered
-        search visits every list): one float32 GEMM by BLAS."""
+        the probes are those of the exact criteria. Batches of more than CHECKED_MAX_QUERIES
+        take BLAS's float32 GEMM as the approximate products, then the same exact re-check: a
+        query's probes do not depend on its batch. Long probe lists (a filtered search visits
+        every list, in order): the GEMM's float32 criteria as they are (summing every list
+        exactly would cost more than the scan)."""
         sizes = self._no_sizes if size is None else size
-        if Q.shape[0] <= CHECKED_MAX_QUERIES and P * CHECKED_MAX_SHARE <= self.nlist:
-            C8, scale, err, err_scaled, norm8, gamma, half = self._coarse_8bit()
-            Qs = Q * scale
-            A = np.empty((Q.shape[0], C8.shape[0]), np.float32)
-            _ivf_kernels.int8_inner_products(C8, Qs, A)
+        if P * CHECKED_MAX_SHARE <= self.nlist:
+            C8, scale, err, err_scaled, norm8, gamma, half, blas_terms = self._coarse_8bit()
+            if Q.shape[0] <= CHECKED_MAX_QUERIES:
+                Qs = Q * scale
+                A = np.empty((Q.shape[0], C8.shape[0]), np.float32)
+                _ivf_kernels.int8_inner_products(C8, Qs, A)
+            else:  # BLAS's float32 GEMM, within gamma_D |q| |c_l| (no 8-bit rounding: err 0)
+                Qs, A = Q, Q @ self.centroids_.T
+                err, err_scaled, norm8, gamma = blas_terms
             probes, coarse, entries = _ivf_kernels.nearest_lists_checked(A, Q, Qs, err, err_scaled, norm8, gamma, half,
                                                                           self.centroids_, P, sizes)
         else:
@@ -317,7 +324,8 @@ class IVFPQ:
         centroids' spread differs by dimension far more than by list), err_l = |c_l - s C8_l|,
         err_scaled_l = |(c_l - s C8_l) / s|, norm8_l = |C8_l| (float64, rounded up),
         gamma = gamma_(D+1) = (D + 1) u / (1 - (D + 1) u), u = 2^-24 (the float32 products
-        and sums, and Q s), and |c_l|^2 / 2 (float64)."""
+        and sums, and Q s), |c_l|^2 / 2 (float64), and the terms of BLAS's float32 GEMM in their
+        place (err 0, |c_l|, gamma_D: Higham's bound for any order of the sums, FMA or not)."""
         cache = getattr(self, "_coarse_8bit_cache", None)
         if cache is None or cache[0] is not self.centroids_:
             C = self.centroids_.astype(np.float64)
@@ -329,9 +337,12 @@ class IVFPQ:
             up = 1.0 + 1e-6
             d1 = C.shape[1] + 1
             u = 2.0 ** -24
+            d = C.shape[1]
+            zeros = np.zeros(C.shape[0])
+            blas = (zeros, zeros, np.linalg.norm(C, axis=1) * up, d * u / (1.0 - d * u) * up)
             terms = (np.ascontiguousarray(C8), scale, np.linalg.norm(E, axis=1) * up,
                      np.linalg.norm(E / s64, axis=1) * up, np.linalg.norm(C8.astype(np.float64), axis=1) * up,
-                     d1 * u / (1.0 - d1 * u) * up, 0.5 * np.einsum("ld,ld->l", C, C))
+                     d1 * u / (1.0 - d1 * u) * up, 0.5 * np.einsum("ld,ld->l", C, C), blas)
             cache = (self.centroids_, terms)
             self._coarse_8bit_cache = cache
         return cache[1]

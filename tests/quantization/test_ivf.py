@@ -394,10 +394,12 @@ def test_the_8bit_coarse_step_keeps_the_exact_probes_on_near_ties(trained):
     near.nlist = len(C)
     Q = (base[rng.integers(0, 8, 12)] + rng.standard_normal((12, 64)) * 0.3).astype(np.float32)
     for P in (1, 3, 8):
-        probes, coarse = near.probe(Q, P)
         want, G = _nearest_by_float64(C, Q, P)
-        np.testing.assert_array_equal(probes, want)
-        np.testing.assert_array_equal(coarse, np.take_along_axis(G, want, axis=1).astype(np.float32))
+        for part in (Q, Q[:4]) + tuple(Q[a:a + 1] for a in range(len(Q))):  # a batch (BLAS), few, one (8-bit)
+            probes, coarse = near.probe(part, P)
+            rows = [a for a in range(len(Q)) if any((part == Q[a]).all(axis=1))]
+            np.testing.assert_array_equal(probes, want[rows])
+            np.testing.assert_array_equal(coarse, np.take_along_axis(G[rows], want[rows], axis=1).astype(np.float32))
 
 
 def test_the_8bit_inner_products_stay_within_their_bound(trained):
@@ -411,7 +413,7 @@ def test_the_8bit_inner_products_stay_within_their_bound(trained):
     c.centroids_ = np.ascontiguousarray((rng.standard_normal((40, 64)) * rng.choice([1e-3, 1.0, 1e3], (40, 1)))
                                         .astype(np.float32))
     c.nlist = 40
-    C8, scale, e1, e2, n8, gamma, _ = c._coarse_8bit()
+    C8, scale, e1, e2, n8, gamma, _, blas = c._coarse_8bit()
     Q = (rng.standard_normal((30, 64)) * rng.choice([1e-2, 1.0, 1e2], (30, 1))).astype(np.float32)
     Qs = Q * scale
     A = np.empty((30, 40), np.float32)
@@ -421,12 +423,14 @@ def test_the_8bit_inner_products_stay_within_their_bound(trained):
     qn = np.linalg.norm(Q.astype(np.float64), axis=1)[:, None]
     qsn = np.linalg.norm(Qs.astype(np.float64), axis=1)[:, None]
     assert (err <= np.minimum(qn * e1, qsn * e2) + gamma * qsn * n8).all()
+    _, _, norms, gamma_blas = blas  # a batch's BLAS GEMM: within gamma_D |q| |c_l|
+    assert (np.abs((Q @ c.centroids_.T).astype(np.float64) - exact) <= gamma_blas * qn * norms).all()
     assert err.max() > 0  # the copy is not exact: the bound is doing work
 
 
 def test_a_large_batch_probes_as_its_queries_do_one_at_a_time(trained):
-    """Batches past CHECKED_MAX_QUERIES go through BLAS's float32 GEMM: the same probes as the
-    8-bit step and its exact re-check give the queries one at a time (no near-ties here)."""
+    """Batches past CHECKED_MAX_QUERIES take BLAS's float32 GEMM, then the same exact re-check:
+    the probes the 8-bit step gives the queries one at a time, and the float64 brute force's."""
     from streamk.quantization.ivfpq import CHECKED_MAX_QUERIES
 
     _, codec = trained
