@@ -384,7 +384,7 @@ class SearchView:
         if self.lists is not None:
             n += self.lists.memory_bytes()
         if self.codec is not None:
-            n += self.codec.centroids_.nbytes + self.codec.pq_.codebooks_.nbytes
+            n += self.codec.memory_bytes()
         return n + self.row_ids.memory_bytes()
 
 

@@ -227,10 +227,12 @@ def nearest_lists_checked(A, Q, Qs, err, err_scaled, norm8, gamma, half, C, n_pr
     e1 = 0.0
     e2 = 0.0
     e3 = 0.0
+    h = 0.0
     for lst in range(nlist):
         e1 = max(e1, err[lst])
         e2 = max(e2, err_scaled[lst])
         e3 = max(e3, norm8[lst])
+        h = max(h, half[lst])
     entries = 0
     for a in range(nq):
         q = Q[a]
@@ -241,7 +243,9 @@ def nearest_lists_checked(A, Q, Qs, err, err_scaled, norm8, gamma, half, C, n_pr
             qsn += np.float64(Qs[a, j]) * np.float64(Qs[a, j])
         qn = math.sqrt(qn) * (1.0 + 1e-9)  # the norms' own rounding, with room to spare
         qsn = math.sqrt(qsn) * (1.0 + 1e-9)
-        delta = min(qn * e1, qsn * e2) + gamma * qsn * e3 + 1e-30
+        # the float64 arithmetic of the criteria themselves: far below any bound above
+        tiny = 1e-14 * (h + qn * math.sqrt(2.0 * h)) + 1e-300
+        delta = min(qn * e1, qsn * e2) + gamma * qsn * e3 + tiny
         g = A[a]
         for lst in range(n_probe):  # the n_probe largest approximate criteria, as nearest_lists
             push(hs, hr, lst, np.float64(g[lst]) - half[lst], lst)
@@ -256,7 +260,7 @@ def nearest_lists_checked(A, Q, Qs, err, err_scaled, norm8, gamma, half, C, n_pr
         for lst in range(nlist):
             v = np.float64(g[lst]) - half[lst]
             if v + delta >= thr:  # else even its largest error keeps it out
-                hi = v + min(qn * err[lst], qsn * err_scaled[lst]) + gamma * qsn * norm8[lst] + 1e-30
+                hi = v + min(qn * err[lst], qsn * err_scaled[lst]) + gamma * qsn * norm8[lst] + tiny
                 if hi >= thr:
                     cand[m] = lst
                     upper[m] = -hi

@@ -200,6 +200,13 @@ class IVFPQ:
         """The fewest training vectors fit() accepts."""
         return max(N_CENTROIDS, MIN_TRAIN_PER_LIST * self.nlist if self.nlist > 1 else 0)
 
+    def memory_bytes(self):
+        """Bytes this codec holds: the centroids, the PQ codebooks, and the 8-bit copy of the
+        centroids once a search built it (nlist x D bytes)."""
+        n = self.centroids_.nbytes + self.pq_.codebooks_.nbytes if self.fitted else 0
+        cache = getattr(self, "_coarse_8bit_cache", None)
+        return n + (cache[1][0].nbytes if cache is not None else 0)
+
     def describe(self):
         kind = "PQ (flat ADC)" if self.nlist == 1 else f"IVF{self.nlist} (nprobe {self.nprobe})"
         return f"{kind}, M={self.M} ({self.M} bytes per image)"
