@@ -2,7 +2,8 @@
 true pairs verified, before (the fixed 12 inliers) and after (the significance test and the
 plausibility checks of ``streamk.verification``), measured in one run.
 
-    python bench/false_verification.py [--draws 4] [--collections large,small] [--per-draw] [--set NAME=VALUE ...]
+    python bench/false_verification.py [--draws 4] [--collections large,small] [--per-draw] [--show-false]
+                                       [--set NAME=VALUE ...]
 
 Pairs: paris6k-subset's 250 photos with the official Paris6k ground truth
 (``streamk.verification.pairs``): *different places* are ordered pairs of positives
@@ -89,10 +90,11 @@ def vocabulary(name, feats):
     return voc
 
 
-def verify_pairs(voc, feats, pairs, params):
+def verify_pairs(voc, feats, pairs, params, counts=None):
     """(verified flag per pair, log10 NFA per pair, CPU seconds of the verifications) of ordered
     pairs (a, b) of positions in feats (the thread's CPU time: what one core spends, whatever
-    the load)."""
+    the load). ``counts``: an (n, 2) int array, filled with each pair's inliers and tentative
+    correspondences."""
     from streamk.verification import make_query_record, stored_record, verify_geometry
 
     records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in feats]
@@ -108,13 +110,17 @@ def verify_pairs(voc, feats, pairs, params):
         t += time.thread_time() - t0
         out[rows] = [v.verified for v in checks]
         nfa[rows] = [v.log10_nfa for v in checks]
+        if counts is not None:
+            counts[rows] = [(v.inliers, v.tentative) for v in checks]
     return out, nfa, t
 
 
-def measure(name, voc, feats, ids, full, overrides, seen=None):
+def measure(name, voc, feats, ids, full, overrides, seen=None, false_pairs=None):
     """{rule: (false, different pairs, true verified, true pairs, ms per pair, least log10 NFA of
     a pair of different places)} of one collection; overrides: the significance rule's. ``seen``
-    (a dict of two sets, "different" and "same") collects the ordered pairs of image ids."""
+    (a dict of two sets, "different" and "same") collects the ordered pairs of image ids;
+    ``false_pairs`` (a list) the significance rule's false verifications: (collection, query id,
+    candidate id, inliers, tentative, log10 NFA)."""
     from streamk.verification import VerificationParams
     from streamk.verification.pairs import place_pairs
 
@@ -125,7 +131,11 @@ def measure(name, voc, feats, ids, full, overrides, seen=None):
     pairs = np.concatenate([different, same])
     out = {}
     for rule, params in (("before", VerificationParams.fixed_inliers()), ("after", VerificationParams(**overrides))):
-        ok, nfa, seconds = verify_pairs(voc, feats, pairs, params)
+        counts = np.zeros((len(pairs), 2), np.int64)
+        ok, nfa, seconds = verify_pairs(voc, feats, pairs, params, counts)
+        if rule == "after" and false_pairs is not None:
+            false_pairs += [(name, ids[pairs[j, 0]], ids[pairs[j, 1]], int(counts[j, 0]), int(counts[j, 1]),
+                             float(nfa[j])) for j in np.flatnonzero(ok[:len(different)])]
         out[rule] = (int(ok[:len(different)].sum()), len(different), int(ok[len(different):].sum()), len(same),
                      1000 * seconds / len(pairs), float(nfa[:len(different)].min(initial=np.inf)))
         log(f"{name} {rule}: {out[rule]}")
@@ -165,21 +175,31 @@ def main(argv=None):
     ap.add_argument("--draws", type=int, default=4, help="selections of the small collection (default 4)")
     ap.add_argument("--collections", default="large,small")
     ap.add_argument("--per-draw", action="store_true", help="print one line per draw of the small collection")
+    ap.add_argument("--show-false", action="store_true",
+                    help="list each false verification of the significance rule (collection, photos, inliers, NFA)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a VerificationParams field of the significance rule (repeatable)")
     args = ap.parse_args(argv)
     overrides = parse_overrides(args.set)
     ds, db, _, full = paris_features(ground_truth=True)
     ids = list(ds.image_ids)
-    results = {}
+    results, false_pairs = {}, []
     if "large" in args.collections:
-        results["large (250 photos)"] = measure("large", vocabulary("250", db), db, ids, full, overrides)
+        results["large (250 photos)"] = measure("large", vocabulary("250", db), db, ids, full, overrides,
+                                                false_pairs=false_pairs)
     if "small" in args.collections:
-        results[f"small (50 photos, {args.draws} random draws)"] = small_draws(db, ids, full, overrides, args)
+        results[f"small (50 photos, {args.draws} random draws)"] = small_draws(db, ids, full, overrides, args,
+                                                                                false_pairs)
     print_pooled(results, overrides)
+    if args.show_false and not false_pairs:
+        print("\nFalse verifications of the significance rule: none")
+    elif args.show_false:
+        table(("collection", "query photo", "candidate photo", "inliers / tentative", "log10 NFA"),
+              [(c, a, b, f"{k} / {n}", f"{v:.2f}") for c, a, b, k, n, v in false_pairs],
+              title=f"False verifications of the significance rule ({len(false_pairs)})")
 
 
-def small_draws(db, ids, full, overrides, args):
+def small_draws(db, ids, full, overrides, args, false_pairs=None):
     """The small collection's results pooled over ``args.draws`` random draws; prints the
     per-draw lines (with ``--per-draw``), the spread of the true-pair share and the distinct pairs."""
     pooled, per_draw, seen = {}, [], {"different": set(), "same": set()}
@@ -188,7 +208,7 @@ def small_draws(db, ids, full, overrides, args):
         sel = small_collection(ids, full, seed=d)
         feats = [db[i] for i in sel]
         got = measure(f"small seed {d}", vocabulary(f"small-seed{d}", feats), feats, [ids[i] for i in sel],
-                      full, overrides, seen)
+                      full, overrides, seen, false_pairs)
         wall = time.perf_counter() - t0
         log(f"small seed {d}: {wall:.0f} s wall, load {load_str()}")
         per_draw.append((d, got, wall))
