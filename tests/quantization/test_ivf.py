@@ -338,6 +338,8 @@ def test_probe_ties_go_to_the_smaller_list(trained):
     crit = Q.astype(np.float64) @ C64.T - 0.5 * (C64 ** 2).sum(1)  # argmax of this is argmin |q - c|^2
     for P in (1, 2, 3, 4, 7, 16):
         np.testing.assert_array_equal(tied.probe(Q, P)[0], np.argsort(-crit, axis=1, kind="stable")[:, :P])
+        # a few queries at once take the 8-bit step where P x CHECKED_MAX_SHARE <= 16 (P 1 and 2)
+        np.testing.assert_array_equal(tied.probe(Q[:5], P)[0], np.argsort(-crit[:5], axis=1, kind="stable")[:, :P])
 
 
 @pytest.mark.parametrize("M", [3, 8, 12, 16, 64])
