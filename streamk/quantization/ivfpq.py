@@ -22,6 +22,7 @@ right choice below some 10^5 images.
 
 import io
 import json
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -39,6 +40,19 @@ CHECKED_MAX_QUERIES = 8  # the 8-bit coarse step for at most this many queries a
 CHECKED_MAX_SHARE = 8  # ... probing at most 1 / 8 of the lists (a filtered search probes all of them)
 MIN_TRAIN_PER_LIST = 4
 EMPTY_LIST_ROUNDS = 8  # at most, after the last k-means iteration (none is needed on most data)
+
+
+class CoarseCopy(NamedTuple):
+    """The 8-bit copy of an IVF codec's centroids and its error terms (``IVFPQ._coarse_8bit``)."""
+
+    C8: np.ndarray  # (nlist, D) int8: c_l ~ scale C8_l
+    scale: np.ndarray  # (D,) float32: a scale per dimension
+    err: np.ndarray  # (nlist,) |c_l - scale C8_l|
+    err_scaled: np.ndarray  # (nlist,) |(c_l - scale C8_l) / scale|
+    norm8: np.ndarray  # (nlist,) |C8_l|
+    gamma: float  # gamma_(D+1): the float32 sums' rounding
+    half: np.ndarray  # (nlist,) float64 |c_l|^2 / 2
+    blas: tuple  # (err, err_scaled, norm8, gamma) of BLAS's float32 GEMM in their place
 
 
 def default_nprobe(nlist):
@@ -205,7 +219,7 @@ class IVFPQ:
         centroids once a search built it (nlist x D bytes)."""
         n = self.centroids_.nbytes + self.pq_.codebooks_.nbytes if self.fitted else 0
         cache = getattr(self, "_coarse_8bit_cache", None)
-        return n + (cache[1][0].nbytes if cache is not None else 0)
+        return n + (cache[1].C8.nbytes if cache is not None else 0)
 
     def describe(self):
         kind = "PQ (flat ADC)" if self.nlist == 1 else f"IVF{self.nlist} (nprobe {self.nprobe})"
@@ -309,24 +323,25 @@ class IVFPQ:
         exactly would cost more than the scan)."""
         sizes = self._no_sizes if size is None else size
         if P * CHECKED_MAX_SHARE <= self.nlist:
-            C8, scale, err, err_scaled, norm8, gamma, half, blas_terms = self._coarse_8bit()
+            copy = self._coarse_8bit()
+            err, err_scaled, norm8, gamma = copy.err, copy.err_scaled, copy.norm8, copy.gamma
             if Q.shape[0] <= CHECKED_MAX_QUERIES:
-                Qs = Q * scale
-                A = np.empty((Q.shape[0], C8.shape[0]), np.float32)
-                _ivf_kernels.int8_inner_products(C8, Qs, A)
+                Qs = Q * copy.scale
+                A = np.empty((Q.shape[0], copy.C8.shape[0]), np.float32)
+                _ivf_kernels.int8_inner_products(copy.C8, Qs, A)
             else:  # BLAS's float32 GEMM, within gamma_D |q| |c_l| (no 8-bit rounding: err 0)
                 Qs, A = Q, Q @ self.centroids_.T
-                err, err_scaled, norm8, gamma = blas_terms
-            probes, coarse, entries = _ivf_kernels.nearest_lists_checked(A, Q, Qs, err, err_scaled, norm8, gamma, half,
-                                                                          self.centroids_, P, sizes)
+                err, err_scaled, norm8, gamma = copy.blas
+            probes, coarse, entries = _ivf_kernels.nearest_lists_checked(A, Q, Qs, err, err_scaled, norm8, gamma,
+                                                                          copy.half, self.centroids_, P, sizes)
         else:
             G = Q @ self.centroids_.T  # (nq, nlist) inner products: one GEMM by BLAS
             probes, coarse, entries = _ivf_kernels.nearest_lists(G, self._half_norms(), P, sizes)
         return (probes, coarse) if size is None else (probes, coarse, entries)
 
     def _coarse_8bit(self):
-        """The 8-bit copy of the current centroids and its error terms, built once (the
-        arguments of :func:`_ivf_kernels.nearest_lists_checked` after A, Q, Qs): c_l ~ s C8_l,
+        """The :class:`CoarseCopy` of the current centroids, built once (the arguments of
+        :func:`_ivf_kernels.nearest_lists_checked` after A, Q, Qs): c_l ~ s C8_l,
         s (D,) float32 a scale per dimension (its largest |c_lj| over 127 levels: the
         centroids' spread differs by dimension far more than by list), err_l = |c_l - s C8_l|,
         err_scaled_l = |(c_l - s C8_l) / s|, norm8_l = |C8_l| (float64, rounded up),
@@ -347,9 +362,9 @@ class IVFPQ:
             d = C.shape[1]
             zeros = np.zeros(C.shape[0])
             blas = (zeros, zeros, np.linalg.norm(C, axis=1) * up, d * u / (1.0 - d * u) * up)
-            terms = (np.ascontiguousarray(C8), scale, np.linalg.norm(E, axis=1) * up,
-                     np.linalg.norm(E / s64, axis=1) * up, np.linalg.norm(C8.astype(np.float64), axis=1) * up,
-                     d1 * u / (1.0 - d1 * u) * up, 0.5 * np.einsum("ld,ld->l", C, C), blas)
+            terms = CoarseCopy(np.ascontiguousarray(C8), scale, np.linalg.norm(E, axis=1) * up,
+                               np.linalg.norm(E / s64, axis=1) * up, np.linalg.norm(C8.astype(np.float64), axis=1) * up,
+                               d1 * u / (1.0 - d1 * u) * up, 0.5 * np.einsum("ld,ld->l", C, C), blas)
             cache = (self.centroids_, terms)
             self._coarse_8bit_cache = cache
         return cache[1]

@@ -415,7 +415,7 @@ def test_the_8bit_inner_products_stay_within_their_bound(trained):
     c.centroids_ = np.ascontiguousarray((rng.standard_normal((40, 64)) * rng.choice([1e-3, 1.0, 1e3], (40, 1)))
                                         .astype(np.float32))
     c.nlist = 40
-    C8, scale, e1, e2, n8, gamma, _, blas = c._coarse_8bit()
+    C8, scale, e1, e2, n8, gamma, _, blas = c._coarse_8bit()  # a CoarseCopy
     assert c.memory_bytes() == c.centroids_.nbytes + c.pq_.codebooks_.nbytes + 40 * 64  # the copy is counted
     Q = (rng.standard_normal((30, 64)) * rng.choice([1e-2, 1.0, 1e2], (30, 1))).astype(np.float32)
     Qs = Q * scale
