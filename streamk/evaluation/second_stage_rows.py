@@ -24,7 +24,8 @@ import time
 
 import numpy as np
 
-from ..index import INDEX_LIMITS, Candidate, SearchParams, expanded_results, explanation_of, verified_first
+from ..index import (INDEX_LIMITS, Candidate, SearchParams, expanded_results, explanation_of, stacked_vectors,
+                     verified_first)
 from ..verification import Vocabulary, expand_query, make_query_record, rerank, stored_record, verify_geometry
 from ..verification import DEFAULT_TOP
 from ..verification import DEFAULT_R
@@ -99,7 +100,7 @@ class SecondStageRows:
             return candidates(ids, self.checks(i, ids, qrec))
 
         def vectors(found):
-            return np.stack([c.vector for c in found])
+            return stacked_vectors(found, lambda ids: D[ids])
         R = len(checks)
         head, rest = verified_first(candidates(ranking[:R].tolist(), checks)
                                     + candidates(ranking[R:].tolist(), [None] * (len(ranking) - R)))

@@ -12,7 +12,7 @@ from ..exports import lazy_exports
 if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     from .second_stage import (
         Candidate as Candidate, Hit as Hit, expanded_results as expanded_results, explanation_of as explanation_of,
-        verified_first as verified_first,
+        stacked_vectors as stacked_vectors, verified_first as verified_first,
     )
     from .items import (
         AddResult as AddResult, EncodedImage as EncodedImage, checked_vector as checked_vector,

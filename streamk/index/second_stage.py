@@ -317,7 +317,7 @@ def with_vectors(view, txn, head, n):
 
 
 __all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
-           "RECURSIVE_VERIFICATIONS", "damaged_records", "expanded_results", "explanation_of", "query_record", "records_of",
-           "recursive_budget", "recursive_results", "second_stage",
+           "RECURSIVE_VERIFICATIONS", "damaged_records", "expanded_results", "explanation_of", "query_record",
+           "records_of", "recursive_budget", "recursive_results", "second_stage",
            "stacked_vectors", "vectors_on_shard", "verified_first", "verify_candidates", "verify_on_shard",
            "with_vectors"]

@@ -36,7 +36,8 @@ from .pq import N_CENTROIDS, ProductQuantizer
 FORMAT = "streamk-ivfpq"
 FORMAT_VERSION = 1
 TRAIN_PER_LIST = 32  # training vectors per coarse centroid (at least)
-CHECKED_MAX_QUERIES = 8  # the 8-bit coarse step for at most this many queries at once (BLAS's GEMM beyond: bench/README.md section 7)
+# the 8-bit coarse step for at most this many queries at once (BLAS's GEMM beyond: bench/README.md section 7)
+CHECKED_MAX_QUERIES = 8
 CHECKED_MAX_SHARE = 8  # ... probing at most 1 / 8 of the lists (a filtered search probes all of them)
 MIN_TRAIN_PER_LIST = 4
 EMPTY_LIST_ROUNDS = 8  # at most, after the last k-means iteration (none is needed on most data)
