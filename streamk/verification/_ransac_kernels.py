@@ -710,6 +710,99 @@ def local_optimisation(seed, P1, P2, cq, cd, thr_q2, thr_d2, rounds, inner, limi
 
 
 @njit(cache=True)
+def _rest_log10_nfa(ratios, out, k, n, p, floor2, log10_count, level):
+    """log10 NFA of the inliers with out[r] False (ratios[:k] sorted, their squared error
+    ratios) among n tentative correspondences, the tests ``log10_count`` x (n - 3): the least
+    over the tolerances the kept inliers set, as :func:`adaptive_nfa_tolerance`; stops at the
+    first tolerance at or under ``level`` (all the caller needs to know)."""
+    if n <= MINIMAL_SAMPLE:
+        return np.inf
+    tests = log10_count + math.log10(n - MINIMAL_SAMPLE)
+    best = np.inf
+    j = 0
+    for r in range(k):
+        if out[r]:
+            continue
+        j += 1
+        if j <= MINIMAL_SAMPLE:
+            continue
+        v = tests + log10_binomial_tail(n - MINIMAL_SAMPLE, j - MINIMAL_SAMPLE, min(p * max(ratios[r], floor2), 1.0))
+        if v < best:
+            best = v
+            if best <= level:
+                break
+    return best
+
+
+@njit(cache=True)
+def clump_free(model, inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_count, stamp_q, stamp_d, s):
+    """(whether the model's evidence survives leaving out any one clump of its inliers, next
+    stamp). A clump: the inliers whose query regions overlap one inlier's at half their radii
+    (|x_i - x_j| < (s_i + s_j) / 2, s = sqrt(a11 a22) the frame's mean radius): the matches of
+    one local likeness (a dome's ornament matched at several scales and words, a lattice's
+    node) agree with any map near them together, as one piece of evidence (bench/README.md
+    section 8). For every inlier i, the inliers outside its clump, among the tentative
+    correspondences outside it (none whose query region overlaps a clump member's), must not
+    lie along one line in either image (:func:`collinear`, as the whole model's inliers) and
+    must be 1-meaningful (Desolneux, Moisan, Morel 2000: NFA <= 1) against the model, with the tests
+    the search's own maps (``log10_count``: hypotheses x refits) x the n - 3 tolerances. A
+    veto only: it can refuse a model the significance test accepted, never accept one."""
+    T = P1.shape[0]
+    idx = np.empty(T, np.int64)
+    s += 1
+    k = count_inliers(model, inv, P1, P2, cq, cd, thr_q2, thr_d2, stamp_q, stamp_d, s, idx)
+    if k <= MINIMAL_SAMPLE:
+        return False, s
+    ratios = np.empty(k, np.float64)
+    _unsorted_ratios(model, inv, P1, P2, idx, k, thr_q2, thr_d2, ratios)
+    order = np.argsort(ratios, kind="mergesort")
+    members = idx[:k][order]
+    ratios = ratios[order]
+    radius = np.empty(T, np.float64)
+    for t in range(T):
+        radius[t] = 0.5 * math.sqrt(F1[t, 0] * F1[t, 2])
+    pm = chance_probability(p, model, thr_q2, thr_d2)
+    off_line = int(T * p)  # as the whole model's collinearity check (verify_batch)
+    out = np.zeros(k, np.bool_)
+    rest = np.empty(k, np.int64)
+    for i in range(k):
+        a = members[i]
+        for r in range(k):
+            b = members[r]
+            dx = P1[a, 0] - P1[b, 0]
+            dy = P1[a, 1] - P1[b, 1]
+            reach = radius[a] + radius[b]
+            out[r] = dx * dx + dy * dy < reach * reach
+        m = 0
+        for r in range(k):
+            if not out[r]:
+                rest[m] = members[r]
+                m += 1
+        if collinear(P1, rest, m, thr_q2, off_line) or collinear(P2, rest, m, thr_d2, off_line):
+            return False, s  # the rest fixes no map: the clump was what made it one
+        # fewer tentative correspondences can only lower the NFA: count them only when needed
+        if _rest_log10_nfa(ratios, out, k, T, pm, floor2, log10_count, 0.0) <= 0.0:
+            continue
+        n = 0
+        for t in range(T):
+            inside = False
+            for r in range(k):
+                if out[r]:
+                    b = members[r]
+                    dx = P1[t, 0] - P1[b, 0]
+                    dy = P1[t, 1] - P1[b, 1]
+                    reach = radius[t] + radius[b]
+                    if dx * dx + dy * dy < reach * reach:
+                        inside = True
+                        break
+            if not inside:
+                n += 1
+        if _rest_log10_nfa(ratios, out, k, n, pm, floor2, log10_count, 0.0) > 0.0:
+            return False, s
+    return True, s
+
+
+@njit(cache=True)
 def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot_sin, max_hypotheses,
                     lo_iterations, inner, limits, region, img_w, img_h, confidence, p, floor2, stamp_q, stamp_d, stamp0,
                     best_model):
@@ -763,14 +856,16 @@ def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos,
 @njit(cache=True)
 def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr_q2, thr_d2s, ht, cap, min_tentative,
                  rot_cos, rot_sin, max_hypotheses, lo_iterations, limits, tilt_tans, region, sizes, confidence,
-                 floor2, by_nfa, inliers, models, tentative, log_nfa):
+                 floor2, by_nfa, clump_level, inliers, models, tentative, log_nfa):
     """Match and verify the query against each candidate c (features offsets[c]:offsets[c+1]
     of the concatenated candidate arrays, image sizes[c] = (w, h)). Fills inliers[c],
     models[c] (6), tentative[c] and log_nfa[c] (:func:`score_model`'s NFA of the kept model with
     by_nfa, else :func:`log10_nfa_adaptive` of its inliers; +inf when they, or those within the
     tolerance it chose, are :func:`collinear` in either image). limits: max_scale, max_aniso, (unused),
     min_overlap; tilt_tans[c] the candidate's max_tilt_tan. by_nfa: the search keeps the model of
-    least NFA (:func:`ransac_pair_nfa`), else the one of most inliers (:func:`ransac_pair`)."""
+    least NFA (:func:`ransac_pair_nfa`), else the one of most inliers (:func:`ransac_pair`).
+    clump_level: with by_nfa, a model whose log10 NFA is at or under it must also pass
+    :func:`clump_free` (else its log_nfa stays +inf, as a degenerate one's); -inf: no check."""
     C = offsets.shape[0] - 1
     nq = qw.shape[0]
     nfq = 1
@@ -859,6 +954,12 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
         off_line = int(T * p * tol2)
         if collinear(P1, idx, k, thr_q2, off_line) or collinear(P2, idx, k, thr_d2s[c], off_line):
             continue
+        if by_nfa and nfa <= clump_level:
+            maps = min(T, max_hypotheses) * rot_cos.shape[0] * (lo_iterations + INNER_RANSAC) * LO_STEPS
+            ok, s = clump_free(models[c], inv, P1, P2, F1, gq, out_d[:T], thr_q2, thr_d2s[c], p, floor2,
+                               math.log10(maps), stamp_q, stamp_d, s)
+            if not ok:
+                continue  # one local likeness, not a view: no map is tested (log_nfa stays +inf)
         log_nfa[c] = nfa
 
 
