@@ -2,8 +2,8 @@
 true pairs verified, before (the fixed 12 inliers) and after (the significance test and the
 plausibility checks of ``streamk.verification``), measured in one run.
 
-    python bench/false_verification.py [--draws 4] [--collections large,small] [--per-draw] [--show-false]
-                                       [--set NAME=VALUE ...]
+    python bench/false_verification.py [--draws 4] [--collections large,small,held-out] [--per-draw]
+                                       [--show-false] [--set NAME=VALUE ...]
 
 Pairs: paris6k-subset's 250 photos with the official Paris6k ground truth
 (``streamk.verification.pairs``): *different places* are ordered pairs of positives
@@ -22,7 +22,14 @@ on the collection's own photos as ``streamk index create`` does; cached in
   ``--draws`` selections, draw d from ``numpy.random.default_rng(d)`` (so any draw is
   reproducible alone), each learning its own words (cached under its seed), their pairs
   pooled. ``--per-draw`` prints one line per draw; the spread of the true-pair share over
-  the draws (min / median / max) is printed either way.
+  the draws (min / median / max) is printed either way;
+- held-out (not in the default): the issue's held-out check on the data we have. Per draw of
+  the small collection, each of the other ~200 photos (held out: not among the 50 the words
+  were learned on) is a query, searched as a user would with ``--verify 100``: every one of
+  the 50 photos is verified (R = 100 > 50) and the verified ones ranked first by inliers.
+  Prints the precision of the mark (true verified / all verified, over the pairs with an
+  answer), false verifications per 10,000 pairs, and the queries with a false verification in
+  their top 10 (a tie in inliers counted against it).
 
 Pooling: a pair of photos drawn into several collections is verified once in each, with
 that collection's words and records, so each is a separate trial of the decision, but the
@@ -173,7 +180,7 @@ def upper95(k, n):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--draws", type=int, default=4, help="selections of the small collection (default 4)")
-    ap.add_argument("--collections", default="large,small")
+    ap.add_argument("--collections", default="large,small", help="any of large, small, held-out")
     ap.add_argument("--per-draw", action="store_true", help="print one line per draw of the small collection")
     ap.add_argument("--show-false", action="store_true",
                     help="list each false verification of the significance rule (collection, photos, inliers, NFA)")
@@ -190,7 +197,10 @@ def main(argv=None):
     if "small" in args.collections:
         results[f"small (50 photos, {args.draws} random draws)"] = small_draws(db, ids, full, overrides, args,
                                                                                 false_pairs)
-    print_pooled(results, overrides)
+    if results:
+        print_pooled(results, overrides)
+    if "held-out" in args.collections:
+        held_out_draws(db, ids, full, overrides, args, false_pairs if args.show_false else None)
     if args.show_false and not false_pairs:
         print("\nFalse verifications of the significance rule: none")
     elif args.show_false:
@@ -237,6 +247,58 @@ def small_draws(db, ids, full, overrides, args, false_pairs=None):
           f"assumes independence); {f_after} false after: 95 % bound over the distinct pairs alone {distinct}\n"
           f"wall per draw: {walls.mean():.0f} s mean ({walls.min():.0f}-{walls.max():.0f}), load {load_str()}")
     return pooled
+
+
+def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
+    """The held-out queries of ``args.draws`` draws of the small collection (module docstring):
+    one table row per rule, pooled over the draws; ``false_pairs`` (a list) collects the
+    significance rule's false verifications, as :func:`measure`'s."""
+    from streamk.verification import VerificationParams, make_query_record, stored_record, verify_geometry
+    from streamk.verification.pairs import place_pairs
+
+    same, different = place_pairs(full, ids)
+    answer = np.zeros((len(ids), len(ids)), np.int8)  # 1 same place, -1 different places, 0 no answer
+    answer[same[:, 0], same[:, 1]] = 1
+    answer[different[:, 0], different[:, 1]] = -1
+    rules = (("fixed 12 inliers", VerificationParams.fixed_inliers()),
+             ("NFA <= 1e-4 + plausible" + "".join(f", {k}={v!r}" for k, v in overrides.items()),
+              VerificationParams(**overrides)))
+    # per rule: false, different pairs, true verified, true pairs, queries, queries with a false one in the top 10
+    tally = {name: np.zeros(6, np.int64) for name, _ in rules}
+    t0 = time.perf_counter()
+    for d in range(args.draws):
+        sel = small_collection(ids, full, seed=d)
+        held = np.setdiff1d(np.arange(len(ids)), sel)
+        feats = [db[i] for i in sel]
+        voc = vocabulary(f"small-seed{d}", feats)
+        records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in feats]
+        for a in held:
+            kinds = answer[a, sel]
+            if not kinds.any():
+                continue  # a query with no answer against any of the 50 (junk, unlabelled)
+            f = db[a]
+            q = make_query_record(voc, f.keypoints, f.descriptors, f.image_size)
+            for name, params in rules:
+                checks = verify_geometry(q, records, params=params)
+                ok = np.array([v.verified for v in checks])
+                inl = np.array([v.inliers for v in checks])
+                false = ok & (kinds == -1)
+                # rank of a false one among the verified (shown first, by inliers): ties against it
+                ranks = [int((ok & (inl >= inl[j])).sum()) for j in np.flatnonzero(false)]
+                if false_pairs is not None and params is rules[1][1]:
+                    false_pairs += [(f"held-out seed {d} (rank {r})", ids[a], ids[sel[j]], int(inl[j]),
+                                     int(checks[j].tentative), float(checks[j].log10_nfa))
+                                    for j, r in zip(np.flatnonzero(false), ranks)]
+                tally[name] += (int(false.sum()), int((kinds == -1).sum()), int((ok & (kinds == 1)).sum()),
+                                int((kinds == 1).sum()), 1, int(any(r <= 10 for r in ranks)))
+        log(f"held-out draw {d}: {time.perf_counter() - t0:.0f} s, load {load_str()}")
+    rows = []
+    for name, (f, nd, t, ns, nq, top) in tally.items():
+        rows.append((name, nq, nd, f"{f} ({10000 * f / max(nd, 1):.2f})", f"{10000 * upper95(f, nd):.2f}",
+                     f"{100 * t / max(ns, 1):.1f} %", f"{100 * t / max(t + f, 1):.2f} %", top))
+    table(("rule", "queries", "pairs of different places", "false (per 10,000)", "95 % bound per 10,000",
+           "true pairs verified", "precision of the mark", "queries with a false one in the top 10"), rows,
+          title=f"Held-out queries against the small collection, {args.draws} draws ({cpu_model()}, load {load_str()})")
 
 
 def print_pooled(results, overrides):
