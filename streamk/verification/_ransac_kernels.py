@@ -735,6 +735,68 @@ def _rest_log10_nfa(ratios, out, k, n, p, floor2, log10_count, level):
 
 
 @njit(cache=True)
+def _moments(P, idx, n, out):
+    """out += (count, sum x, sum y, sum xx, sum xy, sum yy) of the points P[idx[:n]]."""
+    for r in range(n):
+        x = P[idx[r], 0]
+        y = P[idx[r], 1]
+        out[0] += 1.0
+        out[1] += x
+        out[2] += y
+        out[3] += x * x
+        out[4] += x * y
+        out[5] += y * y
+
+
+@njit(cache=True)
+def _smaller_scatter(mom):
+    """The smaller eigenvalue of the scatter matrix (sum of (x - mean)(x - mean)^T) of points
+    with the moments ``mom`` (:func:`_moments`); 0 for fewer than 2."""
+    m = mom[0]
+    if m < 2.0:
+        return 0.0
+    sxx = mom[3] - mom[1] * mom[1] / m
+    sxy = mom[4] - mom[1] * mom[2] / m
+    syy = mom[5] - mom[2] * mom[2] / m
+    return 0.5 * (sxx + syy) - math.sqrt(0.25 * (sxx - syy) ** 2 + sxy * sxy)
+
+
+@njit(cache=True)
+def _diameter2(P, idx, n):
+    """An upper bound on the squared diameter of the points P[idx[:n]]: (2 x the largest
+    distance to their mean)^2."""
+    mx = 0.0
+    my = 0.0
+    for r in range(n):
+        mx += P[idx[r], 0]
+        my += P[idx[r], 1]
+    mx /= n
+    my /= n
+    far = 0.0
+    for r in range(n):
+        far = max(far, (P[idx[r], 0] - mx) ** 2 + (P[idx[r], 1] - my) ** 2)
+    return 4.0 * far
+
+
+@njit(cache=True)
+def _surely_not_collinear(P, clump, c, total, diam2, off_line, thr2):
+    """Whether the inliers less the clump's c points (clump[:c]) are certainly not :func:`collinear`
+    (within thr2, off_line set aside), from their moments alone: ``total`` the moments of all.
+    Setting aside q points lowers the scatter's smaller eigenvalue by at most 2 q diam^2 (the
+    scatter of the q, and the shift of the mean: each at most q diam^2), so a rest whose bound
+    stays above (its count - q) thr2 / 3 passes the exact test; False: the exact test decides."""
+    mom = total.copy()
+    sub = np.zeros(6)
+    _moments(P, clump, c, sub)
+    for e in range(6):
+        mom[e] -= sub[e]
+    kept = mom[0] - off_line
+    if kept < 3.0:
+        return False
+    return _smaller_scatter(mom) - 2.0 * off_line * diam2 >= kept * thr2 / 3.0
+
+
+@njit(cache=True)
 def clump_free(model, inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_count, stamp_q, stamp_d, s):
     """(whether the model's evidence survives leaving out any one clump of its inliers, next
     stamp). A clump: the inliers whose query regions overlap one inlier's at half their radii
@@ -744,9 +806,14 @@ def clump_free(model, inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_
     section 8). For every inlier i, the inliers outside its clump, among the tentative
     correspondences outside it (none whose query region overlaps a clump member's), must not
     lie along one line in either image (:func:`collinear`, as the whole model's inliers) and
-    must be 1-meaningful (Desolneux, Moisan, Morel 2000: NFA <= 1) against the model, with the tests
-    the search's own maps (``log10_count``: hypotheses x refits) x the n - 3 tolerances. A
-    veto only: it can refuse a model the significance test accepted, never accept one."""
+    must be 1-meaningful (Desolneux, Moisan, Morel 2000: NFA <= 1) against the model, with the
+    tests the search's own maps (``log10_count``: hypotheses x refits) x the n - 3 tolerances.
+    A veto only: it can refuse a model the significance test accepted, never accept one.
+
+    Cost: a clump is found among the inliers sorted by x (a window of the largest reach), the
+    rest's NFA stops at its first tolerance at or under 1, and the rest's line test is settled
+    from moments when it can be (:func:`_surely_not_collinear`): about k x (clump size) for k
+    inliers spread over a view, not k^2."""
     T = P1.shape[0]
     idx = np.empty(T, np.int64)
     s += 1
@@ -761,43 +828,70 @@ def clump_free(model, inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_
     radius = np.empty(T, np.float64)
     for t in range(T):
         radius[t] = 0.5 * math.sqrt(F1[t, 0] * F1[t, 2])
+    widest = 0.0
+    xs = np.empty(k, np.float64)
+    for r in range(k):
+        widest = max(widest, radius[members[r]])
+        xs[r] = P1[members[r], 0]
+    by_x = np.argsort(xs, kind="mergesort")
+    xs_sorted = xs[by_x]
     pm = chance_probability(p, model, thr_q2, thr_d2)
     off_line = int(T * p)  # as the whole model's collinearity check (verify_batch)
+    total1 = np.zeros(6)
+    total2 = np.zeros(6)
+    _moments(P1, members, k, total1)
+    _moments(P2, members, k, total2)
+    diam1 = _diameter2(P1, members, k)
+    diam2 = _diameter2(P2, members, k)
     out = np.zeros(k, np.bool_)
+    clump = np.empty(k, np.int64)  # the clump's correspondences
+    clump_at = np.empty(k, np.int64)  # and their places in ratio order
     rest = np.empty(k, np.int64)
     for i in range(k):
         a = members[i]
-        for r in range(k):
+        c = 0
+        lo = np.searchsorted(xs_sorted, P1[a, 0] - radius[a] - widest)
+        hi = np.searchsorted(xs_sorted, P1[a, 0] + radius[a] + widest, side="right")
+        for w in range(lo, hi):
+            r = by_x[w]
             b = members[r]
             dx = P1[a, 0] - P1[b, 0]
             dy = P1[a, 1] - P1[b, 1]
             reach = radius[a] + radius[b]
-            out[r] = dx * dx + dy * dy < reach * reach
-        m = 0
-        for r in range(k):
-            if not out[r]:
-                rest[m] = members[r]
-                m += 1
-        if collinear(P1, rest, m, thr_q2, off_line) or collinear(P2, rest, m, thr_d2, off_line):
-            return False, s  # the rest fixes no map: the clump was what made it one
-        # fewer tentative correspondences can only lower the NFA: count them only when needed
-        if _rest_log10_nfa(ratios, out, k, T, pm, floor2, log10_count, 0.0) <= 0.0:
-            continue
-        n = 0
-        for t in range(T):
-            inside = False
+            if dx * dx + dy * dy < reach * reach:
+                out[r] = True
+                clump[c] = b
+                clump_at[c] = r
+                c += 1
+        ok = True
+        if not (_surely_not_collinear(P1, clump, c, total1, diam1, off_line, thr_q2)
+                and _surely_not_collinear(P2, clump, c, total2, diam2, off_line, thr_d2)):
+            m = 0
             for r in range(k):
-                if out[r]:
-                    b = members[r]
+                if not out[r]:
+                    rest[m] = members[r]
+                    m += 1
+            # the rest fixes no map: the clump was what made it one
+            ok = not (collinear(P1, rest, m, thr_q2, off_line) or collinear(P2, rest, m, thr_d2, off_line))
+        # fewer tentative correspondences can only lower the NFA: count them only when needed
+        if ok and _rest_log10_nfa(ratios, out, k, T, pm, floor2, log10_count, 0.0) > 0.0:
+            n = 0
+            for t in range(T):
+                inside = False
+                for e in range(c):
+                    b = clump[e]
                     dx = P1[t, 0] - P1[b, 0]
                     dy = P1[t, 1] - P1[b, 1]
                     reach = radius[t] + radius[b]
                     if dx * dx + dy * dy < reach * reach:
                         inside = True
                         break
-            if not inside:
-                n += 1
-        if _rest_log10_nfa(ratios, out, k, n, pm, floor2, log10_count, 0.0) > 0.0:
+                if not inside:
+                    n += 1
+            ok = _rest_log10_nfa(ratios, out, k, n, pm, floor2, log10_count, 0.0) <= 0.0
+        for e in range(c):
+            out[clump_at[e]] = False
+        if not ok:
             return False, s
     return True, s
 
