@@ -132,8 +132,8 @@ passes (a refused one is kept only as a model of +inf NFA). The level 1 is the
 a-contrario literature's, not fitted; half radii, the regions' cores overlapping. Measured
 (bench/README.md section 8): no pair of different places verified in 126,640 (96 draws; 5
 without it) nor in 30,490 (250 photos); held-out queries against the 50 photos, 4 in 241,584
-(19 without it); the cost, 2.1-2.5 points of the true pairs verified (39.9 -> 37.4 % on the
-250 photos, 38.3 -> 36.2 % on the draws): a true pair whose evidence is one clump has, by that
+(19 without it); the cost, 1.9-2.3 points of the true pairs verified (39.9 -> 37.6 % on the
+250 photos, 38.3 -> 36.4 % on the draws): a true pair whose evidence is one clump has, by that
 evidence, matched one detail. ``clump_check=False`` gives the test alone.
 
 Under H0, NFA <= epsilon happens for at most epsilon pairs on average, so epsilon is the
