@@ -898,17 +898,15 @@ def clump_free(model, inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_
 
 @njit(cache=True)
 def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos, rot_sin, max_hypotheses,
-                    lo_iterations, inner, limits, region, img_w, img_h, confidence, p, floor2, clump_level, log10_count,
-                    stamp_q, stamp_d, stamp0, best_model):
+                    lo_iterations, inner, limits, region, img_w, img_h, confidence, p, floor2, stamp_q, stamp_d, stamp0,
+                    best_model):
     """:func:`ransac_pair`'s search (the same hypotheses, order, plausibility and stopping
     rule), with the local optimisation of :func:`local_optimisation` run from every hypothesis
     that beats the most inliers seen so far, and the model kept by the decision's statistic:
     the least log10 NFA (ORSA keeps its least-NFA model too); the most inliers while no
     model has a finite NFA. Returns (the kept model's inliers at r, its log10 NFA, the squared
     tolerance ratio that NFA chose, next stamp); best_model is filled (NaN when no model has 3
-    inliers). A model whose log10 NFA is at or under ``clump_level`` counts only if it passes
-    :func:`clump_free` (``log10_count`` its tests); one that does not is kept only as a model of
-    +inf NFA (the search goes on for one that passes, as for a plausible one)."""
+    inliers)."""
     T = P1.shape[0]
     s = stamp0
     _clear_model(best_model)
@@ -920,7 +918,6 @@ def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos,
     lo_model = np.empty(6, np.float64)
     lo = np.empty(4, np.float64)
     lo_fit = np.empty(T, np.int64)
-    lo_inv = np.empty(6, np.float64)
     tol2 = 1.0
     inv = np.empty(6, np.float64)
     scratch = np.empty((20, 2))
@@ -938,14 +935,8 @@ def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos,
                                    img_h, p, floor2, stamp_q, stamp_d, s, lo_model, lo, lo_fit)
             n2 = int(lo[1])
             most = max(most, n2)
-            nfa = lo[0]
-            if nfa <= clump_level and invert(lo_model, lo_inv):
-                free, s = clump_free(lo_model, lo_inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_count,
-                                     stamp_q, stamp_d, s)
-                if not free:  # one local likeness: the search goes on for a view
-                    nfa = np.inf
-            if nfa < best_nfa or (best_nfa == np.inf and n2 > best):
-                best_nfa = nfa
+            if lo[0] < best_nfa or (best_nfa == np.inf and n2 > best):
+                best_nfa = lo[0]
                 tol2 = lo[2]
                 best = n2
                 best_model[:] = lo_model
@@ -968,7 +959,7 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
     min_overlap; tilt_tans[c] the candidate's max_tilt_tan. by_nfa: the search keeps the model of
     least NFA (:func:`ransac_pair_nfa`), else the one of most inliers (:func:`ransac_pair`).
     clump_level: with by_nfa, a model whose log10 NFA is at or under it must also pass
-    :func:`clump_free` to be kept (:func:`ransac_pair_nfa`); -inf: no check."""
+    :func:`clump_free` (else its log_nfa stays +inf, as a degenerate one's); -inf: no check."""
     C = offsets.shape[0] - 1
     nq = qw.shape[0]
     nfq = 1
@@ -1023,12 +1014,11 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
         area = float(sizes[c, 0]) * float(sizes[c, 1])
         p = min(math.pi * thr_d2s[c] / area, 1.0)  # a chance inlier: in the tolerance disc
         nfa, tol2 = np.inf, 1.0
-        maps = min(T, max_hypotheses) * rot_cos.shape[0] * (lo_iterations + INNER_RANSAC) * LO_STEPS
         if by_nfa:
             n, nfa, tol2, s = ransac_pair_nfa(P1, P2, F1, T1, F2, T2, gq, out_d[:T], out_h[:T], thr_q2, thr_d2s[c],
                                               rot_cos, rot_sin, max_hypotheses, lo_iterations, INNER_RANSAC, lim,
-                                              region, sizes[c, 0], sizes[c, 1], confidence, p, floor2, clump_level,
-                                              math.log10(maps), stamp_q, stamp_d, s, models[c])
+                                              region, sizes[c, 0], sizes[c, 1], confidence, p, floor2, stamp_q,
+                                              stamp_d, s, models[c])
         else:
             n, s = ransac_pair(P1, P2, F1, T1, F2, T2, gq, out_d[:T], out_h[:T], thr_q2, thr_d2s[c], rot_cos, rot_sin,
                                max_hypotheses, lo_iterations, lim, region, sizes[c, 0], sizes[c, 1], confidence,
@@ -1058,7 +1048,13 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
         off_line = int(T * p * tol2)
         if collinear(P1, idx, k, thr_q2, off_line) or collinear(P2, idx, k, thr_d2s[c], off_line):
             continue
-        log_nfa[c] = nfa  # with by_nfa, a model at or under clump_level passed clump_free in the search
+        if by_nfa and nfa <= clump_level:
+            maps = min(T, max_hypotheses) * rot_cos.shape[0] * (lo_iterations + INNER_RANSAC) * LO_STEPS
+            ok, s = clump_free(models[c], inv, P1, P2, F1, gq, out_d[:T], thr_q2, thr_d2s[c], p, floor2,
+                               math.log10(maps), stamp_q, stamp_d, s)
+            if not ok:
+                continue  # one local likeness, not a view: no map is tested (log_nfa stays +inf)
+        log_nfa[c] = nfa
 
 
 @njit(cache=True)

@@ -127,13 +127,12 @@ check above) and be meaningful in Desolneux, Moisan and Morel's own sense, NFA <
 the model, the tests being the maps the search can report (hypotheses x rotations x (LO
 rounds + inner RANSAC) x LO_STEPS, 8,000 at the defaults) x the n - 3 tolerances. A veto: it
 refuses a model the test accepted, never accepts one, so the false-alarm bound above still
-holds. As with plausibility, the search goes on past a refused model for the best one that
-passes (a refused one is kept only as a model of +inf NFA). The level 1 is the
+holds. A refused model's log10_nfa is +inf, as a degenerate one's. The level 1 is the
 a-contrario literature's, not fitted; half radii, the regions' cores overlapping. Measured
 (bench/README.md section 8): no pair of different places verified in 126,640 (96 draws; 5
 without it) nor in 30,490 (250 photos); held-out queries against the 50 photos, 4 in 241,584
-(19 without it); the cost, 1.9-2.3 points of the true pairs verified (39.9 -> 37.6 % on the
-250 photos, 38.3 -> 36.4 % on the draws): a true pair whose evidence is one clump has, by that
+(19 without it); the cost, 2.1-2.5 points of the true pairs verified (39.9 -> 37.4 % on the
+250 photos, 38.3 -> 36.2 % on the draws): a true pair whose evidence is one clump has, by that
 evidence, matched one detail. ``clump_check=False`` gives the test alone.
 
 Under H0, NFA <= epsilon happens for at most epsilon pairs on average, so epsilon is the
@@ -239,8 +238,8 @@ class Verification:
     without a model); pairs: on request, (inliers, 4) float32 rows x_q, y_q, x_c, y_c;
     log10_nfa: log10 of the number of false alarms of the inliers, the least over the
     tolerances they set, the points a refit was fitted to counted by their deleted residuals
-    (module docstring; +inf without a model, with inliers along one line, or when every
-    significant model's evidence is one clump: the clump check).
+    (module docstring; +inf without a model, with inliers along one line, or with
+    evidence that one clump of them carries: the clump check).
     """
 
     inliers: int
