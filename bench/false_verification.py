@@ -200,7 +200,7 @@ def main(argv=None):
     if results:
         print_pooled(results, overrides)
     if "held-out" in args.collections:
-        held_out_draws(db, ids, full, overrides, args, false_pairs if args.show_false else None)
+        held_out_draws(db, ids, full, overrides, args, false_pairs)
     if args.show_false and not false_pairs:
         print("\nFalse verifications of the significance rule: none")
     elif args.show_false:
@@ -278,14 +278,14 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
                 continue  # a query with no answer against any of the 50 (junk, unlabelled)
             f = db[a]
             q = make_query_record(voc, f.keypoints, f.descriptors, f.image_size)
-            for name, params in rules:
+            for rule, (name, params) in enumerate(rules):
                 checks = verify_geometry(q, records, params=params)
                 ok = np.array([v.verified for v in checks])
                 inl = np.array([v.inliers for v in checks])
                 false = ok & (kinds == -1)
                 # rank of a false one among the verified (shown first, by inliers): ties against it
                 ranks = [int((ok & (inl >= inl[j])).sum()) for j in np.flatnonzero(false)]
-                if false_pairs is not None and params is rules[1][1]:
+                if false_pairs is not None and rule == 1:  # the significance rule's, as measure's
                     false_pairs += [(f"held-out seed {d} (rank {r})", ids[a], ids[sel[j]], int(inl[j]),
                                      int(checks[j].tentative), float(checks[j].log10_nfa))
                                     for j, r in zip(np.flatnonzero(false), ranks)]

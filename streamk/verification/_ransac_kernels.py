@@ -779,21 +779,30 @@ def _diameter2(P, idx, n):
 
 
 @njit(cache=True)
-def _surely_not_collinear(P, clump, c, total, diam2, off_line, thr2):
+def _surely_not_collinear(P, clump, c, total, diam2, off_line, thr2, mom):
     """Whether the inliers less the clump's c points (clump[:c]) are certainly not :func:`collinear`
     (within thr2, off_line set aside), from their moments alone: ``total`` the moments of all.
     Setting aside q points lowers the scatter's smaller eigenvalue by at most 2 q diam^2 (the
     scatter of the q, and the shift of the mean: each at most q diam^2), so a rest whose bound
-    stays above (its count - q) thr2 / 3 passes the exact test; False: the exact test decides."""
-    mom = total.copy()
-    sub = np.zeros(6)
-    _moments(P, clump, c, sub)
+    stays above (its count - q) thr2 / 3 passes the exact test; False: the exact test decides.
+    mom: (6,) scratch."""
+    mom[:] = 0.0
+    _moments(P, clump, c, mom)
     for e in range(6):
-        mom[e] -= sub[e]
+        mom[e] = total[e] - mom[e]
     kept = mom[0] - off_line
     if kept < 3.0:
         return False
     return _smaller_scatter(mom) - 2.0 * off_line * diam2 >= kept * thr2 / 3.0
+
+
+@njit(cache=True)
+def _overlap(P, radius, a, b):
+    """Whether the regions of correspondences a and b overlap at half their radii in P."""
+    dx = P[a, 0] - P[b, 0]
+    dy = P[a, 1] - P[b, 1]
+    reach = radius[a] + radius[b]
+    return dx * dx + dy * dy < reach * reach
 
 
 @njit(cache=True)
@@ -847,6 +856,7 @@ def clump_free(model, inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_
     clump = np.empty(k, np.int64)  # the clump's correspondences
     clump_at = np.empty(k, np.int64)  # and their places in ratio order
     rest = np.empty(k, np.int64)
+    mom = np.empty(6)
     for i in range(k):
         a = members[i]
         c = 0
@@ -855,17 +865,14 @@ def clump_free(model, inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_
         for w in range(lo, hi):
             r = by_x[w]
             b = members[r]
-            dx = P1[a, 0] - P1[b, 0]
-            dy = P1[a, 1] - P1[b, 1]
-            reach = radius[a] + radius[b]
-            if dx * dx + dy * dy < reach * reach:
+            if _overlap(P1, radius, a, b):
                 out[r] = True
                 clump[c] = b
                 clump_at[c] = r
                 c += 1
         ok = True
-        if not (_surely_not_collinear(P1, clump, c, total1, diam1, off_line, thr_q2)
-                and _surely_not_collinear(P2, clump, c, total2, diam2, off_line, thr_d2)):
+        if not (_surely_not_collinear(P1, clump, c, total1, diam1, off_line, thr_q2, mom)
+                and _surely_not_collinear(P2, clump, c, total2, diam2, off_line, thr_d2, mom)):
             m = 0
             for r in range(k):
                 if not out[r]:
@@ -879,11 +886,7 @@ def clump_free(model, inv, P1, P2, F1, cq, cd, thr_q2, thr_d2, p, floor2, log10_
             for t in range(T):
                 inside = False
                 for e in range(c):
-                    b = clump[e]
-                    dx = P1[t, 0] - P1[b, 0]
-                    dy = P1[t, 1] - P1[b, 1]
-                    reach = radius[t] + radius[b]
-                    if dx * dx + dy * dy < reach * reach:
+                    if _overlap(P1, radius, t, clump[e]):
                         inside = True
                         break
                 if not inside:
