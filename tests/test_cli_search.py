@@ -5,11 +5,13 @@ scores are the inner products of the stored vectors, computed with numpy) and ag
 the same search made the other way (one query at a time; in this process)."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from streamk.cli import main
+from streamk.verification import VerificationParams
 
 pytest.importorskip("cv2")
 from helpers.processes import run_python  # noqa: E402
@@ -142,6 +144,12 @@ def test_an_indexed_image_as_the_query(ix, sharded, which, capsys):
     assert status == 0 and answer["query"] == {"kind": "id", "id": p2}
     top = answer["results"][0]
     assert top["id"] == p2 and top["verified"] and top["inliers"] >= 8
+    # a verified result says how significant it is; an unverified one checked says why not
+    assert top["why"] is None and top["log10_nfa"] <= math.log10(VerificationParams().false_alarms_per_pair)
+    from streamk.verification import WHY_NOT_VERIFIED
+    for hit in answer["results"][1:]:
+        assert (hit["why"] is None) == (hit["verified"] or hit["inliers"] is None)
+        assert hit["why"] is None or hit["why"] in WHY_NOT_VERIFIED
 
 
 def test_box_does_not_apply_to_an_id_and_a_query_is_needed(ix, capsys):

@@ -157,12 +157,21 @@ def print_answer(got, output, first=True, named=False):
         q = got["query"]
         name = f"query {printable(q['path'])}" if q["kind"] == "image" else f"query id {printable(q['id'])}"
         print(("" if first else "\n") + name)
-    print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}  id")
+    whys = list(dict.fromkeys(hit["why"] for hit in rows if hit.get("why")))
+    width = max([len("not verified")] + [len(w) for w in whys])
+    why_column = f"  {'not verified':<{width}}" if whys else ""
+    print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}{why_column}  id")
     for hit in rows:
         inliers = "" if hit.get("inliers") is None else f"{hit['inliers']}{'*' if hit.get('verified') else ''}"
-        print(f"{hit['rank']:>4}  {hit['score']:8.4f}  {inliers:>7}  {hit['id']}")
+        why = f"  {hit.get('why') or '':<{width}}" if whys else ""
+        print(f"{hit['rank']:>4}  {hit['score']:8.4f}  {inliers:>7}{why}  {hit['id']}")
     if any(hit.get("inliers") is not None for hit in rows):
         print("(* verified: its local features agree with the query's under one affine map)")
+    if whys:
+        from ..verification import WHY_NOT_VERIFIED
+
+        print("(not verified, the first check it failed: "
+              + "; ".join(f"{w}: {WHY_NOT_VERIFIED.get(w, w)}" for w in whys) + ")")
     sys.stdout.flush()
 
 

@@ -21,6 +21,7 @@ unverified. Scores stay inner products: a verified row's is its first-stage scor
 from the second search its score against the expanded query.
 """
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -47,7 +48,10 @@ class Hit(tuple):
     ``region`` ((4, 2) polygon in the result image: the query box, or the whole query,
     mapped by the verified affine map; None without one), ``affine`` ((2, 3) query ->
     result), ``pairs`` ((n, 4) x_q, y_q, x_r, y_r inlier pairs, when asked for), ``stage``
-    ("first", "verified" or "expanded")."""
+    ("first", "verified" or "expanded"), ``why`` (checked and not verified: a key of
+    :data:`streamk.verification.WHY_NOT_VERIFIED`; else None) and ``log10_nfa`` (the
+    inliers' log10 number of false alarms, the decision's statistic; None when no model
+    was tested)."""
 
     # set on each instance by __new__; declared here for type checkers (no class attribute is made)
     inliers: int | None
@@ -56,20 +60,23 @@ class Hit(tuple):
     affine: np.ndarray | None
     pairs: np.ndarray | None
     stage: str
+    why: str | None
+    log10_nfa: float | None
 
     def __new__(cls, image_id, score, **explanation):
         hit = super().__new__(cls, (image_id, float(score)))
         hit.__dict__.update({"inliers": None, "verified": False, "region": None, "affine": None, "pairs": None,
-                             "stage": "first"}, **explanation)
+                             "stage": "first", "why": None, "log10_nfa": None}, **explanation)
         return hit
 
     id = property(lambda self: self[0])
     score = property(lambda self: self[1])
 
     def to_dict(self, pairs=True):
-        """JSON-able: id, score, stage, inliers, verified, region, affine (and pairs)."""
+        """JSON-able: id, score, stage, inliers, verified, why, log10_nfa, region, affine (and pairs)."""
         out = {"id": self.id, "score": self.score, "stage": self.stage, "inliers": self.inliers,
-               "verified": bool(self.verified),
+               "verified": bool(self.verified), "why": self.why,
+               "log10_nfa": None if self.log10_nfa is None else round(float(self.log10_nfa), 2),
                "region": None if self.region is None else np.round(self.region, 2).tolist(),
                "affine": None if self.affine is None or not np.isfinite(self.affine).all()
                else np.round(self.affine, 6).tolist()}
@@ -141,7 +148,8 @@ def explanation_of(verification):
     if v is None:
         return {}
     return {"inliers": v.inliers, "verified": v.verified, "region": v.region, "affine": v.affine, "pairs": v.pairs,
-            "stage": "verified" if v.verified else "first"}
+            "stage": "verified" if v.verified else "first", "why": v.why,
+            "log10_nfa": float(v.log10_nfa) if math.isfinite(v.log10_nfa) else None}
 
 
 def verified_first(candidates, min_inliers=DEFAULT_MIN_INLIERS):

@@ -25,8 +25,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     )
     from .spatial import (
         DEFAULT_MIN_INLIERS as DEFAULT_MIN_INLIERS, DEFAULT_R as DEFAULT_R, Reranked as Reranked,
-        Verification as Verification, VerificationParams as VerificationParams, rerank as rerank,
-        verify_geometry as verify_geometry,
+        Verification as Verification, VerificationParams as VerificationParams,
+        WHY_NOT_VERIFIED as WHY_NOT_VERIFIED, rerank as rerank, verify_geometry as verify_geometry,
     )
     from .vocabulary import Vocabulary as Vocabulary
 

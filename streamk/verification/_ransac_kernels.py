@@ -391,6 +391,13 @@ def log10_binomial_tail(n, k, p):
 
 MINIMAL_SAMPLE = 3  # correspondences that determine an affine map
 
+# verify_batch's outcome per candidate: what its log10 NFA is (spatial.WHY_NOT_VERIFIED says it to a user)
+TESTED = 0  # a model's inliers were tested: log_nfa is their NFA
+FEW_MATCHES = 1  # fewer tentative correspondences than a test needs
+NO_MODEL = 2  # no plausible map with more than 3 inliers
+ONE_LINE = 3  # the inliers lie along one line: no affine map is tested
+ONE_LIKENESS = 4  # the test passed on one clump of inliers only (clump_free refused)
+
 
 @njit(cache=True)
 def log10_nfa(k, n, p):
@@ -953,7 +960,7 @@ def ransac_pair_nfa(P1, P2, F1, T1, F2, T2, cq, cd, ch, thr_q2, thr_d2, rot_cos,
 @njit(cache=True)
 def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr_q2, thr_d2s, ht, cap, min_tentative,
                  rot_cos, rot_sin, max_hypotheses, lo_iterations, limits, tilt_tans, region, sizes, confidence,
-                 floor2, by_nfa, clump_level, inliers, models, tentative, log_nfa):
+                 floor2, by_nfa, clump_level, inliers, models, tentative, log_nfa, outcome):
     """Match and verify the query against each candidate c (features offsets[c]:offsets[c+1]
     of the concatenated candidate arrays, image sizes[c] = (w, h)). Fills inliers[c],
     models[c] (6), tentative[c] and log_nfa[c] (:func:`score_model`'s NFA of the kept model with
@@ -962,7 +969,9 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
     min_overlap; tilt_tans[c] the candidate's max_tilt_tan. by_nfa: the search keeps the model of
     least NFA (:func:`ransac_pair_nfa`), else the one of most inliers (:func:`ransac_pair`).
     clump_level: with by_nfa, a model whose log10 NFA is at or under it must also pass
-    :func:`clump_free` (else its log_nfa stays +inf, as a degenerate one's); -inf: no check."""
+    :func:`clump_free` (else its log_nfa stays +inf, as a degenerate one's); -inf: no check.
+    outcome[c]: why log_nfa[c] is what it is (TESTED, FEW_MATCHES, NO_MODEL, ONE_LINE,
+    ONE_LIKENESS above)."""
     C = offsets.shape[0] - 1
     nq = qw.shape[0]
     nfq = 1
@@ -982,6 +991,7 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
             models[c, r] = np.nan
         inliers[c] = 0
         log_nfa[c] = np.inf
+        outcome[c] = FEW_MATCHES
         dw = cw[o0:o1]
         bound, block = match_bound(qw, dw, cap)
         out_q = np.empty(bound, np.int64)
@@ -1027,8 +1037,10 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
                                max_hypotheses, lo_iterations, lim, region, sizes[c, 0], sizes[c, 1], confidence,
                                stamp_q, stamp_d, s, models[c])
         inliers[c] = n
+        outcome[c] = NO_MODEL
         if n <= MINIMAL_SAMPLE:
             continue
+        outcome[c] = ONE_LINE
         inv = np.empty(6, np.float64)
         invert(models[c], inv)
         idx = np.empty(T, np.int64)
@@ -1056,7 +1068,9 @@ def verify_batch(qw, qs, qxy, qfr, qth, qid, cw, cs, cxy, cfr, cth, offsets, thr
             ok, s = clump_free(models[c], inv, P1, P2, F1, gq, out_d[:T], thr_q2, thr_d2s[c], p, floor2,
                                math.log10(maps), stamp_q, stamp_d, s)
             if not ok:
+                outcome[c] = ONE_LIKENESS
                 continue  # one local likeness, not a view: no map is tested (log_nfa stays +inf)
+        outcome[c] = TESTED
         log_nfa[c] = nfa
 
 

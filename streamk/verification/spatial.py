@@ -174,8 +174,20 @@ DEFAULT_FALSE_ALARMS_PER_PAIR = 1e-4  # epsilon: <= 1 false verification per 10,
 DECISIONS = ("significance", "inliers")
 DEFAULT_R = 100
 
+# why a checked candidate is not verified: a stable code (JSON's "why") and what it means to a user
+WHY_NOT_VERIFIED = {
+    "few-matches": "too few tentative matches for a model",
+    "no-model": "no plausible affine map with more than 3 inliers",
+    "one-line": "the inliers lie along one line: they fix no affine map",
+    "one-likeness": "one local likeness: without one clump of overlapping features the rest could be chance",
+    "chance": "the inliers could be chance: their number of false alarms is above the bar",
+    "few-inliers": "fewer inliers than min_inliers (the rule before 0.3)",
+}
+_WHY_OF_OUTCOME = {_k.FEW_MATCHES: "few-matches", _k.NO_MODEL: "no-model", _k.ONE_LINE: "one-line",
+                   _k.ONE_LIKENESS: "one-likeness"}
+
 __all__ = ["DEFAULT_FALSE_ALARMS_PER_PAIR", "DEFAULT_MIN_INLIERS", "DEFAULT_R", "Reranked", "Verification",
-           "VerificationParams", "rerank", "verify_geometry"]
+           "VerificationParams", "WHY_NOT_VERIFIED", "rerank", "verify_geometry"]
 
 
 @dataclass(frozen=True)
@@ -239,7 +251,8 @@ class Verification:
     log10_nfa: log10 of the number of false alarms of the inliers, the least over the
     tolerances they set, the points a refit was fitted to counted by their deleted residuals
     (module docstring; +inf without a model, with inliers along one line, or with
-    evidence that one clump of them carries: the clump check).
+    evidence that one clump of them carries: the clump check); why: None when verified,
+    else a key of :data:`WHY_NOT_VERIFIED` (the first check the candidate failed).
     """
 
     inliers: int
@@ -249,6 +262,7 @@ class Verification:
     region: np.ndarray | None
     pairs: np.ndarray | None = None
     log10_nfa: float = math.inf
+    why: str | None = None
 
 
 class Reranked(tuple):
@@ -317,6 +331,7 @@ def verify_geometry(query, candidates, query_box=None, return_pairs=False, param
     models = np.full((C, 6), np.nan)
     tentative = np.zeros(C, np.int64)
     log_nfa = np.full(C, np.inf)
+    outcome = np.full(C, _k.FEW_MATCHES, np.int64)
     thr_q = err * max(q.image_size)
     thr_d = err * sizes.max(axis=1).astype(np.float64) if C else np.zeros(0)
     if C:
@@ -327,11 +342,13 @@ def verify_geometry(query, candidates, query_box=None, return_pairs=False, param
                         xy, frames, theta, offsets, thr_q * thr_q, thr_d * thr_d, int(params.hamming_threshold),
                         int(params.max_pairs_per_word), int(min_tentative), rc, rs, max_h, lo, limits, tilt_tans,
                         region, sizes.astype(np.float64), conf, _quantisation_floor(err),
-                        params.decision == "significance", clump_level, inliers, models, tentative, log_nfa)
+                        params.decision == "significance", clump_level, inliers, models, tentative, log_nfa, outcome)
     if params.decision == "inliers":
         verified = inliers >= params.min_inliers
+        tested_why = "few-inliers"
     else:
         verified = log_nfa <= math.log10(params.false_alarms_per_pair)
+        tested_why = "chance"
     out = []
     for c in range(C):
         has_model = bool(np.isfinite(models[c]).all())
@@ -341,8 +358,12 @@ def verify_geometry(query, candidates, query_box=None, return_pairs=False, param
         if return_pairs:
             pairs = _pairs(q, cand, c, models[c], params, thr_q, thr_d[c]) if has_model \
                 else np.zeros((0, 4), np.float32)
-        out.append(Verification(int(inliers[c]), int(tentative[c]), bool(verified[c] and has_model), affine, region,
-                                pairs, float(log_nfa[c])))
+        yes = bool(verified[c] and has_model)
+        why = None if yes else _WHY_OF_OUTCOME.get(int(outcome[c]), tested_why)
+        if why == "one-line" and params.decision == "inliers":  # the old rule counts such inliers too
+            why = tested_why
+        out.append(Verification(int(inliers[c]), int(tentative[c]), yes, affine, region, pairs, float(log_nfa[c]),
+                                why))
     return out
 
 

@@ -1,7 +1,6 @@
 """run_sweep: mAP against the power-law exponent and k, checked against independent computations."""
 
 import json
-from contextlib import closing
 
 import numpy as np
 import pytest
@@ -9,23 +8,13 @@ import pytest
 from streamk.encoding.encoder import Encoder
 from streamk.errors import ConfigError
 from streamk.evaluation.metrics import average_precision, compute_map, evaluate
-from streamk.demo.examples import build_example
 from streamk.evaluation.experiment import dataset_descriptors, run_experiment
 from streamk.evaluation.sweep import SweepResult, run_sweep
 
+from helpers.examples import small_example_fixture
+
 CONFIGS = [{"embedding": "temb", "k": 4}, {"embedding": "temb", "k": 8}]
 POWERS = (0.0, 0.5, 1.0)
-
-
-def small_example_fixture():
-    """A module-scoped fixture: the small demo both test modules evaluate (3 photos, 9 database
-    images, 18 queries), built once per module; the feature cache makes a rebuild cheap."""
-    @pytest.fixture(scope="module")
-    def example(tmp_path_factory):
-        with closing(build_example("demo", tmp_path_factory.mktemp("example") / "demo", photos=3, max_queries=4,
-                                   k=4, progress=False)) as ex:
-            yield ex
-    return example
 
 
 example = small_example_fixture()

@@ -152,7 +152,7 @@ def test_one_local_likeness_is_not_a_view(random_vocabulary):
     without, = verify_geometry(q, [c], clump_check=False)
     assert without.verified and without.inliers >= 25 and without.log10_nfa <= eps
     checked, = verify_geometry(q, [c])
-    assert not checked.verified and checked.log10_nfa == math.inf
+    assert not checked.verified and checked.log10_nfa == math.inf and checked.why == "one-likeness"
     assert checked.inliers == without.inliers  # the same model: only the decision differs
     q, c = local_likeness(rng, random_vocabulary, 300, 12, clumps=4)
     assert verify_geometry(q, [c])[0].verified
@@ -179,4 +179,4 @@ def test_a_line_and_one_clump_off_it_is_not_a_view(random_vocabulary):
     without, = verify_geometry(q, [c], clump_check=False)
     assert without.verified and without.inliers >= 22
     checked, = verify_geometry(q, [c])
-    assert not checked.verified and checked.log10_nfa == math.inf
+    assert not checked.verified and checked.log10_nfa == math.inf and checked.why == "one-likeness"

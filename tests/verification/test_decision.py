@@ -256,6 +256,7 @@ def test_inliers_along_one_line_are_not_verified(random_vocabulary):
         assert v.inliers >= 30
         assert v.verified != along_a_line
         assert (v.log10_nfa == math.inf) == along_a_line
+        assert v.why == ("one-line" if along_a_line else None)
 
 
 def test_the_threshold_adapts_to_the_tentative_matches():
@@ -295,6 +296,9 @@ def test_random_matches_are_never_verified(random_vocabulary):
     assert min(v.tentative for v in results) >= 300
     assert not any(v.verified for v in results)
     assert all(v.log10_nfa > 0 for v in results)
+    # each says why: a tested model's NFA above the bar, or no model to test
+    assert all(v.why == ("chance" if math.isfinite(v.log10_nfa) else v.why) for v in results)
+    assert {v.why for v in results} <= {"chance", "no-model", "one-line"} and "chance" in {v.why for v in results}
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -303,7 +307,7 @@ def test_a_true_transform_with_enough_matches_is_verified(seed, random_vocabular
     M = rotation(8, 0.8) @ np.array([[1.0, 0.0], [0.15, 1.0]])
     q, c = scene(rng, random_vocabulary, 400, 40, M, t=(150.0, 80.0))
     v, = verify_geometry(q, [c])
-    assert v.verified and v.inliers >= 30
+    assert v.verified and v.inliers >= 30 and v.why is None
     assert v.log10_nfa <= math.log10(VerificationParams().false_alarms_per_pair)
     with_pairs, = verify_geometry(q, [c], return_pairs=True)
     thr = 0.02 * W
@@ -314,7 +318,25 @@ def test_a_true_transform_with_enough_matches_is_verified(seed, random_vocabular
     assert v.log10_nfa <= nfa_reference(v.inliers, v.tentative, math.pi * thr ** 2 / (W * H))
     q, c = scene(rng, random_vocabulary, 400, 6, M, t=(150.0, 80.0))
     few, = verify_geometry(q, [c])
-    assert not few.verified  # 6 true matches among 400 are not evidence enough
+    assert not few.verified and few.why in ("chance", "no-model")  # 6 true matches among 400: not enough
+
+
+def test_a_candidate_not_verified_says_which_check_it_failed(random_vocabulary):
+    """3 shared features: too few for a test (no model is searched); 6 chance ones: no map
+    with more than 3 of them; the rule before 0.3 names its own bar."""
+    from streamk.verification import WHY_NOT_VERIFIED
+
+    rng = np.random.default_rng(12)
+    q, c = scene(rng, random_vocabulary, 3, 3, t=(20.0, 10.0))
+    v, = verify_geometry(q, [c])
+    assert v.tentative == 3 and not v.verified and v.why == "few-matches" and v.inliers == 0
+    q, c = scene(rng, random_vocabulary, 6, 0)
+    v, = verify_geometry(q, [c])
+    assert v.tentative == 6 and v.inliers <= 3 and v.why == "no-model"
+    q, c = scene(rng, random_vocabulary, 400, 8, t=(20.0, 10.0))
+    old, = verify_geometry(q, [c], params=VerificationParams.fixed_inliers())
+    assert not old.verified and old.inliers < 12 and old.why == "few-inliers"
+    assert set(WHY_NOT_VERIFIED) == {"few-matches", "no-model", "one-line", "one-likeness", "chance", "few-inliers"}
 
 
 def test_the_old_rule_stays_available_and_parameters_are_checked(random_vocabulary):
@@ -323,6 +345,7 @@ def test_the_old_rule_stays_available_and_parameters_are_checked(random_vocabula
     q, c = scene(np.random.default_rng(9), random_vocabulary, 200, 30)
     v_old, = verify_geometry(q, [c], params=VerificationParams.fixed_inliers())
     assert v_old.verified == (v_old.inliers >= 12)
+    assert v_old.why == (None if v_old.verified else "few-inliers")
     for bad in ({"decision": "votes"}, {"false_alarms_per_pair": 0.0}, {"false_alarms_per_pair": 2.0},
                 {"max_anisotropy": 0.5}, {"min_overlap": 1.5}, {"max_tilt": -1.0}):
         with pytest.raises(ConfigError):

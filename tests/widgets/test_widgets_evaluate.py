@@ -9,10 +9,10 @@ import pytest
 pytest.importorskip("ipywidgets")
 pytest.importorskip("matplotlib")
 
-from test_sweep import small_example_fixture
-
 from streamk.errors import DatasetImageError
 from streamk.widgets.evaluate import EvalDashboard
+
+from helpers.examples import small_example_fixture
 
 CONFIGS = [{"embedding": "temb", "k": 4}, {"embedding": "temb", "k": 8}]
 POWERS = (0.0, 0.5, 1.0)
