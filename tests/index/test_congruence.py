@@ -148,7 +148,8 @@ def reference(built):
 
 def hits_of(hits):
     """What a list of Hit says, comparable across index kinds."""
-    return [(h.id, round(h.score, 5), h.inliers, bool(h.verified), h.stage,
+    return [(h.id, round(h.score, 5), h.inliers, bool(h.verified), h.stage, h.why,
+             None if h.log10_nfa is None else round(h.log10_nfa, 3),
              None if h.region is None else np.round(h.region, 3).tolist()) for h in hits]
 
 

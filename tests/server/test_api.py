@@ -51,6 +51,8 @@ def test_search_by_upload_is_verified_with_its_region(served, photos):
         body = r.json()
         top = body["results"][0]
         assert top["id"] == "p1" and top["verified"] and top["inliers"] >= 12
+        assert top["why"] is None and top["log10_nfa"] <= -4  # a verified result: no reason not to be
+        assert all(h["why"] is None or not h["verified"] for h in body["results"])
         # the same photo: the matched region is the whole image (the identity map), within a pixel
         region = np.array(top["region"])
         assert np.allclose(region, [[-0.5, -0.5], [255.5, -0.5], [255.5, 255.5], [-0.5, 255.5]], atol=1.0)
