@@ -211,6 +211,15 @@ def test_the_second_stage_shows_inliers_the_matched_region_and_the_matches(examp
     assert top.verified and top.inliers >= 12
     card = re.search(r'data-id="%s"[^>]*data-inliers="(\d+)" data-verified="1"' % re.escape(top.id), app.results.value)
     assert card and int(card.group(1)) == top.inliers
+    # a result checked and not verified shows why on its card (the code, its meaning on hover)
+    from streamk.verification import WHY_NOT_VERIFIED
+    for hit in app.hits:
+        shown = re.search(r'data-id="%s"[^>]*data-why="([a-z-]*)"' % re.escape(hit.id), app.results.value)
+        assert shown and shown.group(1) == (hit.why or "")
+        if hit.why:
+            assert hit.why in WHY_NOT_VERIFIED and not hit.verified
+            assert f'title="not verified: {WHY_NOT_VERIFIED[hit.why]}' in app.results.value
+    assert any(h.why for h in app.hits)  # the demo's other photos, below the verified views
     assert 'class="streamk-region"' in app.results.value and f"<b>{top.inliers}</b> inliers" in app.results.value
     pos, _ = example.dataset.ground_truth()[0]
     assert top.id in {example.dataset.image_ids[j] for j in pos}
