@@ -47,10 +47,13 @@ Prints, never asserts; the CPU model (lscpu) and the load average are in the tit
 95 % bound is the one-sided Clopper-Pearson upper bound of the rate; CPU ms per pair is the
 thread's CPU time of the verifications (query records excluded), BLAS and Numba on one thread.
 "nearest different" is the least log10 NFA of a pair of different places (the margin to the
-line, log10 1e-4 = -4, under the significance rule).
+line, log10 1e-4 = -4, under the significance rule). For the large and small collections, a
+second table counts the true pairs the significance rule did not verify by the first check
+they failed (``Verification.why``: chance, one-likeness, one-line, no-model, few-matches).
 """
 
 import argparse
+import collections
 import os
 import sys
 import time
@@ -97,11 +100,11 @@ def vocabulary(name, feats):
     return voc
 
 
-def verify_pairs(voc, feats, pairs, params, counts=None):
+def verify_pairs(voc, feats, pairs, params, counts=None, whys=None):
     """(verified flag per pair, log10 NFA per pair, CPU seconds of the verifications) of ordered
     pairs (a, b) of positions in feats (the thread's CPU time: what one core spends, whatever
     the load). ``counts``: an (n, 2) int array, filled with each pair's inliers and tentative
-    correspondences."""
+    correspondences; ``whys``: a list of n, filled with each pair's ``Verification.why``."""
     from streamk.verification import make_query_record, stored_record, verify_geometry
 
     records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in feats]
@@ -119,15 +122,19 @@ def verify_pairs(voc, feats, pairs, params, counts=None):
         nfa[rows] = [v.log10_nfa for v in checks]
         if counts is not None:
             counts[rows] = [(v.inliers, v.tentative) for v in checks]
+        if whys is not None:
+            for r, v in zip(rows, checks):
+                whys[r] = v.why
     return out, nfa, t
 
 
-def measure(name, voc, feats, ids, full, overrides, seen=None, false_pairs=None):
+def measure(name, voc, feats, ids, full, overrides, seen=None, false_pairs=None, why_counts=None):
     """{rule: (false, different pairs, true verified, true pairs, ms per pair, least log10 NFA of
     a pair of different places)} of one collection; overrides: the significance rule's. ``seen``
     (a dict of two sets, "different" and "same") collects the ordered pairs of image ids;
     ``false_pairs`` (a list) the significance rule's false verifications: (collection, query id,
-    candidate id, inliers, tentative, log10 NFA)."""
+    candidate id, inliers, tentative, log10 NFA); ``why_counts`` (a Counter) the first check
+    that each true pair it did not verify failed (``Verification.why``)."""
     from streamk.verification import VerificationParams
     from streamk.verification.pairs import place_pairs
 
@@ -139,7 +146,10 @@ def measure(name, voc, feats, ids, full, overrides, seen=None, false_pairs=None)
     out = {}
     for rule, params in (("before", VerificationParams.fixed_inliers()), ("after", VerificationParams(**overrides))):
         counts = np.zeros((len(pairs), 2), np.int64)
-        ok, nfa, seconds = verify_pairs(voc, feats, pairs, params, counts)
+        whys = [None] * len(pairs)
+        ok, nfa, seconds = verify_pairs(voc, feats, pairs, params, counts, whys)
+        if rule == "after" and why_counts is not None:
+            why_counts.update(whys[j] for j in range(len(different), len(pairs)) if not ok[j])
         if rule == "after" and false_pairs is not None:
             false_pairs += [(name, ids[pairs[j, 0]], ids[pairs[j, 1]], int(counts[j, 0]), int(counts[j, 1]),
                              float(nfa[j])) for j in np.flatnonzero(ok[:len(different)])]
@@ -190,15 +200,19 @@ def main(argv=None):
     overrides = parse_overrides(args.set)
     ds, db, _, full = paris_features(ground_truth=True)
     ids = list(ds.image_ids)
-    results, false_pairs = {}, []
+    results, false_pairs, why_counts = {}, [], {}
     if "large" in args.collections:
-        results["large (250 photos)"] = measure("large", vocabulary("250", db), db, ids, full, overrides,
-                                                false_pairs=false_pairs)
+        name = "large (250 photos)"
+        why_counts[name] = collections.Counter()
+        results[name] = measure("large", vocabulary("250", db), db, ids, full, overrides, false_pairs=false_pairs,
+                                why_counts=why_counts[name])
     if "small" in args.collections:
-        results[f"small (50 photos, {args.draws} random draws)"] = small_draws(db, ids, full, overrides, args,
-                                                                                false_pairs)
+        name = f"small (50 photos, {args.draws} random draws)"
+        why_counts[name] = collections.Counter()
+        results[name] = small_draws(db, ids, full, overrides, args, false_pairs, why_counts[name])
     if results:
         print_pooled(results, overrides)
+        print_whys(results, why_counts)
     if "held-out" in args.collections:
         held_out_draws(db, ids, full, overrides, args, false_pairs)
     if args.show_false and not false_pairs:
@@ -209,16 +223,17 @@ def main(argv=None):
               title=f"False verifications of the significance rule ({len(false_pairs)})")
 
 
-def small_draws(db, ids, full, overrides, args, false_pairs=None):
+def small_draws(db, ids, full, overrides, args, false_pairs=None, why_counts=None):
     """The small collection's results pooled over ``args.draws`` random draws; prints the
-    per-draw lines (with ``--per-draw``), the spread of the true-pair share and the distinct pairs."""
+    per-draw lines (with ``--per-draw``), the spread of the true-pair share and the distinct pairs.
+    ``false_pairs``, ``why_counts``: as :func:`measure`'s, over every draw."""
     pooled, per_draw, seen = {}, [], {"different": set(), "same": set()}
     for d in range(args.draws):
         t0 = time.perf_counter()
         sel = small_collection(ids, full, seed=d)
         feats = [db[i] for i in sel]
         got = measure(f"small seed {d}", vocabulary(f"small-seed{d}", feats), feats, [ids[i] for i in sel],
-                      full, overrides, seen, false_pairs)
+                      full, overrides, seen, false_pairs, why_counts)
         wall = time.perf_counter() - t0
         log(f"small seed {d}: {wall:.0f} s wall, load {load_str()}")
         per_draw.append((d, got, wall))
@@ -299,6 +314,20 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
     table(("rule", "queries", "pairs of different places", "false (per 10,000)", "95 % bound per 10,000",
            "true pairs verified", "precision of the mark", "queries with a false one in the top 10"), rows,
           title=f"Held-out queries against the small collection, {args.draws} draws ({cpu_model()}, load {load_str()})")
+
+
+def print_whys(results, why_counts):
+    """Why the true pairs the significance rule did not verify were not: per collection, the count
+    (and share of its true pairs) of each first check failed (streamk.verification.WHY_NOT_VERIFIED)."""
+    from streamk.verification import WHY_NOT_VERIFIED
+
+    codes = [w for w in WHY_NOT_VERIFIED if any(c[w] for c in why_counts.values())]
+    rows = []
+    for name, counts in why_counts.items():
+        ns = results[name]["after"][3]
+        rows.append((name, ns, *[f"{counts[w]} ({100 * counts[w] / max(ns, 1):.1f} %)" for w in codes]))
+    table(("collection", "true pairs", *codes), rows,
+          title="True pairs not verified by the significance rule, by the first check they failed")
 
 
 def print_pooled(results, overrides):
