@@ -327,7 +327,7 @@ def print_whys(results, why_counts):
         ns = results[name]["after"][3]
         rows.append((name, ns, *[f"{counts[w]} ({100 * counts[w] / max(ns, 1):.1f} %)" for w in codes]))
     table(("collection", "true pairs", *codes), rows,
-          title="True pairs not verified by the significance rule, by the first check they failed")
+          title=f"True pairs not verified by the significance rule, by the first check they failed ({cpu_model()})")
 
 
 def print_pooled(results, overrides):
