@@ -181,6 +181,11 @@ def parse_overrides(items):
     return out
 
 
+def significance_label(overrides):
+    """The significance rule's name in a table, with the fields ``--set`` changed."""
+    return "NFA <= 1e-4 + plausible" + "".join(f", {k}={v!r}" for k, v in overrides.items())
+
+
 def upper95(k, n):
     from scipy.stats import beta
 
@@ -276,8 +281,7 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
     answer[same[:, 0], same[:, 1]] = 1
     answer[different[:, 0], different[:, 1]] = -1
     rules = (("fixed 12 inliers", VerificationParams.fixed_inliers()),
-             ("NFA <= 1e-4 + plausible" + "".join(f", {k}={v!r}" for k, v in overrides.items()),
-              VerificationParams(**overrides)))
+             (significance_label(overrides), VerificationParams(**overrides)))
     # per rule: false, different pairs, true verified, true pairs, queries, queries with a false one in the top 10
     tally = {name: np.zeros(6, np.int64) for name, _ in rules}
     t0 = time.perf_counter()
@@ -336,8 +340,7 @@ def print_pooled(results, overrides):
     for name, res in results.items():
         for rule in ("before", "after"):
             f, nd, t, ns, ms, nearest = res[rule]
-            after = "NFA <= 1e-4 + plausible" + "".join(f", {k}={v!r}" for k, v in overrides.items())
-            rows.append((name, "fixed 12 inliers" if rule == "before" else after, nd,
+            rows.append((name, "fixed 12 inliers" if rule == "before" else significance_label(overrides), nd,
                          f"{1000 * f / nd:.3f} ({f})", f"{1000 * upper95(f, nd):.3f}", f"{10000 * upper95(f, nd):.2f}", ns, f"{100 * t / ns:.1f} %",
                          f"{nearest:.2f}", f"{ms:.2f}"))
     table(("collection", "rule", "pairs of different places", "false per 1,000 (count)", "95 % bound per 1,000", "95 % bound per 10,000",

@@ -332,12 +332,13 @@ def verify_geometry(query, candidates, query_box=None, return_pairs=False, param
     tentative = np.zeros(C, np.int64)
     log_nfa = np.full(C, np.inf)
     outcome = np.full(C, _k.FEW_MATCHES, np.int64)
+    level = math.log10(params.false_alarms_per_pair)  # verified: log10 NFA <= it
     thr_q = err * max(q.image_size)
     thr_d = err * sizes.max(axis=1).astype(np.float64) if C else np.zeros(0)
     if C:
         limits, tilt_tans, region = _plausibility(params, max_scale, rc, rs, q, theta, offsets, region_src)
         min_tentative = params.min_inliers if params.decision == "inliers" else 4  # NFA: k > 3
-        clump_level = math.log10(params.false_alarms_per_pair) if params.clump_check else -math.inf
+        clump_level = level if params.clump_check else -math.inf
         _k.verify_batch(q.words.astype(np.int64), q.signatures, q.xy, q.frames, q.theta, q.ids, words, sigs,
                         xy, frames, theta, offsets, thr_q * thr_q, thr_d * thr_d, int(params.hamming_threshold),
                         int(params.max_pairs_per_word), int(min_tentative), rc, rs, max_h, lo, limits, tilt_tans,
@@ -347,7 +348,7 @@ def verify_geometry(query, candidates, query_box=None, return_pairs=False, param
         verified = inliers >= params.min_inliers
         tested_why = "few-inliers"
     else:
-        verified = log_nfa <= math.log10(params.false_alarms_per_pair)
+        verified = log_nfa <= level
         tested_why = "chance"
     out = []
     for c in range(C):
