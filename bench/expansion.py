@@ -1,7 +1,8 @@
-"""Query expansion over verified images (+SP+QE) at expand 5, 10, 20 and 50, on two
+"""Query expansion over verified images (+SP+QE) at expand 5, 10, 20 and 50, on three
 query sets of paris6k-subset, for each expansion streamk offers.
 
-    python bench/expansion.py [--expand 5,10,20,50] [--methods aqe,recursive] [--max-verifications 25,100]
+    python bench/expansion.py [--expand 5,10,20,50] [--methods aqe,recursive,recursive-centred]
+                              [--max-verifications 25,100] [--subsets 8]
 
 Vectors: T-emb k = 16 + GMP, no RN, seed 0, learned on the 250 photos (the rows
 ``T-emb k=16 + gmp +SP`` and ``+SP+QE(recursive)`` of ``streamk eval --dataset paris6k-subset --vocab-size 16``);
@@ -12,7 +13,10 @@ Query sets:
 - official: the 12 box queries and their ground truth (what ``streamk eval`` scores);
 - every photo: each of the 250 photos that is a positive of a landmark, as a query (the
   whole photo, its stored vector); positives: the good and ok images of its landmarks,
-  junk ignored, the photo itself left out of the database it searches (leave one out).
+  junk ignored, the photo itself left out of the database it searches (leave one out);
+- 50-photo collections: the same, on ``--subsets`` draws of a new user's first index (8
+  photos of each landmark and 10 others, bench/false_verification.py's draws), with the 250
+  photos' vectors and decisions; the mean of their mAPs.
 
 Each query's verification against every database photo is computed once (the same
 ``verify_geometry`` call a search makes; the decision of a pair does not depend on the
@@ -154,8 +158,9 @@ class QuerySet:
 def plus_sp_qe(qs, i, method, expand, counter, budget):
     """The +SP+QE ranking of query i: its first stage's top R verified, expanded by ``method``:
     "aqe" (one AQE over the first ``expand`` verified), "recursive" (step ``expand``),
-    "recursive-capped" (recursive AQE that averages ``expand`` images in all) or
-    "rounds-only" (the recursion's rounds over the first stage's verified, nothing new verified);
+    "recursive-capped" (recursive AQE that averages ``expand`` images in all),
+    "rounds-only" (the recursion's rounds over the first stage's verified, nothing new verified) or
+    "recursive-centred" (recursive AQE less the collection's mean vector, a search's default);
     ``budget``: the recursion's new verifications, at most."""
     from streamk.verification import average_query_expansion, recursive_expansion
 
@@ -173,6 +178,7 @@ def plus_sp_qe(qs, i, method, expand, counter, budget):
         rx = recursive_expansion(qs.Q[i], head, lambda ids: qs.D[np.asarray(ids, np.int64)], search,
                                  None if method == "rounds-only" else verify,
                                  step=expand, checked=rows[:R].tolist(), max_verifications=budget,
+                                 centre=(qs.D.mean(axis=0), len(qs.D)) if method == "recursive-centred" else None,
                                  **({"top": expand} if method == "recursive-capped" else {}))
         found, results = [r for r, _ in rx.verified], rx.results
     return found + [r for r, _ in results if r not in set(found)]
@@ -187,7 +193,7 @@ def run_method(qs, method, expand, budget):
         pos, junk = qs.gt[i]
         aps.append(average_precision(np.asarray(ranking, np.int64), pos, junk))
         extra_s.append(counter["searches"] - 1)
-        extra_v.append(counter["verifications"] - R)
+        extra_v.append(counter["verifications"] - min(R, len(qs.D) - int(qs.leave_out[i] >= 0)))  # beyond the first R
     return 100 * float(np.nanmean(aps)), float(np.mean(extra_s)), float(np.mean(extra_v))
 
 
@@ -208,20 +214,48 @@ def query_sets():
     inl, ver = verification_matrix("photos", voc, prec, [None] * len(idx), records)
     every = QuerySet(f"every photo ({len(idx)})", D, D[idx], inl, ver, [(pos, jnk) for _, pos, jnk in photos],
                      np.array(idx))
-    return official, every
+    return official, every, (ds, full, photos)
+
+
+def subset_query_sets(every, context, draws):
+    """The photo queries on 50-photo collections (bench/false_verification.py's draws 0..draws-1:
+    8 photos of each landmark and 10 others), each landmark photo in one a query against the
+    other 49: a new user's first index. The vectors and decisions are the 250 photos' (their
+    encoder and words), restricted to the 50."""
+    from false_verification import small_collection
+
+    ds, full, photos = context
+    row_of = {p: r for r, (p, _, _) in enumerate(photos)}
+    gt = {p: (pos, jnk) for p, pos, jnk in photos}
+    out = []
+    for d in range(draws):
+        sel = np.sort(small_collection(list(ds.image_ids), full, seed=d))
+        at = {int(s): k for k, s in enumerate(sel)}
+        qi = [int(p) for p in sel if int(p) in row_of]
+        r = [row_of[p] for p in qi]
+        truth = [(np.array([at[x] for x in gt[p][0] if x in at], np.int64),
+                  np.array([at[x] for x in gt[p][1] if x in at], np.int64)) for p in qi]
+        out.append(QuerySet(f"draw {d}", every.D[sel], every.D[qi], every.inliers[r][:, sel],
+                            every.verified[r][:, sel], truth, np.array([at[p] for p in qi])))
+    return out
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--expand", default="5,10,20,50", help="verified images averaged, at most (comma list)")
-    p.add_argument("--methods", default="aqe,recursive,recursive-capped", help="expansions (comma list)")
+    p.add_argument("--methods", default="aqe,recursive,recursive-centred", help="expansions (comma list)")
     p.add_argument("--max-verifications", default=None,
                    help="the recursion's new verifications per query, at most (comma list: a row each; default: "
                         "the index's, streamk.index.second_stage.recursive_budget(R))")
+    p.add_argument("--subsets", type=int, default=8,
+                   help="50-photo collections (the false-verification bench's draws) pooled into a third row (0: none)")
     args = p.parse_args()
     from streamk.index.second_stage import recursive_budget
 
-    sets = query_sets()
+    official, every, context = query_sets()
+    sets = [official, every]
+    if args.subsets:
+        sets.append(subset_query_sets(every, context, args.subsets))
     rows = []
     budgets = [int(b) for b in (args.max_verifications or str(recursive_budget(R))).split(",")]
     for method in args.methods.split(","):
@@ -229,11 +263,13 @@ def main():
             for qs in sets:
                 cells, cost = [], []
                 for n in (int(x) for x in args.expand.split(",")):
-                    m, s, v = run_method(qs, method, n, budget)
+                    parts = [run_method(one, method, n, budget) for one in (qs if isinstance(qs, list) else [qs])]
+                    m, s, v = np.mean(parts, axis=0)  # a list of collections: the mean of their mAPs
                     cells.append(f"{m:.1f}")
                     cost.append(f"{s:.1f} / {v:.0f}")
                 name = f"{method} (<= {budget} new)" if method.startswith("recursive") else method
-                rows.append([name, qs.name, *cells, ", ".join(cost)])
+                label = f"50-photo collections ({len(qs)}, mean)" if isinstance(qs, list) else qs.name
+                rows.append([name, label, *cells, ", ".join(cost)])
     table(["expansion", "queries", *[f"expand {n}" for n in args.expand.split(",")],
            "extra searches / verifications per query"], rows,
           title=f"+SP+QE mAP, paris6k-subset T-emb k = 16 GMP seed 0, R = {R}; CPU {cpu_model()}; load {load_str()}")

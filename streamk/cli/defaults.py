@@ -21,10 +21,11 @@ DEFAULT_DUPLICATE_THRESHOLD = 0.5
 DUPLICATE_POLICIES = ("keep", "skip", "report")
 #: streamk.index.MODES: how a search's first stage scans (every vector; the PQ codes)
 SEARCH_MODES = ("exact", "pq")
-#: streamk.index.EXPANSIONS: the query expansions (average; alpha-QE; recursive average)
-SEARCH_EXPANSIONS = ("aqe", "alpha", "recursive")
+#: streamk.index.EXPANSIONS: the query expansions (average; alpha-QE; recursive average; the same
+#: less the collection's mean)
+SEARCH_EXPANSIONS = ("aqe", "alpha", "recursive", "recursive-centred")
 #: streamk.index.SearchParams().expansion: the query expansion a search uses unless told
-SEARCH_EXPANSION = "recursive"
+SEARCH_EXPANSION = "recursive-centred"
 #: streamk.pipeline.DEFAULT_MAX_IMAGES: images an encoder or the visual words learn from
 DEFAULT_MAX_IMAGES = 1000
 #: streamk.pipeline.DEFAULT_DESCRIPTORS_PER_IMAGE: descriptors sampled from each of them

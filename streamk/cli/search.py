@@ -347,8 +347,9 @@ def add_search_commands(sub):
     se.add_argument("--expand", type=non_negative_int, default=None, metavar="N",
                     help="query expansion with at most N verified results (default 50; 0: off)")
     se.add_argument("--expansion", choices=list(SEARCH_EXPANSIONS), default=SEARCH_EXPANSION,
-                    help="average query expansion, alpha-QE, or recursive AQE (the default: --expand N "
-                         "verified results more a round, each round's results verified)")
+                    help="average query expansion, alpha-QE, recursive AQE (--expand N verified results more "
+                         "a round, each round's results verified), or recursive AQE less the collection's mean "
+                         "vector (the default)")
     se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
     se.add_argument("--json", action="store_true",
                     help="print JSON instead of tables: for one query an array of its results, one per line; for "

@@ -6,12 +6,12 @@ descriptors and the same first-stage vectors, each with its cost per query.
 - ``+SP``: the first stage's top R spatially verified (:mod:`streamk.verification`),
   verified images first by inliers, the others in the first stage's order;
 - ``+SP+QE(<expansion>)``: ``+SP``, then the query expansion a search makes by default
-  (``SearchParams().expansion``: recursive AQE, ``expand`` verified images a round, at
-  most R / 10 new verifications), by the index's own second stage
+  (``SearchParams().expansion``: recursive AQE less the collection's mean vector, ``expand``
+  verified images a round, at most R / 10 new verifications), by the index's own second stage
   (:func:`streamk.index.expanded_results`, here over the database's vectors in memory,
   exact searches): the verified images first, then the last search's order. The label
-  names the expansion (``expansion=`` of :class:`SecondStageRows`: "aqe", "alpha" or
-  "recursive").
+  names the expansion (``expansion=`` of :class:`SecondStageRows`: "aqe", "alpha",
+  "recursive" or "recursive-centred").
 
 The visual words are learned on the learning set, seeded like every other learned part,
 so that ``--seeds`` re-learns them too. Costs are wall time per query of what the
@@ -105,7 +105,10 @@ class SecondStageRows:
         head, rest = verified_first(candidates(ranking[:R].tolist(), checks)
                                     + candidates(ranking[R:].tolist(), [None] * (len(ranking) - R)))
         found = np.array([j for j, _, _ in expanded_results(q, head, rest, params, search_again,
-                                                           again=(verify, vectors))], np.int64)
+                                                           again=(verify, vectors),
+                                                           centre=lambda: (D.mean(axis=0, dtype=np.float64),
+                                                                           len(D)))],
+                         np.int64)
         return np.concatenate([found, ranking[~np.isin(ranking, found)]])
 
     def rankings(self, mv):
@@ -150,7 +153,7 @@ class SecondStageRows:
         return out
 
     def sp_qe_suffix(self):
-        """The +SP+QE row's suffix, naming its expansion: " +SP+QE(recursive)"."""
+        """The +SP+QE row's suffix, naming its expansion: " +SP+QE(recursive-centred)"."""
         return f" +SP+QE({self.expansion})"
 
     def verified_ranking(self, i, ranking):

@@ -252,8 +252,9 @@ class Index(ABC):
         Second stage (an index with local features, a query image or its ``features``):
         ``verify`` = R first-stage results verified by RANSAC on their local geometry
         (default 100; 0: off), verified ones first by inliers; ``expand`` = N verified
-        results averaged into the query (``expansion`` "recursive", the default: N more a
-        round, each round's new results verified; "aqe" once; "alpha" for alpha-QE),
+        results averaged into the query (``expansion`` "recursive-centred", the default: N more a
+        round, each round's new results verified, the collection's mean vector subtracted;
+        "recursive" without it; "aqe" once; "alpha" for alpha-QE),
         searched once more (default 50; 0: off). ``box`` maps the query's box into each
         verified result (``region``). ``features``: the query image's Features (already
         cropped to ``box``) when the query is given as its vector. ``record``: instead of

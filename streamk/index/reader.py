@@ -45,6 +45,7 @@ from .vector_store import VectorStore
 RERANK_BYTES = 256 << 20  # stored vectors read at once by a batch's re-ranking (float32)
 EXACT_BY_ROW_FRACTION = 16  # a filtered exact search reads its rows one by one when they are <= 1/16 of all
 EXACT_CHUNK_ROWS = 4096  # rows scored per GEMM by a filtered exact search
+MEAN_SAMPLE_BLOCKS = 32  # blocks of stored vectors the collection's mean is taken over (~1,000 rows)
 
 
 class SearchView:
@@ -65,6 +66,7 @@ class SearchView:
         self._vectors_read = False  # since the last full load
         self._runs_asked = 0
         self.row_ids = RowIds(store)
+        self._mean = None  # (store sequence number, mean_vector's answer)
 
     def codec_in_use(self, txn):
         """The IVFPQ codec in use as ``txn`` sees it (None before training), without loading
@@ -300,6 +302,35 @@ class SearchView:
         if not R:
             return scores[:, :k], rows[:, :k]
         return self.rerank(txn, Q, rows, k)
+
+    def mean_vector(self, txn):
+        """(sum (D,) float64, count, images) of the live stored vectors of MEAN_SAMPLE_BLOCKS
+        blocks spread evenly over the rows (all of them for an index of at most that many
+        blocks: ~1,000 rows), and the number of images: the collection's mean vector that the
+        centred expansion subtracts (streamk.verification.expansion), at a bounded cost (that
+        many reads of 64 KiB, whatever the index holds). Kept until the store changes
+        (``txn``'s sequence number)."""
+        seq = self.store.seq(txn)
+        if self._mean is not None and self._mean[0] == seq:
+            return self._mean[1]
+        next_row, B = self.store.get_int(b"next_row", txn), self.vectors.block_rows
+        n_blocks = -(-next_row // B)
+        m = min(n_blocks, MEAN_SAMPLE_BLOCKS)
+        blocks = np.arange(m) * n_blocks // max(m, 1)  # evenly spread, distinct
+        dead = self.dead
+
+        def live(rows):
+            ok = rows < next_row
+            inside = rows < dead.shape[0]
+            ok[inside] &= dead[rows[inside]] == 0
+            return ok
+        total, count = np.zeros(self.dim, np.float64), 0
+        for b in blocks.tolist():
+            for _, V in self.vectors.scan(txn, lo=b * B, hi=(b + 1) * B, live=live, chunk_blocks=1):
+                total += V.sum(axis=0, dtype=np.float64)
+                count += V.shape[0]
+        self._mean = (seq, (total, count, txn.stat(self.store.images_db)["entries"]))
+        return self._mean[1]
 
     def vectors_of(self, txn, rows):
         """Stored vectors (n, D) float32 of rows (each must exist); the first read after a

@@ -36,8 +36,10 @@ from ..verification import DEFAULT_R
 from .metadata import parse_filter
 
 MODES = ("exact", "pq")  # every stored vector; the PQ / IVF-PQ codes, then re-ranking
-EXPANSIONS = ("aqe", "alpha", "recursive")  # average query expansion; alpha-QE; recursive AQE
-DEFAULT_EXPANSION = "recursive"  # keeps its quality when few are expanded (streamk.verification.expansion)
+# average query expansion; alpha-QE; recursive AQE; recursive AQE less the collection's mean (Rocchio)
+EXPANSIONS = ("aqe", "alpha", "recursive", "recursive-centred")
+# keeps its quality when few are expanded, and the common component out (streamk.verification.expansion)
+DEFAULT_EXPANSION = "recursive-centred"
 DEFAULT_VERIFY = DEFAULT_R  # first-stage results verified (Philbin et al. 2007 verify the top 100-1000)
 DEFAULT_EXPAND = DEFAULT_TOP  # verified results averaged into the expanded query, at most
 
@@ -99,7 +101,7 @@ class SearchParams:
     (0..limits.rerank; None: max(4k, 100)). verify: R first-stage results spatially
     verified (0..limits.verify; None: 100; 0: off). expand: verified results averaged
     into the expanded query (0..limits.expand; None: 50; 0: off; recursive: added per
-    round). expansion: "aqe", "alpha" or "recursive" (the default). box: (x1, y1, x2, y2)
+    round). expansion: "aqe", "alpha", "recursive" or "recursive-centred" (the default). box: (x1, y1, x2, y2)
     in the query image's pixels, finite, x1 < x2 and y1 < y2
     (:func:`streamk.checks.check_box`). where: a metadata filter
     (:mod:`streamk.index.metadata`), kept as a copy. pairs: return the inlier pairs.

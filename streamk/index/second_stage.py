@@ -163,7 +163,7 @@ def verified_first(candidates, min_inliers=DEFAULT_MIN_INLIERS):
     return [candidates[i] for i in order[:n_verified]], [candidates[i] for i in order[n_verified:]]
 
 
-def expanded_results(q, head, rest, params, search_again, again=None):
+def expanded_results(q, head, rest, params, search_again, again=None, centre=None):
     """The final k results of one query, [(id, score, explanation)], from its candidates
     split by :func:`verified_first`: the verified ``head`` (by inliers; the first
     ``params.expand_count()`` with their vectors) and the ``rest`` (first-stage order).
@@ -174,11 +174,16 @@ def expanded_results(q, head, rest, params, search_again, again=None):
     are rows) and for the shards of a sharded index (ids are image ids). The recursive
     expansion also verifies the results of its searches: ``again`` is
     (verify(ids, scores) -> [Candidate], vectors([Candidate]) -> (n, D)), each run where
-    the records and vectors are (one index's read transaction; each id's shard)."""
+    the records and vectors are (one index's read transaction; each id's shard). The
+    centred recursion subtracts the mean of the rest of the collection: ``centre()`` ->
+    (its mean vector (D,), its number of images), asked only then."""
     k = params.k
     n_expand = min(params.expand_count(), len(head))
-    if n_expand and params.expansion == "recursive":
-        head, tail = recursive_results(q, head, rest, params, search_again, again)
+    if n_expand and params.expansion in ("recursive", "recursive-centred"):
+        if params.expansion == "recursive-centred" and centre is None:
+            raise ConfigError("expansion='recursive-centred' subtracts the collection's mean vector: give centre")
+        mean = centre() if params.expansion == "recursive-centred" else None
+        head, tail = recursive_results(q, head, rest, params, search_again, again, mean)
     elif n_expand:
         V = np.stack([c.vector for c in head[:n_expand]])
         q2 = expand_query(q, V, method=params.expansion).astype(np.float32)[None, :]
@@ -198,11 +203,12 @@ def expanded_results(q, head, rest, params, search_again, again=None):
     return [(c.id, c.score, c.explanation) for c in out]
 
 
-def recursive_results(q, head, rest, params, search_again, again):
+def recursive_results(q, head, rest, params, search_again, again, centre=None):
     """(verified, tail) [Candidate] of the recursive expansion
     (:func:`streamk.verification.recursive_expansion`, step ``params.expand_count()``, 50
     averaged in all or one step's worth if more): the verified of the first stage and of
-    its searches by inliers, and the last search's results.
+    its searches by inliers, and the last search's results; ``centre``: (the collection's
+    mean vector, its number of images) for the centred recursion, or None.
 
     What the first stage verified is never verified again: the unverified of its top R,
     ``rest[:R - len(head)]`` in first-stage order (a sharded index, too, verifies the merged
@@ -231,7 +237,7 @@ def recursive_results(q, head, rest, params, search_again, again):
     rx = recursive_expansion(q, [(c.id, c.explanation["inliers"]) for c in head],
                              lambda ids: vectors([known[i] for i in ids]), search, verify_ids,
                              step=params.expand_count(), checked=checked, window=R,
-                             max_verifications=recursive_budget(R), top=top)
+                             max_verifications=recursive_budget(R), top=top, centre=centre)
     tail = [Candidate(i, sc, None, {**explained.get(i, {}), "stage": "expanded"}) for i, sc in rx.results]
     return [known[i] for i, _ in rx.verified], tail
 
@@ -261,7 +267,17 @@ def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=N
 
     def vectors_of(candidates):
         return stacked_vectors(candidates, lambda rows: view.vectors_of(txn, np.array(rows, np.int64)))
-    return expanded_results(q, head, rest, params, search_again, again=(verify_again, vectors_of))
+    return expanded_results(q, head, rest, params, search_again, again=(verify_again, vectors_of),
+                            centre=lambda: collection_mean([view.mean_vector(txn)]))
+
+
+def collection_mean(parts):
+    """(mean (D,) float64, images) of a collection from its parts' [(sum of a sample of their
+    vectors, its size, their images)] (:meth:`streamk.index.reader.SearchView.mean_vector`;
+    one part per index or shard); zeros for an empty collection."""
+    total = sum(s for s, _, _ in parts)
+    n = sum(c for _, c, _ in parts)
+    return (total / n if n else np.zeros_like(total)), sum(i for _, _, i in parts)
 
 
 def stacked_vectors(candidates, read):
@@ -325,7 +341,7 @@ def with_vectors(view, txn, head, n):
 
 
 __all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
-           "RECURSIVE_VERIFICATIONS", "damaged_records", "expanded_results", "explanation_of", "query_record",
+           "RECURSIVE_VERIFICATIONS", "collection_mean", "damaged_records", "expanded_results", "explanation_of", "query_record",
            "records_of", "recursive_budget", "recursive_results", "second_stage",
            "stacked_vectors", "vectors_on_shard", "verified_first", "verify_candidates", "verify_on_shard",
            "with_vectors"]

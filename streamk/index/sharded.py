@@ -51,7 +51,7 @@ from ..verification import Vocabulary
 from .queries import QueryEncoder
 from .search_params import SearchParams
 from .base import Index
-from .second_stage import (Candidate, Hit, expanded_results, stacked_vectors, vectors_on_shard, verified_first,
+from .second_stage import (Candidate, Hit, collection_mean, expanded_results, stacked_vectors, vectors_on_shard, verified_first,
                            verify_on_shard)
 from .metadata import check_field
 from .store import ImageRecord, id_key, validate_id
@@ -185,6 +185,10 @@ class ShardActor:
         """The stored vectors of this shard's ``image_ids`` (second_stage.vectors_on_shard)."""
         with self._lock:
             return vectors_on_shard(self.index, image_ids)
+
+    def mean_vector(self):
+        with self._lock:
+            return self.index.mean_vector()
 
     def sample_vectors(self, n, seed):
         with self._lock:
@@ -719,7 +723,9 @@ class ShardedIndex(Index):
             return stacked_vectors(candidates, lambda ids: np.stack(self._by_id(ShardActor.vectors_of, ids)))
         head, rest = self._verified_by_id(q, params, search_again, verify)
         return [Hit(i, sc, **expl) for i, sc, expl in
-                expanded_results(q, head, rest, params, search_again, again=(verify, vectors))]
+                expanded_results(q, head, rest, params, search_again, again=(verify, vectors),
+                                 centre=lambda: collection_mean(list(self._scatter(
+                                     ShardActor.mean_vector, {s: () for s in range(self.shards)}).values())))]
 
     @staticmethod
     def _verified_by_id(q, params, search_again, verify):

@@ -453,6 +453,14 @@ class StreamingIndex(Index):
         """Flat PQ (nlist = 1) with M bytes per image; returns its ProductQuantizer."""
         return self.train(nlist=1, M=M, seed=seed).pq_
 
+    def mean_vector(self) -> tuple[NDArray[np.float64], int, int]:
+        """(sum (D,) float64, count, images) of a bounded sample of the stored vectors
+        (:meth:`~streamk.index.reader.SearchView.mean_vector`): what the centred expansion
+        takes the collection's mean from (a sharded index adds its shards')."""
+        with self._store.read(buffers=True) as txn:
+            self.view.refresh(txn)
+            return self.view.mean_vector(txn)
+
     def sample_vectors(self, n: int, seed: int = 0) -> NDArray[Any]:
         """n stored vectors (float32, fewer if the index holds fewer) drawn at random:
         a training sample (e.g. gathered from the shards of a sharded index)."""

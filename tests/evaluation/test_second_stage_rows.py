@@ -69,11 +69,11 @@ def plus_sp_qe(rows, scene):
 
 def test_the_row_is_a_searchs_default_expansion_and_says_so(scene, random_vocabulary):
     rows, _ = rows_of(scene, random_vocabulary, 11, 1)
-    assert rows.expansion == SearchParams().expansion == "recursive"
-    assert rows.sp_qe_suffix() == " +SP+QE(recursive)"
+    assert rows.expansion == SearchParams().expansion == "recursive-centred"
+    assert rows.sp_qe_suffix() == " +SP+QE(recursive-centred)"
     _, _, D, q = scene
     mv = type("Method", (), {"database": D, "queries": q[None, :], "ranks": lambda self: np.argsort(-(q @ D.T))[None]})
-    assert set(rows.rankings(mv())) == {" +QE", " +SP", " +SP+QE(recursive)"}
+    assert set(rows.rankings(mv())) == {" +QE", " +SP", " +SP+QE(recursive-centred)"}
 
 
 def test_aqe_is_numpy_aqe_over_the_verified_top_r(scene, random_vocabulary):
@@ -97,7 +97,7 @@ def test_aqe_is_numpy_aqe_over_the_verified_top_r(scene, random_vocabulary):
 
 
 def test_recursive_verifies_what_its_search_finds(scene, random_vocabulary):
-    """expansion="recursive" (the default), R = 11: views 1 and 2, ranks 14 and 15 in the
+    """expansion="recursive-centred" (the default), R = 11: views 1 and 2, ranks 14 and 15 in the
     first stage, come second and third in the expanded search, are verified (the R / 10 =
     2 new verifications allowed) and join the verified at the head of the ranking; AQE
     leaves them unverified."""

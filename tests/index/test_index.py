@@ -592,3 +592,38 @@ def test_vectors_are_stored_in_blocks_that_fill_lmdb_pages(tmp_path):
         _, ids = idx.search(V[:6].astype(np.float32), k=1, mode="exact")
         for i in range(6):  # a kept image finds itself; a removed one is never found
             assert (ids[i, 0] == f"v{i}") == (i % 3 != 0) and int(ids[i, 0][1:]) % 3 != 0
+
+
+def test_the_collection_mean_is_the_live_vectors_mean_from_a_bounded_sample(tmp_path):
+    """The centred expansion's mean (StreamingIndex.mean_vector): every live vector of a small
+    index (removed rows left out, numpy's mean); on a larger one, MEAN_SAMPLE_BLOCKS whole blocks
+    spread over the rows, never more, whatever it holds."""
+    from streamk.index.reader import MEAN_SAMPLE_BLOCKS
+    from streamk.index.vector_store import rows_per_block
+
+    rng = np.random.default_rng(3)
+    sets = [rng.integers(0, 256, (200, 128)).astype(np.float32) for _ in range(3)]
+    enc = Encoder(embedding="vlad", k=2, aggregation="sum").fit(sets)  # 256-dim vectors
+    B = rows_per_block(enc.dim, "float32")
+    n = (MEAN_SAMPLE_BLOCKS + 8) * B + 5  # past the sample: the last block part-filled
+    V = unit(rng, n, enc.dim).astype(np.float32)
+    with StreamingIndex.create(tmp_path / "ix", enc, vector_dtype="float32") as idx:
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V[:40])], batch_size=40)
+        total, count, images = idx.mean_vector()
+        assert count == images == 40
+        np.testing.assert_allclose(total / count, V[:40].astype(np.float64).mean(axis=0), atol=1e-6)
+        idx.remove([f"v{i}" for i in range(0, 40, 4)])
+        total, count, images = idx.mean_vector()
+        kept = [i for i in range(40) if i % 4]
+        assert count == images == len(kept)
+        np.testing.assert_allclose(total / count, V[kept].astype(np.float64).mean(axis=0), atol=1e-6)
+        idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V[40:], start=40)], batch_size=500)
+        total, count, images = idx.mean_vector()
+        assert images == len(kept) + n - 40
+        rows = np.array([idx.info(f"v{i}")["row"] for i in range(40, n)] + [idx.info(f"v{i}")["row"] for i in kept])
+        order = dict(zip(rows.tolist(), list(range(40, n)) + kept))
+        n_blocks = -(-(int(rows.max()) + 1) // B)
+        picked = np.arange(MEAN_SAMPLE_BLOCKS) * n_blocks // MEAN_SAMPLE_BLOCKS
+        in_sample = [order[r] for r in sorted(order) if r // B in set(picked.tolist())]
+        assert count == len(in_sample) <= MEAN_SAMPLE_BLOCKS * B
+        np.testing.assert_allclose(total, V[in_sample].astype(np.float64).sum(axis=0), atol=1e-4)

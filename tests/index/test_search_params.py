@@ -57,7 +57,7 @@ def test_each_count_is_refused_above_its_limit_and_accepted_at_it(limits):
     ({"verify": -1}, "verify must be an integer >= 0"), ({"expand": 1.0}, "expand must be an integer >= 0"),
     ({"rerank": -5}, "rerank must be an integer >= 0"), ({"nprobe": 0}, "nprobe must be an integer >= 1"),
     ({"mode": "fast"}, r"mode must be one of \('exact', 'pq'\), got 'fast'"),
-    ({"expansion": "dqe"}, r"expansion must be one of \('aqe', 'alpha', 'recursive'\)"),
+    ({"expansion": "dqe"}, r"expansion must be one of \('aqe', 'alpha', 'recursive', 'recursive-centred'\)"),
     ({"pairs": "yes"}, "pairs must be True or False"), ({"limits": {"k": 5}}, "limits must be"),
 ])
 def test_errors_name_the_parameter_and_what_is_allowed(kwargs, message):
@@ -97,7 +97,7 @@ def test_frozen_and_replace_checks_again():
 def test_defaults_resolve_as_documented():
     p = SearchParams()
     assert (p.k, p.mode, p.verify, p.expand, p.expansion, p.box, p.where, p.pairs) == \
-        (10, None, None, None, "recursive", None, None, False)
+        (10, None, None, None, "recursive-centred", None, None, False)
     assert (p.verify_count(), p.expand_count()) == (100, 50)
     assert (SearchParams(verify=0, expand=0).verify_count(), SearchParams(verify=0, expand=0).expand_count()) == (0, 0)
 

@@ -219,3 +219,43 @@ def test_a_sharded_index_runs_it_as_one_index_does(photo_index, tmp_path, expand
             [(h.id, round(h.score, 5), h.inliers, h.verified, h.stage) for h in one]  # ingestion ids: file names
     finally:
         sharded.close()
+
+
+def test_the_centred_recursion_subtracts_the_mean_of_the_rest_per_vector_averaged():
+    """Centred recursive AQE (Rocchio, the rest of the collection as the non-relevant set):
+    each searched vector is normalise(q + sum of the n averaged - (n + 1) mu'), mu' the mean of
+    the N - n rows not averaged, computed here in plain numpy from the ids the recursion
+    reports averaging."""
+    searched = []
+
+    def search(v):
+        searched.append(np.array(v))
+        return exact_search(v)
+    rx = recursive_expansion(E[0], [(1, 20)], lambda ids: D[ids], search, oracle_verify([]), step=1, checked=[0],
+                             window=4, centre=(D.mean(axis=0), len(D)))
+    assert len(searched) == 3
+    for n, v in enumerate(searched, start=1):  # round n averages the first n ids
+        rest = np.delete(D, rx.averaged[:n], axis=0).mean(axis=0)
+        ref = E[0] + D[rx.averaged[:n]].sum(axis=0) - (1 + n) * rest
+        assert np.allclose(v, ref / np.linalg.norm(ref))
+    assert np.allclose(rx.vector, searched[-1])
+
+
+def test_nothing_is_subtracted_when_nothing_is_left_or_nothing_would_remain():
+    plain = recursive_expansion(E[0], [(1, 20)], lambda ids: D[ids], exact_search, oracle_verify([]), step=1,
+                                checked=[0], window=4)
+    zero = recursive_expansion(E[0], [(1, 20)], lambda ids: D[ids], exact_search, oracle_verify([]), step=1,
+                               checked=[0], window=4, centre=(np.zeros(5), len(D) + 100))
+    assert plain.averaged == zero.averaged
+    # a collection of one image, the query's own, averaged: no rest to subtract
+    one = recursive_expansion(E[0], [(0, 99)], lambda ids: E[[0]], lambda v: [(0, 1.0)], None, centre=(E[0], 1))
+    assert np.allclose(one.vector, E[0])
+    # a query and one averaged image that are the collection's two images alike: the plain average
+    two = recursive_expansion(E[0], [(0, 99)], lambda ids: E[[0]], lambda v: [(0, 1.0)], None, centre=(E[0], 2))
+    assert np.allclose(two.vector, E[0])
+
+
+def test_a_centre_of_another_dimension_is_refused():
+    from streamk.errors import DimensionError
+    with pytest.raises(DimensionError):
+        recursive_expansion(E[0], [(1, 20)], lambda ids: D[ids], exact_search, None, centre=(np.zeros(4), 5))
