@@ -101,8 +101,8 @@ class SearchParams:
     (0..limits.rerank; None: max(4k, 100)). verify: R first-stage results spatially
     verified (0..limits.verify; None: 100; 0: off). expand: verified results averaged
     into the expanded query (0..limits.expand; None: 50; 0: off; recursive: added per
-    round). expansion: "aqe", "alpha", "recursive" or "recursive-centred" (the default). box: (x1, y1, x2, y2)
-    in the query image's pixels, finite, x1 < x2 and y1 < y2
+    round). expansion: "aqe", "alpha", "recursive" or "recursive-centred" (the default).
+    box: (x1, y1, x2, y2) in the query image's pixels, finite, x1 < x2 and y1 < y2
     (:func:`streamk.checks.check_box`). where: a metadata filter
     (:mod:`streamk.index.metadata`), kept as a copy. pairs: return the inlier pairs.
     """

@@ -274,10 +274,13 @@ def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=N
 def collection_mean(parts):
     """(mean (D,) float64, images) of a collection from its parts' [(sum of a sample of their
     vectors, its size, their images)] (:meth:`streamk.index.reader.SearchView.mean_vector`;
-    one part per index or shard); zeros for an empty collection."""
-    total = sum(s for s, _, _ in parts)
-    n = sum(c for _, c, _ in parts)
-    return (total / n if n else np.zeros_like(total)), sum(i for _, _, i in parts)
+    one part per index or shard): each part's sample mean weighted by its images; (zeros, 0)
+    when no part has a vector in its sample (nothing to subtract)."""
+    sampled = [(s, c, i) for s, c, i in parts if c and i]
+    images = sum(i for _, _, i in sampled)
+    if not images:
+        return np.zeros_like(parts[0][0]), 0
+    return sum((i / images) * (s / c) for s, c, i in sampled), images
 
 
 def stacked_vectors(candidates, read):
@@ -341,7 +344,7 @@ def with_vectors(view, txn, head, n):
 
 
 __all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
-           "RECURSIVE_VERIFICATIONS", "collection_mean", "damaged_records", "expanded_results", "explanation_of", "query_record",
-           "records_of", "recursive_budget", "recursive_results", "second_stage",
+           "RECURSIVE_VERIFICATIONS", "collection_mean", "damaged_records", "expanded_results", "explanation_of",
+           "query_record", "records_of", "recursive_budget", "recursive_results", "second_stage",
            "stacked_vectors", "vectors_on_shard", "verified_first", "verify_candidates", "verify_on_shard",
            "with_vectors"]

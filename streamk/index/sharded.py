@@ -51,8 +51,8 @@ from ..verification import Vocabulary
 from .queries import QueryEncoder
 from .search_params import SearchParams
 from .base import Index
-from .second_stage import (Candidate, Hit, collection_mean, expanded_results, stacked_vectors, vectors_on_shard, verified_first,
-                           verify_on_shard)
+from .second_stage import (Candidate, Hit, collection_mean, expanded_results, stacked_vectors, vectors_on_shard,
+                           verified_first, verify_on_shard)
 from .metadata import check_field
 from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex

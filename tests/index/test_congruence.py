@@ -234,7 +234,8 @@ def test_filters(index, reference, built, where, mode):
                                     {"box": (50, 40, 300, 250), "pairs": True}, {"expansion": "alpha", "k": 12},
                                     {"where": {"group": "scenes"}, "k": 5}, {"mode": "pq", "rerank": 0},
                                     {"expansion": "recursive"},
-                                    {"expansion": "recursive", "verify": 4, "expand": 1, "k": 3}])
+                                    {"expansion": "recursive", "verify": 4, "expand": 1, "k": 3},
+                                    {"expansion": "recursive-centred", "verify": 4, "expand": 1, "k": 3}])
 def test_the_second_stage_verifies_the_views_of_a_scene(index, reference, kwargs):
     views = scene_views()
     for s in (0, 3):
@@ -250,7 +251,8 @@ def test_the_second_stage_verifies_the_views_of_a_scene(index, reference, kwargs
             assert all(h.pairs.shape == (h.inliers, 4) for h in got if h.verified)
 
 
-@pytest.mark.parametrize("expansion, expand", [("aqe", None), ("alpha", None), ("recursive", None), ("aqe", 0)])
+@pytest.mark.parametrize("expansion, expand", [("aqe", None), ("alpha", None), ("recursive", None),
+                                               ("recursive-centred", None), ("aqe", 0)])
 def test_the_second_stage_verifies_the_merged_top_r(index, reference, expansion, expand):
     """Every expansion, and none (expand 0), verifies the first stage's top R of the whole
     index (brute force), R in all, on every kind: the views of the query's scene outside it
@@ -267,7 +269,7 @@ def test_the_second_stage_verifies_the_merged_top_r(index, reference, expansion,
         got = index.search(vec, features=f, params=p)
         assert hits_of(got) == hits_of(reference.search(vec, features=f, params=p))
         assert scene - top <= {h.id for h in got}  # the other views are among the results
-        if expansion == "recursive":
+        if expansion.startswith("recursive"):
             assert {h.id for h in got if h.verified} <= scene
         else:
             assert {h.id for h in got if h.inliers is not None} == top == {f"scene{s}-view1"}

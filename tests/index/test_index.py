@@ -627,3 +627,15 @@ def test_the_collection_mean_is_the_live_vectors_mean_from_a_bounded_sample(tmp_
         in_sample = [order[r] for r in sorted(order) if r // B in set(picked.tolist())]
         assert count == len(in_sample) <= MEAN_SAMPLE_BLOCKS * B
         np.testing.assert_allclose(total, V[in_sample].astype(np.float64).sum(axis=0), atol=1e-4)
+
+
+def test_the_parts_means_are_weighted_by_their_images():
+    """collection_mean (a sharded index's shards): each part's sample mean counts by the images
+    it holds, not by its sample's size; parts whose samples are empty say nothing."""
+    from streamk.index.second_stage import collection_mean
+
+    a, b = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    mean, images = collection_mean([(10 * a, 10, 300), (10 * b, 10, 100), (np.zeros(2), 0, 50)])
+    assert images == 400 and np.allclose(mean, [0.75, 0.25])
+    mean, images = collection_mean([(np.zeros(2), 0, 5)])
+    assert images == 0 and np.allclose(mean, 0)
