@@ -317,13 +317,7 @@ class SearchView:
         n_blocks = -(-next_row // B)
         m = min(n_blocks, MEAN_SAMPLE_BLOCKS)
         blocks = np.arange(m) * n_blocks // max(m, 1)  # evenly spread, distinct
-        dead = self.dead
-
-        def live(rows):
-            ok = rows < next_row
-            inside = rows < dead.shape[0]
-            ok[inside] &= dead[rows[inside]] == 0
-            return ok
+        live = self._live(next_row)
         total, count = np.zeros(self.dim, np.float64), 0
         for b in blocks.tolist():
             for _, V in self.vectors.scan(txn, lo=b * B, hi=(b + 1) * B, live=live, chunk_blocks=1):
@@ -331,6 +325,23 @@ class SearchView:
                 count += V.shape[0]
         self._mean = (seq, (total, count, txn.stat(self.store.images_db)["entries"]))
         return self._mean[1]
+
+    def _live(self, next_row, bits=None):
+        """live(rows) -> bool mask: the rows below next_row not marked removed (the view is up
+        to date with the reading transaction) and, with ``bits`` (a RowFilter's), set there."""
+        dead = self.dead
+
+        def live(rows):
+            ok = rows < next_row
+            inside = rows < dead.shape[0]
+            ok[inside] &= dead[rows[inside]] == 0
+            if bits is not None:
+                inside = rows < bits.shape[0] * 64
+                ok &= inside
+                r = rows[inside]
+                ok[inside] &= (bits[r >> 6] >> (r & 63).astype(np.uint64)) & np.uint64(1) != 0
+            return ok
+        return live
 
     def vectors_of(self, txn, rows):
         """Stored vectors (n, D) float32 of rows (each must exist); the first read after a
@@ -368,7 +379,7 @@ class SearchView:
         nq = Q.shape[0]
         best_s = np.full((nq, k), -np.inf, np.float32)
         best_r = np.full((nq, k), -1, np.int64)
-        dead, next_row = self.dead, self.store.get_int(b"next_row", txn)
+        next_row = self.store.get_int(b"next_row", txn)
         if allow is not None and allow.count * EXACT_BY_ROW_FRACTION <= next_row:
             rows = allow.rows
             for lo in range(0, rows.shape[0], EXACT_CHUNK_ROWS):
@@ -377,19 +388,7 @@ class SearchView:
                 best_s, best_r = merge_topk(np.concatenate([best_s, S], axis=1),
                                             np.concatenate([best_r, np.broadcast_to(part, S.shape)], axis=1), k)
             return best_s, best_r
-        bits = None if allow is None else allow.bits
-
-        def live(rows):  # rows below next_row not marked removed (the view is up to date with txn)
-            ok = rows < next_row
-            inside = rows < dead.shape[0]
-            ok[inside] &= dead[rows[inside]] == 0
-            if bits is not None:
-                inside = rows < bits.shape[0] * 64
-                ok &= inside
-                r = rows[inside]
-                ok[inside] &= (bits[r >> 6] >> (r & 63).astype(np.uint64)) & np.uint64(1) != 0
-            return ok
-        for rows, V in self.vectors.scan(txn, live=live):
+        for rows, V in self.vectors.scan(txn, live=self._live(next_row, None if allow is None else allow.bits)):
             S = Q @ V.T
             best_s, best_r = merge_topk(np.concatenate([best_s, S], axis=1),
                                         np.concatenate([best_r, np.broadcast_to(rows, S.shape)], axis=1), k)
