@@ -130,7 +130,9 @@ def verify_pairs(voc, feats, pairs, params, counts=None, whys=None):
 
 def measure(name, voc, feats, ids, full, overrides, seen=None, false_pairs=None, why_counts=None):
     """{rule: (false, different pairs, true verified, true pairs, ms per pair, least log10 NFA of
-    a pair of different places)} of one collection; overrides: the significance rule's. ``seen``
+    a pair of different places)} of one collection, and under "fixed inliers" the fixed rule's
+    inliers of the pairs of different places and of the true pairs (two arrays: the same rule
+    at any threshold >= 12, :func:`print_thresholds`); overrides: the significance rule's. ``seen``
     (a dict of two sets, "different" and "same") collects the ordered pairs of image ids;
     ``false_pairs`` (a list) the significance rule's false verifications: (collection, query id,
     candidate id, inliers, tentative, log10 NFA); ``why_counts`` (a Counter) the first check
@@ -155,6 +157,8 @@ def measure(name, voc, feats, ids, full, overrides, seen=None, false_pairs=None,
                              float(nfa[j])) for j in np.flatnonzero(ok[:len(different)])]
         out[rule] = (int(ok[:len(different)].sum()), len(different), int(ok[len(different):].sum()), len(same),
                      1000 * seconds / len(pairs), float(nfa[:len(different)].min(initial=np.inf)))
+        if rule == "before":
+            out["fixed inliers"] = (counts[:len(different), 0], counts[len(different):, 0])
         log(f"{name} {rule}: {out[rule]}")
     return out
 
@@ -217,6 +221,7 @@ def main(argv=None):
         results[name] = small_draws(db, ids, full, overrides, args, false_pairs, why_counts[name])
     if results:
         print_pooled(results, overrides)
+        print_thresholds(results, overrides)
         print_whys(results, why_counts)
     if "held-out" in args.collections:
         held_out_draws(db, ids, full, overrides, args, false_pairs)
@@ -242,6 +247,9 @@ def small_draws(db, ids, full, overrides, args, false_pairs=None, why_counts=Non
         wall = time.perf_counter() - t0
         log(f"small seed {d}: {wall:.0f} s wall, load {load_str()}")
         per_draw.append((d, got, wall))
+        inliers = got.pop("fixed inliers")
+        pooled["fixed inliers"] = tuple(np.concatenate([a, b]) for a, b in
+                                        zip(pooled.get("fixed inliers", (np.zeros(0, np.int64),) * 2), inliers))
         for rule, v in got.items():
             old = pooled.get(rule, (0, 0, 0, 0, 0.0, np.inf))
             pooled[rule] = tuple(a + b for a, b in zip(old[:4], v[:4])) + (old[4] + v[4] / args.draws,
@@ -273,7 +281,12 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
     """The held-out queries of ``args.draws`` draws of the small collection (module docstring):
     one table row per rule, pooled over the draws; ``false_pairs`` (a list) collects the
     significance rule's false verifications, as :func:`measure`'s."""
-    from streamk.verification import VerificationParams, make_query_record, stored_record, verify_geometry
+    from streamk.verification import (
+        VerificationParams,
+        make_query_record,
+        stored_record,
+        verify_geometry,
+    )
     from streamk.verification.pairs import place_pairs
 
     same, different = place_pairs(full, ids)
@@ -284,6 +297,8 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
              (significance_label(overrides), VerificationParams(**overrides)))
     # per rule: false, different pairs, true verified, true pairs, queries, queries with a false one in the top 10
     tally = {name: np.zeros(6, np.int64) for name, _ in rules}
+    # the fixed rule at other thresholds, from its inliers (print_thresholds): false, true verified, top 10
+    at = {m: np.zeros(3, np.int64) for m in FIXED_THRESHOLDS}
     t0 = time.perf_counter()
     for d in range(args.draws):
         sel = small_collection(ids, full, seed=d)
@@ -310,6 +325,12 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
                                     for j, r in zip(np.flatnonzero(false), ranks)]
                 tally[name] += (int(false.sum()), int((kinds == -1).sum()), int((ok & (kinds == 1)).sum()),
                                 int((kinds == 1).sum()), 1, int(any(r <= 10 for r in ranks)))
+                if rule == 0:
+                    for m, row in at.items():
+                        okm = inl >= m
+                        worst = inl[okm & (kinds == -1)]  # a false one's rank: the verified with as many inliers
+                        row += (len(worst), int((okm & (kinds == 1)).sum()),
+                                int(any((okm & (inl >= w)).sum() <= 10 for w in worst)))
         log(f"held-out draw {d}: {time.perf_counter() - t0:.0f} s, load {load_str()}")
     rows = []
     for name, (f, nd, t, ns, nq, top) in tally.items():
@@ -318,6 +339,34 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
     table(("rule", "queries", "pairs of different places", "false (per 10,000)", "95 % bound per 10,000",
            "true pairs verified", "precision of the mark", "queries with a false one in the top 10"), rows,
           title=f"Held-out queries against the small collection, {args.draws} draws ({cpu_model()}, load {load_str()})")
+    ns = tally[rules[0][0]][3]
+    table(("rule", "false", "true pairs verified", "precision of the mark", "queries with a false one in the top 10"),
+          [(f"fixed {m} inliers", f, f"{100 * t / max(ns, 1):.1f} %", f"{100 * t / max(t + f, 1):.2f} %", top)
+           for m, (f, t, top) in at.items()],
+          title="Held-out queries: the fixed rule at other thresholds (the same run's inliers)")
+
+
+FIXED_THRESHOLDS = (12, 14, 16, 18, 20, 24)  # inliers; 12 is the rule before 0.3
+
+
+def print_thresholds(results, overrides):
+    """The fixed rule at other inlier thresholds, from the same run's inliers (a threshold >= 12
+    changes the decision only, not the search), beside the significance rule: the true share at
+    an equal count of false verifications."""
+    rows = []
+    for name, res in results.items():
+        inl_different, inl_same = res["fixed inliers"]
+        for m in FIXED_THRESHOLDS:
+            rows.append((name, f"fixed {m} inliers", int((inl_different >= m).sum()),
+                         f"{100 * (inl_same >= m).mean():.1f} %"))
+        # the least threshold with none false (this run's inliers say nothing below 12)
+        zero = max(int(inl_different.max(initial=0)) + 1, FIXED_THRESHOLDS[0])
+        rows.append((name, f"fixed {zero} inliers (the least >= 12 with none false)", 0,
+                     f"{100 * (inl_same >= zero).mean():.1f} %"))
+        f, _, t, ns = res["after"][:4]
+        rows.append((name, significance_label(overrides), f, f"{100 * t / ns:.1f} %"))
+    table(("collection", "rule", "false verifications", "true pairs verified"), rows,
+          title="The fixed rule at other thresholds (the same run's inliers) and the significance rule")
 
 
 def print_whys(results, why_counts):
