@@ -150,6 +150,15 @@ def test_an_indexed_image_as_the_query(ix, sharded, which, capsys):
     for hit in answer["results"][1:]:
         assert (hit["why"] is None) == (hit["verified"] or hit["inliers"] is None)
         assert hit["why"] is None or hit["why"] in WHY_NOT_VERIFIED
+    # the table shows the same significance, with what it means
+    status, out, _ = run(capsys, "search", path, "--id", p2, "-k", "5")
+    lines = out.splitlines()
+    assert status == 0 and "log10 NFA" in lines[0]
+    column = lines[0].index("log10 NFA") + len("log10 NFA")  # right-aligned under its header
+    for line, hit in zip(lines[1:6], answer["results"]):
+        shown = line[:column].split()[-1] if hit["log10_nfa"] is not None else ""
+        assert shown == ("" if hit["log10_nfa"] is None else f"{hit['log10_nfa']:.1f}"), line
+    assert any(line.startswith("(log10 NFA: ") for line in lines)
 
 
 def test_box_does_not_apply_to_an_id_and_a_query_is_needed(ix, capsys):

@@ -157,16 +157,24 @@ def print_answer(got, output, first=True, named=False):
         q = got["query"]
         name = f"query {printable(q['path'])}" if q["kind"] == "image" else f"query id {printable(q['id'])}"
         print(("" if first else "\n") + name)
+    from ..verification import NFA_MEANING, log10_nfa_text
+
     whys = list(dict.fromkeys(hit["why"] for hit in rows if hit.get("why")))
     width = max([len("not verified")] + [len(w) for w in whys])
     why_column = f"  {'not verified':<{width}}" if whys else ""
-    print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}{why_column}  id")
-    for hit in rows:
+    nfas = [log10_nfa_text(hit.get("log10_nfa")) for hit in rows]
+    nfa_width = max([len("log10 NFA")] + [len(t) for t in nfas]) if any(nfas) else 0
+    nfa_column = f"  {'log10 NFA':>{nfa_width}}" if nfa_width else ""
+    print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}{nfa_column}{why_column}  id")
+    for hit, nfa in zip(rows, nfas):
         inliers = "" if hit.get("inliers") is None else f"{hit['inliers']}{'*' if hit.get('verified') else ''}"
+        nfa = f"  {nfa:>{nfa_width}}" if nfa_width else ""
         why = f"  {hit.get('why') or '':<{width}}" if whys else ""
-        print(f"{hit['rank']:>4}  {hit['score']:8.4f}  {inliers:>7}{why}  {hit['id']}")
+        print(f"{hit['rank']:>4}  {hit['score']:8.4f}  {inliers:>7}{nfa}{why}  {hit['id']}")
     if any(hit.get("inliers") is not None for hit in rows):
         print("(* verified: its local features agree with the query's under one affine map)")
+    if nfa_width:
+        print(f"({NFA_MEANING})")
     if whys:
         from ..verification import WHY_NOT_VERIFIED
 

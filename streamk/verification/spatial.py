@@ -183,11 +183,23 @@ WHY_NOT_VERIFIED = {
     "chance": "the inliers could be chance: their number of false alarms is above the bar",
     "few-inliers": "fewer inliers than min_inliers (the rule before 0.3)",
 }
+NFA_MEANING = ("log10 NFA: how often unrelated photos would show inliers this many and this precise by chance, "
+               "per pair, as a power of ten; verified at -4 and below (1 in 10,000 pairs: false_alarms_per_pair), "
+               "the lower the surer")
+
+
+def log10_nfa_text(log10_nfa):
+    """A result's log10 NFA as a table shows it ("-52.7"), "" when no model was tested."""
+    if log10_nfa is None or not math.isfinite(log10_nfa):
+        return ""
+    return f"{log10_nfa:.1f}"
+
+
 _WHY_OF_OUTCOME = {_k.FEW_MATCHES: "few-matches", _k.NO_MODEL: "no-model", _k.ONE_LINE: "one-line",
                    _k.ONE_LIKENESS: "one-likeness"}
 
-__all__ = ["DEFAULT_FALSE_ALARMS_PER_PAIR", "DEFAULT_MIN_INLIERS", "DEFAULT_R", "Reranked", "Verification",
-           "VerificationParams", "WHY_NOT_VERIFIED", "rerank", "verify_geometry"]
+__all__ = ["DEFAULT_FALSE_ALARMS_PER_PAIR", "DEFAULT_MIN_INLIERS", "DEFAULT_R", "NFA_MEANING", "Reranked",
+           "Verification", "VerificationParams", "WHY_NOT_VERIFIED", "log10_nfa_text", "rerank", "verify_geometry"]
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from ..pipeline import extract_many
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError, ImageTooLargeError
 from ..index import SearchParams
 from ..pipeline import Reaggregator, Settings
-from ..verification import WHY_NOT_VERIFIED
+from ..verification import NFA_MEANING, WHY_NOT_VERIFIED, log10_nfa_text
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
 from .weights import WeightsView
 
@@ -391,10 +391,11 @@ class SearchApp(W.VBox):
             inliers = getattr(hit, "inliers", None)
             verified = bool(getattr(hit, "verified", False))
             why = getattr(hit, "why", None)
+            nfa = log10_nfa_text(getattr(hit, "log10_nfa", None))
             cards.append(
                 f'<figure class="streamk-hit" data-id="{html.escape(hit.id)}" data-rank="{rank}" '
                 f'data-relevance="{rel or ""}" data-inliers="{"" if inliers is None else inliers}" '
-                f'data-verified="{int(verified)}" data-why="{why or ""}" '
+                f'data-verified="{int(verified)}" data-why="{why or ""}" data-log10-nfa="{nfa}" '
                 + (f'title="not verified: {html.escape(WHY_NOT_VERIFIED.get(why, why))}" ' if why else "")
                 + f'style="margin:4px;text-align:center;width:{self.thumbnails.side + 8}px">'
                 f'<div style="position:relative;display:inline-block">'
@@ -402,6 +403,7 @@ class SearchApp(W.VBox):
                 f'display:block"/>{self._region_svg(hit, size)}</div>'
                 f'<figcaption style="font-size:11px;word-break:break-all">#{rank} · {hit.score:.3f}'
                 + ("" if inliers is None else f' · <b>{inliers}</b> inliers{" ✓" if verified else ""}')
+                + (f' · <span title="{html.escape(NFA_MEANING)}">log10 NFA {nfa}</span>' if nfa else "")
                 + (f' ({html.escape(why)})' if why else "")
                 + f'<br>{html.escape(hit.id)}</figcaption></figure>')
         if not cards:

@@ -214,13 +214,17 @@ def test_the_second_stage_shows_inliers_the_matched_region_and_the_matches(examp
     # a result checked and not verified shows why on its card (the code, its meaning on hover)
     from streamk.verification import WHY_NOT_VERIFIED
     for hit in app.hits:
-        shown = re.search(r'data-id="%s"[^>]*data-why="([a-z-]*)"' % re.escape(hit.id), app.results.value)
+        shown = re.search(r'data-id="%s"[^>]*data-why="([a-z-]*)" data-log10-nfa="([-0-9.]*)"' % re.escape(hit.id),
+                          app.results.value)
         assert shown and shown.group(1) == (hit.why or "")
+        # how significant its inliers are, as the CLI shows it (none for a result no model was tested on)
+        assert shown.group(2) == ("" if hit.log10_nfa is None else f"{hit.log10_nfa:.1f}")
         if hit.why:
             assert hit.why in WHY_NOT_VERIFIED and not hit.verified
             assert f'title="not verified: {WHY_NOT_VERIFIED[hit.why]}' in app.results.value
     assert any(h.why for h in app.hits)  # the demo's other photos, below the verified views
     assert 'class="streamk-region"' in app.results.value and f"<b>{top.inliers}</b> inliers" in app.results.value
+    assert top.log10_nfa <= -4 and f"log10 NFA {top.log10_nfa:.1f}</span>" in app.results.value
     pos, _ = example.dataset.ground_truth()[0]
     assert top.id in {example.dataset.image_ids[j] for j in pos}
     app.matches_toggle.value = True
