@@ -151,7 +151,8 @@ class SearchOptions(BaseModel):
                                description="first-stage results spatially verified (0: none; default: the index's)")
     expand: int | None = Field(None, ge=0, le=LIMITS.expand,
                                description="verified results averaged into an expanded query (0: none)")
-    mode: Literal[MODES] | None = Field(None, description="the first stage: exact vectors or PQ codes")
+    mode: Literal[MODES] | None = Field(  # type: ignore[valid-type]  # one owner: MODES
+        None, description="the first stage: exact vectors or PQ codes")
 
     def search_params(self):
         """These options (and the box and filter of a body that has them) as one
