@@ -21,7 +21,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, Json, Stric
 
 from ..checks import check_box
 from ..index import MODES, SERVER_LIMITS, SearchParams
-from ..verification import WHY_NOT_VERIFIED
+from ..verification import NFA_MEANING, WHY_NOT_VERIFIED
 
 LIMITS = SERVER_LIMITS  # the index's limits, tightened for the server in one place (streamk.index)
 
@@ -247,8 +247,7 @@ class HitAnswer(Answer):
     verified: bool
     why: Literal[tuple(WHY_NOT_VERIFIED)] | None = Field(  # type: ignore[valid-type]
         None, description="checked and not verified: the first check it failed (streamk.verification.WHY_NOT_VERIFIED)")
-    log10_nfa: float | None = Field(None, description="log10 of the inliers' number of false alarms (verified: at "
-                                                      "most log10 of the bar, -4 by default); null: no model tested")
+    log10_nfa: float | None = Field(None, description=f"{NFA_MEANING}; null: no model tested")
     region: list[list[float]] | None = Field(None, description="the query (or its box) mapped into the image")
     affine: list[list[float]] | None = None
     image_size: list[int] | None = None

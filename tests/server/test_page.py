@@ -16,6 +16,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -213,6 +214,9 @@ def test_the_page_searches_by_photo_box_and_click(example, make_server, tmp_path
         verified = [r for r in first if r["verified"]]
         assert verified and all(r["polygon"] for r in verified), first
         assert "inliers" in verified[0]["caption"]
+        # how significant, and why not verified, as the CLI and the notebook show them
+        assert all(re.search(r"log10 NFA -\d+\.\d", r["caption"]) for r in verified), verified
+        assert any("not verified: " in r["caption"] for r in first if not r["verified"]), first
         wait_images_loaded(page, "#results", 60)
         assert not box_drawn(page) and not page.locator("#clear-box").is_visible()
 

@@ -204,8 +204,14 @@ function renderResults(body) {
     const cap = document.createElement("figcaption");
     const inliers = hit.inliers === null || hit.inliers === undefined ? ""
       : `<span class="inliers">${hit.inliers} inliers${hit.verified ? " ✓" : ""}</span>`;
-    cap.innerHTML = `<span class="id"></span><span class="score">#${i + 1} · ${hit.score.toFixed(3)}</span>${inliers}`;
+    // as the CLI and the notebook show them: how significant the inliers are, and why not verified
+    const nfa = typeof hit.log10_nfa === "number"
+      ? `<span class="nfa" title="how often unrelated photos would show inliers this many and this precise by chance, per pair, as a power of ten; verified at -4 and below">log10 NFA ${hit.log10_nfa.toFixed(1)}</span>`
+      : "";
+    const why = hit.why ? `<span class="why"></span>` : "";
+    cap.innerHTML = `<span class="id"></span><span class="score">#${i + 1} · ${hit.score.toFixed(3)}</span>${inliers}${nfa}${why}`;
     cap.querySelector(".id").textContent = hit.id;
+    if (hit.why) cap.querySelector(".why").textContent = `not verified: ${hit.why}`;
     fig.appendChild(cap);
     fig.addEventListener("click", () => searchWith(hit.id, img.getAttribute("src")));
     grid.appendChild(fig);
