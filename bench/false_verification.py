@@ -186,8 +186,14 @@ def parse_overrides(items):
 
 
 def significance_label(overrides):
-    """The significance rule's name in a table, with the fields ``--set`` changed."""
-    return "NFA <= 1e-4 + plausible" + "".join(f", {k}={v!r}" for k, v in overrides.items())
+    """The significance rule's name in a table (its bar, ``false_alarms_per_pair``), with the other
+    fields ``--set`` changed."""
+    from streamk.verification import VerificationParams
+
+    bar = VerificationParams(**overrides).false_alarms_per_pair
+    shown = f"{bar:.1e}".replace(".0e", "e").replace("e-0", "e-").replace("e+0", "e")  # 1e-4, 2.7e-6
+    return f"NFA <= {shown} + plausible" + "".join(f", {k}={v!r}" for k, v in overrides.items()
+                                                 if k != "false_alarms_per_pair")
 
 
 def upper95(k, n):
