@@ -159,6 +159,13 @@ def test_an_indexed_image_as_the_query(ix, sharded, which, capsys):
         shown = line[:column].split()[-1] if hit["log10_nfa"] is not None else ""
         assert shown == ("" if hit["log10_nfa"] is None else f"{hit['log10_nfa']:.1f}"), line
     assert any(line.startswith("(log10 NFA: ") for line in lines)
+    # the bar of the mark: only what clears it is verified; a bar out of (0, 1) is one line
+    status, out, _ = run(capsys, "search", path, "--id", p2, "-k", "5", "--jsonl", "--false-alarms-per-pair", "1e-12")
+    assert status == 0
+    for hit in json.loads(out)["results"]:
+        assert hit["verified"] == (hit["log10_nfa"] is not None and hit["log10_nfa"] <= -12), hit
+    status, out, err = run(capsys, "search", path, "--id", p2, "--false-alarms-per-pair", "2")
+    assert status == 2 and "false_alarms_per_pair must be a number in (0, 1)" in err and len(err.splitlines()) == 1
 
 
 def test_box_does_not_apply_to_an_id_and_a_query_is_needed(ix, capsys):

@@ -73,7 +73,8 @@ def server_url(text):
 
 class RemoteSearch:
     """Searches sent to the server at ``url`` (see the module's docstring); ``options``:
-    the search options the API takes (k, verify, expand, mode, box, where), None left out."""
+    the search options the API takes (k, verify, expand, mode, box, where, false_alarms_per_pair), None
+    left out."""
 
     def __init__(self, url, token=None, timeout=60.0, max_file_size=None):
         self.url = server_url(url)

@@ -39,7 +39,8 @@ def _search(args):
         remote = RemoteSearch(args.server, read_token(args.token_file), timeout=args.timeout,
                               max_file_size=args.max_file_size)
         options = {"k": args.k, "verify": args.verify, "expand": args.expand, "mode": args.mode,
-                   "box": args.box, "where": _where_object(args.where)}
+                   "box": args.box, "where": _where_object(args.where),
+                   "false_alarms_per_pair": args.false_alarms_per_pair}
         return _answer_each(args, lambda kind, q: (remote.search_image(q, options) if kind == "image"
                                                    else remote.search_id(q, options)))
     from ..index import SearchParams
@@ -47,7 +48,8 @@ def _search(args):
     # checked once, here, before the index is opened; the index takes it whole
     params = SearchParams(k=args.k, mode=args.mode, nprobe=args.nprobe, rerank=args.rerank, verify=args.verify,
                           expand=args.expand, expansion=args.expansion, pairs=args.pairs, where=args.where,
-                          box=None if args.box is None else tuple(args.box))
+                          box=None if args.box is None else tuple(args.box),
+                          false_alarms_per_pair=args.false_alarms_per_pair)
     with open_from_args(args, readonly=True) as idx:
         if args.images:  # (queries by --id alone need no extractor: its library is not even imported)
             idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
@@ -358,6 +360,9 @@ def add_search_commands(sub):
                     help="average query expansion, alpha-QE, recursive AQE (--expand N verified results more "
                          "a round, each round's results verified), or recursive AQE less the collection's mean "
                          "vector (the default)")
+    se.add_argument("--false-alarms-per-pair", type=float, default=None, metavar="RATE",
+                    help="the bar of the verified mark: at most RATE false verifications per pair of unrelated "
+                         "photos (default 1e-4; 1e-7 marks fewer, and left none wrong on held-out photos)")
     se.add_argument("--pairs", action="store_true", help="with --json: each result's inlier pairs")
     se.add_argument("--json", action="store_true",
                     help="print JSON instead of tables: for one query an array of its results, one per line; for "

@@ -32,7 +32,7 @@ import numpy as np
 from ..checks import check_box
 from ..errors import ConfigError
 from ..verification import DEFAULT_TOP
-from ..verification import DEFAULT_R
+from ..verification import DEFAULT_R, VerificationParams
 from .metadata import parse_filter
 
 MODES = ("exact", "pq")  # every stored vector; the PQ / IVF-PQ codes, then re-ranking
@@ -88,7 +88,8 @@ INDEX_LIMITS = SearchLimits()
 SERVER_LIMITS = INDEX_LIMITS.tighter("the HTTP server's", k=1_000, expand=200)  # an answer is JSON sent over HTTP
 
 _DEFAULTS = {"k": 10, "mode": None, "nprobe": None, "rerank": None, "verify": None, "expand": None,
-             "expansion": DEFAULT_EXPANSION, "box": None, "where": None, "pairs": False}
+             "expansion": DEFAULT_EXPANSION, "box": None, "where": None, "pairs": False,
+             "false_alarms_per_pair": None}
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,9 @@ class SearchParams:
     box: (x1, y1, x2, y2) in the query image's pixels, finite, x1 < x2 and y1 < y2
     (:func:`streamk.checks.check_box`). where: a metadata filter
     (:mod:`streamk.index.metadata`), kept as a copy. pairs: return the inlier pairs.
+    false_alarms_per_pair: the verification's bar, in (0, 1) (None: 1e-4, the default of
+    :class:`~streamk.verification.VerificationParams`); lower marks fewer results verified and
+    fewer wrongly (bench/README.md section 8: 1e-7 left no false verification held-out).
     """
 
     k: int = 10
@@ -117,6 +121,7 @@ class SearchParams:
     box: tuple | None = None
     where: dict | None = None
     pairs: bool = False
+    false_alarms_per_pair: float | None = None
     limits: SearchLimits = field(default=INDEX_LIMITS, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -143,6 +148,9 @@ class SearchParams:
         if not isinstance(self.pairs, (bool, np.bool_)):
             raise ConfigError(f"pairs must be True or False, got {self.pairs!r}")
         put(self, "pairs", bool(self.pairs))
+        if self.false_alarms_per_pair is not None:
+            self.verification_params().checked()  # the verification's own check (ConfigError)
+            put(self, "false_alarms_per_pair", float(self.false_alarms_per_pair))
         if parse_filter(self.where) is None:  # a FilterError here, before any scan or shard is asked
             put(self, "where", None)
         elif not isinstance(self.where, str | bytes):
@@ -185,6 +193,13 @@ class SearchParams:
             return params
         cls._last = (key, params)
         return params
+
+    def verification_params(self) -> VerificationParams:
+        """The second stage's :class:`~streamk.verification.VerificationParams`: the defaults, with
+        this search's bar when it sets one."""
+        if self.false_alarms_per_pair is None:
+            return VerificationParams()
+        return VerificationParams(false_alarms_per_pair=self.false_alarms_per_pair)
 
     def verify_count(self) -> int:
         """R: first-stage results verified when a second stage runs (the default where None)."""

@@ -133,7 +133,8 @@ def verify_candidates(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT
     if have:
         try:
             checked = verify_geometry(qrec, [recs[i] for i in have], query_box=params.box,
-                                      return_pairs=params.pairs, min_inliers=min_inliers)
+                                      return_pairs=params.pairs, params=params.verification_params(),
+                                      min_inliers=min_inliers)
         except GeometryRecordError as exc:  # a stored record that fails its checks: damage, named
             raise view.store.damaged_geometry([int(cand[i]) for i in have], [recs[i] for i in have]) from exc
         checks = dict(zip(have, checked))

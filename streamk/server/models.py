@@ -153,12 +153,15 @@ class SearchOptions(BaseModel):
                                description="verified results averaged into an expanded query (0: none)")
     mode: Literal[MODES] | None = Field(  # type: ignore[valid-type]  # one owner: MODES
         None, description="the first stage: exact vectors or PQ codes")
+    false_alarms_per_pair: float | None = Field(None, gt=0, lt=1, description="the bar of the verified mark: at "
+                                                "most this many false verifications per pair (default 1e-4)")
 
     def search_params(self):
         """These options (and the box and filter of a body that has them) as one
         SearchParams, checked against the server's limits (FilterError for a bad filter)."""
         return SearchParams(k=self.k, verify=self.verify, expand=self.expand, mode=self.mode,
-                            box=getattr(self, "box", None), where=self.where, limits=LIMITS)
+                            box=getattr(self, "box", None), where=self.where, limits=LIMITS,
+                            false_alarms_per_pair=self.false_alarms_per_pair)
 
 
 class SearchJson(SearchOptions, VectorOfDim, JsonBody):

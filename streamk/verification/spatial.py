@@ -184,8 +184,8 @@ WHY_NOT_VERIFIED = {
     "few-inliers": "fewer inliers than min_inliers (the rule before 0.3)",
 }
 NFA_MEANING = ("log10 NFA: how often unrelated photos would show inliers this many and this precise by chance, "
-               "per pair, as a power of ten; verified at -4 and below (1 in 10,000 pairs: false_alarms_per_pair), "
-               "the lower the surer")
+               "per pair, as a power of ten; verified at log10 of the bar and below (false_alarms_per_pair: -4 by "
+               "default, 1 in 10,000 pairs), the lower the surer")
 
 
 def log10_nfa_text(log10_nfa):

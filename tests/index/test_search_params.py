@@ -59,10 +59,24 @@ def test_each_count_is_refused_above_its_limit_and_accepted_at_it(limits):
     ({"mode": "fast"}, r"mode must be one of \('exact', 'pq'\), got 'fast'"),
     ({"expansion": "dqe"}, r"expansion must be one of \('aqe', 'alpha', 'recursive', 'recursive-centred'\)"),
     ({"pairs": "yes"}, "pairs must be True or False"), ({"limits": {"k": 5}}, "limits must be"),
+    ({"false_alarms_per_pair": 0}, r"false_alarms_per_pair must be a number in \(0, 1\), got 0"),
+    ({"false_alarms_per_pair": 1.0}, r"false_alarms_per_pair must be a number in \(0, 1\)"),
+    ({"false_alarms_per_pair": float("nan")}, "false_alarms_per_pair must be a number in"),
+    ({"false_alarms_per_pair": "1e-7"}, "false_alarms_per_pair must be a number in"),
 ])
 def test_errors_name_the_parameter_and_what_is_allowed(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         SearchParams(**kwargs)
+
+
+def test_the_verification_bar_goes_to_the_verification():
+    """false_alarms_per_pair sets the second stage's VerificationParams; None keeps its default."""
+    from streamk.verification import VerificationParams
+
+    assert SearchParams().verification_params() == VerificationParams()
+    p = SearchParams(false_alarms_per_pair=np.float32(1e-7))
+    assert type(p.false_alarms_per_pair) is float
+    assert p.verification_params() == VerificationParams(false_alarms_per_pair=float(np.float32(1e-7)))
 
 
 def test_numpy_integers_are_taken_as_ints():

@@ -3,13 +3,14 @@ stage's top R verified, the query expanded with verified images only, every resu
 explaining itself; against a numpy reference of the same rule, on real Paris photos."""
 
 import json
+import math
 import subprocess
 
 import numpy as np
 import pytest
 
 from streamk.errors import IndexCorruptError
-from streamk.index import ShardedIndex, StreamingIndex, check_index
+from streamk.index import SearchParams, ShardedIndex, StreamingIndex, check_index
 from streamk.verification import expand_query, make_query_record, unpack, verify_geometry
 
 Image = pytest.importorskip("PIL.Image")
@@ -67,6 +68,23 @@ def test_each_image_keeps_a_bounded_record_and_the_view_is_verified_with_its_box
     assert top.pairs.shape == (top.inliers, 4)
     i, s = top  # still an (id, score) pair
     assert (i, s) == (top.id, top.score)
+
+
+def test_a_lower_bar_marks_only_what_clears_it(index, collection):
+    """SearchParams.false_alarms_per_pair is the bar the second stage verifies by: with the
+    default (1e-4) and with 1e-12, a result is verified exactly when its log10 NFA is at or
+    under the bar's log10, a tested one above it says "chance", and the verified come first."""
+    view = str(collection["view"])
+    for bar in (None, 1e-12):
+        hits = index.search(view, params=SearchParams(k=N_PHOTOS, expand=0, false_alarms_per_pair=bar))
+        level = math.log10(1e-4 if bar is None else bar)
+        for h in hits:
+            assert h.verified == (h.log10_nfa is not None and h.log10_nfa <= level), (bar, h.id, h.log10_nfa)
+            if h.log10_nfa is not None and not h.verified:
+                assert h.why == "chance"
+        flags = [h.verified for h in hits]
+        assert flags == sorted(flags, reverse=True) and flags[0]
+    assert sum(h.log10_nfa is not None for h in hits) >= 2  # more than the view's source was tested
 
 
 def test_verify_zero_is_the_first_stage(index, collection):
@@ -177,6 +195,10 @@ def test_a_sharded_index_verifies_where_each_shard_lives(index, collection, tmp_
         assert n >= 1
         assert [(strip(h.id), h.inliers, h.verified) for h in many[:n]] == [(h.id, h.inliers, True) for h in one[:n]]
         assert [strip(h.id) for h in many] == [h.id for h in one]
+    # the verification's bar goes to the shards with the rest of the search's parameters
+    p = SearchParams(k=6, expand=0, mode="exact", false_alarms_per_pair=1e-12)
+    one, many = index.search(str(collection["view"]), params=p), sharded.search(str(collection["view"]), params=p)
+    assert [(strip(h.id), h.verified, h.why) for h in many] == [(h.id, h.verified, h.why) for h in one]
     sharded.close()
 
 

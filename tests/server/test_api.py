@@ -63,6 +63,13 @@ def test_search_by_upload_is_verified_with_its_region(served, photos):
         top = r.json()["results"][0]
         assert top["id"] == "p1" and top["verified"]
         assert np.allclose(np.array(top["region"]), [[32, 40], [200, 40], [200, 220], [32, 220]], atol=1.0)
+        # the verification's bar, as a form field and in JSON: only what clears it is verified
+        for r in (upload(c, photos["paths"][1], k=5, false_alarms_per_pair="1e-12"),
+                  c.post("/search", json={"id": "p1", "k": 5, "false_alarms_per_pair": 1e-12})):
+            assert r.status_code == 200, r.text
+            assert all(h["verified"] == (h["log10_nfa"] is not None and h["log10_nfa"] <= -12)
+                       for h in r.json()["results"]), r.json()
+        assert_error(c.post("/search", json={"id": "p1", "false_alarms_per_pair": 0}), 400, "bad_request")
         # the first stage alone
         r = upload(c, photos["paths"][2], k=2, verify=0)
         assert [h["stage"] for h in r.json()["results"]] == ["first", "first"]
