@@ -287,12 +287,7 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
     """The held-out queries of ``args.draws`` draws of the small collection (module docstring):
     one table row per rule, pooled over the draws; ``false_pairs`` (a list) collects the
     significance rule's false verifications, as :func:`measure`'s."""
-    from streamk.verification import (
-        VerificationParams,
-        make_query_record,
-        stored_record,
-        verify_geometry,
-    )
+    from streamk.verification import VerificationParams, make_query_record, stored_record, verify_geometry
     from streamk.verification.pairs import place_pairs
 
     same, different = place_pairs(full, ids)

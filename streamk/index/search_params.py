@@ -87,11 +87,6 @@ class SearchLimits:
 INDEX_LIMITS = SearchLimits()
 SERVER_LIMITS = INDEX_LIMITS.tighter("the HTTP server's", k=1_000, expand=200)  # an answer is JSON sent over HTTP
 
-_DEFAULTS = {"k": 10, "mode": None, "nprobe": None, "rerank": None, "verify": None, "expand": None,
-             "expansion": DEFAULT_EXPANSION, "box": None, "where": None, "pairs": False,
-             "false_alarms_per_pair": None}
-
-
 @dataclass(frozen=True)
 class SearchParams:
     """The parameters of one search, checked once against ``limits`` (ConfigError,
@@ -210,8 +205,11 @@ class SearchParams:
         return DEFAULT_EXPAND if self.expand is None else self.expand
 
 
+_DEFAULTS = {f.name: f.default for f in fields(SearchParams) if f.name != "limits"}
+
+
 def _is_default(name, value):
-    default = _DEFAULTS[name]
+    default = _DEFAULTS[name]  # a search's keyword arguments are SearchParams' fields
     return value is default or (default is not None and type(value) is type(default) and value == default)
 
 
