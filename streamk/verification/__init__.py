@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         unpack as unpack,
     )
     from .spatial import (
-        DEFAULT_MIN_INLIERS as DEFAULT_MIN_INLIERS, DEFAULT_R as DEFAULT_R, NFA_MEANING as NFA_MEANING,
+        DEFAULT_FALSE_ALARMS_PER_PAIR as DEFAULT_FALSE_ALARMS_PER_PAIR, DEFAULT_MIN_INLIERS as DEFAULT_MIN_INLIERS,
+        DEFAULT_R as DEFAULT_R, NFA_MEANING as NFA_MEANING,
         Reranked as Reranked, Verification as Verification, VerificationParams as VerificationParams,
         WHY_NOT_VERIFIED as WHY_NOT_VERIFIED, log10_nfa_text as log10_nfa_text, rerank as rerank,
         verify_geometry as verify_geometry,

@@ -13,7 +13,8 @@ score and id, bordered green / grey / red for positive / junk / negative when th
 query's ground truth is known. With an index that keeps local geometry, *verify*
 (on by default) runs the second stage: the top 100 spatially verified, verified
 results first with their inlier count and the query (or its box) drawn where it
-matched in the result, then query expansion; *show matches* draws the inlier pairs
+matched in the result, then query expansion; *false alarms* sets the verified mark's bar
+(1 in 10^4 pairs of different places by default, down to 1 in 10^7); *show matches* draws the inlier pairs
 between the query and a chosen result. A weights view explains a chosen result.
 """
 
@@ -29,12 +30,16 @@ from ..pipeline import extract_many
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError, ImageTooLargeError
 from ..index import SearchParams
 from ..pipeline import Reaggregator, Settings
-from ..verification import NFA_MEANING, WHY_NOT_VERIFIED, log10_nfa_text
+from ..verification import DEFAULT_FALSE_ALARMS_PER_PAIR, NFA_MEANING, WHY_NOT_VERIFIED, log10_nfa_text
 from .common import ErrorBox, Progress, ThumbnailCache, data_uri, guarded, placeholder_svg
 from .weights import WeightsView
 
 METHOD_LABELS = (("sum", "sum"), ("democratic", "democratic"), ("GMP", "gmp"))
 BORDER = {"positive": "#2a2", "junk": "#999", "negative": "#d22", None: "#fff"}
+# the verified mark's bar (false verifications per pair of different places): the default, then stricter ones for
+# a user who acts on the mark without looking (bench/README.md section 8 measures each)
+BARS = tuple((f"1 in 10^{e}" + (" pairs (default)" if 10.0 ** -e == DEFAULT_FALSE_ALARMS_PER_PAIR else " pairs"),
+              10.0 ** -e) for e in (4, 5, 6, 7))
 
 
 class QueryImage(NamedTuple):
@@ -76,7 +81,7 @@ class SearchApp(W.VBox):
             W.HBox([self.use_box, *self.box_fields]),
             W.HBox([self.method, self.reset_button]),
             W.HBox([self.gamma, self.lam, self.power]),
-            W.HBox([self.k, self.mode, self.verify, self.explain_toggle, self.matches_toggle]),
+            W.HBox([self.k, self.mode, self.verify, self.bar, self.explain_toggle, self.matches_toggle]),
             self.progress, self.errors, self.status,
             W.HBox([self.query_view, self.results]),
             self.matches_view,
@@ -129,6 +134,10 @@ class SearchApp(W.VBox):
                                          "expansion" if has_geometry else "the index keeps no local geometry "
                                          "(streamk index add-local-features)")
         self.verify.add_class("streamk-verify")
+        self.bar = W.Dropdown(options=list(BARS), value=DEFAULT_FALSE_ALARMS_PER_PAIR, description="false alarms",
+                              disabled=not has_geometry, layout=W.Layout(width="250px"),
+                              tooltip="the verified mark's bar: " + NFA_MEANING)
+        self.bar.add_class("streamk-bar")
         self.matches_toggle = W.ToggleButton(value=False, description="show matches", icon="link",
                                              disabled=not has_geometry)
         self.matches_view = W.HTML()
@@ -157,7 +166,7 @@ class SearchApp(W.VBox):
         self.path_text.observe(self._on_path, names="value")  # Enter (or leaving the field) searches
         self.upload.observe(self._on_upload, names="value")
         for w in (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode,
-                  self.verify):
+                  self.verify, self.bar):
             w.observe(self._on_control, names="value")
         self.matches_toggle.observe(lambda ch: self._run(self.show_matches, self.explain.value), names="value")
         self.reset_button.on_click(lambda _: self._run(self.reset_settings))
@@ -345,7 +354,9 @@ class SearchApp(W.VBox):
             finally:
                 self.progress.hide()
             t_db = time.perf_counter() - t0 - t_enc
-        params = SearchParams(k=self.k.value, mode=self.mode.value, box=self.box(), pairs=True)
+        params = SearchParams(k=self.k.value, mode=self.mode.value, box=self.box(), pairs=True,
+                              false_alarms_per_pair=self.bar.value)
+        self.bar.disabled = not self.verify.value or self.verify.disabled
         if self.verify.value and self.reaggregator.is_index_settings(s):
             hits = self.index.search(q, features=f, params=params)
         else:  # the second stage compares the index's own vectors: under other settings, the first stage
@@ -410,7 +421,7 @@ class SearchApp(W.VBox):
             cards.append("<i>the index is empty</i>")
         self.results.value = (
             f'<div class="streamk-grid" data-method="{s.method}" data-k="{self.k.value}" '
-            f'data-mode="{self.mode.value}" data-query="{html.escape(q.label)}" data-state="{self.state}" '
+            f'data-mode="{self.mode.value}" data-bar="{self.bar.value:g}" data-query="{html.escape(q.label)}" data-state="{self.state}" '
             f'style="display:flex;flex-wrap:wrap">{"".join(cards)}</div>')
         n_pos = None if q.positives is None else sum(self.relevance(h.id) == "positive" for h in self.hits)
         own = self.reaggregator.is_index_settings(s)

@@ -233,3 +233,34 @@ def test_the_second_stage_shows_inliers_the_matched_region_and_the_matches(examp
     assert app.matches_view.value == ""
     app.method.value = "sum" if example.index.encoder.config.aggregation != "sum" else "democratic"
     assert all(getattr(h, "inliers", None) is None for h in app.hits)  # other settings: the first stage
+
+
+
+def test_the_verified_mark_follows_the_bar_chosen(example, monkeypatch):
+    """The bar control: the search gets the bar chosen, and each checked result is verified exactly when
+    its log10 NFA is at or under the bar's log10, verified results first; the grid says the bar. (The marks
+    against the bar on a real collection: tests/index/test_second_stage.py; the demo's views are verified
+    far below any bar offered, so here the bar moves no mark.)"""
+    import math
+
+    from streamk.verification import DEFAULT_FALSE_ALARMS_PER_PAIR
+    from streamk.widgets import SearchApp
+    from streamk.widgets.search import BARS
+
+    app = SearchApp(example.index, dataset=example.dataset, k=10)
+    assert app.bar.value == DEFAULT_FALSE_ALARMS_PER_PAIR and not app.bar.disabled
+    sent = []
+    search = example.index.search
+    monkeypatch.setattr(example.index, "search", lambda *a, **kw: sent.append(kw.get("params")) or search(*a, **kw))
+    for _, bar in BARS[::-1]:  # the default last: each choice a change
+        app.bar.value = bar
+        assert app.errors.text == "" and f'data-bar="{bar:g}"' in app.results.value
+        assert sent[-1].false_alarms_per_pair == bar
+        assert any(h.verified for h in app.hits)  # the demo's views of a photo
+        for h in app.hits:
+            assert h.verified == (h.log10_nfa is not None and h.log10_nfa <= math.log10(bar))
+            assert h.verified or h.why
+        flags = [h.verified for h in app.hits]
+        assert flags == sorted(flags, reverse=True)  # verified first
+    app.verify.value = False
+    assert app.errors.text == "" and app.bar.disabled and not any(getattr(h, "verified", False) for h in app.hits)
