@@ -1,13 +1,19 @@
 """Child processes for the tests: started with what they need set explicitly (the
 repository and the tests on PYTHONPATH, one thread per library, SIGINT and SIGTERM at
-their default actions whatever the test runner inherited), killed and collected
-with bounded waits."""
+their default actions whatever the test runner inherited), ended with the test runner
+even when it is killed with SIGKILL (a server started by a test would otherwise keep
+its port), killed and collected with bounded waits.
+
+The parent-death signal fires when the *thread* that started the child ends, so start
+children from the test's own thread (every test here does), not from a worker thread."""
 
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from streamk.parallel.worker_process import exit_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
@@ -19,16 +25,22 @@ def subprocess_env(**extra):
     return dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1", **extra)
 
 
-def _default_signals():  # in the child, before exec: a runner started in the background ignores SIGINT
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL)
+def _child_setup(parent_pid):
+    """In the child, before exec: default signal actions (a runner started in the background ignores
+    SIGINT) and SIGKILL when the test runner ends (streamk's own, as its local workers have it)."""
+    def setup():
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        exit_with_parent(parent_pid=parent_pid)
+    return setup
 
 
 def start(args, env=None, **kwargs):
-    """subprocess.Popen of ``args`` with the test environment and default signal actions."""
+    """subprocess.Popen of ``args`` with the test environment and default signal actions, ended
+    with this process."""
     kwargs.setdefault("text", True)
-    return subprocess.Popen(args, env=subprocess_env() if env is None else env, preexec_fn=_default_signals,
-                            **kwargs)
+    return subprocess.Popen(args, env=subprocess_env() if env is None else env,
+                            preexec_fn=_child_setup(os.getpid()), **kwargs)
 
 
 def start_python(*args, **kwargs):
@@ -40,7 +52,7 @@ def run_python(*args, timeout=300, **kwargs):
     kwargs.setdefault("capture_output", True)
     kwargs.setdefault("text", True)
     return subprocess.run([sys.executable, *map(str, args)], env=kwargs.pop("env", None) or subprocess_env(),
-                          timeout=timeout, preexec_fn=_default_signals, **kwargs)
+                          timeout=timeout, preexec_fn=_child_setup(os.getpid()), **kwargs)
 
 
 def kill_and_collect(proc, first="", sig=signal.SIGKILL, timeout=30):
