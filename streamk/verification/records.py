@@ -217,7 +217,7 @@ def make_record(vocabulary, keypoints, descriptors, image_size, max_features=DEF
 def make_query_record(vocabulary, keypoints, descriptors, image_size,
                       multiple_assignment=DEFAULT_QUERY_ASSIGNMENT):
     """A query's record: every feature (no cap: it is not stored), each with its
-    ``multiple_assignment`` nearest words (3: NOTES.md)."""
+    ``multiple_assignment`` nearest words (3; bench/README.md section 8 measures 2 to 5)."""
     return make_record(vocabulary, keypoints, descriptors, image_size, None, multiple_assignment)
 
 
