@@ -15,6 +15,7 @@ STREAMK_REQUIRE_BROWSER=1."""
 import base64
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
@@ -118,6 +119,20 @@ def results(page):
         caption: f.querySelector('figcaption').innerText}))""")
 
 
+# records the bar each search sends (a multipart body is not readable from the request Playwright sees)
+SENT_BARS = """() => {
+  window.sentBars = [];
+  const original = window.fetch;
+  window.fetch = (url, options) => {
+    const body = options && options.body;
+    if (String(url).endsWith("/search") && body)
+      window.sentBars.push(String(body instanceof FormData ? body.get("false_alarms_per_pair")
+                                                           : JSON.parse(body).false_alarms_per_pair));
+    return original(url, options);
+  };
+}"""
+
+
 def wait_searched(page):
     page.wait_for_function("() => document.querySelector('#results').getAttribute('aria-busy') === 'false' "
                            "&& /results/.test(document.querySelector('#status').textContent)")
@@ -219,6 +234,26 @@ def test_the_page_searches_by_photo_box_and_click(example, make_server, tmp_path
         assert any("not verified: " in r["caption"] for r in first if not r["verified"]), first
         wait_images_loaded(page, "#results", 60)
         assert not box_drawn(page) and not page.locator("#clear-box").is_visible()
+
+        # the verified mark's bar: sent with the search, each mark follows it; off with verify
+        page.evaluate(SENT_BARS)
+        for bar in ("1e-7", "1e-4"):
+            with page.expect_response("**/search") as resp:
+                page.select_option("#bar", bar)
+            assert page.evaluate("() => window.sentBars.at(-1)") == bar
+            hits = resp.value.json()["results"]
+            assert any(h["verified"] for h in hits)  # the demo's views of a photo: far below any bar
+            assert all(h["verified"] == (h["log10_nfa"] is not None and h["log10_nfa"] <= math.log10(float(bar)))
+                       for h in hits), hits
+            wait_searched(page)
+        with page.expect_response("**/search") as resp:
+            page.click("#verify")
+        assert not any(h.get("verified") for h in resp.value.json()["results"]) and page.locator("#bar").is_disabled()
+        wait_searched(page)
+        with page.expect_response("**/search"):
+            page.click("#verify")
+        wait_searched(page)
+        wait_images_loaded(page, "#results", 60)
 
         # a box drawn on the photo: the search runs inside it
         box = draw_box(page)["query"]["box"]

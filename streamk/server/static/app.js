@@ -119,19 +119,20 @@ function whereFilter() {  // the filter's text, checked to be a JSON object ("" 
 function searchRequest() {
   const k = Math.max(1, Math.min(100, parseInt($("k").value, 10) || 10));
   const verify = $("verify").checked;
+  const bar = $("bar").value;  // the verified mark's bar (false alarms per pair)
   const where = whereFilter();
   const q = state.query;
   if (q.kind === "image") {
     const form = new FormData();
     form.append("image", q.file, q.file.name);
     form.append("k", String(k));
-    if (!verify) { form.append("verify", "0"); form.append("expand", "0"); }
+    if (!verify) { form.append("verify", "0"); form.append("expand", "0"); } else form.append("false_alarms_per_pair", bar);
     if (state.box) form.append("box", state.box.map((v) => v.toFixed(1)).join(","));
     if (where) form.append("where", where);
     return { method: "POST", body: form };
   }
   const body = { id: q.id, k };
-  if (!verify) { body.verify = 0; body.expand = 0; }
+  if (!verify) { body.verify = 0; body.expand = 0; } else body.false_alarms_per_pair = Number(bar);
   if (where) body.where = JSON.parse(where);
   return { method: "POST", body: JSON.stringify(body), headers: { "Content-Type": "application/json" } };
 }
@@ -285,7 +286,8 @@ async function init() {
     if (ev.dataTransfer.files.length) setQueryFile(ev.dataTransfer.files[0]);
   });
   $("k").addEventListener("change", search);
-  $("verify").addEventListener("change", search);
+  $("verify").addEventListener("change", () => { $("bar").disabled = !$("verify").checked; search(); });
+  $("bar").addEventListener("change", search);
   $("where").addEventListener("change", search);
   $("clear-box").addEventListener("click", () => { setBox(null); search(); });
   $("token").value = state.token;
