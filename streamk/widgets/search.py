@@ -14,8 +14,8 @@ query's ground truth is known. With an index that keeps local geometry, *verify*
 (on by default) runs the second stage: the top 100 spatially verified, verified
 results first with their inlier count and the query (or its box) drawn where it
 matched in the result, then query expansion; *false alarms* sets the verified mark's bar
-(1 in 10^4 pairs of different places by default, down to 1 in 10^7); *show matches* draws the inlier pairs
-between the query and a chosen result. A weights view explains a chosen result.
+(1 in 10^4 pairs of different places by default, down to 1 in 10^7); *show matches* draws
+the inlier pairs between the query and a chosen result. A weights view explains a chosen result.
 """
 
 import html
@@ -421,7 +421,8 @@ class SearchApp(W.VBox):
             cards.append("<i>the index is empty</i>")
         self.results.value = (
             f'<div class="streamk-grid" data-method="{s.method}" data-k="{self.k.value}" '
-            f'data-mode="{self.mode.value}" data-bar="{self.bar.value:g}" data-query="{html.escape(q.label)}" data-state="{self.state}" '
+            f'data-mode="{self.mode.value}" data-bar="{self.bar.value:g}" data-query="{html.escape(q.label)}" '
+            f'data-state="{self.state}" '
             f'style="display:flex;flex-wrap:wrap">{"".join(cards)}</div>')
         n_pos = None if q.positives is None else sum(self.relevance(h.id) == "positive" for h in self.hits)
         own = self.reaggregator.is_index_settings(s)
