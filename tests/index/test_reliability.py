@@ -16,7 +16,7 @@ import pytest
 
 from helpers.index import vlad_encoder
 from helpers.processes import kill_and_collect, run_python, start_python, stop
-from streamk.index import StreamingIndex
+from streamk.index import MAX_BATCH, StreamingIndex
 from streamk.index.store import OPTIONAL_SUBDBS, SUBDBS, row_key, seq_from_key
 from streamk.index.integrity import CRC_BYTES, checksum_ok
 
@@ -73,11 +73,12 @@ def check_consistent(path, dim):
             seq_from_key(k) for k, v in dump["log"].items() if v[:1] == b"+")
         out = {k.decode(): idx.vector(k.decode()) for k in images}
         assert all(v.shape == (dim,) for v in out.values())
-        # a reader finds every image by its own vector
-        if out:
-            ids = list(out)
-            _, found = idx.search(np.stack([out[i] for i in ids]), k=1, mode="exact")
-            assert list(found[:, 0]) == ids
+        # a reader finds every image by its own vector (in batches of at most MAX_BATCH queries, the search's limit)
+        ids = list(out)
+        for at in range(0, len(ids), MAX_BATCH):
+            part = ids[at:at + MAX_BATCH]
+            _, found = idx.search(np.stack([out[i] for i in part]), k=1, mode="exact")
+            assert list(found[:, 0]) == part
         return out
 
 
