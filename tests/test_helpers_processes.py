@@ -8,22 +8,23 @@ import pytest
 
 from helpers.processes import TESTS, alive, start_python, stop
 
-# a stand-in for the test runner: starts a child as a test does, says its pid, then waits to be killed
+# a stand-in for the test runner: starts a child as a test does, says its pid, then waits to be killed (both wait
+# on an event nothing sets, at most 300 s: neither outlives a failed test for long)
+WAIT_TO_BE_KILLED = "import threading; threading.Event().wait(300)"
 RUNNER = """
-import sys, time
+import os, sys
 sys.path[:0] = [{tests!r}]
 from helpers.processes import start_python
-child = start_python("-c", "import time; time.sleep(300)")
+child = start_python("-c", {wait!r})
 open({pid_file!r} + ".tmp", "w").write(str(child.pid))
-import os; os.replace({pid_file!r} + ".tmp", {pid_file!r})
-time.sleep(300)
-"""
+os.replace({pid_file!r} + ".tmp", {pid_file!r})
+""" + WAIT_TO_BE_KILLED
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
 def test_a_child_started_by_a_test_ends_with_a_sigkilled_runner(tmp_path, wait_until):
     pid_file = tmp_path / "child.pid"
-    runner = start_python("-c", RUNNER.format(tests=str(TESTS), pid_file=str(pid_file)))
+    runner = start_python("-c", RUNNER.format(tests=str(TESTS), pid_file=str(pid_file), wait=WAIT_TO_BE_KILLED))
     try:
         wait_until(pid_file.exists, 60, "the runner's child to start")
         child = int(pid_file.read_text())
