@@ -2,7 +2,8 @@
 true pairs verified, before (the fixed 12 inliers) and after (the significance test and the
 plausibility checks of ``streamk.verification``), measured in one run.
 
-    python bench/false_verification.py [--draws 4] [--collections large,small,held-out] [--per-draw]
+    python bench/false_verification.py [--draws 4] [--collections large,small,held-out,held-out-large]
+                                       [--per-draw]
                                        [--show-false] [--set NAME=VALUE ...]
 
 Pairs: paris6k-subset's 250 photos with the official Paris6k ground truth
@@ -30,6 +31,11 @@ on the collection's own photos as ``streamk index create`` does; cached in
   Prints the precision of the mark (true verified / all verified, over the pairs with an
   answer), false verifications per 10,000 pairs, and the queries with a false verification in
   their top 10 (a tie in inliers counted against it).
+- held-out-large (not in the default): the same against the large collection. The 250 photos
+  in 5 folds (a permutation from ``numpy.random.default_rng(0)``); each fold's 50 photos query an
+  index of the other 200, whose words were learned on those 200 alone. Every one of the 200 is
+  verified, a superset of a search's R = 100: the false verifications and the top 10 counted here
+  are at least those a search would show.
 
 Pooling: a pair of photos drawn into several collections is verified once in each, with
 that collection's words and records, so each is a separate trial of the decision, but the
@@ -205,23 +211,27 @@ def upper95(k, n):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--draws", type=int, default=4, help="selections of the small collection (default 4)")
-    ap.add_argument("--collections", default="large,small", help="any of large, small, held-out")
+    ap.add_argument("--collections", default="large,small", help="any of large, small, held-out, held-out-large")
     ap.add_argument("--per-draw", action="store_true", help="print one line per draw of the small collection")
     ap.add_argument("--show-false", action="store_true",
                     help="list each false verification of the significance rule (collection, photos, inliers, NFA)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a VerificationParams field of the significance rule (repeatable)")
     args = ap.parse_args(argv)
+    wanted = args.collections.split(",")
+    unknown = set(wanted) - {"large", "small", "held-out", "held-out-large"}
+    if unknown:
+        sys.exit(f"--collections: unknown {sorted(unknown)}; any of large, small, held-out, held-out-large")
     overrides = parse_overrides(args.set)
     ds, db, _, full = paris_features(ground_truth=True)
     ids = list(ds.image_ids)
     results, false_pairs, why_counts = {}, [], {}
-    if "large" in args.collections:
+    if "large" in wanted:
         name = "large (250 photos)"
         why_counts[name] = collections.Counter()
         results[name] = measure("large", vocabulary("250", db), db, ids, full, overrides, false_pairs=false_pairs,
                                 why_counts=why_counts[name])
-    if "small" in args.collections:
+    if "small" in wanted:
         name = f"small (50 photos, {args.draws} random draws)"
         why_counts[name] = collections.Counter()
         results[name] = small_draws(db, ids, full, overrides, args, false_pairs, why_counts[name])
@@ -229,8 +239,10 @@ def main(argv=None):
         print_pooled(results, overrides)
         print_thresholds(results, overrides)
         print_whys(results, why_counts)
-    if "held-out" in args.collections:
+    if "held-out" in wanted:
         held_out_draws(db, ids, full, overrides, args, false_pairs)
+    if "held-out-large" in wanted:
+        held_out_folds(db, ids, full, overrides, false_pairs)
     if args.show_false and not false_pairs:
         print("\nFalse verifications of the significance rule: none")
     elif args.show_false:
@@ -284,9 +296,30 @@ def small_draws(db, ids, full, overrides, args, false_pairs=None, why_counts=Non
 
 
 def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
-    """The held-out queries of ``args.draws`` draws of the small collection (module docstring):
-    one table row per rule, pooled over the draws; ``false_pairs`` (a list) collects the
-    significance rule's false verifications, as :func:`measure`'s."""
+    """The held-out queries of ``args.draws`` draws of the small collection (module docstring)."""
+    draws = [(f"seed {d}", small_collection(ids, full, seed=d), f"small-seed{d}") for d in range(args.draws)]
+    held_out(db, ids, full, overrides, draws, f"the small collection, {args.draws} draws", false_pairs)
+
+
+def held_out_folds(db, ids, full, overrides, false_pairs=None):
+    """The held-out queries of the large collection (module docstring): each of FOLDS folds of the
+    250 photos queries an index of the other photos, whose words were learned on those alone."""
+    order = np.random.default_rng(0).permutation(len(ids))
+    folds = [(f"fold {k}", np.sort(np.setdiff1d(order, order[k::FOLDS])), f"fold{k}-of-{FOLDS}")
+             for k in range(FOLDS)]
+    size = len(ids) - len(ids) // FOLDS
+    held_out(db, ids, full, overrides, folds, f"the large collection ({size} photos), {FOLDS} folds", false_pairs)
+
+
+FOLDS = 5
+
+
+def held_out(db, ids, full, overrides, collections_, title, false_pairs=None):
+    """Held-out queries against each of ``collections_`` ((label, positions in ``ids``, name of its
+    cached words)): every other photo with an answer is a query, each photo of the collection
+    verified (a superset of a search's R = 100 where the collection is larger), the verified ranked
+    first by inliers. One table row per rule, pooled over the collections; ``false_pairs`` (a list)
+    collects the significance rule's false verifications, as :func:`measure`'s."""
     from streamk.verification import VerificationParams, make_query_record, stored_record, verify_geometry
     from streamk.verification.pairs import place_pairs
 
@@ -301,11 +334,10 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
     # the fixed rule at other thresholds, from its inliers (print_thresholds): false, true verified, top 10
     at = {m: np.zeros(3, np.int64) for m in FIXED_THRESHOLDS}
     t0 = time.perf_counter()
-    for d in range(args.draws):
-        sel = small_collection(ids, full, seed=d)
+    for label, sel, words in collections_:
         held = np.setdiff1d(np.arange(len(ids)), sel)
         feats = [db[i] for i in sel]
-        voc = vocabulary(f"small-seed{d}", feats)
+        voc = vocabulary(words, feats)
         records = [stored_record(voc, f.keypoints, f.descriptors, f.image_size) for f in feats]
         for a in held:
             kinds = answer[a, sel]
@@ -321,7 +353,7 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
                 # rank of a false one among the verified (shown first, by inliers): ties against it
                 ranks = [int((ok & (inl >= inl[j])).sum()) for j in np.flatnonzero(false)]
                 if false_pairs is not None and rule == 1:  # the significance rule's, as measure's
-                    false_pairs += [(f"held-out seed {d} (rank {r})", ids[a], ids[sel[j]], int(inl[j]),
+                    false_pairs += [(f"held-out {label} (rank {r})", ids[a], ids[sel[j]], int(inl[j]),
                                      int(checks[j].tentative), float(checks[j].log10_nfa))
                                     for j, r in zip(np.flatnonzero(false), ranks)]
                 tally[name] += (int(false.sum()), int((kinds == -1).sum()), int((ok & (kinds == 1)).sum()),
@@ -332,19 +364,19 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
                         worst = inl[okm & (kinds == -1)]  # a false one's rank: the verified with as many inliers
                         row += (len(worst), int((okm & (kinds == 1)).sum()),
                                 int(any((okm & (inl >= w)).sum() <= 10 for w in worst)))
-        log(f"held-out draw {d}: {time.perf_counter() - t0:.0f} s, load {load_str()}")
+        log(f"held-out {label}: {time.perf_counter() - t0:.0f} s, load {load_str()}")
     rows = []
     for name, (f, nd, t, ns, nq, top) in tally.items():
         rows.append((name, nq, nd, f"{f} ({10000 * f / max(nd, 1):.2f})", f"{10000 * upper95(f, nd):.2f}",
                      f"{100 * t / max(ns, 1):.1f} %", f"{100 * t / max(t + f, 1):.2f} %", top))
     table(("rule", "queries", "pairs of different places", "false (per 10,000)", "95 % bound per 10,000",
            "true pairs verified", "precision of the mark", "queries with a false one in the top 10"), rows,
-          title=f"Held-out queries against the small collection, {args.draws} draws ({cpu_model()}, load {load_str()})")
+          title=f"Held-out queries against {title} ({cpu_model()}, load {load_str()})")
     ns = tally[rules[0][0]][3]
     table(("rule", "false", "true pairs verified", "precision of the mark", "queries with a false one in the top 10"),
           [(f"fixed {m} inliers", f, f"{100 * t / max(ns, 1):.1f} %", f"{100 * t / max(t + f, 1):.2f} %", top)
            for m, (f, t, top) in at.items()],
-          title="Held-out queries: the fixed rule at other thresholds (the same run's inliers)")
+          title=f"Held-out queries against {title}: the fixed rule at other thresholds (the same run's inliers)")
 
 
 FIXED_THRESHOLDS = (12, 14, 16, 18, 20, 24)  # inliers; 12 is the rule before 0.3
