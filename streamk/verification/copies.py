@@ -33,7 +33,19 @@ A pair is a copy when both hold (:func:`classify_pair`):
    caption band or watermark covers a fifth of a frame at most, a heavy re-encoding
    loses sparse cells). ``min_covered`` = 0.75, "most of the smaller image": a quarter
    of the cells may be lost; two captures whose common plane covers under three quarters
-   of the smaller one are not copies.
+   of the smaller one are not copies. Two edits at once can lose more (a caption band and
+   a downscale to 400 px: 0.65-0.74 for 4 of 140 such copies), but the bar cannot follow
+   them down: at 0.6, photos of a person posing before the Grande Arche from one spot
+   (covered 0.61-0.73, pixels agreeing 0.90-0.97 over the covered cells, where the arch
+   is) became copies, 3 false pairs in bench/copy_detection.py's first draw.
+   *Contained*: the share of the smaller image's features (in the common frame) that the
+   similarity maps inside the other image. A copy's content lies inside its source's frame
+   or holds it whole (a crop, a border, a resize: 1, up to features at the very edge), so
+   MIN_CONTAINED = 0.95; two captures panned or stepped aside show parts of the scene the
+   other does not, whatever survived of their features (of 154 verified pairs of different
+   photos of one landmark with a similarity, drawn at random, 40 under 0.95; 280 edited
+   copies under one or two edits: all 1.0). A pan of one capture (two windows of it, each
+   showing a tenth the other lacks) is a pair neither of which can replace the other.
    Detail: a copy never shows more than its source. When one image is the smaller part of
    the common frame (a crop, area ratio < SAME_FRAME = 0.9) and holds more than
    MAX_DETAIL_RATIO = 1.25 times the other's pixels per unit of it, it is a zoomed capture
@@ -122,6 +134,7 @@ from ..errors import ConfigError, ImageReadError
 KINDS = ("exact", "copy", "same scene")  # verified pairs, most alike first; "different": not verified
 DEFAULT_TOLERANCE = 0.01  # similarity inliers: within 1 % of the longer side (module doc)
 DEFAULT_MIN_COVERED = 0.75  # "most of the smaller image" (module doc)
+MIN_CONTAINED = 0.95  # the smaller image's features mapped inside the other's frame: a copy's lie inside (module doc)
 DEFAULT_MIN_AGREEMENT = 0.5  # common part >= differences, 0 dB (module doc)
 DEFAULT_COMPARE_SIDE = 128  # pixels, the longer side of the common grid
 GRID = 8  # cells a side for the covered fraction
@@ -149,6 +162,7 @@ __all__ = [
     "band_ratio",
     "classify_pair",
     "covered_cells",
+    "contained_fraction",
     "covered_fraction",
     "decode_for_copies",
     "detail_ratio",
@@ -291,6 +305,17 @@ def covered_fraction(features_xy, size, inliers_xy):
     have, hit = covered_cells(size, features_xy), covered_cells(size, inliers_xy)
     n = int(have.sum())
     return float((hit & have).sum() / n) if n else 0.0
+
+
+def contained_fraction(features_xy, similarity, size_other):
+    """The share of an image's features (``features_xy`` (n, 2)) that ``similarity`` (2, 3) maps
+    inside an image of ``size_other`` (w, h); 0 without features."""
+    P = np.asarray(features_xy, np.float64).reshape(-1, 2)
+    if not len(P):
+        return 0.0
+    m = _transfer(similarity, P)
+    w, h = size_other
+    return float(((m[:, 0] >= 0) & (m[:, 0] <= w) & (m[:, 1] >= 0) & (m[:, 1] <= h)).mean())
 
 
 def rotate_record_frame(points, size, turns):
@@ -565,6 +590,14 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
     if area_ratio < SAME_FRAME and detail > MAX_DETAIL_RATIO:
         return PairClass("same scene", n, 0.0, None, S,
                          f"the smaller view shows {detail:.1f}x the detail of the other: a zoomed capture, not a crop")
+    # the smaller image in the common frame: the one whose frame a copy keeps inside the other's
+    a_smaller = float(np.prod(rec_a.image_size)) * abs(np.linalg.det(S[:, :2])) <= float(np.prod(rec_b.image_size))
+    contained = (contained_fraction(rec_a.xy, S, rec_b.image_size) if a_smaller else
+                 contained_fraction(rec_b.xy, _inverse(S), rec_a.image_size))
+    if contained < MIN_CONTAINED:
+        return PairClass("same scene", n, 0.0, None, S,
+                         f"{100 * (1 - contained):.0f} % of the smaller image lies outside the other (a copy: <= "
+                         f"{100 * (1 - MIN_CONTAINED):.0f} %): another view of the scene")
     covered = max(covered_fraction(rec_a.xy, rec_a.image_size, pairs[inl, :2]),
                   covered_fraction(rec_b.xy, rec_b.image_size, pairs[inl, 2:]))
     if covered < params.min_covered:
@@ -575,8 +608,7 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
     gray_b = gray_b() if callable(gray_b) and gray_a is not None else gray_b  # b not read when a has no pixels
     if gray_a is None or gray_b is None:
         return PairClass("same scene", n, covered, None, S, "geometry of a copy, but no pixels to compare")
-    area_a = float(np.prod(rec_a.image_size)) * abs(np.linalg.det(S[:, :2]))
-    if area_a <= float(np.prod(rec_b.image_size)):  # the grid on the smaller image (in b's frame)
+    if a_smaller:  # the grid on the smaller image (in b's frame)
         agreement = pixel_agreement(gray_a, rec_a.image_size, gray_b, rec_b.image_size, S, params.compare_side,
                                     covered_cells(rec_a.image_size, pairs[inl, :2]))
     else:
@@ -587,8 +619,7 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
         return PairClass("same scene", n, covered, agreement, S,
                          f"{what} (a copy: >= {params.min_agreement:.2f}): another capture of the scene")
     if area_ratio < SAME_FRAME and detail >= MIN_BAND_SCALE:  # an upscaled crop, or a closer capture?
-        fine = ((gray_a, rec_a.image_size, gray_b, rec_b.image_size, S, pairs[inl, :2])
-                if area_a <= float(np.prod(rec_b.image_size)) else
+        fine = ((gray_a, rec_a.image_size, gray_b, rec_b.image_size, S, pairs[inl, :2]) if a_smaller else
                 (gray_b, rec_b.image_size, gray_a, rec_a.image_size, _inverse(S), pairs[inl, 2:]))
         extra = new_detail(*fine[:5], covered_cells(fine[1], fine[5]))
         if extra is not None and extra >= MIN_NEW_DETAIL:

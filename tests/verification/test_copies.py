@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from streamk.errors import ConfigError
-from streamk.verification.copies import (GRID, CopyParams, classify_pair, covered_fraction, decode_for_copies,
-                                         fit_similarity, pixel_agreement, precise_inliers, rotate_record_frame,
-                                         same_pixels)
+from streamk.verification.copies import (DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_COVERED, GRID, MIN_CONTAINED,
+                                         CopyParams, classify_pair, contained_fraction, covered_fraction,
+                                         decode_for_copies, fit_similarity, pixel_agreement, precise_inliers,
+                                         rotate_record_frame, same_pixels)
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -44,6 +45,19 @@ def test_covered_fraction_counts_cells_by_brute_force():
     for x, y in inl:
         hit.add((min(int((x + 0.5) * GRID // w), GRID - 1), min(int((y + 0.5) * GRID // h), GRID - 1)))
     assert covered_fraction(feats, (w, h), inl) == pytest.approx(len(hit & have) / len(have))
+
+
+def test_contained_fraction_counts_points_by_brute_force():
+    rng = np.random.default_rng(2)
+    pts = rng.uniform(0, [640, 480], (400, 2))
+    S = np.array([[0.8 * np.cos(0.3), -0.8 * np.sin(0.3), 120.0], [0.8 * np.sin(0.3), 0.8 * np.cos(0.3), -40.0]])
+    inside = 0
+    for x, y in pts:
+        u, v = S[0, 0] * x + S[0, 1] * y + S[0, 2], S[1, 0] * x + S[1, 1] * y + S[1, 2]
+        inside += 0 <= u <= 600 and 0 <= v <= 500
+    assert contained_fraction(pts, S, (600, 500)) == pytest.approx(inside / len(pts))
+    assert 0 < inside < len(pts)  # the case tests both sides
+    assert contained_fraction(np.zeros((0, 2)), S, (600, 500)) == 0.0
 
 
 def test_rotated_frames_are_numpys_rot90():
@@ -165,7 +179,26 @@ def test_edited_copies_are_copies(photo_case):
     for name, (img, quality) in _edits(photo_case["image"]).items():
         c = _classify(photo_case, *photo_case["describe"](img, quality))
         assert c.kind == "copy", (name, c)
-        assert c.covered >= 0.75 and c.agreement >= 0.5, (name, c)
+        assert c.covered >= DEFAULT_MIN_COVERED and c.agreement >= DEFAULT_MIN_AGREEMENT, (name, c)
+
+
+def test_a_panned_view_of_one_capture_is_the_same_scene(photo_case):
+    """Two windows of one capture, each showing a tenth of the scene the other does not (a pan,
+    or two crops): the pixels agree where they overlap, but neither holds the other, so deleting
+    either loses part of the scene: same scene, never a copy."""
+    img = photo_case["image"]
+    W, H = img.size
+    left = img.crop((0, 0, int(0.9 * W), H))
+    right = img.crop((int(0.1 * W), 0, W, H))
+    from streamk.verification import verify_geometry
+
+    q, _, g_left = photo_case["describe"](left)
+    _, s_right, g_right = photo_case["describe"](right)
+    v = verify_geometry(q, [s_right], return_pairs=True)[0]
+    c = classify_pair(q, s_right, v.pairs, v.verified, g_left, g_right)
+    assert v.verified and c.kind == "same scene" and "outside" in c.reason, c
+    S = c.similarity
+    assert contained_fraction(q.xy, S, s_right.image_size) < MIN_CONTAINED
 
 
 def test_a_quarter_turned_copy_is_a_copy_once_the_query_is_turned_back(photo_case):

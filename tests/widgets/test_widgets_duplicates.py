@@ -51,7 +51,10 @@ def test_the_whole_index_copies_grouped_other_captures_apart(index):
         assert cells[:4] == [f"{p['score']:.3f}", str(p["inliers"]), f"{100 * p['covered']:.0f} %",
                              f"{p['agreement']:.2f}"]
         assert row.count("data:image/jpeg;base64,") == 2
-    assert all(p["agreement"] >= 0.5 and p["covered"] >= 0.75 for p in want["pairs"] if p["class"] == "copy")
+    from streamk.verification.copies import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_COVERED
+
+    assert all(p["agreement"] >= DEFAULT_MIN_AGREEMENT and p["covered"] >= DEFAULT_MIN_COVERED
+               for p in want["pairs"] if p["class"] == "copy")
 
 
 def test_every_pair_is_a_redraw_and_shows_the_same_scene_pairs(index):
