@@ -2,7 +2,7 @@
 """Copy detection: recall per edit kind, precision, false copies among photos of one
 landmark, and the cost of a whole-index pass, measured in one run.
 
-    python bench/copy_detection.py [--originals 20] [--seed 0] [--rotation-sample 40]
+    python bench/copy_detection.py [--originals 20] [--seed 0] [--rotation-sample 40] [--combined]
 
 Photos: paris6k-subset's 250 photos (``../shared/data``, or ``STREAMK_SHARED_DATA``). A
 seeded random draw of ``--originals`` of them; each gets one edited copy per edit kind of
@@ -14,6 +14,10 @@ kinds' draws are those of the runs before it was added). The index: the 250
 photos (the hard negatives: 50 photos of each landmark, among them near-identical views of
 one photographer) plus the copies, with T-emb k = 8 GMP learned on 50 of the 250 (the vector only proposes candidates) and the visual
 words of bench/false_verification.py (learned on the 250, cached).
+
+``--combined``: one copy per pair of edits of ``copy_edits.COMBINED`` instead (a downscale and a
+heavy re-encoding, a crop and a downscale, a frame and a caption, ...: edits the single kinds do
+not draw, which no parameter here was chosen on).
 
 Counted: a *copy pair* (an edited copy and its original) is found when the report classes it
 exact or copy. Precision: the copy/exact pairs that are a copy pair or two copies of one
@@ -39,13 +43,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import cpu_model, load_str, log, paris_photos, table
-from copy_edits import EDITS, apply
+from copy_edits import COMBINED, EDITS, apply
 from false_verification import vocabulary
 
 import streamk  # noqa: F401  (thread policies before numpy's BLAS loads)
 
 
-def make_copies(originals, out, seed):
+def make_copies(originals, out, seed, kinds=EDITS):
     """{copy id: (original id, kind, parameters)}: each original edited once per kind, saved under ``out``."""
     from PIL import Image
 
@@ -53,7 +57,7 @@ def make_copies(originals, out, seed):
     made = {}
     for p in originals:
         img = Image.open(p).convert("RGB")
-        for kind in EDITS:
+        for kind in kinds:
             own = np.random.default_rng([seed, zlib.crc32(p.stem.encode())]) if kind == "upscale" else rng
             edited, quality, what = apply(kind, img, own)
             cid = f"copy_{kind}_{p.stem}"
@@ -115,7 +119,9 @@ def main(argv=None):
     ap.add_argument("--originals", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rotation-sample", type=int, default=40)
+    ap.add_argument("--combined", action="store_true", help="two edits at once per copy (copy_edits.COMBINED)")
     args = ap.parse_args(argv)
+    kinds = COMBINED if args.combined else EDITS
     from streamk.index import copies_of, copy_report
 
     allp = paris_photos()
@@ -123,7 +129,7 @@ def main(argv=None):
     originals = [allp[i] for i in sorted(rng.choice(len(allp), args.originals, replace=False))]
     tmp = Path(tempfile.mkdtemp(prefix="streamk-copies-"))
     try:
-        made = make_copies(originals, tmp, args.seed)
+        made = make_copies(originals, tmp, args.seed, kinds)
         log(f"{len(made)} copies of {len(originals)} originals written")
         idx = build_index(tmp / "ix", allp, tmp, made)
         n = len(idx)
@@ -131,13 +137,14 @@ def main(argv=None):
         report = copy_report(idx, progress=False)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         found, claimed, true, false = score(report["pairs"], made)
-        rot = [cid for cid, (_, kind, _) in made.items() if kind in ("rotate", "mirror")]
+        rot = [cid for cid, (_, kind, _) in made.items() if {"rotate", "mirror"} & set(kind.split("+"))]
         t1 = time.perf_counter()
         turned = []
         ids = {stem(i): i for i in idx.ids()}
         for cid in rot:
-            turned += [p.to_dict() for p in copies_of(idx, ids[cid], rotations=made[cid][1] == "rotate",
-                                                      mirrored=made[cid][1] == "mirror")]
+            edits = made[cid][1].split("+")
+            turned += [p.to_dict() for p in copies_of(idx, ids[cid], rotations="rotate" in edits,
+                                                      mirrored="mirror" in edits)]
         rot_wall = time.perf_counter() - t1
         rfound, rclaimed, rtrue, rfalse = score(turned, made)
         sample = idx.ids()[:: max(1, n // args.rotation_sample)][: args.rotation_sample]
@@ -150,9 +157,9 @@ def main(argv=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rows = []
-    for kind in EDITS:
+    for kind in kinds:
         ids = [cid for cid, (_, k, _) in made.items() if k == kind]
-        hit = sum(1 for c in ids if c in found or (kind in ("rotate", "mirror") and c in rfound))
+        hit = sum(1 for c in ids if c in found or (c in rot and c in rfound))
         rows.append((kind, len(ids), hit, f"{100 * hit / len(ids):.1f} %"))
     total = sum(r[2] for r in rows)
     rows.append(("all", len(made), total, f"{100 * total / len(made):.1f} %"))

@@ -113,6 +113,23 @@ def upscale(img, rng):
     return img.resize((round(img.width * k), round(img.height * k)), Image.LANCZOS), 90, f"{what}x{k:.2f}"
 
 
+# Two edits at once (``bench/copy_detection.py --combined``), edits the single kinds do not draw: each
+# as its kinds apply it, in order, then saved at quality 40-80 (a re-post) unless one of them is the
+# heavy re-encoding.
+COMBINED = ("resize+jpeg", "crop+resize", "border+caption", "tone+jpeg", "crop+tone", "caption+resize",
+            "rotate+resize")
+
+
 def apply(kind, img, rng):
+    if "+" in kind:
+        whats, quality = [], 90
+        for part in kind.split("+"):
+            img, q, what = apply(part, img, rng)
+            quality = min(quality, q)
+            whats.append(what)
+        if "jpeg" not in kind.split("+"):
+            quality = int(rng.integers(40, 81))
+            whats.append(f"q{quality}")
+        return img, quality, ", ".join(whats)
     return {"jpeg": jpeg, "resize": resize, "crop": crop, "border": border, "caption": caption, "tone": tone,
             "rotate": rotate, "mirror": mirror, "upscale": upscale}[kind](img, rng)
