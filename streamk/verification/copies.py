@@ -212,9 +212,10 @@ class PairClass:
 
     kind: "exact", "copy", "same scene" (verified, not a copy) or "different" (not
     verified); inliers: the similarity's inliers (the second stage's affine inliers when
-    no similarity holds); covered: the covered fraction (module doc); agreement: the
-    pixels' correlation (None when not computed: no pixels, or the geometry already
-    refused); similarity: (2, 3) map a -> b (NaN without one); reason: one line for a user.
+    no similarity holds); covered: the covered fraction (module doc; 0 without a
+    similarity); agreement: the pixels' correlation (None when not computed: no pixels, or
+    the geometry already refused); similarity: (2, 3) map a -> b (NaN without one); reason:
+    one line for a user.
     """
 
     kind: str
@@ -586,20 +587,20 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
     n = int(inl.sum())
     if n < 3 or not np.isfinite(S).all():
         return PairClass("same scene", n, 0.0, None, nan, "no similarity map (another viewpoint)")
+    covered = max(covered_fraction(rec_a.xy, rec_a.image_size, pairs[inl, :2]),
+                  covered_fraction(rec_b.xy, rec_b.image_size, pairs[inl, 2:]))  # reported whatever decides
     area_ratio, detail = detail_ratio(S, rec_a.image_size, rec_b.image_size)
     if area_ratio < SAME_FRAME and detail > MAX_DETAIL_RATIO:
-        return PairClass("same scene", n, 0.0, None, S,
+        return PairClass("same scene", n, covered, None, S,
                          f"the smaller view shows {detail:.1f}x the detail of the other: a zoomed capture, not a crop")
     # the smaller image in the common frame: the one whose frame a copy keeps inside the other's
     a_smaller = float(np.prod(rec_a.image_size)) * abs(np.linalg.det(S[:, :2])) <= float(np.prod(rec_b.image_size))
     contained = (contained_fraction(rec_a.xy, S, rec_b.image_size) if a_smaller else
                  contained_fraction(rec_b.xy, _inverse(S), rec_a.image_size))
     if contained < MIN_CONTAINED:
-        return PairClass("same scene", n, 0.0, None, S,
+        return PairClass("same scene", n, covered, None, S,
                          f"{100 * (1 - contained):.0f} % of the smaller image lies outside the other (a copy: <= "
                          f"{100 * (1 - MIN_CONTAINED):.0f} %): another view of the scene")
-    covered = max(covered_fraction(rec_a.xy, rec_a.image_size, pairs[inl, :2]),
-                  covered_fraction(rec_b.xy, rec_b.image_size, pairs[inl, 2:]))
     if covered < params.min_covered:
         return PairClass("same scene", n, covered, None, S,
                          f"one similarity covers {100 * covered:.0f} % of the image (a copy: >= "

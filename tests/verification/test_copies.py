@@ -197,6 +197,7 @@ def test_a_panned_view_of_one_capture_is_the_same_scene(photo_case):
     v = verify_geometry(q, [s_right], return_pairs=True)[0]
     c = classify_pair(q, s_right, v.pairs, v.verified, g_left, g_right)
     assert v.verified and c.kind == "same scene" and "outside" in c.reason, c
+    assert c.covered >= DEFAULT_MIN_COVERED  # the overlap is covered: only the containment tells
     S = c.similarity
     assert contained_fraction(q.xy, S, s_right.image_size) < MIN_CONTAINED
 
