@@ -27,7 +27,8 @@ without turned queries, then each rotated copy's ``copies_of(rotations=True)`` (
 mirrored one's ``mirrored=True``); the cost of the turned queries measured on
 ``--rotation-sample`` images and given per 1,000.
 
-Prints, never asserts; the CPU model (lscpu) and the load average are in the title.
+Each copy missed is listed with what the report said of it and its original (class, inliers,
+covered, reason). Prints, never asserts; the CPU model (lscpu) and the load average are in the title.
 """
 
 import argparse
@@ -156,6 +157,10 @@ def main(argv=None):
         idx.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    # each missed copy with what the report said of it and its original (the last word: its turned pass)
+    said = {frozenset((stem(p["a"]), stem(p["b"]))): p for p in report["pairs"] + turned}
+    missed = [(cid, kind, what, said.get(frozenset((cid, o))))
+              for cid, (o, kind, what) in made.items() if cid not in found and cid not in rfound]
     rows = []
     for kind in kinds:
         ids = [cid for cid, (_, k, _) in made.items() if k == kind]
@@ -166,6 +171,9 @@ def main(argv=None):
     table(("edit", "copies", "found as copy", "recall"), rows,
           title=f"Copy recall per edit kind ({len(originals)} originals drawn with seed {args.seed}, index of {n} "
                 f"images; {cpu_model()}, load {load_str()})")
+    for cid, kind, what, p in missed:
+        print(f"  missed: {cid} ({what}):", "no verified pair with its original" if p is None else
+              f"{p['class']}, {p['inliers']} inliers, covered {p['covered']:.2f}, {p['reason']}")
     claimed_all, true_all = claimed + rclaimed, true + rtrue
     origin = {cid: o for cid, (o, _, _) in made.items()}
     different = sum(1 for p in report["pairs"]

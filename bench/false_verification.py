@@ -3,8 +3,7 @@ true pairs verified, before (the fixed 12 inliers) and after (the significance t
 plausibility checks of ``streamk.verification``), measured in one run.
 
     python bench/false_verification.py [--draws 4] [--collections large,small,held-out,held-out-large]
-                                       [--per-draw]
-                                       [--show-false] [--set NAME=VALUE ...]
+                                       [--per-draw] [--show-false] [--set NAME=VALUE ...]
 
 Pairs: paris6k-subset's 250 photos with the official Paris6k ground truth
 (``streamk.verification.pairs``): *different places* are ordered pairs of positives
@@ -301,6 +300,9 @@ def held_out_draws(db, ids, full, overrides, args, false_pairs=None):
     held_out(db, ids, full, overrides, draws, f"the small collection, {args.draws} draws", false_pairs)
 
 
+FOLDS = 5  # held-out-large: the 250 photos in 5 folds, each against the other 200
+
+
 def held_out_folds(db, ids, full, overrides, false_pairs=None):
     """The held-out queries of the large collection (module docstring): each of FOLDS folds of the
     250 photos queries an index of the other photos, whose words were learned on those alone."""
@@ -311,11 +313,8 @@ def held_out_folds(db, ids, full, overrides, false_pairs=None):
     held_out(db, ids, full, overrides, folds, f"the large collection ({size} photos), {FOLDS} folds", false_pairs)
 
 
-FOLDS = 5
-
-
-def held_out(db, ids, full, overrides, collections_, title, false_pairs=None):
-    """Held-out queries against each of ``collections_`` ((label, positions in ``ids``, name of its
+def held_out(db, ids, full, overrides, selections, title, false_pairs=None):
+    """Held-out queries against each of ``selections`` ((label, positions in ``ids``, name of its
     cached words)): every other photo with an answer is a query, each photo of the collection
     verified (a superset of a search's R = 100 where the collection is larger), the verified ranked
     first by inliers. One table row per rule, pooled over the collections; ``false_pairs`` (a list)
@@ -334,7 +333,7 @@ def held_out(db, ids, full, overrides, collections_, title, false_pairs=None):
     # the fixed rule at other thresholds, from its inliers (print_thresholds): false, true verified, top 10
     at = {m: np.zeros(3, np.int64) for m in FIXED_THRESHOLDS}
     t0 = time.perf_counter()
-    for label, sel, words in collections_:
+    for label, sel, words in selections:
         held = np.setdiff1d(np.arange(len(ids)), sel)
         feats = [db[i] for i in sel]
         voc = vocabulary(words, feats)

@@ -33,11 +33,12 @@ A pair is a copy when both hold (:func:`classify_pair`):
    caption band or watermark covers a fifth of a frame at most, a heavy re-encoding
    loses sparse cells). ``min_covered`` = 0.75, "most of the smaller image": a quarter
    of the cells may be lost; two captures whose common plane covers under three quarters
-   of the smaller one are not copies. Two edits at once can lose more (a caption band and
-   a downscale to 400 px: 0.65-0.74 for 4 of 140 such copies), but the bar cannot follow
-   them down: at 0.6, photos of a person posing before the Grande Arche from one spot
-   (covered 0.61-0.73, pixels agreeing 0.90-0.97 over the covered cells, where the arch
-   is) became copies, 3 false pairs in bench/copy_detection.py's first draw.
+   of the smaller one are not copies. Two edits at once can lose more
+   (``bench/copy_detection.py --combined``: 6 of 140 copies at 0.69-0.71, a band or a crop
+   and a downscale or a heavy re-encoding), but the bar cannot follow them down: at 0.6,
+   photos of a person posing before the Grande Arche from one spot (covered 0.61-0.73,
+   pixels agreeing 0.90-0.97 over the covered cells, where the arch is) became copies, 3
+   false pairs in bench/copy_detection.py's first draw.
    *Contained*: the share of the smaller image's features (in the common frame) that the
    similarity maps inside the other image. A copy's content lies inside its source's frame
    or holds it whole (a crop, a border, a resize: 1, up to features at the very edge), so
