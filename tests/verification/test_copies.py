@@ -186,12 +186,12 @@ def test_a_panned_view_of_one_capture_is_the_same_scene(photo_case):
     """Two windows of one capture, each showing a tenth of the scene the other does not (a pan,
     or two crops): the pixels agree where they overlap, but neither holds the other, so deleting
     either loses part of the scene: same scene, never a copy."""
+    from streamk.verification import verify_geometry
+
     img = photo_case["image"]
     W, H = img.size
     left = img.crop((0, 0, int(0.9 * W), H))
     right = img.crop((int(0.1 * W), 0, W, H))
-    from streamk.verification import verify_geometry
-
     q, _, g_left = photo_case["describe"](left)
     _, s_right, g_right = photo_case["describe"](right)
     v = verify_geometry(q, [s_right], return_pairs=True)[0]

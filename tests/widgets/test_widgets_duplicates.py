@@ -9,6 +9,9 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 from helpers.copies import invalides_with_copies, sharded_copy  # noqa: E402
+
+from streamk.verification.copies import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_COVERED  # noqa: E402
+
 Image = pytest.importorskip("PIL.Image")
 
 
@@ -51,8 +54,6 @@ def test_the_whole_index_copies_grouped_other_captures_apart(index):
         assert cells[:4] == [f"{p['score']:.3f}", str(p["inliers"]), f"{100 * p['covered']:.0f} %",
                              f"{p['agreement']:.2f}"]
         assert row.count("data:image/jpeg;base64,") == 2
-    from streamk.verification.copies import DEFAULT_MIN_AGREEMENT, DEFAULT_MIN_COVERED
-
     assert all(p["agreement"] >= DEFAULT_MIN_AGREEMENT and p["covered"] >= DEFAULT_MIN_COVERED
                for p in want["pairs"] if p["class"] == "copy")
 
