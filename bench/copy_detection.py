@@ -157,14 +157,15 @@ def main(argv=None):
         idx.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    found_any = found.keys() | rfound.keys()  # upright or turned
     # each missed copy with what the report said of it and its original (the last word: its turned pass)
     said = {frozenset((stem(p["a"]), stem(p["b"]))): p for p in report["pairs"] + turned}
     missed = [(cid, kind, what, said.get(frozenset((cid, o))))
-              for cid, (o, kind, what) in made.items() if cid not in found and cid not in rfound]
+              for cid, (o, kind, what) in made.items() if cid not in found_any]
     rows = []
     for kind in kinds:
         ids = [cid for cid, (_, k, _) in made.items() if k == kind]
-        hit = sum(1 for c in ids if c in found or (c in rot and c in rfound))
+        hit = sum(1 for c in ids if c in found_any)
         rows.append((kind, len(ids), hit, f"{100 * hit / len(ids):.1f} %"))
     total = sum(r[2] for r in rows)
     rows.append(("all", len(made), total, f"{100 * total / len(made):.1f} %"))
