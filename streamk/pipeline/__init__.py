@@ -10,6 +10,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     from .encoder_training import (
         DEFAULT_DESCRIPTORS_PER_IMAGE as DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES as DEFAULT_MAX_IMAGES,
         TrainingInfo as TrainingInfo, train_encoder as train_encoder,
+        vocabulary_descriptors_per_image as vocabulary_descriptors_per_image,
     )
     from .bundled_encoder import default_encoder as default_encoder
     from .extraction import (

@@ -13,6 +13,10 @@ as ingestion (in this process, the local pool, or a Dask cluster).
    a generator seeded by ``seed`` and the file's content (the same file gives
    the same rows wherever it runs), in their stored order. Only this sample
    travels: at most ``max_images * descriptors_per_image * 128`` bytes.
+   With the visual words of local geometry (``vocabulary=True``), each worker also
+   returns a second sample for them, of :func:`vocabulary_descriptors_per_image`
+   rows: a small collection's words learn on enough descriptors to reach the
+   vocabulary's full size (the false-verification rate is measured with such words).
 3. **Embedding** (here). :meth:`Encoder.fit` on the sample, in the sampled
    images' order: k-means or the GMM, and for T-emb the whitening, exactly as
    for descriptors gathered in one process (they subsample further to their
@@ -87,26 +91,48 @@ def _run(executor, fn, items, spec, info, report, bar):
     return out
 
 
-def _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed, cache_dir, info, report, progress):
-    """(learning paths, their descriptor samples): step 2 of the module doc, on ``executor``."""
+def vocabulary_descriptors_per_image(n_images, descriptors_per_image):
+    """Descriptors per image that the visual words learn on: ``descriptors_per_image``, raised
+    so that ``n_images`` images give the default vocabulary's full learning size
+    (:attr:`Vocabulary.full_learning_size`, 131,072) where they hold that many; None: all.
+
+    The encoder's 500 an image leave a 50-photo collection 25,000 descriptors and 741 words
+    where every descriptor gives 2,887: coarser words pass more tentative matches of repeated
+    structure, and held-out queries of such indexes found a false verification in 5 of 1,222 top
+    10s, with finer words in 2 (bench/README.md section 8), for about 1 point of their mAP. Every
+    false-verification figure of the README is measured with words learned on every descriptor."""
+    if descriptors_per_image is None:
+        return None
+    need = -(-Vocabulary().full_learning_size // max(1, int(n_images)))
+    return max(int(descriptors_per_image), need)
+
+
+def _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed, cache_dir, info, report, progress,
+                        vocabulary_per_image=None):
+    """(learning paths, their descriptor samples, the samples for the visual words): step 2 of
+    the module doc, on ``executor``; without ``vocabulary_per_image`` the last is the second."""
     from tqdm.auto import tqdm
 
     spec = task_context(None, extractor, cache_dir, executor)
+    extra = () if vocabulary_per_image is None else (vocabulary_per_image,)
     with tqdm(total=len(sample), desc="learning sample", unit="img", disable=not progress) as bar:
-        got = _run(executor, sample_task, ((p, descriptors_per_image, seed) for p in sample), spec, info, report, bar)
+        got = _run(executor, sample_task, ((p, descriptors_per_image, seed, *extra) for p in sample), spec, info,
+                   report, bar)
     learning = [p for p in sample if p in got]  # the sample's order: a reproducible fit
     if not learning:
         raise EmptyDescriptorSetError("no local features in the learning images")
     sets = [got[p]["descriptors"] for p in learning]
+    vocabulary_sets = [got[p].get("vocabulary_descriptors", got[p]["descriptors"]) for p in learning]
     info.images, info.descriptors = len(sets), int(sum(len(s) for s in sets))
-    return learning, sets
+    return learning, sets, vocabulary_sets
 
 
 def learning_descriptors(paths, extractor=None, executor=None, max_images=DEFAULT_MAX_IMAGES,
                          descriptors_per_image=DEFAULT_DESCRIPTORS_PER_IMAGE, seed=0, cache_dir=None, report=None,
-                         progress=False):
+                         progress=False, vocabulary=False):
     """(descriptor sets, TrainingInfo): the seeded learning sample of :func:`train_encoder`
-    (steps 1 and 2 of the module doc), e.g. to learn a vocabulary alone."""
+    (steps 1 and 2 of the module doc); ``vocabulary``: the sample its visual words learn on
+    (:func:`vocabulary_descriptors_per_image` an image), to learn a vocabulary alone."""
     t0 = time.monotonic()
     extractor = default_extractor() if extractor is None else extractor
     sample = [os.path.abspath(p) for p in sample_images(paths, max_images, seed)]
@@ -116,9 +142,11 @@ def learning_descriptors(paths, extractor=None, executor=None, max_images=DEFAUL
     own = executor is None
     if own:
         executor = make_executor(max(1, min(default_workers(), len(sample))))
+    if vocabulary:
+        descriptors_per_image = vocabulary_descriptors_per_image(len(sample), descriptors_per_image)
     try:
-        _, sets = _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed, cache_dir, info,
-                                      report or (lambda path, reason: None), progress)
+        _, sets, _ = _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed, cache_dir, info,
+                                         report or (lambda path, reason: None), progress)
         return sets, info
     finally:
         if own:
@@ -160,13 +188,15 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
     if own:
         executor = make_executor(max(1, min(workers or default_workers(), len(sample))))
     try:
-        learning, sets = _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed, cache_dir,
-                                             info, report, progress)
+        vocabulary_per_image = vocabulary_descriptors_per_image(len(sample), descriptors_per_image)
+        learning, sets, vocabulary_sets = _sample_descriptors(
+            executor, sample, extractor, descriptors_per_image, seed, cache_dir, info, report, progress,
+            vocabulary_per_image if vocabulary and vocabulary_per_image != descriptors_per_image else None)
         if info.descriptors < config.k:
             raise ConfigError(f"{info.descriptors} learning descriptors in {len(sets)} images, "
                               f"fewer than k={config.k}")
         if vocabulary:
-            info.vocabulary = Vocabulary(seed=seed).fit(sets)
+            info.vocabulary = Vocabulary(seed=seed).fit(vocabulary_sets)
         fit_verbose = True if progress else None  # a long fit states its cost even without progress bars
         if not config.rn:
             return Encoder(config).fit(sets, verbose=fit_verbose), info
@@ -186,4 +216,4 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
 
 
 __all__ = ["DEFAULT_DESCRIPTORS_PER_IMAGE", "DEFAULT_MAX_IMAGES", "TrainingInfo", "learning_descriptors", "sample_images",
-           "train_encoder"]
+           "train_encoder", "vocabulary_descriptors_per_image"]

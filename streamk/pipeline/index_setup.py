@@ -145,7 +145,7 @@ def _train_vocabulary(train: Any, extractor: Any, *, workers: int | None, dask: 
         report(p, reason)
     with make_executor(workers, dask) as executor:
         sets, info = learning_descriptors(paths, extractor, executor, train_images, train_descriptors, seed, cache_dir,
-                                          report, progress)
+                                          report, progress, vocabulary=True)
     vocabulary = Vocabulary(seed=seed).fit(sets)
     log(f"learned {vocabulary.n_words} visual words on {info.descriptors} descriptors of {info.images} images")
     return vocabulary

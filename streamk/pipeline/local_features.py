@@ -61,7 +61,7 @@ def add_local_features(index, vocabulary=None, train_images=DEFAULT_MAX_IMAGES,
                     raise ConfigError(f"{index.path} holds no image added from a file: nothing to learn visual "
                                       "words on (pass a saved vocabulary)")
                 sets, info = learning_descriptors(paths, extractor, executor, train_images, train_descriptors, seed,
-                                                  cache_dir, report, progress)
+                                                  cache_dir, report, progress, vocabulary=True)
                 vocabulary = Vocabulary(seed=seed).fit(sets)
                 log(f"learned {vocabulary.n_words} visual words on {info.descriptors} descriptors of "
                     f"{info.images} images")

@@ -105,12 +105,16 @@ def _nonempty_features(ctx, path):
 
 def sample_task(ctx, task):
     """A seeded sample of one image's raw descriptors (uint8): ``task`` = (path,
-    descriptors per image or None, seed)."""
-    path, per_image, seed = task
+    descriptors per image or None, seed[, descriptors per image for the visual words]);
+    the last, when given, adds ``vocabulary_descriptors``, a sample of that size drawn apart."""
+    path, per_image, seed, *vocabulary_per_image = task
     try:
         f, sha = _nonempty_features(ctx, path)
-        return {"path": path, "error": None, "n": len(f),
-                "descriptors": f.descriptors[sample_rows(len(f), per_image, seed, sha)]}
+        out = {"path": path, "error": None, "n": len(f),
+               "descriptors": f.descriptors[sample_rows(len(f), per_image, seed, sha)]}
+        if vocabulary_per_image:
+            out["vocabulary_descriptors"] = f.descriptors[sample_rows(len(f), vocabulary_per_image[0], seed, sha)]
+        return out
     except Exception as exc:
         return {"path": path, "error": ImageFailure.of(exc, path)}
 

@@ -134,6 +134,12 @@ class Vocabulary:
         return hasattr(self, "fine_")
 
     @property
+    def full_learning_size(self):
+        """Learning descriptors it takes for every coarse cell to grow ``n_fine`` words (with
+        ``min_per_word`` each, on average): fewer make fewer, coarser words."""
+        return self.n_coarse * self.n_fine * self.min_per_word
+
+    @property
     def n_words(self):
         self._check_fitted()
         return int(self.fine_.shape[0])

@@ -19,7 +19,8 @@ from streamk import Encoder
 from streamk.pipeline import extract_many  # noqa: E402
 from streamk.index import StreamingIndex
 from streamk.pipeline.ingest import Ingester
-from streamk.pipeline.encoder_training import sample_images, train_encoder
+from streamk.pipeline.encoder_training import (learning_descriptors, sample_images, train_encoder,
+                                               vocabulary_descriptors_per_image)
 from streamk.pipeline.tasks import sample_rows
 from streamk.parallel import InlineExecutor
 
@@ -321,6 +322,32 @@ def test_training_sample_through_dask_matches_in_process(work, client):
     np.testing.assert_allclose(local.embedding.centroids_, remote.embedding.centroids_, atol=1e-5)
     X = ex.extract(paths[0]).descriptors
     np.testing.assert_allclose(local.encode(X), remote.encode(X), atol=1e-4)
+
+
+def test_visual_words_of_a_small_collection_learn_on_enough_descriptors(work):
+    """The encoder learns on its sample (descriptors_per_image); the visual words on enough
+    descriptors for the vocabulary's full size, here every one of 8 images' (fails when they
+    learn on the encoder's sample: fewer, coarser words)."""
+    from streamk.verification import Vocabulary
+
+    full = Vocabulary().full_learning_size
+    assert full == 64 * 64 * 32
+    for n in (1, 8, 50, 262, 263, 1000):
+        per = vocabulary_descriptors_per_image(n, 500)
+        assert per >= 500 and n * per >= full  # enough for the full size
+        assert per == 500 or n * (per - 1) < full  # and no more than it asks (rounded up per image)
+    assert vocabulary_descriptors_per_image(263, 500) == 500 and vocabulary_descriptors_per_image(8, None) is None
+    paths = sorted(str(p) for p in (work / "imgs").glob("img*.png"))
+    ex = F.make_extractor("sift")
+    sets = [ex.extract(p).descriptors for p in paths]
+    config = {"embedding": "vlad", "k": 4}
+    enc, info = train_encoder(paths, config, ex, InlineExecutor(), max_images=None, descriptors_per_image=40,
+                              vocabulary=True)
+    plain, _ = train_encoder(paths, config, ex, InlineExecutor(), max_images=None, descriptors_per_image=40)
+    assert enc.fingerprint == plain.fingerprint and info.descriptors == sum(min(len(X), 40) for X in sets)
+    assert info.vocabulary.fingerprint_ == Vocabulary(seed=0).fit(sets).fingerprint_
+    alone, _ = learning_descriptors(paths, ex, InlineExecutor(), None, 40, vocabulary=True)
+    assert [len(X) for X in alone] == [len(X) for X in sets]
 
 
 # --------------------------------------------------------------------------- the command line
