@@ -17,6 +17,8 @@ as ingestion (in this process, the local pool, or a Dask cluster).
    returns a second sample for them, of :func:`vocabulary_descriptors_per_image`
    rows: a small collection's words learn on enough descriptors to reach the
    vocabulary's full size (the false-verification rate is measured with such words).
+   It is drawn only where that is more than ``descriptors_per_image``, so it adds at
+   most about 131,072 rows (16.8 MB) in all.
 3. **Embedding** (here). :meth:`Encoder.fit` on the sample, in the sampled
    images' order: k-means or the GMM, and for T-emb the whitening, exactly as
    for descriptors gathered in one process (they subsample further to their
