@@ -44,13 +44,14 @@ from common import cpu_model, load_str, log, paris_photos, table  # noqa: E402
 
 import streamk  # noqa: E402  (thread policies before numpy's BLAS loads)
 
-# name, search keywords (None: the installed version's default)
+# name, search keywords (those left out: the imported version's defaults)
 SEARCHES = (("first stage (verify 0)", {"verify": 0, "expand": 0}),
             ("defaults", {}),
             ("verify 100, expand 5", {"verify": 100, "expand": 5}))
 
 
 def ground_truth():
+    """The official Paris6k ground truth (of the shared data)."""
     from streamk.datasets.benchmarks import default_data_dir, load_mat_ground_truth
 
     return load_mat_ground_truth(default_data_dir() / "gt" / "gnd_paris6k.mat", name="paris6k")
@@ -124,6 +125,7 @@ def main(argv=None):
     different = np.zeros((len(ids), len(ids)), bool)
     different[tuple(place_pairs(gt, ids)[1].T)] = True
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="held_out_map-"))
+    made = []  # the indexes this run built: all that is removed without --keep (never --work itself)
     version = getattr(streamk, "__version__", "?")
     log(f"streamk {version} from {Path(streamk.__file__).parent}, indexes in {work}")
     per_fold, pooled = [], {name: [] for name, _ in SEARCHES}
@@ -138,6 +140,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             if not (args.keep and index_path.exists()):
                 shutil.rmtree(index_path, ignore_errors=True)
+                made.append(index_path)
                 build(index_path, [photos[j] for j in db_positions], args.k, args.workers, default_cache_dir())
             t1 = time.perf_counter()
             aps, wrong = fold_aps(index_path, queries, db_positions, ids, positive, junk, different)
@@ -149,12 +152,15 @@ def main(argv=None):
                 false[n] += wrong[n]
     finally:
         if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+            for path in made:
+                shutil.rmtree(path, ignore_errors=True)
+            if not args.work:
+                shutil.rmtree(work, ignore_errors=True)
     n_q = len(pooled[SEARCHES[0][0]])
     rows = per_fold + [["all", n_q] + [f"{100 * np.mean(pooled[n]):.1f}" for n, _ in SEARCHES]]
     table(("held-out queries", "queries") + tuple(n for n, _ in SEARCHES), rows,
-          title=f"mAP of held-out photos, {args.collection} collection, streamk {version}, T-emb k = {args.k} + GMP, {cpu_model()}, "
-                f"load {load_str()}")
+          title=f"mAP of held-out photos, {args.collection} collection, streamk {version}, T-emb k = {args.k} + "
+                f"GMP, {cpu_model()}, load {load_str()}")
     table(("search", "false verifications in a top 10", "queries with one"),
           [(n, int(false[n][0]), int(false[n][1])) for n, _ in SEARCHES if n != SEARCHES[0][0]],
           title=f"Results of a different place marked verified in a query's top 10 ({n_q} queries)")
