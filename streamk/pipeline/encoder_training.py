@@ -116,7 +116,10 @@ def _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed
     from tqdm.auto import tqdm
 
     spec = task_context(None, extractor, cache_dir, executor)
-    extra = () if vocabulary_per_image is None else (vocabulary_per_image,)
+    # a second sample only where the words ask for more rows than the encoder's
+    larger = vocabulary_per_image is not None and descriptors_per_image is not None \
+        and vocabulary_per_image > descriptors_per_image
+    extra = (vocabulary_per_image,) if larger else ()
     with tqdm(total=len(sample), desc="learning sample", unit="img", disable=not progress) as bar:
         got = _run(executor, sample_task, ((p, descriptors_per_image, seed, *extra) for p in sample), spec, info,
                    report, bar)
@@ -190,10 +193,10 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
     if own:
         executor = make_executor(max(1, min(workers or default_workers(), len(sample))))
     try:
-        vocabulary_per_image = vocabulary_descriptors_per_image(len(sample), descriptors_per_image)
-        learning, sets, vocabulary_sets = _sample_descriptors(
-            executor, sample, extractor, descriptors_per_image, seed, cache_dir, info, report, progress,
-            vocabulary_per_image if vocabulary and vocabulary_per_image != descriptors_per_image else None)
+        vocabulary_per_image = (vocabulary_descriptors_per_image(len(sample), descriptors_per_image) if vocabulary
+                                else None)
+        learning, sets, vocabulary_sets = _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed,
+                                                              cache_dir, info, report, progress, vocabulary_per_image)
         if info.descriptors < config.k:
             raise ConfigError(f"{info.descriptors} learning descriptors in {len(sets)} images, "
                               f"fewer than k={config.k}")
