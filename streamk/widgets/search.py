@@ -20,7 +20,9 @@ the inlier pairs between the query and a chosen result. A weights view explains 
 
 import html
 import os
+import shutil
 import time
+import weakref
 from typing import NamedTuple
 
 import ipywidgets as W
@@ -70,7 +72,8 @@ class SearchApp(W.VBox):
         self.state = 0  # redraws of the result grid
         self.timings = {}
         self._suspended = False  # True while the app sets controls itself
-        self._upload_dir = None
+        self._upload_dir = None  # made at the first upload; holds the current query's upload only
+        self._remove_uploads = None  # removes that folder with the app (or at exit)
         self._query_controls()
         self._ranking_controls(self.reaggregator.index_settings(), k, len(index))
         self._second_stage_controls(bool(getattr(index, "has_local_features", False)))
@@ -262,6 +265,9 @@ class SearchApp(W.VBox):
         except Exception:
             self.query = old
             raise
+        # only the current query's upload is kept: a session of many uploads does not fill the disk
+        if old is not None and old.path != query.path and os.path.dirname(old.path) == self._upload_dir:
+            _remove_quietly(old.path)
         return self.hits
 
     def pick_query(self, i):
@@ -303,11 +309,22 @@ class SearchApp(W.VBox):
         f = self.extractor.extract_bytes(bytes(data), name)  # a bad file (or one over a limit) stops here
         if self._upload_dir is None:
             self._upload_dir = tempfile.mkdtemp(prefix="streamk-upload-")
+            self._remove_uploads = weakref.finalize(self, shutil.rmtree, self._upload_dir, True)
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in os.path.basename(str(name)))[-80:]
         path = os.path.join(self._upload_dir, f"{self.state:06d}-{safe or 'upload'}")
         with open(path, "wb") as fh:
             fh.write(bytes(data))
-        return self._set_query(QueryImage(f"upload {name}", path, f, None, frozenset()))
+        try:
+            return self._set_query(QueryImage(f"upload {name}", path, f, None, frozenset()))
+        except BaseException:
+            _remove_quietly(path)
+            raise
+
+    def close(self):
+        """Close the widgets and remove the uploads' temporary folder."""
+        if self._remove_uploads is not None:
+            self._remove_uploads()
+        super().close()
 
     def _ground_truth_of(self, path):
         """Ground truth of a file that is one of the dataset's query images, else unknown."""
@@ -509,3 +526,10 @@ class SearchApp(W.VBox):
         if (self.weights.gamma, self.weights.lam) != (s.gamma, s.lam):
             self.weights.set_params(gamma=s.gamma, lam=s.lam)
         self.weights.show(rows)
+
+
+def _remove_quietly(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass

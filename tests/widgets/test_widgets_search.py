@@ -1,6 +1,7 @@
 """SearchApp: controls changed programmatically re-rank, errors stay in the widget."""
 
 import io
+import os
 import re
 
 import numpy as np
@@ -160,6 +161,52 @@ def test_upload_path_and_id_queries(app, example):
     assert app.hits[0].id == some_id and app.query.label == f"index image {some_id}"
     app.path_text.value = "/no/such/file.jpg"
     assert "no such file" in app.errors.text and app.hits[0].id == some_id
+
+
+def test_uploads_keep_one_file_and_leave_nothing_behind(example):
+    """An upload is written to a temporary folder for the drawings; the folder holds the
+    current query's file only, and goes with the app."""
+    from streamk.widgets import SearchApp
+
+    app = SearchApp(example.index, k=3, first_query=False)
+    app.verify.value = False
+    a, b = (example.dataset.query_image_path(i) for i in (0, 1))
+    upload(app, a.name, a.read_bytes())
+    folder = app._upload_dir
+    assert app.errors.text == "" and os.listdir(folder) == [os.path.basename(app.query.path)]
+    for _ in range(3):
+        upload(app, b.name, b.read_bytes())
+        assert app.errors.text == "" and os.listdir(folder) == [os.path.basename(app.query.path)]
+    upload(app, "bad.jpg", b"not an image")  # refused: the current query and its file stay
+    assert app.errors.text and os.listdir(folder) == [os.path.basename(app.query.path)]
+    app.search_path(str(a))  # a query from a path: the upload is no longer needed
+    assert os.listdir(folder) == []
+    upload(app, a.name, a.read_bytes())
+    app.close()
+    assert not os.path.exists(folder)
+
+
+def test_upload_folder_goes_at_exit_without_close(small_example_dir, tmp_path):
+    """A notebook kernel that ends with the app open leaves no upload behind."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "app.py"
+    script.write_text(
+        "import sys\n"
+        "from streamk.demo.examples import open_example\n"
+        "from streamk.widgets import SearchApp\n"
+        "ex = open_example(directory=sys.argv[1])\n"
+        "app = SearchApp(ex.index, k=3, first_query=False)\n"
+        "app.verify.value = False\n"
+        "p = ex.dataset.query_image_path(0)\n"
+        "app.search_upload(p.name, p.read_bytes())\n"
+        "print(app._upload_dir)\n")
+    run = subprocess.run([sys.executable, str(script), str(small_example_dir)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    folder = run.stdout.strip().splitlines()[-1]
+    assert folder and "streamk-upload-" in folder and not os.path.exists(folder)
 
 
 def test_picker_covers_queries_and_index_images(app, example):
