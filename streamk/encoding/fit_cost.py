@@ -18,8 +18,10 @@ The counts (what :class:`FitCost` holds):
   the image vectors is small beside it.
 
 Seconds: each count divided by this machine's rate for that kind of work, measured
-once per process on small problems of the same kind (:func:`machine_rates`: a float64
-and a float32 GEMM, an ``eigh``; about 0.1 s). The eigendecomposition's rate at order
+on small problems of the same kind (:func:`machine_rates`: a float64 and a float32
+GEMM, an ``eigh``; about 0.1 s), again when the last measure is over
+:data:`RATES_MAX_AGE_SECONDS` old: a long-lived process (a notebook, a server) does not
+keep a rate measured while something else loaded the cores. The eigendecomposition's rate at order
 ``k d`` is taken as its rate at the measured order scaled by ``n^3``: at orders in the
 thousands LAPACK runs at least that fast, so the estimate errs long.
 
@@ -27,8 +29,8 @@ Bytes: the learned arrays as :meth:`Encoder.save` writes them (uncompressed .npz
 ``storage="float16"`` halves the big ones (:data:`FLOAT16_ARRAYS`).
 """
 
-import functools
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -41,6 +43,8 @@ EIGH_FLOPS_PER_N3 = 9.0  # syevd with eigenvectors: tridiagonal reduction, divid
 LONG_FIT_SECONDS = 10.0
 #: the learned arrays that ``storage="float16"`` stores as float16 (the k d x D whitening)
 FLOAT16_ARRAYS = ("embedding.projection_",)
+#: a measure of the machine's rates older than this is taken again (the load changes)
+RATES_MAX_AGE_SECONDS = 60.0
 _NEVER_LONG_FLOPS = 1e9  # below this a fit is short on any machine: the rates are not measured
 _NPZ_MEMBER_OVERHEAD = 256  # zip headers and the .npy header of one array, about
 
@@ -62,11 +66,26 @@ def _best_seconds(fn, repeat=3):
     return max(best, 1e-9)
 
 
-@functools.lru_cache(maxsize=1)
+_rates_lock = threading.Lock()
+_rates_cache: dict = {}  # (gemm_rows, gemm_cols, eigh_order) -> (time.monotonic() when measured, MachineRates)
+
+
 def machine_rates(gemm_rows=2048, gemm_cols=512, eigh_order=512) -> MachineRates:
-    """This machine's rates (best of 3, measured once per process): ``R^T R`` for R of
-    ``gemm_rows x gemm_cols`` in float64 and float32, and ``numpy.linalg.eigh`` of order
-    ``eigh_order``."""
+    """This machine's rates now (best of 3): ``R^T R`` for R of ``gemm_rows x gemm_cols``
+    in float64 and float32, and ``numpy.linalg.eigh`` of order ``eigh_order``; the last
+    measure is reused while under :data:`RATES_MAX_AGE_SECONDS` old."""
+    key = (int(gemm_rows), int(gemm_cols), int(eigh_order))
+    with _rates_lock:
+        hit = _rates_cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < RATES_MAX_AGE_SECONDS:
+            return hit[1]
+        rates = _measure_rates(*key)
+        _rates_cache.clear()  # one entry: the sizes are the defaults but in tests
+        _rates_cache[key] = (time.monotonic(), rates)
+        return rates
+
+
+def _measure_rates(gemm_rows, gemm_cols, eigh_order):
     rng = np.random.default_rng(0)
     R64 = rng.standard_normal((gemm_rows, gemm_cols))
     R32 = R64.astype(np.float32)
@@ -191,4 +210,4 @@ class FitProgress:
 
 
 __all__ = ["EIGH_FLOPS_PER_N3", "FLOAT16_ARRAYS", "KMEANS_ITERATIONS", "LONG_FIT_SECONDS", "FitCost", "FitProgress",
-           "MachineRates", "format_seconds", "machine_rates", "npz_bytes"]
+           "MachineRates", "RATES_MAX_AGE_SECONDS", "format_seconds", "machine_rates", "npz_bytes"]

@@ -129,3 +129,28 @@ def test_rn_on_few_images_warns_with_the_number():
     with warnings.catch_warnings():
         warnings.simplefilter("error", FewRNImagesWarning)
         Encoder(embedding="temb", k=3, rn=True, rn_components=5).fit(sets, verbose=False)  # 5 of 5: no warning
+
+
+def test_machine_rates_are_measured_again_when_old(monkeypatch):
+    """A long-lived process does not keep a rate measured at a bad moment for good."""
+    measured = []
+
+    def measure(*sizes):
+        measured.append(sizes)
+        return fit_cost.MachineRates(gemm64=float(len(measured)), gemm32=1.0, eigh=1.0, eigh_order=sizes[2])
+
+    monkeypatch.setattr(fit_cost, "_measure_rates", measure)
+    monkeypatch.setattr(fit_cost, "_rates_cache", {})
+    monkeypatch.setattr(fit_cost, "RATES_MAX_AGE_SECONDS", 3600.0)
+    first = fit_cost.machine_rates()
+    assert fit_cost.machine_rates() is first and len(measured) == 1  # fresh: reused
+    monkeypatch.setattr(fit_cost, "RATES_MAX_AGE_SECONDS", 0.0)
+    again = fit_cost.machine_rates()
+    assert len(measured) == 2 and again.gemm64 == 2.0  # old: measured again
+    small = fit_cost.machine_rates(64, 32, 16)
+    assert measured[-1] == (64, 32, 16) and small.eigh_order == 16
+
+
+def test_machine_rates_measure_this_machine():
+    r = fit_cost._measure_rates(256, 64, 32)
+    assert r.eigh_order == 32 and all(v > 0 and np.isfinite(v) for v in (r.gemm64, r.gemm32, r.eigh))
