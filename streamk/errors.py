@@ -161,6 +161,23 @@ class DatasetImageError(StreamkError, ValueError):
     http_status = 422
 
 
+class OutputFileError(StreamkError, OSError):
+    """A file streamk was asked to write (an encoder, a vocabulary, a descriptor file) cannot
+    be written at that path: no such folder, a directory there, no permission. Nothing was
+    written (an existing file there is unchanged); give a path in a folder you can write to.
+    ``path`` is kept."""
+
+    exit_code = 2
+    http_status = 400
+
+    def __init__(self, message, path=None):
+        super().__init__(message)
+        self.path = None if path is None else str(path)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0] if self.args else "", self.path))
+
+
 # --------------------------------------------------------------- streaming index (store.py, index.py)
 class NotAnIndexError(StreamkError, ValueError):
     """A path that is not a streamk index (no such directory, no LMDB data, or no streamk metadata)."""

@@ -24,6 +24,7 @@ from ..checks import as_descriptor_set
 from .embeddings import EMBEDDINGS, make_embedding, rootsift
 from ..errors import (ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError, FewRNImagesWarning,
                       NotFittedError)
+from ..files import atomic_write
 from .fit_cost import FLOAT16_ARRAYS, FitCost, FitProgress, npz_bytes
 from .postprocessing import DEFAULT_POWER, RotationNormalisation, l2_normalize, postprocess
 
@@ -351,10 +352,10 @@ class Encoder:
         from this one's by float16 rounding, and rankings change a little
         (bench/training.py, paris6k-subset, T-emb k = 16 GMP: mAP 74.19 -> 74.07, top-10
         overlap 98.7 %, 141 of 262 searches with a different top 10 or order). Default
-        float32: the encoder exactly as fitted."""
+        float32: the encoder exactly as fitted. Written whole or not at all (an existing
+        file there stays as it was on any failure: :func:`streamk.files.atomic_write`)."""
         data = self.to_bytes(storage)
-        with open(path, "wb") as fh:
-            fh.write(data)
+        atomic_write(path, lambda fh: fh.write(data), "the encoder")
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> "Encoder":

@@ -26,13 +26,13 @@ orientation in radians. :func:`keypoints_to_siftgeo` and
 """
 
 import os
-import secrets
 import stat
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DescriptorFileError, DimensionError
+from ..files import atomic_write
 
 SIFTGEO_DIM = 128
 SIFTGEO_GEOMETRY_FIELDS = ("x", "y", "scale", "angle", "mi11", "mi12", "mi21", "mi22", "cornerness")
@@ -49,31 +49,6 @@ __all__ = [
     "read_ivecs", "read_npy", "read_siftgeo", "siftgeo_to_keypoints", "write_bvecs",
     "write_descriptors", "write_fvecs", "write_ivecs", "write_npy", "write_siftgeo",
 ]
-
-
-# --------------------------------------------------------------------------- atomic writes
-def atomic_write(path, write):
-    """Call ``write(fh)`` on a temporary file beside ``path``, then rename it onto ``path``.
-
-    Readers see either the old file or the complete new one, never a partial
-    write; on any error the temporary file is removed and ``path`` is untouched.
-    The new file gets the usual permissions (0o666 less the umask).
-    """
-    path = Path(path)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # --------------------------------------------------------------------------- reading helpers
@@ -331,7 +306,7 @@ def _write_xvecs(path, X, kind):
     if n:
         out[:, :4] = np.full(n, d, "<i4").view(np.uint8).reshape(n, 4)
         out[:, 4:] = np.ascontiguousarray(V).view(np.uint8).reshape(n, -1)
-    atomic_write(path, lambda fh: fh.write(out.tobytes()))
+    atomic_write(path, lambda fh: fh.write(out.tobytes()), "the descriptor file")
 
 
 def write_fvecs(path, X):
@@ -376,7 +351,7 @@ def write_siftgeo(path, descriptors, geometry=None):
         out[:, :36] = np.ascontiguousarray(G).view(np.uint8).reshape(n, 36)
         out[:, 36:40] = np.full(n, SIFTGEO_DIM, "<i4").view(np.uint8).reshape(n, 4)
         out[:, 40:] = D.reshape(n, SIFTGEO_DIM)
-    atomic_write(path, lambda fh: fh.write(out.tobytes()))
+    atomic_write(path, lambda fh: fh.write(out.tobytes()), "the descriptor file")
 
 
 def write_npy(path, X):
@@ -384,7 +359,7 @@ def write_npy(path, X):
     X = _as_2d(X, "npy writer")
     if X.dtype.kind == "f" and not np.isfinite(X).all():
         raise DescriptorFileError("npy writer: NaN or infinite values cannot be stored")
-    atomic_write(path, lambda fh: np.save(fh, np.ascontiguousarray(X), allow_pickle=False))
+    atomic_write(path, lambda fh: np.save(fh, np.ascontiguousarray(X), allow_pickle=False), "the descriptor file")
 
 
 # --------------------------------------------------------------------------- by extension

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..encoding import Encoder, embedding_spec
 from ..errors import ConfigError, EmptyDescriptorSetError, IndexExistsError
+from ..files import check_output_file
 from ..features import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS, make_extractor
 from ..index import VECTOR_DTYPES, ShardedIndex, StreamingIndex
 from ..parallel import make_executor
@@ -59,6 +60,11 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
         raise ConfigError(f"vector dtype must be one of {VECTOR_DTYPES}, got {vector_dtype!r}")
     if dask is not None and workers is not None:
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
+    if save_encoder is not None:
+        if train is None:
+            raise ConfigError("--save-encoder saves the encoder trained with --train: give --train IMAGES (a given "
+                              "--encoder is already a file)")
+        check_output_file(save_encoder, "the encoder")  # before the fit, not after it
     ex = make_extractor(extractor, max_side=max_side, max_features=max_features,
                         max_file_size=max_file_size, max_pixels=max_pixels)
     words = Vocabulary.load(vocabulary) if vocabulary is not None and local_features else None
@@ -82,7 +88,7 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
         enc, learned = _train_encoder(train, config, f"{embedding} k={k} ({aggregation})", ex,
                                       local_features and words is None, **training)
         words = words or learned
-        if save_encoder:
+        if save_encoder is not None:
             enc.save(save_encoder)
     _create_empty(path, enc, shards, dask, vector_dtype=vector_dtype, extractor=ex,
                   store_extras=store_extras, vocabulary=words, indexed_fields=indexed_fields)

@@ -44,6 +44,7 @@ import zlib
 import numpy as np
 
 from ..encoding import rootsift
+from ..files import atomic_write
 from . import _vocabulary_kernels as _k
 from ..errors import (ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError, NotFittedError,
                       VocabularyFileError)
@@ -352,10 +353,10 @@ class Vocabulary:
         return voc
 
     def save(self, path):
-        """Write :meth:`to_bytes` to ``path`` (.npz with a JSON header; no pickle)."""
+        """Write :meth:`to_bytes` to ``path`` (.npz with a JSON header; no pickle), whole or
+        not at all (:func:`streamk.files.atomic_write`)."""
         data = self.to_bytes()
-        with open(path, "wb") as fh:
-            fh.write(data)
+        atomic_write(path, lambda fh: fh.write(data), "the vocabulary")
 
     @classmethod
     def load(cls, path):

@@ -115,6 +115,30 @@ def test_create_with_train(work, tmp_path, capsys):
         assert idx.extractor().name == "sift"
 
 
+def test_save_encoder_to_a_bad_path_is_refused_before_the_fit(work, tmp_path, capsys, monkeypatch):
+    """A fit can take minutes: where its encoder goes is checked first, one line, nothing made."""
+    from streamk.pipeline import index_setup
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the encoder was fitted before its path was checked")
+
+    monkeypatch.setattr(index_setup, "train_encoder", no_fit)
+    ix = tmp_path / "ix"
+    base = ["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--vocab-size", "4",
+            "--embedding", "vlad", "--workers", "1"]
+    (tmp_path / "taken").mkdir()
+    for bad, said in ((tmp_path / "missing" / "e.npz", "does not exist"), (tmp_path / "taken", "is a folder")):
+        assert main([*base, "--save-encoder", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("streamk: error: cannot write the encoder to ") and said in err
+        assert not ix.exists() and not (tmp_path / "missing").exists()
+    # without --train there is no encoder to save: said, not ignored
+    assert main(["index", "create", str(ix), "--encoder", str(work / "enc.npz"), "--save-encoder",
+                 str(tmp_path / "e.npz")]) == 2
+    assert "--save-encoder saves the encoder trained with --train" in capsys.readouterr().err
+    assert not ix.exists() and not (tmp_path / "e.npz").exists()
+
+
 def test_ingest_resume_and_search(work, tmp_path, capsys):
     ix = tmp_path / "ix"
     create(ix, work)

@@ -1,0 +1,84 @@
+"""Writing a file a user keeps (an encoder, a vocabulary, a descriptor file): whole or not
+at all, and a bad path said before the work that fills it.
+
+:func:`atomic_write` writes to a temporary file beside the target and renames it onto
+the target, so that a reader (or a later run) sees the old file or the complete new one,
+never a partial write: Ctrl-C, a full disk or a crash in the middle leaves an existing
+file as it was. Its failures are named: :class:`~streamk.errors.DiskFullError` when the
+disk (or a quota, or the file size limit) is full, :class:`~streamk.errors.OutputFileError`
+when the path cannot take a file. :func:`check_output_file` makes the second check before
+a long computation whose result goes there (``index create --train --save-encoder``).
+"""
+
+import errno
+import os
+import secrets
+from pathlib import Path
+
+from .errors import DiskFullError, OutputFileError
+
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+__all__ = ["atomic_write", "check_output_file"]
+
+
+def check_output_file(path, what="the file"):
+    """The Path ``path``, once a file can be written there: its folder exists and is a
+    folder this process may write to, and ``path`` is not a folder; else OutputFileError."""
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        raise OutputFileError(f"cannot write {what} to {path}: it is a folder; give a file name (e.g. "
+                              f"{path / 'encoder.npz'})", path)
+    if not folder.is_dir():
+        reason = "is not a folder" if folder.exists() else "does not exist"
+        raise OutputFileError(f"cannot write {what} to {path}: the folder {folder} {reason}; make it first, or "
+                              f"give a path in an existing folder", path)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputFileError(f"cannot write {what} to {path}: no permission to write in {folder}; give a path "
+                              f"in a folder you can write to", path)
+    return path
+
+
+def atomic_write(path, write, what="the file"):
+    """Call ``write(fh)`` on a temporary file beside ``path``, then rename it onto ``path``.
+
+    Readers see either the old file or the complete new one, never a partial
+    write; on any error the temporary file is removed and ``path`` is untouched.
+    The new file gets the usual permissions (0o666 less the umask). A full disk
+    raises DiskFullError, a path that cannot take a file OutputFileError.
+    """
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:
+        check_output_file(path, what)  # the reason in words, when it is the path's
+        raise _named(exc, path, what) from exc
+    try:
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            if isinstance(exc, (DiskFullError, OutputFileError)):
+                raise
+            raise _named(exc, path, what) from exc
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _named(exc, path, what):
+    if exc.errno in _FULL:
+        return DiskFullError(f"cannot write {what} to {path}: {exc.strerror or exc}; nothing was written (an "
+                             f"existing file there is unchanged): free space and run it again", path)
+    if isinstance(exc, IsADirectoryError):
+        return OutputFileError(f"cannot write {what} to {path}: it is a folder; give a file name", path)
+    return OutputFileError(f"cannot write {what} to {path}: {exc.strerror or exc}; nothing was written (an "
+                           f"existing file there is unchanged): give a path in a folder you can write to", path)
