@@ -4,7 +4,8 @@
 beside a source checkout). ``XDG_CACHE_HOME`` (default ``~/.cache``): the feature cache lives in
 ``$XDG_CACHE_HOME/streamk/features``, the notebooks' example collections in
 ``$XDG_CACHE_HOME/streamk/examples``. ``STREAMK_DASK_TIMEOUT``: seconds to wait for a
-Dask scheduler to answer (default 10).
+Dask scheduler to answer (default 10). ``STREAMK_FEATURE_CACHE_MAX_BYTES``: the feature
+cache's bound (default 5 GiB; 0: none; :class:`streamk.features.FeatureCache`).
 """
 
 import os

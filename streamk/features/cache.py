@@ -4,14 +4,42 @@ processes; and the features of one image file through it."""
 import hashlib
 import json
 import os
+import random
+import time
 import warnings
 from pathlib import Path
 
 from ..errors import ConfigError
-from .descriptor_files import atomic_write
+from ..files import atomic_write
 from .extractors import Extractor, default_extractor
 from .images import MAX_PIXELS, check_pixels
 from .local_features import Features, crop_to_box, features_from_npz, save_features
+
+#: the feature cache's default size bound (ccache's default): an image's features take ~250 kB
+#: (1024 px, Hessian-affine), so ~20,000 images; an index of a million would otherwise leave
+#: ~250 GB in the home folder
+DEFAULT_MAX_BYTES = 5 * 2 ** 30
+#: the environment variable that sets the bound for every process (bytes; 0: no bound)
+MAX_BYTES_ENV = "STREAMK_FEATURE_CACHE_MAX_BYTES"
+#: a trim leaves the cache at this share of its bound (the next trims are not back to back)
+TRIM_TO = 0.9
+_TRIM_EVERY = 1 / 32  # of the bound written, on average, between two size checks
+_STALE_TMP_SECONDS = 3600.0  # a temporary file this old was left by a killed process
+
+
+def max_bytes_from_env():
+    """The bound :data:`MAX_BYTES_ENV` sets (bytes, 0: none), else :data:`DEFAULT_MAX_BYTES`."""
+    raw = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError(f"{MAX_BYTES_ENV} must be a number of bytes (0: no bound), got {raw!r}")
+    return value
+
 
 class FeatureCache:
     """Features on disk, keyed by the image's content (sha256 of the file bytes) and the
@@ -22,10 +50,23 @@ class FeatureCache:
     atomically (temporary file + ``os.replace``) as plain .npz (no pickle), so
     several processes may share one cache. A corrupt or mismatched entry is a
     miss and is overwritten. ``hits`` and ``misses`` count lookups in this process.
+
+    Bounded: ``max_bytes`` (default :data:`DEFAULT_MAX_BYTES`, or the environment's
+    :data:`MAX_BYTES_ENV`; 0: no bound). The entries least recently used (a hit renews
+    an entry's time) are removed down to :data:`TRIM_TO` of the bound by :meth:`trim`,
+    which a put runs with the probability of its bytes over 1/32 of the bound: a size
+    check per 1/32 of the bound written, on average, by all the processes that share the
+    folder, however short-lived, and each check reads the entries of a cache that is
+    itself bounded. Between checks the cache may pass its bound by about that much.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory, max_bytes=None):
         self.directory = Path(directory)
+        if max_bytes is None:
+            max_bytes = max_bytes_from_env()
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ConfigError(f"max_bytes must be a number of bytes >= 0 (0: no bound), got {max_bytes!r}")
+        self.max_bytes = max_bytes
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -64,6 +105,10 @@ class FeatureCache:
             self.misses += 1
             return None
         self.hits += 1
+        try:
+            os.utime(path)  # recently used: the last to be trimmed
+        except OSError:
+            pass
         return features
 
     def put(self, content_sha256, extractor, features):
@@ -76,6 +121,64 @@ class FeatureCache:
             atomic_write(pfile, lambda fh: fh.write(text))
         path.parent.mkdir(parents=True, exist_ok=True)
         save_features(path, features, {"sha256": content_sha256, "params_digest": digest})
+        if self.max_bytes and random.random() < path.stat().st_size / (_TRIM_EVERY * self.max_bytes):
+            self.trim()
+
+    def _files(self):
+        """[(mtime, bytes, path)] of the entries and of temporary files left by killed
+        processes (``<digest>/<sha[:2]>/``), and the bytes of the fresh temporary files."""
+        found, busy, stale = [], 0, time.time() - _STALE_TMP_SECONDS
+        for top in _subdirs(self.directory):
+            for sub in _subdirs(top):
+                try:
+                    it = list(os.scandir(sub))
+                except OSError:
+                    continue
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:  # removed meanwhile
+                        continue
+                    if e.name.endswith(".npz") or (e.name.endswith(".tmp") and st.st_mtime < stale):
+                        found.append((st.st_mtime, st.st_size, e.path))
+                    elif e.name.endswith(".tmp"):
+                        busy += st.st_size
+        return found, busy
+
+    def size(self):
+        """(entries, bytes) the cache holds now."""
+        found, busy = self._files()
+        return len(found), sum(f[1] for f in found) + busy
+
+    def trim(self, max_bytes=None):
+        """Remove the least recently used entries until the cache holds at most
+        :data:`TRIM_TO` of ``max_bytes`` (default: its bound; 0 empties it) when it holds
+        more than ``max_bytes``. Returns (entries, bytes) removed. Safe while other
+        processes read and write: an entry removed under a reader is a miss."""
+        bound = self.max_bytes if max_bytes is None else int(max_bytes)
+        found, busy = self._files()
+        total = sum(f[1] for f in found) + busy
+        if bound and total <= bound:
+            return 0, 0
+        goal = int(TRIM_TO * bound)
+        removed = freed = 0
+        for _, nbytes, path in sorted(found):
+            if total - freed <= goal:
+                break
+            try:
+                os.remove(path)
+            except OSError:  # removed by another process, or not ours to remove
+                continue
+            removed += 1
+            freed += nbytes
+        return removed, freed
+
+
+def _subdirs(path):
+    try:
+        return [e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
 
 
 def _as_cache(cache):
@@ -132,4 +235,5 @@ def image_features(path, extractor, box=None, cache=None):
     return data, f
 
 
-__all__ = ["FeatureCache", "extract", "features_of_bytes", "image_features"]
+__all__ = ["DEFAULT_MAX_BYTES", "MAX_BYTES_ENV", "FeatureCache", "extract", "features_of_bytes", "image_features",
+           "max_bytes_from_env"]

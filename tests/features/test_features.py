@@ -15,6 +15,7 @@ from PIL import Image  # noqa: E402
 
 from helpers.images import blobs  # noqa: E402
 from streamk import features as F  # noqa: E402
+from streamk.features import cache as feature_cache  # noqa: E402
 from streamk.pipeline import extract_many, iter_extract  # noqa: E402
 from streamk.errors import (ConfigError, DescriptorFileError, DimensionError,  # noqa: E402
                             ImageReadError, StreamkError)
@@ -519,3 +520,77 @@ def test_without_pyhesaff_the_default_falls_back_to_opencv_with_a_warning(monkey
     with pytest.raises(ExtractorUnavailableError):
         F.make_extractor("hesaff")  # asked for by name: no silent substitute
     assert "hesaff" not in F.available_extractors()
+
+
+# --------------------------------------------------------------------------- the cache's bound
+def _entry(cache, i, nbytes=10_000, mtime=None):
+    """A file where the entry of content i would be, of nbytes, last used at mtime."""
+    path = cache.directory / "0123456789abcdef" / f"{i:02x}"[:2] / f"{i:064x}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * nbytes)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_cache_trim_removes_the_least_recently_used_down_to_its_share(tmp_path):
+    cache = F.FeatureCache(tmp_path / "cache", max_bytes=100_000)
+    paths = [_entry(cache, i, mtime=1_000_000 + i) for i in range(12)]  # 120 kB over 100 kB
+    stale = paths[0].parent / ".x.npz.1.ab.tmp"
+    stale.write_bytes(b"y" * 5_000)
+    os.utime(stale, (1, 1))  # left by a process killed long ago: trimmed first
+    fresh = paths[0].parent / ".z.npz.2.cd.tmp"
+    fresh.write_bytes(b"z" * 5_000)  # a write under way: counted, never removed
+    assert cache.size() == (13, 130_000)
+    removed, freed = cache.trim()
+    left = sorted(p for p in paths if p.exists())
+    assert not stale.exists() and fresh.exists()
+    assert left == paths[-8:] and (removed, freed) == (5, 45_000)  # the oldest went: 85 kB <= 0.9 x 100 kB
+    assert cache.trim() == (0, 0)  # under the bound: nothing
+    assert cache.trim(max_bytes=0)[0] == 8 and cache.size() == (0, 5_000)  # 0: emptied
+
+
+@needs_sift
+def test_a_bounded_cache_keeps_what_is_used(tmp_path, images):
+    """Puts past the bound trim the cache; a hit renews an entry, so it stays."""
+    import hashlib
+    import time
+
+    ex = F.OpenCVSift()
+    a, b, c = (images[n] for n in sorted(images)[:3])
+    probe = F.FeatureCache(tmp_path / "probe", max_bytes=0)
+    sizes = []
+    for p in (a, b, c):
+        F.extract(p, ex, cache=probe)
+        sizes.append(probe.entry_path(hashlib.sha256(p.read_bytes()).hexdigest(), ex).stat().st_size)
+    bound = int((sizes[0] + sizes[2]) / feature_cache.TRIM_TO) + 1  # a and c fit after a trim, not b too
+    assert sizes[0] + sizes[1] <= bound < sum(sizes)  # the images' sizes allow the test
+    cache = F.FeatureCache(tmp_path / "cache", max_bytes=bound)
+    F.extract(a, ex, cache=cache)
+    F.extract(b, ex, cache=cache)
+    time.sleep(0.05)
+    F.extract(a, ex, cache=cache)  # a hit: a is now the most recently used
+    assert cache.hits == 1
+    time.sleep(0.05)
+    F.extract(c, ex, cache=cache)  # over the bound: b, the least recently used, goes
+    assert cache.size() == (2, sizes[0] + sizes[2])
+    F.extract(a, ex, cache=cache)
+    F.extract(c, ex, cache=cache)
+    assert cache.hits == 3
+    F.extract(b, ex, cache=cache)  # trimmed: a miss
+    assert cache.hits == 3 and cache.misses == 4
+
+
+def test_cache_bound_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(feature_cache.MAX_BYTES_ENV, "12345")
+    assert F.FeatureCache(tmp_path / "a").max_bytes == 12345
+    monkeypatch.setenv(feature_cache.MAX_BYTES_ENV, "0")
+    assert F.FeatureCache(tmp_path / "a").max_bytes == 0
+    monkeypatch.delenv(feature_cache.MAX_BYTES_ENV)
+    assert F.FeatureCache(tmp_path / "a").max_bytes == feature_cache.DEFAULT_MAX_BYTES == 5 * 2 ** 30
+    for bad in ("5G", "-1", "x"):
+        monkeypatch.setenv(feature_cache.MAX_BYTES_ENV, bad)
+        with pytest.raises(ConfigError, match=feature_cache.MAX_BYTES_ENV):
+            F.FeatureCache(tmp_path / "a")
+    with pytest.raises(ConfigError):
+        F.FeatureCache(tmp_path / "a", max_bytes=-5)
