@@ -42,7 +42,8 @@ sent to the workers as they are found, a bounded number at a time):
    transaction (or sooner, every ``commit_interval`` seconds), through the same
    checks as :meth:`StreamingIndex.add`: each image is either fully stored or
    not at all; content already stored under another id (a copy of a file, or
-   the same content twice in this run) is counted as *skipped existing*. A
+   the same content twice in this run) is not added: each such file is reported
+   with the id that holds its bytes, and counted apart (``same_content``). A
    crash loses at most the uncommitted batch -- the next run skips everything
    committed.
 
@@ -185,6 +186,7 @@ class IngestStats:
     processed: int = 0  # files looked at (for the rate)
     near_duplicates: list[tuple[str, str, str, float]] = field(default_factory=list)  # (path, id, existing id, score)
     skipped_near_duplicates: int = 0
+    same_content: int = 0  # files not added: their bytes are already indexed under another id (each reported)
 
     @property
     def n_failed(self) -> int:
@@ -194,7 +196,8 @@ class IngestStats:
         rate = self.processed / self.seconds if self.seconds > 0 else 0.0
         near = (f", {self.skipped_near_duplicates} near-duplicates skipped" if self.skipped_near_duplicates
                 else f", {len(self.near_duplicates)} near-duplicates" if self.near_duplicates else "")
-        return (f"added {self.added}, skipped {self.existing} existing{near}, failed {self.n_failed} "
+        same = f" and {self.same_content} with the bytes of another id" if self.same_content else ""
+        return (f"added {self.added}, skipped {self.existing} existing{same}{near}, failed {self.n_failed} "
                 f"({self.seconds:.1f} s, {rate:.2f} images/s)")
 
 
@@ -431,6 +434,16 @@ class Ingester:
             self.stats.existing += 1
         self._tick()
 
+    def _same_content(self, path, exc):
+        self.stats.failed.pop(str(path), None)
+        self.stats.processed += 1
+        self.stats.same_content += 1
+        self._seen[str(path)] = _stat_sig(path)
+        if self._bar is not None:
+            self._bar.clear()
+        self.report(str(path), f"the same bytes are already indexed as {exc.existing_id!r}; not added as {exc.id!r}")
+        self._tick()
+
     def _tick(self):
         if self._bar is not None:
             self._bar.update(1)
@@ -493,8 +506,8 @@ class Ingester:
                 exc = out if isinstance(out, Exception) else None
                 if exc is None:
                     self._ok(path, out, enc.key.decode())
-                elif isinstance(exc, DuplicateError):  # same content under another id
-                    self._ok(path, "exists")
+                elif isinstance(exc, DuplicateError):  # same content under another id: said, not added
+                    self._same_content(path, exc)
                 else:
                     self._fail(path, describe(exc))
 
@@ -744,8 +757,9 @@ def _interrupted(ing, exc):
     name, code = ("SIGTERM", Terminated.exit_code) if isinstance(exc, Terminated) else ("SIGINT", 130)
     left, exact = ing.not_ingested()
     st = ing.stats
+    same = f" and {st.same_content} with the bytes of another id" if st.same_content else ""
     return IngestInterruptedError(
-        f"interrupted by {name}: added {st.added}, skipped {st.existing} existing, failed {st.n_failed}; "
+        f"interrupted by {name}: added {st.added}, skipped {st.existing} existing{same}, failed {st.n_failed}; "
         f"{'' if exact else 'at least '}{left} not ingested; run the same command again to resume",
         stats=st, left=left, left_exact=exact, exit_code=code)
 

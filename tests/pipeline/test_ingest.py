@@ -191,7 +191,12 @@ def test_ingest_same_id_other_content_and_duplicates(work, tmp_path, capsys):
     import shutil
     shutil.copy(a / "x.png", a / "z_copy.png")  # same content twice in one run
     assert main(["ingest", str(ix), str(a), "--workers", "1", "--no-progress"]) == 0
-    assert "added 1, skipped 1 existing, failed 0" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "added 1, skipped 0 existing and 1 with the bytes of another id, failed 0" in cap.out
+    assert f"streamk: skipped {a / 'z_copy.png'}: the same bytes are already indexed as 'x.png'; not added as " \
+           f"'z_copy.png'" in cap.err  # said: a search by its name would find nothing
+    assert main(["ingest", str(ix), str(a), "--workers", "1", "--no-progress"]) == 0  # a rerun: the same account
+    assert "added 0, skipped 1 existing and 1 with the bytes of another id, failed 0" in capsys.readouterr().out
     b = tmp_path / "b"
     textured(str(b / "x.png"), 2)  # same id, other content: reported, stored one untouched
     with StreamingIndex.open(ix) as idx:
