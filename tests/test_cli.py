@@ -579,3 +579,27 @@ def test_index_create_train_shows_progress_in_a_log(work, tmp_path, capsys, monk
     assert "\r" not in err
     bars = [line for line in err.splitlines() if "|" in line and "%" in line]
     assert bars and any("6/6" in line for line in bars), err
+
+
+def test_cache_info_and_trim(tmp_path, capsys, monkeypatch):
+    """``streamk cache info`` says what the feature cache holds and its bound; ``trim``
+    removes the least recently used down to 90 % of a bound (0: all)."""
+    cache = tmp_path / "features"
+    assert main(["cache", "info", "--cache", str(cache)]) == 0
+    assert "no feature cache" in capsys.readouterr().out
+    for i in range(10):  # ten entries of 1,000 bytes, entry i last used at time 1e6 + i
+        p = cache / "0123456789abcdef" / "ab" / f"{i:064x}.npz"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"x" * 1000)
+        os.utime(p, (1e6 + i, 1e6 + i))
+    monkeypatch.setenv("STREAMK_FEATURE_CACHE_MAX_BYTES", "0")
+    assert main(["cache", "info", "--cache", str(cache)]) == 0
+    assert "10 images' features, 0.0 MB (no bound;" in capsys.readouterr().out
+    assert main(["cache", "trim", "--cache", str(cache), "--max-bytes", "5000"]) == 0
+    assert capsys.readouterr().out.startswith("removed 6 images' features (0.0 MB); 4 left")
+    assert sorted(p.name[-6:-4] for p in (cache / "0123456789abcdef" / "ab").iterdir()) == ["06", "07", "08", "09"]
+    assert main(["cache", "trim", "--cache", str(cache), "--max-bytes", "0"]) == 0
+    assert "; 0 left" in capsys.readouterr().out
+    monkeypatch.setenv("STREAMK_FEATURE_CACHE_MAX_BYTES", "lots")
+    assert main(["cache", "info", "--cache", str(cache)]) == 2
+    assert "STREAMK_FEATURE_CACHE_MAX_BYTES must be a number of bytes" in capsys.readouterr().err

@@ -3,7 +3,7 @@ and calling one library function per command.
 
 ``experiments`` (``streamk demo``, ``streamk eval``, ``streamk datasets download``),
 ``index_commands`` (``streamk index ...``), ``ingest``, ``search`` (``streamk search``,
-``streamk duplicates``), ``serve``; ``options`` and ``defaults`` hold what they share,
+``streamk duplicates``), ``serve``, ``cache`` (``streamk cache info|trim``); ``options`` and ``defaults`` hold what they share,
 ``running`` how a command ends (errors, exit statuses, signals), ``startup`` Numba's start
 without SciPy's linear algebra package.
 
@@ -15,6 +15,7 @@ start in the time of Python itself.
 import argparse
 
 from .. import __version__
+from .cache import add_cache_command
 from .experiments import add_experiment_commands
 from .index_commands import add_index_commands
 from .ingest import add_ingest_command
@@ -42,6 +43,7 @@ def build_parser():
     add_ingest_command(sub)
     add_search_commands(sub)
     add_serve_command(sub)
+    add_cache_command(sub)
     return parser
 
 
