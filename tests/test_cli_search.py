@@ -369,3 +369,22 @@ def test_nprobe_on_an_index_without_a_codec_is_one_note_and_the_same_answer(phot
     assert status == 0 and plain.rstrip("\n") in out
     assert err.splitlines() == ["streamk: note: nprobe=32 has no effect: this index has no trained codec, so every "
                                 "search is exact (streamk index train makes one)"], err
+
+
+def test_a_sideways_tagged_photo_is_searched_upright(photos, ix, tmp_path, capsys):
+    """A phone's portrait photo: pixels stored turned a quarter, an EXIF tag saying so. The
+    index turns it upright first (features version 3): it finds the photo, verified, under a
+    map that turns nothing. (OpenCV SIFT, these tests' extractor, would match it turned too;
+    Hessian-affine, the default, is upright and would not: tests/features/test_orientation.py.)"""
+    from PIL import Image
+
+    img = Image.open(photos["paths"][2]).convert("L")
+    stored = img.transpose(Image.Transpose.ROTATE_90)  # a viewer turns it back: Orientation 6
+    exif = stored.getexif()
+    exif[0x0112] = 6
+    q = tmp_path / "portrait.jpg"
+    stored.save(q, "JPEG", quality=95, exif=exif)
+    assert main(["search", str(ix), str(q), "-k", "1", "--json"]) == 0
+    hit = json.loads(capsys.readouterr().out)[0]
+    assert hit["id"] == "p2" and hit["verified"]
+    np.testing.assert_allclose(np.asarray(hit["affine"])[:, :2], np.eye(2), atol=0.05)  # upright, same scale

@@ -109,8 +109,9 @@ def describe_index(idx):
     config, vocabulary = idx.encoder.config, idx.vocabulary
     info["encoder"] = {"embedding": config.embedding, "k": config.k, "aggregation": config.aggregation,
                        "dimension": idx.encoder.dim, "power": config.power, "rn": config.rn}
-    params = idx.extractor().params()
-    info["extractor"] = {"name": params["extractor"], **params["options"]}
+    ex = idx.extractor()
+    params = ex.params()
+    info["extractor"] = {"name": params["extractor"], **params["options"], "exif_orientation": ex.orients}
     info["local_features"] = vocabulary is not None
     info["vocabulary"] = None if vocabulary is None else {"words": vocabulary.n_words, "coarse": vocabulary.n_coarse}
     info["disk_bytes"] = disk_bytes(idx.path)
@@ -150,7 +151,9 @@ def info_lines(info):
     lines += [("encoder", (f"{enc['embedding']} k={enc['k']}, {enc['aggregation']}, dimension {enc['dimension']:,}"
                            f" (power-law {enc['power']:g}{rn})")),
               ("extractor", (f"{ex['name']}, long side {ex.get('max_side') or 'full'} px, "
-                             f"at most {ex.get('max_features') or 'all'} features an image")),
+                             f"at most {ex.get('max_features') or 'all'} features an image, "
+                             + ("photos turned upright by their EXIF orientation" if ex.get("exif_orientation")
+                                else "pixels as stored (made before streamk applied the EXIF orientation)"))),
               ("local features", "no (no second stage: streamk index add-local-features adds it)" if voc is None
                else f"yes, a vocabulary of {voc['words']:,} visual words ({voc['coarse']} coarse cells)"),
               ("codec", info["codec"] or "none (exact search; streamk index train fits a PQ codec)")]

@@ -151,10 +151,12 @@ DEFAULT_LEARNING = {"oxford5k": "paris6k", "oxford105k": "paris6k", "roxford5k":
 def dataset_features(dataset, extractor=None, cache_dir=None, workers=None, progress=True):
     """(database Features, query Features) of a dataset, the queries as its protocol
     says (box crop for Oxford/Paris). A database image that cannot be read is an error
-    (the protocol needs all)."""
-    from ..features import crop_to_box
+    (the protocol needs all). Images as stored, without their EXIF turn: the protocols'
+    query boxes are in the stored pixel grid (:func:`streamk.features.stored_pixels`)."""
+    from ..features import crop_to_box, default_extractor, stored_pixels
     from ..pipeline import extract_many
 
+    extractor = stored_pixels(default_extractor() if extractor is None else extractor)
     paths = [dataset.image_path(i) for i in range(dataset.n_images)]
     qpaths = [dataset.query_image_path(q) for q in dataset.queries]
     feats, errors = extract_many(list(dict.fromkeys(paths + qpaths)), extractor, cache_dir, workers, progress)

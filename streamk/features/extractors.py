@@ -58,7 +58,13 @@ from .local_features import DESCRIPTOR_DIM, KEYPOINT_COLUMNS, Features
 #: 2: a JPEG larger than ``max_side`` is reduced by libjpeg while decoding. With
 #: ``max_side=None`` nothing differs from 1, which :meth:`Extractor.params` then reports
 #: (features at full resolution, their caches and indexes, stay valid).
-FEATURES_VERSION = 2
+#: 3: an image is turned upright for its EXIF orientation before anything else
+#: (:mod:`streamk.features.images`): a phone's portrait photo, stored sideways with a tag,
+#: matches a landscape photo of the scene. An index keeps the version it was made with.
+FEATURES_VERSION = 3
+#: the features version of the evaluation datasets' extractors: their query boxes are
+#: given in the stored pixel grid, so no EXIF turn (version 2's decoding)
+STORED_PIXELS_VERSION = 2
 DEFAULT_EXTRACTOR = "hesaff"
 #: Default long side (pixels) images are reduced to before detection: the Oxford/Paris images' size.
 DEFAULT_MAX_SIDE = 1024
@@ -90,7 +96,12 @@ class Extractor:
     """
 
     name = "base"
-    features_version = FEATURES_VERSION  # 1: an index's extractor of version 1 decodes JPEGs whole
+    features_version = FEATURES_VERSION  # 1: decodes JPEGs whole; 2: no EXIF turn (an index's of that version)
+
+    @property
+    def orients(self):
+        """Whether images are turned upright for their EXIF orientation (version 3 on)."""
+        return self.features_version >= 3
 
     def __init__(self, max_side=DEFAULT_MAX_SIDE, max_features=DEFAULT_MAX_FEATURES, *,
                  max_file_size=MAX_FILE_SIZE, max_pixels=MAX_PIXELS):
@@ -125,7 +136,9 @@ class Extractor:
         Store this next to an index so that queries are described the same way;
         :func:`extractor_from_params` rebuilds the extractor.
         """
-        version = self.features_version if self.max_side is not None else 1
+        version = self.features_version
+        if self.max_side is None and version == 2:
+            version = 1  # the same decoding at full resolution
         return {"extractor": self.name, "options": self.options(), "versions": self.versions(),
                 "features_version": version}
 
@@ -154,7 +167,7 @@ class Extractor:
         """Features of an image file's bytes (``path`` names it in errors): the pixel
         limit checked on the header, a JPEG reduced while decoding (see the module doc)."""
         small, size = decode_gray_scaled(data, path, self.max_side, self.max_pixels,
-                                         draft=self.features_version >= 2)
+                                         draft=self.features_version >= 2, orient=self.orients)
         return self._extract(small, size)
 
     def read(self, path):
@@ -385,6 +398,19 @@ def default_extractor(**options):
     return make_extractor(None, **options)
 
 
+def stored_pixels(extractor):
+    """``extractor`` as it reads an evaluation dataset: images as stored, without their EXIF
+    turn (the datasets' query boxes are in the stored pixel grid); the same extractor when
+    it does not turn them."""
+    import copy
+
+    if extractor is None or not extractor.orients:
+        return extractor
+    ex = copy.copy(extractor)
+    ex.features_version = STORED_PIXELS_VERSION
+    return ex
+
+
 def extractor_from_params(params):
     """Rebuild an extractor from :meth:`Extractor.params` (e.g. stored beside an index).
 
@@ -398,8 +424,14 @@ def extractor_from_params(params):
     options.setdefault("max_side", None)  # absent: stored before the defaults (full resolution)
     options.setdefault("max_features", None)
     ex = make_extractor(name, **options)
-    if params.get("features_version", 1) < 2:  # decoded whole, as it was stored
-        ex.features_version = 1
+    try:  # decoded as it was stored: 1 JPEGs whole, 2 no EXIF turn
+        version = int(params.get("features_version", 1))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"not extractor parameters (features_version): {params!r}") from exc
+    if version > FEATURES_VERSION:
+        raise ConfigError(f"extractor parameters of features version {version}, newer than this streamk's "
+                          f"{FEATURES_VERSION}: upgrade streamk")
+    ex.features_version = max(version, 1)
     stored = params.get("versions") or {}
     if stored and stored != ex.versions():
         warnings.warn(f"extractor library versions differ from the stored ones: stored {stored}, "
@@ -407,6 +439,7 @@ def extractor_from_params(params):
     return ex
 
 
-__all__ = ["DEFAULT_EXTRACTOR", "DEFAULT_MAX_FEATURES", "DEFAULT_MAX_SIDE", "EXTRACTORS", "FEATURES_VERSION", "Extractor", "HessianAffineSift",
+__all__ = ["DEFAULT_EXTRACTOR", "DEFAULT_MAX_FEATURES", "DEFAULT_MAX_SIDE", "EXTRACTORS", "FEATURES_VERSION",
+           "STORED_PIXELS_VERSION", "Extractor", "HessianAffineSift",
            "OpenCVSift", "available_extractors", "check_positive_int", "default_extractor",
-           "extractor_from_params", "make_extractor"]
+           "extractor_from_params", "make_extractor", "stored_pixels"]

@@ -1,8 +1,14 @@
 """Image files to grayscale arrays: read once, decoded by Pillow, named errors for
 every way a file can be bad; and the small JPEG thumbnail an index keeps for display.
 
-EXIF orientation is IGNORED: images are used as stored (raw pixel grid),
-because the Oxford/Paris query boxes are given in raw pixel coordinates.
+EXIF orientation: with ``orient`` (the extractors of features version 3, every new
+index's), an image is turned as its EXIF Orientation tag says (a phone's portrait
+photo is stored sideways with a tag saying so), so that features, boxes, thumbnails
+and drawings are in the frame every viewer shows, and a portrait photo matches a
+landscape one of the same scene. Without it (indexes made before, and the evaluation
+datasets, whose query boxes are given in the stored pixel grid) images are used as
+stored. :func:`exif_orientation` reads the tag from the header; :func:`orient_array`
+turns a decoded array.
 
 Grey levels: 8-bit images go through Pillow's ``convert("L")`` (ITU-R 601-2
 luma for colour); 16-bit images are divided by 257; float images are taken as
@@ -209,6 +215,49 @@ def check_pixels(size, path, max_pixels=MAX_PIXELS):
         raise _pixels_too_large(path, (w, h), max_pixels)
 
 
+#: EXIF Orientation (1-8) -> the turn that shows the image upright, as numpy operations on
+#: a (height, width) array (the TIFF / EXIF definition; Pillow's ImageOps.exif_transpose)
+_ORIENT = {
+    2: lambda a: a[:, ::-1],  # mirrored left-right
+    3: lambda a: a[::-1, ::-1],  # upside down
+    4: lambda a: a[::-1, :],  # mirrored top-bottom
+    5: lambda a: a.T,  # mirrored along the main diagonal
+    6: lambda a: np.rot90(a, -1),  # stored turned 90 degrees counter-clockwise: turn it clockwise
+    7: lambda a: a[::-1, ::-1].T,  # mirrored along the other diagonal
+    8: lambda a: np.rot90(a, 1),  # stored turned 90 degrees clockwise: turn it counter-clockwise
+}
+#: the same turns as Pillow transposes (for images kept as PIL images: thumbnails, drawings)
+_ORIENT_PIL = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE", 6: "ROTATE_270",
+               7: "TRANSVERSE", 8: "ROTATE_90"}
+
+
+def exif_orientation(img):
+    """The EXIF Orientation (1-8) of an opened PIL image, from its header; 1 (as stored)
+    when it has none or an invalid one."""
+    try:
+        value = int(img.getexif().get(0x0112, 1))
+    except Exception:  # no EXIF, or EXIF Pillow cannot parse: as stored
+        return 1
+    return value if value in _ORIENT else 1
+
+
+def orient_array(a, orientation):
+    """The (height, width) array ``a`` turned upright for its EXIF ``orientation``."""
+    turn = _ORIENT.get(int(orientation))
+    return a if turn is None else np.ascontiguousarray(turn(a))
+
+
+def orient_image(img, orientation):
+    """A PIL image turned upright for its EXIF ``orientation`` (the same image when 1)."""
+    name = _ORIENT_PIL.get(int(orientation))
+    return img if name is None else img.transpose(getattr(pil_image().Transpose, name))
+
+
+def oriented_size(size, orientation):
+    """(width, height) of an image of stored ``size`` once turned for ``orientation``."""
+    return (size[1], size[0]) if int(orientation) in (5, 6, 7, 8) else tuple(size)
+
+
 def _decode(img, path):
     Image = pil_image()
     try:
@@ -226,10 +275,13 @@ def _decode(img, path):
     return np.ascontiguousarray(gray)
 
 
-def decode_gray(data, path, max_pixels=MAX_PIXELS):
+def decode_gray(data, path, max_pixels=MAX_PIXELS, orient=False):
     """uint8 (height, width) grayscale array from the bytes of an image file, at full
-    resolution; ImageTooLargeError past ``max_pixels`` (checked on the header)."""
-    return _decode(_open(data, path, max_pixels), path)
+    resolution (turned upright for its EXIF orientation with ``orient``);
+    ImageTooLargeError past ``max_pixels`` (checked on the header)."""
+    img = _open(data, path, max_pixels)
+    orientation = exif_orientation(img) if orient else 1
+    return orient_array(_decode(img, path), orientation)
 
 
 def scaled_size(size, max_side):
@@ -250,13 +302,15 @@ def resize_gray(gray, size):
                       dtype=np.uint8)
 
 
-def decode_gray_scaled(data, path, max_side=None, max_pixels=MAX_PIXELS, draft=True):
+def decode_gray_scaled(data, path, max_side=None, max_pixels=MAX_PIXELS, draft=True, orient=False):
     """(uint8 grayscale array, (width, height) of the original image): the image of a
     file's bytes reduced so that its long side is at most ``max_side`` (None: full
     size), at the size :func:`scaled_size` gives. A JPEG is decoded at a reduced scale
     by libjpeg when ``draft`` (see the module doc); ``max_pixels`` is checked on the
-    header before anything is decoded."""
+    header before anything is decoded. ``orient``: the array and the size are those of
+    the image turned upright for its EXIF orientation."""
     img = _open(data, path, max_pixels)
+    orientation = exif_orientation(img) if orient else 1
     size = img.size
     target = scaled_size(size, max_side)
     if draft and target != size and getattr(img, "format", None) == "JPEG":
@@ -267,11 +321,11 @@ def decode_gray_scaled(data, path, max_side=None, max_pixels=MAX_PIXELS, draft=T
     gray = _decode(img, path)
     if (gray.shape[1], gray.shape[0]) != target:
         gray = resize_gray(gray, target)
-    return np.ascontiguousarray(gray), size
+    return orient_array(np.ascontiguousarray(gray), orientation), oriented_size(size, orientation)
 
 
 def load_gray(path, max_file_size=MAX_FILE_SIZE, max_pixels=MAX_PIXELS):
-    """Read an image file as a uint8 (height, width) grayscale array (no EXIF rotation).
+    """Read an image file as a uint8 (height, width) grayscale array (as stored: no EXIF turn).
 
     Raises :class:`~streamk.errors.ImageReadError` (with ``path`` and ``reason``)
     for a missing, empty, truncated, corrupt or non-image file and for a directory,
@@ -338,14 +392,16 @@ THUMBNAIL_SIDE = 256  # the longer side of a stored thumbnail, in pixels
 THUMBNAIL_QUALITY = 80
 
 
-def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE):
+def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
     """A JPEG of at most ``side`` pixels a side (aspect kept) of an image's bytes, or
-    ImageReadError. Pixels as stored (no EXIF rotation), as the features see them."""
+    ImageReadError. In the frame the features see: turned for its EXIF orientation with
+    ``orient`` (the extractor's :attr:`~streamk.features.Extractor.orients`), else as stored."""
     Image = pil_image()
     try:
         with Image.open(io.BytesIO(data)) as img:
+            orientation = exif_orientation(img) if orient else 1
             img.draft("RGB", (side, side))  # JPEG: decode at 1/2..1/8 scale, fast
-            img = img.convert("RGB")
+            img = orient_image(img.convert("RGB"), orientation)
             img.thumbnail((side, side))
             out = io.BytesIO()
             img.save(out, "JPEG", quality=THUMBNAIL_QUALITY)
@@ -357,5 +413,6 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE):
 
 
 __all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes",
-           "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "exif_date", "file_metadata",
+           "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "exif_date", "exif_orientation",
+           "file_metadata", "orient_array", "orient_image", "oriented_size",
            "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]

@@ -122,7 +122,8 @@ def describe_image(ctx, data, name, box=None, sha256=None, geometry=True, thumbn
     vocabulary = ctx.get("vocabulary") if geometry else None
     record = None if vocabulary is None else stored_record(vocabulary, f.keypoints, f.descriptors, f.image_size)
     return ImageDescription(sha, size, f.keypoints, np.asarray(v, np.float32), np.asarray(alpha, np.float32), record,
-                            thumbnail_jpeg(data, name) if thumbnail else None, f if keep_features else None)
+                            thumbnail_jpeg(data, name, orient=ctx["extractor"].orients) if thumbnail else None,
+                            f if keep_features else None)
 
 
 def geometry_record(ctx, features):

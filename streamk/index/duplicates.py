@@ -322,6 +322,7 @@ class _Pixels:
 
     def __init__(self, index, source_filter=None):
         self.index = index
+        self.orient = index.extractor().orients  # pixels in the frame the features see (EXIF turn)
         self.cache = {}  # image id -> [its record, its grey pixels or _UNREAD]
         self.source_filter = source_filter  # path -> the path to read, or None (the server's collection rule)
 
@@ -360,7 +361,7 @@ class _Pixels:
         entry = self._entry(image_id)
         if entry[1] is _UNREAD:
             data = self.index.thumbnail(image_id) or (self.source_bytes(entry[0]) if source is None else source)
-            entry[1] = _decoded(data, image_id)
+            entry[1] = _decoded(data, image_id, self.orient)
         return entry[1]
 
     def get(self, image_id):
@@ -372,20 +373,22 @@ class _Pixels:
 _UNREAD = object()
 
 
-def _decoded(data, name):
-    """Grey pixels for the copy check of an image's bytes, or None (no bytes, not decodable)."""
+def _decoded(data, name, orient):
+    """Grey pixels for the copy check of an image's bytes, or None (no bytes, not decodable);
+    ``orient``: turned for its EXIF orientation (the index's extractor's ``orients``)."""
     from ..errors import ImageReadError
     from ..verification import decode_for_copies
 
     try:
-        return None if data is None else decode_for_copies(data, name)
+        return None if data is None else decode_for_copies(data, name, orient=orient)
     except ImageReadError:
         return None
 
 
-def _file_pixels(path, name, max_file_size):
+def _file_pixels(path, name, max_file_size, orient):
     """A zero-argument callable: the grey pixels of the file at ``path`` (None: no path, gone
-    or unreadable since), read and decoded on the first call only."""
+    or unreadable since), read and decoded on the first call only (turned for its EXIF
+    orientation with ``orient``)."""
     from ..errors import ImageReadError
     from ..features import read_image_bytes
 
@@ -397,7 +400,7 @@ def _file_pixels(path, name, max_file_size):
                 data = None if path is None else read_image_bytes(path, max_file_size)
             except ImageReadError:
                 data = None
-            memo.append(_decoded(data, name))
+            memo.append(_decoded(data, name, orient))
         return memo[0]
     return pixels
 
@@ -439,7 +442,7 @@ def _turned_queries(index, image_id, pixels, views):
     if data is None:
         return []
     ex = index.extractor()
-    small, _ = decode_gray_scaled(data, image_id, ex.max_side)
+    small, _ = decode_gray_scaled(data, image_id, ex.max_side, orient=ex.orients)
     gray = pixels.gray(image_id, data)
     out = []
     for turns, mirrored in views:
@@ -627,7 +630,7 @@ def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None,
                 continue
             recs = index.geometries([c for c, _ in cand])
             pairs = _classify_candidates(pixels, image_id, qrec, [c for c, _ in cand], recs, [sc for _, sc in cand],
-                                         params, qgray=_file_pixels(path, image_id, max_file_size), qsha=sha or "")
+                                         params, qgray=_file_pixels(path, image_id, max_file_size, pixels.orient), qsha=sha or "")
             pairs = sorted((p for p in pairs if p.kind != "same scene"), key=_pair_order)
             out[lo + i] = pairs[0] if pairs else None
     return out

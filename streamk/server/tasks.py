@@ -88,7 +88,7 @@ def thumbnail_task(ctx, item):
     """A thumbnail of an image's bytes: ``item`` = (bytes, name)."""
     data, name = item
     try:
-        return {"error": None, "thumbnail": thumbnail_jpeg(data, name)}
+        return {"error": None, "thumbnail": thumbnail_jpeg(data, name, orient=ctx["extractor"].orients)}
     except Exception as exc:
         return {"error": ImageFailure.of(exc, name)}
 

@@ -340,17 +340,20 @@ def rotate_record_frame(points, size, turns):
 
 
 # ------------------------------------------------------------------ pixels
-def decode_for_copies(data, name="image", side=PIXELS_SIDE):
+def decode_for_copies(data, name="image", side=PIXELS_SIDE, orient=False):
     """An image's bytes as an 8-bit grey (h, w) array of at most ``side`` pixels a side (a
     JPEG larger than that decoded in draft mode: fast); or ImageReadError. At the default
-    side an image the extractor saw whole is decoded at full size (the band test needs it)."""
-    from ..features import pil_image
+    side an image the extractor saw whole is decoded at full size (the band test needs it).
+    ``orient``: turned upright for its EXIF orientation, as the features see it (the
+    index's extractor's ``orients``)."""
+    from ..features import exif_orientation, orient_image, pil_image
 
     Image = pil_image()
     try:
         with Image.open(io.BytesIO(data)) as img:
+            orientation = exif_orientation(img) if orient else 1
             img.draft("L", (side, side))
-            img = img.convert("L")
+            img = orient_image(img.convert("L"), orientation)
             img.thumbnail((side, side), Image.BILINEAR, reducing_gap=None)
             return np.asarray(img, np.uint8)
     except Exception as exc:  # Pillow raises OSError, ValueError, SyntaxError, ...

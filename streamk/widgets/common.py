@@ -22,25 +22,29 @@ THUMB_SIDE = 160
 
 
 # ---------------------------------------------------------------- images
-def open_image(path, max_side=None):
-    """An RGB PIL image (decoded now), at most ``max_side`` pixels on its long side;
-    ImageReadError for a missing, corrupt or non-image file."""
+def open_image(path, max_side=None, orient=False):
+    """An RGB PIL image (decoded now), at most ``max_side`` pixels on its long side, turned
+    for its EXIF orientation with ``orient`` (as the index's extractor sees it: its
+    ``orients``); ImageReadError for a missing, corrupt or non-image file."""
 
     from ..features import read_image_bytes
 
     data = read_image_bytes(path)
-    return image_from_bytes(data, path, max_side)
+    return image_from_bytes(data, path, max_side, orient)
 
 
-def image_from_bytes(data, name, max_side=None):
+def image_from_bytes(data, name, max_side=None, orient=False):
     from PIL import Image, UnidentifiedImageError
+
+    from ..features import exif_orientation, orient_image
 
     if not data:
         raise ImageReadError(name, "empty file")
     try:
         with Image.open(io.BytesIO(data)) as img:
+            orientation = exif_orientation(img) if orient else 1
             img.load()
-            rgb = img.convert("RGB")
+            rgb = orient_image(img.convert("RGB"), orientation)
     except UnidentifiedImageError as exc:
         raise ImageReadError(name, "not a recognised image format") from exc
     except Exception as exc:  # Pillow's decoders raise OSError, ValueError, SyntaxError, ...
@@ -74,16 +78,17 @@ class ThumbnailCache:
         self._items = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, path, box=None):
-        """JPEG bytes of the thumbnail of ``path`` (its ``box`` region if given)."""
+    def get(self, path, box=None, orient=False):
+        """JPEG bytes of the thumbnail of ``path`` (its ``box`` region if given), turned for
+        its EXIF orientation with ``orient`` (the frame of the features the box is in)."""
         st = os.stat(path) if os.path.exists(path) else None
         key = (os.fspath(path), None if box is None else tuple(box),
-               None if st is None else (st.st_size, st.st_mtime_ns))
+               None if st is None else (st.st_size, st.st_mtime_ns), bool(orient))
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-        img = open_image(path)
+        img = open_image(path, orient=orient)
         self.reads += 1
         if box is not None:
             img = img.crop(tuple(int(round(v)) for v in box))

@@ -135,7 +135,8 @@ class DuplicatesView(W.VBox):
         info = self.index.info(image_id)
         if info.get("source"):
             try:
-                return data_uri(self.thumbnails.get(info["source"], info.get("box")))
+                return data_uri(self.thumbnails.get(info["source"], info.get("box"),
+                                                    orient=self.index.extractor().orients))
             except (ImageReadError, OSError):  # moved or changed since: said, not raised
                 return placeholder_svg("source unreadable")
         return placeholder_svg("no thumbnail")

@@ -157,7 +157,7 @@ class SearchApp(W.VBox):
         self.results = W.HTML()
         self.results.add_class("streamk-results")
         self.explain = W.Dropdown(options=[], description="explain", layout=W.Layout(width="420px"))
-        self.weights = WeightsView(self.index.encoder)
+        self.weights = WeightsView(self.index.encoder, orient=self.extractor.orients)
         self.weights_box = W.VBox([W.HTML("<b>Why this match?</b> keypoints coloured by their democratic "
                                           "and GMP weights (warmer = higher)"), self.explain, self.weights])
         self.weights_box.layout.display = "none"
@@ -394,7 +394,7 @@ class SearchApp(W.VBox):
 
     def _thumb(self, path, box=None):
         try:
-            return data_uri(self.thumbnails.get(path, box))
+            return data_uri(self.thumbnails.get(path, box, orient=self.extractor.orients))
         except (ImageReadError, OSError) as exc:
             return placeholder_svg("image missing" if "no such file" in str(exc) else "unreadable")
 
@@ -491,7 +491,8 @@ class SearchApp(W.VBox):
             self.matches_view.value = (f"<i>{html.escape(str(image_id))}: no inlier pairs (not verified, or "
                                        "the second stage is off)</i>")
             return None
-        q_img, r_img = open_image(self.query.path), open_image(src)
+        orient = self.extractor.orients  # drawn in the frame of the features
+        q_img, r_img = open_image(self.query.path, orient=orient), open_image(src, orient=orient)
         gap = 20
         fig, ax = new_figure(figsize=(10, 4.5))
         ax.imshow(q_img, extent=(-0.5, q_img.width - 0.5, q_img.height - 0.5, -0.5))

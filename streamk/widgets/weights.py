@@ -174,14 +174,14 @@ def _ticks(lo, hi):
     return sorted(ticks)
 
 
-def _grey_background(path):
-    img = open_image(path, max_side=IMAGE_MAX_SIDE).convert("L")
+def _grey_background(path, orient):
+    img = open_image(path, max_side=IMAGE_MAX_SIDE, orient=orient).convert("L")
     g = np.asarray(img, dtype=np.float32) / 255.0
     return 0.25 + 0.6 * g  # faded: the coloured keypoints stand out
 
 
 def weights_figure(rows, weights, scale="log", max_ratio=None,
-                   ellipse_scale=DEFAULT_ELLIPSE_SCALE, panel_width=4.5):
+                   ellipse_scale=DEFAULT_ELLIPSE_SCALE, panel_width=4.5, orient=True):
     """A matplotlib Figure: one row per image, democratic | GMP, keypoints coloured by weight.
 
     rows: [(label, image_path, Features[, box])]: the Features whose descriptors
@@ -193,6 +193,8 @@ def weights_figure(rows, weights, scale="log", max_ratio=None,
         [1/max_ratio, max_ratio] for all panels), negative weights black;
         "rank": by rank within the image.
     ellipse_scale: the keypoint ellipses are drawn at this fraction of their size.
+    orient: the images turned for their EXIF orientation, as an extractor of features
+        version 3 (the default, every new index's) sees them; False: as stored.
 
     ImageReadError for an unreadable image file.
     """
@@ -205,7 +207,7 @@ def weights_figure(rows, weights, scale="log", max_ratio=None,
     if max_ratio is not None and not max_ratio > 1:
         raise ConfigError(f"max_ratio must be > 1 (or None: each panel its own range), got {max_ratio}")
     items = _check_rows(rows, weights)
-    backgrounds = [_grey_background(path) for _, path, _, _, _ in items]
+    backgrounds = [_grey_background(path, orient) for _, path, _, _, _ in items]
     cmap = colormaps[CMAP].with_extremes(under=UNDER_COLOUR)
     per_panel = scale == "log" and max_ratio is None
 
@@ -318,8 +320,9 @@ class WeightsView(W.VBox):
     """
 
     def __init__(self, encoder, gamma=None, lam=None, scale="log", max_ratio=None,
-                 ellipse_scale=DEFAULT_ELLIPSE_SCALE, **kwargs):
+                 ellipse_scale=DEFAULT_ELLIPSE_SCALE, orient=True, **kwargs):
         self.encoder = encoder
+        self.orient = orient  # the images drawn as the features' extractor saw them (weights_figure)
         self._weigher = _weights_encoder(encoder, gamma, lam)
         self.scale, self.max_ratio, self.ellipse_scale = scale, max_ratio, ellipse_scale
         self.rows = []
@@ -375,7 +378,7 @@ class WeightsView(W.VBox):
                 raise EmptyDescriptorSetError(f"{label} ({path}): no local features to weigh")
             weights.append(descriptor_weights(weigher, features.descriptors))
         fig = weights_figure(rows, weights, scale=self.scale, max_ratio=self.max_ratio,
-                             ellipse_scale=self.ellipse_scale)
+                             ellipse_scale=self.ellipse_scale, orient=self.orient)
         png = figure_png(fig)
         # all computed: now replace the shown figure
         self.rows, self.weights, self.png = rows, weights, png

@@ -222,5 +222,8 @@ def test_extractor_params_keep_old_indexes_at_full_resolution():
     ex = F.extractor_from_params(old640)
     assert ex.max_side == 640 and ex.features_version == 1 and ex.params()["features_version"] == 1
     assert F.extractor_from_params({"extractor": "sift", "options": {}}).max_side is None
-    # off: None, reported as version 1 (nothing differs from it at full resolution)
-    assert F.make_extractor("sift", max_side=None).params()["features_version"] == 1
+    # off: None, reported as version 1 when nothing differs from it at full resolution (version 2);
+    # version 3 turns images for their EXIF orientation, which version 1 did not
+    v2 = F.extractor_from_params({"extractor": "sift", "options": {"max_side": None}, "features_version": 2})
+    assert v2.params()["features_version"] == 1 and not v2.orients
+    assert F.make_extractor("sift", max_side=None).params()["features_version"] == 3
