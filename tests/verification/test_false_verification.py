@@ -40,7 +40,7 @@ def collection(shared_data, paris6k_subset_photos, small_vocabulary):
         pytest.importorskip("pyhesaff")
     from streamk.config import default_cache_dir
     from streamk.datasets.benchmarks import load_mat_ground_truth
-    from streamk.features import HessianAffineSift, extract
+    from streamk.features import HessianAffineSift, stored_pixels, extract
 
     ground_truth = load_mat_ground_truth(shared_data / "gt" / "gnd_paris6k.mat", name="paris6k")
     ids = [p.stem for p in paris6k_subset_photos]
@@ -49,7 +49,7 @@ def collection(shared_data, paris6k_subset_photos, small_vocabulary):
     for name in LANDMARKS:
         own = [i for i, iid in enumerate(ids) if iid.split("_")[1] == name and positive[i, names.index(name)]]
         chosen += own[::len(own) // PER_LANDMARK][:PER_LANDMARK]
-    ex = HessianAffineSift()
+    ex = stored_pixels(HessianAffineSift())  # the benchmark photos as `streamk eval` reads them: its cached features
     feats = [extract(paris6k_subset_photos[i], ex, cache=default_cache_dir()) for i in chosen]
     same, different = place_pairs(ground_truth, [ids[i] for i in chosen])
     return feats, same, different
