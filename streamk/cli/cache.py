@@ -3,46 +3,41 @@
 from .options import non_negative_int
 
 
-def _folder(args):
-    from ..config import default_cache_dir
-
-    return args.cache or default_cache_dir()
-
-
 def _mb(nbytes):
     return f"{nbytes / 1e6:,.1f} MB"
 
 
-def _info(args):
+def _cache(args):
+    """The FeatureCache of ``--cache`` (default ~/.cache/streamk/features), or None (said)
+    when there is none: a look never makes one."""
     import os
 
+    from ..config import default_cache_dir
     from ..features import FeatureCache
 
-    folder = _folder(args)
+    folder = args.cache or default_cache_dir()
     if not os.path.isdir(folder):
         print(f"{folder}: no feature cache (a command makes it when given --cache, or the demo does)")
-        return 0
-    cache = FeatureCache(folder)
-    entries, nbytes = cache.size()
-    bound = f"bound {_mb(cache.max_bytes)}" if cache.max_bytes else "no bound"
-    print(f"{folder}: {entries:,} images' features, {_mb(nbytes)} ({bound}; STREAMK_FEATURE_CACHE_MAX_BYTES "
-          f"sets it; the least recently used go first)")
+        return None
+    return FeatureCache(folder)
+
+
+def _info(args):
+    cache = _cache(args)
+    if cache is not None:
+        entries, nbytes = cache.size()
+        bound = f"bound {_mb(cache.max_bytes)}" if cache.max_bytes else "no bound"
+        print(f"{cache.directory}: {entries:,} images' features, {_mb(nbytes)} ({bound}; "
+              f"STREAMK_FEATURE_CACHE_MAX_BYTES sets it; the least recently used go first)")
     return 0
 
 
 def _trim(args):
-    import os
-
-    from ..features import FeatureCache
-
-    folder = _folder(args)
-    if not os.path.isdir(folder):
-        print(f"{folder}: no feature cache")
-        return 0
-    cache = FeatureCache(folder)
-    removed, freed = cache.trim(args.max_bytes)
-    entries, nbytes = cache.size()
-    print(f"removed {removed:,} images' features ({_mb(freed)}); {entries:,} left ({_mb(nbytes)})")
+    cache = _cache(args)
+    if cache is not None:
+        removed, freed = cache.trim(args.max_bytes)
+        entries, nbytes = cache.size()
+        print(f"removed {removed:,} images' features ({_mb(freed)}); {entries:,} left ({_mb(nbytes)})")
     return 0
 
 
