@@ -595,6 +595,8 @@ def test_cache_info_and_trim(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("STREAMK_FEATURE_CACHE_MAX_BYTES", "0")
     assert main(["cache", "info", "--cache", str(cache)]) == 0
     assert "10 images' features, 0.0 MB (no bound;" in capsys.readouterr().out
+    assert main(["cache", "trim", "--cache", str(cache)]) == 0  # no bound: nothing is over it
+    assert capsys.readouterr().out.startswith("removed 0 images' features (0.0 MB); 10 left")
     assert main(["cache", "trim", "--cache", str(cache), "--max-bytes", "5000"]) == 0
     assert capsys.readouterr().out.startswith("removed 6 images' features (0.0 MB); 4 left")
     assert sorted(p.name[-6:-4] for p in (cache / "0123456789abcdef" / "ab").iterdir()) == ["06", "07", "08", "09"]

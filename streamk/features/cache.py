@@ -121,8 +121,13 @@ class FeatureCache:
             atomic_write(pfile, lambda fh: fh.write(text))
         path.parent.mkdir(parents=True, exist_ok=True)
         save_features(path, features, {"sha256": content_sha256, "params_digest": digest})
-        if self.max_bytes and random.random() < path.stat().st_size / (_TRIM_EVERY * self.max_bytes):
-            self.trim()
+        if self.max_bytes:
+            try:
+                nbytes = path.stat().st_size
+            except OSError:  # trimmed already by another process
+                return
+            if random.random() < nbytes / (_TRIM_EVERY * self.max_bytes):
+                self.trim()
 
     def _files(self):
         """[(mtime, bytes, path)] of the entries and of temporary files left by killed
@@ -152,9 +157,12 @@ class FeatureCache:
 
     def trim(self, max_bytes=None):
         """Remove the least recently used entries until the cache holds at most
-        :data:`TRIM_TO` of ``max_bytes`` (default: its bound; 0 empties it) when it holds
-        more than ``max_bytes``. Returns (entries, bytes) removed. Safe while other
-        processes read and write: an entry removed under a reader is a miss."""
+        :data:`TRIM_TO` of ``max_bytes`` (default: its bound, and nothing when it has none;
+        0 empties it) when it holds more than ``max_bytes``. Returns (entries, bytes)
+        removed. Safe while other processes read and write: an entry removed under a
+        reader is a miss."""
+        if max_bytes is None and not self.max_bytes:
+            return 0, 0  # no bound: nothing is over it
         bound = self.max_bytes if max_bytes is None else int(max_bytes)
         found, busy = self._files()
         total = sum(f[1] for f in found) + busy
