@@ -28,8 +28,7 @@ def check_output_file(path, what="the file"):
     path = Path(path)
     folder = path.parent
     if path.is_dir():
-        raise OutputFileError(f"cannot write {what} to {path}: it is a folder; give a file name (e.g. "
-                              f"{path / 'encoder.npz'})", path)
+        raise OutputFileError(f"cannot write {what} to {path}: it is a folder; give a file name in it", path)
     if not folder.is_dir():
         reason = "is not a folder" if folder.exists() else "does not exist"
         raise OutputFileError(f"cannot write {what} to {path}: the folder {folder} {reason}; make it first, or "

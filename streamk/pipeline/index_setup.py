@@ -61,9 +61,9 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
     if dask is not None and workers is not None:
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
     if save_encoder is not None:
-        if train is None:
-            raise ConfigError("--save-encoder saves the encoder trained with --train: give --train IMAGES (a given "
-                              "--encoder is already a file)")
+        if train is None or encoder is not None:
+            raise ConfigError("--save-encoder saves the encoder trained with --train: give --train IMAGES without "
+                              "--encoder (a given encoder is already a file)")
         check_output_file(save_encoder, "the encoder")  # before the fit, not after it
     ex = make_extractor(extractor, max_side=max_side, max_features=max_features,
                         max_file_size=max_file_size, max_pixels=max_pixels)

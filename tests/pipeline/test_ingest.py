@@ -137,6 +137,10 @@ def test_save_encoder_to_a_bad_path_is_refused_before_the_fit(work, tmp_path, ca
                  str(tmp_path / "e.npz")]) == 2
     assert "--save-encoder saves the encoder trained with --train" in capsys.readouterr().err
     assert not ix.exists() and not (tmp_path / "e.npz").exists()
+    assert main(["index", "create", str(ix), "--encoder", str(work / "enc.npz"), "--train", str(work / "imgs"),
+                 "--save-encoder", str(tmp_path / "e.npz")]) == 2  # the words learn there, the encoder is given
+    assert "--save-encoder saves the encoder trained with --train" in capsys.readouterr().err
+    assert not ix.exists() and not (tmp_path / "e.npz").exists()
 
 
 def test_ingest_resume_and_search(work, tmp_path, capsys):
