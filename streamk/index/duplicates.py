@@ -630,7 +630,8 @@ def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None,
                 continue
             recs = index.geometries([c for c, _ in cand])
             pairs = _classify_candidates(pixels, image_id, qrec, [c for c, _ in cand], recs, [sc for _, sc in cand],
-                                         params, qgray=_file_pixels(path, image_id, max_file_size, pixels.orient), qsha=sha or "")
+                                         params, qgray=_file_pixels(path, image_id, max_file_size, pixels.orient),
+                                         qsha=sha or "")
             pairs = sorted((p for p in pairs if p.kind != "same scene"), key=_pair_order)
             out[lo + i] = pairs[0] if pairs else None
     return out
