@@ -109,16 +109,44 @@ def _pixels_too_large(path, size, limit):
               f"(max_pixels; raise it with --max-pixels N or max_pixels=)", limit="max_pixels")
 
 
-def pil_image():
+def pil_image(data=None):
     """Pillow's Image module, or ExtractorUnavailableError. Its decompression-bomb guard
-    is set to at least :data:`MAX_PIXELS` (never left disabled)."""
+    is set to at least :data:`MAX_PIXELS` (never left disabled). ``data``: the bytes about
+    to be opened; when they are a HEIC / HEIF photo, pillow-heif's opener is registered
+    first (once per process, and only then: its import costs ~30 ms)."""
     try:
         from PIL import Image
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ExtractorUnavailableError(
             "reading images needs Pillow: pip install 'streamk[features]'") from exc
     _guard(Image, MAX_PIXELS)
+    if data is not None and is_heif(data):
+        _register_heif()
     return Image
+
+
+#: ISO base media file brands of HEIF still images (iPhone photos: heic); AVIF (avif, avis)
+#: is read by Pillow itself
+_HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"})
+_heif_registered = []
+
+
+def is_heif(data):
+    """Whether ``data`` starts as a HEIC / HEIF file does (an ISO box ``ftyp`` of a HEIF brand)."""
+    head = bytes(data[:12])
+    return len(head) == 12 and head[4:8] == b"ftyp" and head[8:12] in _HEIF_BRANDS
+
+
+def _register_heif():
+    """pillow-heif's opener registered with Pillow, once; False when it is not installed."""
+    if not _heif_registered:
+        try:
+            import pillow_heif
+        except ImportError:
+            return False
+        pillow_heif.register_heif_opener()
+        _heif_registered.append(True)
+    return True
 
 
 def _guard(Image, max_pixels):
@@ -156,7 +184,7 @@ def _to_gray(img):
 
 def _open(data, path, max_pixels):
     """The PIL image of a file's bytes, header read, nothing decoded; its size checked."""
-    Image = pil_image()
+    Image = pil_image(data)
     from PIL import UnidentifiedImageError
 
     max_pixels = _check_limit(max_pixels, "max_pixels")
@@ -170,6 +198,9 @@ def _open(data, path, max_pixels):
                                        f"max_pixels: raise it with --max-pixels N or max_pixels=)",
                                  limit="max_pixels") from exc
     except UnidentifiedImageError as exc:
+        if is_heif(data):
+            raise ImageReadError(path, "a HEIC / HEIF photo (an iPhone's): reading it needs pillow-heif: "
+                                       "pip install 'streamk[features]' (or pillow-heif)") from exc
         raise ImageReadError(path, "not a recognised image format") from exc
     except Exception as exc:
         raise ImageReadError(path, f"corrupt image ({str(exc) or type(exc).__name__})") from exc
@@ -342,7 +373,7 @@ def exif_date(data):
     None (no EXIF, no date, not parseable). Reads the header only: Pillow's ``open`` is
     lazy and ``getexif`` decodes no pixels."""
     try:
-        Image = pil_image()
+        Image = pil_image(data)
         with Image.open(io.BytesIO(data)) as img:
             exif = img.getexif()
             values = {0x0132: exif.get(0x0132)}
@@ -396,7 +427,7 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
     """A JPEG of at most ``side`` pixels a side (aspect kept) of an image's bytes, or
     ImageReadError. In the frame the features see: turned for its EXIF orientation with
     ``orient`` (the extractor's :attr:`~streamk.features.Extractor.orients`), else as stored."""
-    Image = pil_image()
+    Image = pil_image(data)
     try:
         with Image.open(io.BytesIO(data)) as img:
             orientation = exif_orientation(img) if orient else 1
@@ -414,5 +445,5 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
 
 __all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes",
            "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "exif_date", "exif_orientation",
-           "file_metadata", "orient_array", "orient_image", "oriented_size",
+           "file_metadata", "is_heif", "orient_array", "orient_image", "oriented_size",
            "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]

@@ -103,7 +103,8 @@ if TYPE_CHECKING:
     PathLike = str | os.PathLike[str]
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".gif", ".tif", ".tiff",
-                              ".webp", ".ppm", ".pgm", ".pbm", ".pnm"})
+                              ".webp", ".ppm", ".pgm", ".pbm", ".pnm",
+                              ".heic", ".heif", ".avif"})  # phones' photos (pillow-heif); AVIF (Pillow)
 MAX_BATCH_SIZE = 4096  # images per write transaction, at most (each is held in memory until written)
 LOOKUP_CHUNK = 64  # found files whose ids are looked up in one read transaction
 COUNT_LEFT_SECONDS = 2.0  # after an interruption, time spent counting the files the walk had not reached

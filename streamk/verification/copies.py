@@ -348,7 +348,7 @@ def decode_for_copies(data, name="image", side=PIXELS_SIDE, orient=False):
     index's extractor's ``orients``)."""
     from ..features import exif_orientation, orient_image, pil_image
 
-    Image = pil_image()
+    Image = pil_image(data)
     try:
         with Image.open(io.BytesIO(data)) as img:
             orientation = exif_orientation(img) if orient else 1
@@ -364,7 +364,8 @@ def same_pixels(data_a, data_b):
     """Whether two images' bytes decode to the same pixels (same size, same values)."""
     from ..features import pil_image
 
-    Image = pil_image()
+    Image = pil_image(data_a)
+    pil_image(data_b)  # (either may be a HEIC photo)
     try:
         with Image.open(io.BytesIO(data_a)) as a, Image.open(io.BytesIO(data_b)) as b:
             if a.size != b.size:

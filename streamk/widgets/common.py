@@ -36,10 +36,11 @@ def open_image(path, max_side=None, orient=False):
 def image_from_bytes(data, name, max_side=None, orient=False):
     from PIL import Image, UnidentifiedImageError
 
-    from ..features import exif_orientation, orient_image
+    from ..features import exif_orientation, orient_image, pil_image
 
     if not data:
         raise ImageReadError(name, "empty file")
+    pil_image(data)  # a HEIC photo: its opener
     try:
         with Image.open(io.BytesIO(data)) as img:
             orientation = exif_orientation(img) if orient else 1

@@ -96,3 +96,49 @@ def test_evaluation_datasets_keep_the_stored_pixels(tmp_path):
                          query_image_path=lambda q: path, crop_query=False)
     database, queries = dataset_features(ds, F.make_extractor("sift"), None, workers=1, progress=False)
     assert database[0].image_size == (240, 320) == queries[0].image_size
+
+
+def test_heic_and_avif_photos_are_read(tmp_path):
+    """An iPhone's HEIC photo (pillow-heif, registered only for HEIF bytes) and an AVIF one
+    are found by a folder walk and described like the same picture as a PNG."""
+    pillow_heif = pytest.importorskip("pillow_heif")
+    from streamk.pipeline.ingest import is_image_name
+
+    upright = blobs(320, 240, seed=6)
+    ex = F.make_extractor("sift")
+    png = io.BytesIO()
+    Image.fromarray(upright).save(png, "PNG")
+    ref = ex.extract_bytes(png.getvalue(), "ref.png")
+    for fmt, suffix in (("HEIF", ".heic"), ("AVIF", ".avif")):
+        buf = io.BytesIO()
+        try:
+            Image.fromarray(upright).convert("RGB").save(buf, fmt, quality=95) if fmt == "AVIF" else \
+                pillow_heif.from_pillow(Image.fromarray(upright).convert("RGB")).save(buf, quality=95)
+        except (KeyError, OSError) as exc:  # this Pillow has no AVIF encoder
+            pytest.skip(f"cannot write {fmt} here ({exc})")
+        data = buf.getvalue()
+        assert F.is_heif(data) == (fmt == "HEIF") and is_image_name(f"IMG_0001{suffix.upper()}")
+        f = ex.extract_bytes(data, f"photo{suffix}")
+        assert f.image_size == (320, 240) and len(f) > 0.5 * len(ref)
+        with Image.open(io.BytesIO(F.thumbnail_jpeg(data, f"photo{suffix}", side=64))) as t:
+            assert t.size == (64, 48)
+
+
+def test_heic_without_pillow_heif_says_what_to_install(monkeypatch):
+    import builtins
+
+    from streamk.errors import ImageReadError
+    from streamk.features import images
+
+    real_import = builtins.__import__
+
+    def no_pillow_heif(name, *args, **kwargs):
+        if name == "pillow_heif":
+            raise ImportError("not installed")
+        return real_import(name, *args, **kwargs)
+
+    heic_head = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 64
+    monkeypatch.setattr(images, "_heif_registered", [])
+    monkeypatch.setattr(builtins, "__import__", no_pillow_heif)
+    with pytest.raises(ImageReadError, match="pillow-heif"):
+        images.decode_gray(heic_head, "IMG_0001.HEIC")
