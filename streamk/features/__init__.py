@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         Extractor as Extractor, HessianAffineSift as HessianAffineSift, OpenCVSift as OpenCVSift,
         available_extractors as available_extractors, check_positive_int as check_positive_int,
         default_extractor as default_extractor, extractor_from_params as extractor_from_params,
-        make_extractor as make_extractor, stored_pixels as stored_pixels, STORED_PIXELS_VERSION as STORED_PIXELS_VERSION,
+        make_extractor as make_extractor, stored_pixels as stored_pixels,
+        STORED_PIXELS_VERSION as STORED_PIXELS_VERSION,
     )
     from .images import (
         MAX_DECODED_BYTES as MAX_DECODED_BYTES, MAX_FILE_SIZE as MAX_FILE_SIZE, MAX_PIXELS as MAX_PIXELS,
