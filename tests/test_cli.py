@@ -269,7 +269,8 @@ def test_vocab_size_and_its_deprecated_old_name(argv, capsys):
     assert old.vocab_size == expected
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--k is deprecated" in err and "--vocab-size" in err
-    assert parser.parse_args(argv).vocab_size == (16 if argv[0] == "demo" else 64 if argv[0] == "index" else [64])
+    # index create: None, the size the learning sample can fill (64 at most; tests/pipeline/test_ingest.py)
+    assert parser.parse_args(argv).vocab_size == (16 if argv[0] == "demo" else None if argv[0] == "index" else [64])
     help_text = "\n".join(every_help(parser))
     assert "--vocab-size" in help_text and "--k K" not in help_text  # the old name is not offered
     assert parser.parse_args(["search", "ix", "q.jpg", "-k", "3"]).k == 3

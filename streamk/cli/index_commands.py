@@ -253,7 +253,9 @@ def _add_create_command(ix_sub):
     cr.add_argument("--embedding", default="temb", help="with --train: temb, fv, fv-hard, vlad, bow")
     cr.add_argument("--fv-pca", type=int, default=64, metavar="P",
                     help="with --train and fv / fv-hard: PCA of the descriptors to P dimensions first (0: none)")
-    add_vocab_size_option(cr, type=positive_int, default=64, help="with --train: vocabulary size (default 64)")
+    add_vocab_size_option(cr, type=positive_int, default=None,
+                          help="with --train: vocabulary size (default 64; with T-emb, less when the learning "
+                               "sample is small: the largest power of two k with k x 128 <= its descriptors)")
     cr.add_argument("--aggregation", default="gmp", help="with --train: sum, democratic, gmp")
     cr.add_argument("--workers", type=positive_int, default=None, help="with --train: extraction processes")
     cr.add_argument("--dask", default=None, metavar="ADDRESS",

@@ -16,7 +16,7 @@ from ..index import VECTOR_DTYPES, ShardedIndex, StreamingIndex
 from ..parallel import make_executor
 from ..verification import Vocabulary
 from .bundled_encoder import QUALITY_NOTE, default_encoder
-from .encoder_training import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES, train_encoder
+from .encoder_training import AUTO_VOCAB_SIZE, DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES, train_encoder
 from .ingest import collect_images
 
 
@@ -31,7 +31,7 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
                  *, vector_dtype: str = "float16", extractor: str | None = None,
                  max_side: int | None = DEFAULT_MAX_SIDE, max_features: int | None = DEFAULT_MAX_FEATURES,
                  max_file_size: int | None = MAX_FILE_SIZE, max_pixels: int | None = MAX_PIXELS,
-                 embedding: str = "temb", fv_pca: int = 64, k: int = 64, aggregation: str = "gmp",
+                 embedding: str = "temb", fv_pca: int = 64, k: int | None = None, aggregation: str = "gmp",
                  workers: int | None = None, dask: str | None = None, train_images: int | None = DEFAULT_MAX_IMAGES,
                  train_descriptors: int | None = DEFAULT_DESCRIPTORS_PER_IMAGE, seed: int = 0,
                  cache_dir: PathArg | None = None, save_encoder: PathArg | None = None, shards: int | None = None,
@@ -49,6 +49,10 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
     or learned on the training sample with the encoder (a given encoder and ``train``
     images: the vocabulary alone is learned on them). With neither, the index is
     created without it (``streamk index add-local-features`` adds it later).
+
+    k: the encoder's vocabulary size when it is trained; None: 64 (AUTO_VOCAB_SIZE), and
+    for T-emb at most what the learning sample can fill
+    (:func:`streamk.pipeline.encoder_training.auto_vocab_size`: a few photos get a small one).
 
     max_side, max_features: the extractor's (stored with the index, so that its queries
     are described alike; None: full resolution, every feature). max_file_size,
@@ -84,9 +88,10 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
     else:
         assert train is not None
         name, params = embedding_spec(embedding, fv_pca)
-        config = {"embedding": name, "k": k, "embedding_params": params, "aggregation": aggregation}
-        enc, learned = _train_encoder(train, config, f"{embedding} k={k} ({aggregation})", ex,
-                                      local_features and words is None, **training)
+        config = {"embedding": name, "k": AUTO_VOCAB_SIZE if k is None else k, "embedding_params": params,
+                  "aggregation": aggregation}
+        enc, learned = _train_encoder(train, config, embedding, ex, local_features and words is None,
+                                      auto_k=k is None, **training)
         words = words or learned
         if save_encoder is not None:
             enc.save(save_encoder)
@@ -101,12 +106,12 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
     return path
 
 
-def _train_encoder(train: Any, config: dict[str, Any], what: str, extractor: Any, learn_words: bool, *,
-                   workers: int | None, dask: str | None, train_images: int | None, train_descriptors: int | None,
-                   seed: int, cache_dir: Any, report: Callable[[str, str], object], progress: bool,
-                   log: Callable[[str], object]) -> tuple[Encoder, Any]:
+def _train_encoder(train: Any, config: dict[str, Any], embedding: str, extractor: Any, learn_words: bool, *,
+                   auto_k: bool, workers: int | None, dask: str | None, train_images: int | None,
+                   train_descriptors: int | None, seed: int, cache_dir: Any, report: Callable[[str, str], object],
+                   progress: bool, log: Callable[[str], object]) -> tuple[Encoder, Any]:
     """(the encoder, the visual words or None when not ``learn_words``) learned on a sample of
-    the images under ``train``."""
+    the images under ``train``; ``auto_k``: config's k is an upper bound (see create_index)."""
     paths, bad = collect_images(train)
     for p, reason in bad:
         report(p, reason)
@@ -115,9 +120,13 @@ def _train_encoder(train: Any, config: dict[str, Any], what: str, extractor: Any
     with make_executor(workers, dask) as executor:
         enc, info = train_encoder(
             paths, config, extractor, executor, max_images=train_images, descriptors_per_image=train_descriptors,
-            seed=seed, cache_dir=cache_dir, report=report, progress=progress, vocabulary=learn_words)
-    log(f"trained {what} on {info.descriptors} descriptors of {info.images} images "
-        f"(a sample of {len(paths)}; {executor.name})")
+            seed=seed, cache_dir=cache_dir, report=report, progress=progress, vocabulary=learn_words,
+            auto_k=auto_k)
+    k = enc.config.k
+    why = (f"; vocabulary size {k}, the most these descriptors can whiten (k x 128 <= descriptors; --vocab-size "
+           f"sets it)" if auto_k and k < config["k"] else "")
+    log(f"trained {embedding} k={k} ({enc.config.aggregation}) on {info.descriptors} descriptors of {info.images} "
+        f"images (a sample of {len(paths)}; {executor.name}){why}")
     return enc, info.vocabulary
 
 

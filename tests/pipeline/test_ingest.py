@@ -490,3 +490,30 @@ def test_stale_codec_is_reported_and_retrain_at_retrains(work, tmp_path, capsys)
     assert "retraining" not in capsys.readouterr().out
     assert main(["index", "info", str(ix)]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_auto_vocab_size_is_the_largest_power_of_two_the_sample_can_whiten():
+    from streamk.pipeline.encoder_training import auto_vocab_size
+
+    for n in (0, 255, 256, 1_398, 2_047, 2_048, 4_961, 8_191, 8_192, 10 ** 6):
+        fits = [k for k in (2, 4, 8, 16, 32, 64) if k * 128 <= n] or [2]  # brute force over the candidates
+        assert auto_vocab_size(n) == max(fits), n
+    assert auto_vocab_size(10 ** 6, largest=16) == 16 and auto_vocab_size(1_000, d=64) == 8
+
+
+def test_create_with_train_fits_the_vocabulary_to_a_small_sample(work, tmp_path, capsys):
+    """Without --vocab-size a T-emb encoder gets the largest k whose k x 128 dimensions the
+    learning descriptors fill (64 at most); a given --vocab-size is kept as given."""
+    from streamk.pipeline.encoder_training import auto_vocab_size
+
+    base = ["--train", str(work / "imgs"), "--extractor", "sift", "--workers", "1", "--no-local-features"]
+    assert main(["index", "create", str(tmp_path / "auto"), *base]) == 0
+    out = capsys.readouterr().out
+    n = int(re.search(r"on (\d+) descriptors", out).group(1))
+    with StreamingIndex.open(tmp_path / "auto") as idx:
+        assert idx.encoder.config.k == auto_vocab_size(n) < 64 and f"k={idx.encoder.config.k}" in out
+    assert "the most these descriptors can whiten" in out
+    assert main(["index", "create", str(tmp_path / "given"), *base, "--vocab-size", "4"]) == 0
+    with StreamingIndex.open(tmp_path / "given") as idx:
+        assert idx.encoder.config.k == 4
+    assert "can whiten" not in capsys.readouterr().out
