@@ -554,7 +554,6 @@ def test_cache_trim_removes_the_least_recently_used_down_to_its_share(tmp_path):
 def test_a_bounded_cache_keeps_what_is_used(tmp_path, images):
     """Puts past the bound trim the cache; a hit renews an entry, so it stays."""
     import hashlib
-    import time
 
     ex = F.OpenCVSift()
     a, b, c = (images[n] for n in sorted(images)[:3])
@@ -568,10 +567,10 @@ def test_a_bounded_cache_keeps_what_is_used(tmp_path, images):
     cache = F.FeatureCache(tmp_path / "cache", max_bytes=bound)
     F.extract(a, ex, cache=cache)
     F.extract(b, ex, cache=cache)
-    time.sleep(0.05)
+    for p, used in ((a, 1_000_000), (b, 2_000_000)):  # last used long ago, a before b (no clock to wait on)
+        os.utime(cache.entry_path(hashlib.sha256(p.read_bytes()).hexdigest(), ex), (used, used))
     F.extract(a, ex, cache=cache)  # a hit: a is now the most recently used
     assert cache.hits == 1
-    time.sleep(0.05)
     F.extract(c, ex, cache=cache)  # over the bound: b, the least recently used, goes
     assert cache.size() == (2, sizes[0] + sizes[2])
     F.extract(a, ex, cache=cache)

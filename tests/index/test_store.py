@@ -343,12 +343,17 @@ path = sys.argv[1]
 writer = Store.open(path)  # this process's writable environment, shared by every Store on the file
 steps, holding = [], threading.Event()
 
+def work(seconds):  # Python work, which needs the GIL now and then (no sleep: it would not)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
 def write():
     with writer.env.begin(write=True):  # the write lock held while Python work goes on
         holding.set()
         for i in range(20):
             steps.append(i)
-            time.sleep(0.01)
+            work(0.01)
 
 t = threading.Thread(target=write)
 t.start()
