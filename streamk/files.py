@@ -55,21 +55,18 @@ def atomic_write(path, write, what="the file"):
         check_output_file(path, what)  # the reason in words, when it is the path's
         raise _named(exc, path, what) from exc
     try:
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                write(fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            if isinstance(exc, (DiskFullError, OutputFileError)):
-                raise
-            raise _named(exc, path, what) from exc
-    except BaseException:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and not isinstance(exc, (DiskFullError, OutputFileError)):
+            raise _named(exc, path, what) from exc
         raise
 
 

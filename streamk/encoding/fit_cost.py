@@ -67,21 +67,21 @@ def _best_seconds(fn, repeat=3):
 
 
 _rates_lock = threading.Lock()
-_rates_cache: dict = {}  # (gemm_rows, gemm_cols, eigh_order) -> (time.monotonic() when measured, MachineRates)
+_last_rates = None  # ((gemm_rows, gemm_cols, eigh_order), time.monotonic() when measured, MachineRates)
 
 
 def machine_rates(gemm_rows=2048, gemm_cols=512, eigh_order=512) -> MachineRates:
     """This machine's rates now (best of 3): ``R^T R`` for R of ``gemm_rows x gemm_cols``
     in float64 and float32, and ``numpy.linalg.eigh`` of order ``eigh_order``; the last
     measure is reused while under :data:`RATES_MAX_AGE_SECONDS` old."""
+    global _last_rates
     key = (int(gemm_rows), int(gemm_cols), int(eigh_order))
     with _rates_lock:
-        hit = _rates_cache.get(key)
-        if hit is not None and time.monotonic() - hit[0] < RATES_MAX_AGE_SECONDS:
-            return hit[1]
+        last = _last_rates
+        if last is not None and last[0] == key and time.monotonic() - last[1] < RATES_MAX_AGE_SECONDS:
+            return last[2]
         rates = _measure_rates(*key)
-        _rates_cache.clear()  # one entry: the sizes are the defaults but in tests
-        _rates_cache[key] = (time.monotonic(), rates)
+        _last_rates = (key, time.monotonic(), rates)
         return rates
 
 

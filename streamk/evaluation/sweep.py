@@ -337,7 +337,8 @@ def run_sweep(dataset, configs=DEFAULT_CONFIGS, methods=METHODS, rn=(False, True
         # fill the feature cache image by image (a step each), then read the protocol's descriptor
         # sets (query crops) from it; an unreadable image is reported by dataset_descriptors
         report(0, f"features of {len(paths)} images")
-        for _ in iter_extract(paths, stored_pixels(extractor or default_extractor()), cache_dir, workers):
+        extractor = stored_pixels(extractor or default_extractor())  # as dataset_descriptors reads them
+        for _ in iter_extract(paths, extractor, cache_dir, workers):
             report(1)
         report(0, "reading the features")
         database, queries = dataset_descriptors(dataset, extractor, cache_dir, workers, progress=False)

@@ -404,7 +404,7 @@ def stored_pixels(extractor):
     it does not turn them."""
     import copy
 
-    if extractor is None or not extractor.orients:
+    if not extractor.orients:
         return extractor
     ex = copy.copy(extractor)
     ex.features_version = STORED_PIXELS_VERSION

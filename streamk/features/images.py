@@ -247,19 +247,16 @@ def check_pixels(size, path, max_pixels=MAX_PIXELS):
 
 
 #: EXIF Orientation (1-8) -> the turn that shows the image upright, as numpy operations on
-#: a (height, width) array (the TIFF / EXIF definition; Pillow's ImageOps.exif_transpose)
+#: a (height, width[, bands]) array (the TIFF / EXIF definition; Pillow's ImageOps.exif_transpose)
 _ORIENT = {
     2: lambda a: a[:, ::-1],  # mirrored left-right
     3: lambda a: a[::-1, ::-1],  # upside down
     4: lambda a: a[::-1, :],  # mirrored top-bottom
-    5: lambda a: a.T,  # mirrored along the main diagonal
+    5: lambda a: a.swapaxes(0, 1),  # mirrored along the main diagonal
     6: lambda a: np.rot90(a, -1),  # stored turned 90 degrees counter-clockwise: turn it clockwise
-    7: lambda a: a[::-1, ::-1].T,  # mirrored along the other diagonal
+    7: lambda a: a[::-1, ::-1].swapaxes(0, 1),  # mirrored along the other diagonal
     8: lambda a: np.rot90(a, 1),  # stored turned 90 degrees clockwise: turn it counter-clockwise
 }
-#: the same turns as Pillow transposes (for images kept as PIL images: thumbnails, drawings)
-_ORIENT_PIL = {2: "FLIP_LEFT_RIGHT", 3: "ROTATE_180", 4: "FLIP_TOP_BOTTOM", 5: "TRANSPOSE", 6: "ROTATE_270",
-               7: "TRANSVERSE", 8: "ROTATE_90"}
 
 
 def exif_orientation(img):
@@ -273,15 +270,17 @@ def exif_orientation(img):
 
 
 def orient_array(a, orientation):
-    """The (height, width) array ``a`` turned upright for its EXIF ``orientation``."""
+    """The (height, width[, bands]) array ``a`` turned upright for its EXIF ``orientation``."""
     turn = _ORIENT.get(int(orientation))
     return a if turn is None else np.ascontiguousarray(turn(a))
 
 
 def orient_image(img, orientation):
-    """A PIL image turned upright for its EXIF ``orientation`` (the same image when 1)."""
-    name = _ORIENT_PIL.get(int(orientation))
-    return img if name is None else img.transpose(getattr(pil_image().Transpose, name))
+    """A decoded PIL image (grey or RGB) turned upright for its EXIF ``orientation`` (the same
+    image when 1)."""
+    if int(orientation) not in _ORIENT:
+        return img
+    return pil_image().fromarray(orient_array(np.asarray(img), orientation))
 
 
 def oriented_size(size, orientation):

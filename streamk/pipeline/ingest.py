@@ -415,34 +415,32 @@ class Ingester:
         self.close()
 
     # ------------------------------------------------------------------ reporting
+    def _say(self, path, reason):
+        """One line about ``path`` through ``report``, below the progress bar."""
+        if self._bar is not None:
+            self._bar.clear()
+        self.report(str(path), reason)
+
     def _fail(self, path, reason):
         self.stats.failed[str(path)] = reason
         self.stats.processed += 1
         self._seen[str(path)] = _stat_sig(path)
-        if self._bar is not None:
-            self._bar.clear()
-        self.report(str(path), reason)
+        self._say(path, reason)
         self._tick()
 
     def _ok(self, path, status, image_id=None):
+        """``status``: "added", "exists" (this id, these bytes) or "same content" (these bytes
+        under another id: not added)."""
         self.stats.failed.pop(str(path), None)
         self.stats.processed += 1
         self._seen[str(path)] = _stat_sig(path)
         if status == "added":
             self.stats.added += 1
             self.stats.added_ids.append(image_id)
+        elif status == "same content":
+            self.stats.same_content += 1
         else:
             self.stats.existing += 1
-        self._tick()
-
-    def _same_content(self, path, exc):
-        self.stats.failed.pop(str(path), None)
-        self.stats.processed += 1
-        self.stats.same_content += 1
-        self._seen[str(path)] = _stat_sig(path)
-        if self._bar is not None:
-            self._bar.clear()
-        self.report(str(path), f"the same bytes are already indexed as {exc.existing_id!r}; not added as {exc.id!r}")
         self._tick()
 
     def _tick(self):
@@ -508,7 +506,9 @@ class Ingester:
                 if exc is None:
                     self._ok(path, out, enc.key.decode())
                 elif isinstance(exc, DuplicateError):  # same content under another id: said, not added
-                    self._same_content(path, exc)
+                    self._say(path, f"the same bytes are already indexed as {exc.existing_id!r}; not added as "
+                                    f"{exc.id!r}")
+                    self._ok(path, "same content")
                 else:
                     self._fail(path, describe(exc))
 

@@ -140,7 +140,7 @@ def test_machine_rates_are_measured_again_when_old(monkeypatch):
         return fit_cost.MachineRates(gemm64=float(len(measured)), gemm32=1.0, eigh=1.0, eigh_order=sizes[2])
 
     monkeypatch.setattr(fit_cost, "_measure_rates", measure)
-    monkeypatch.setattr(fit_cost, "_rates_cache", {})
+    monkeypatch.setattr(fit_cost, "_last_rates", None)
     monkeypatch.setattr(fit_cost, "RATES_MAX_AGE_SECONDS", 3600.0)
     first = fit_cost.machine_rates()
     assert fit_cost.machine_rates() is first and len(measured) == 1  # fresh: reused
