@@ -220,8 +220,11 @@ def decoded_bytes(img):
     8 bytes of the float64 copy that turns them grey."""
     w, h = img.size
     bands = len(img.getbands())
-    raw = img.tile[0][3] if getattr(img, "tile", None) else img.mode
-    raw = raw[0] if isinstance(raw, tuple) else str(raw)
+    # the decoder's raw mode ("I;16B", "F;32F", "CMYK;I"), the first string of the tile's
+    # arguments where it has one; a GIF's (bits, interlaced, ...) or a DDS's masks have none
+    args = img.tile[0][3] if getattr(img, "tile", None) else img.mode
+    args = args if isinstance(args, tuple) else (args,)
+    raw = next((a for a in args if isinstance(a, str)), img.mode)
     bits = 32 if ";32" in raw or img.mode in ("I", "F") else 16 if ";16" in raw or img.mode.startswith("I;16") else 8
     per_sample = 8 if bands == 1 and bits > 8 else bits // 8
     return w * h * bands * per_sample

@@ -227,3 +227,37 @@ def test_extractor_params_keep_old_indexes_at_full_resolution():
     v2 = F.extractor_from_params({"extractor": "sift", "options": {"max_side": None}, "features_version": 2})
     assert v2.params()["features_version"] == 1 and not v2.orients
     assert F.make_extractor("sift", max_side=None).params()["features_version"] == 3
+
+
+@pytest.mark.parametrize("fmt, mode", [
+    ("GIF", "P"), ("BMP", "RGB"), ("BMP", "P"), ("TIFF", "RGB"), ("TIFF", "F"), ("TIFF", "I;16"), ("TIFF", "1"),
+    ("TIFF", "CMYK"), ("WEBP", "RGB"), ("PPM", "RGB"), ("TGA", "RGB"), ("JPEG", "CMYK"), ("JPEG2000", "RGB"),
+    ("PCX", "RGB"), ("SGI", "RGB"), ("DDS", "RGB"), ("ICO", "RGB"), ("QOI", "RGB"), ("PNG", "LA"),
+])
+def test_decoded_bytes_of_every_format_pillow_writes_is_what_numpy_decodes(fmt, mode):
+    """Whatever a format's tile says (a GIF's (bits, interlaced), a DDS's masks: no raw mode
+    string), the header's count is the decoded array's bytes (numpy's, the float64 grey copy for
+    one band of over 8 bits). A GIF crashed the count (TypeError) and so every ingest of one."""
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 255, (40, 52, 3), dtype=np.uint8)
+    img = (Image.fromarray(a[..., 0].astype(np.uint16 if mode == "I;16" else np.float32))
+           if mode in ("I;16", "F") else Image.fromarray(a).convert(mode))
+    buf = io.BytesIO()
+    try:
+        img.save(buf, fmt)
+    except (KeyError, OSError, ValueError) as exc:  # a writer this Pillow lacks
+        pytest.skip(f"Pillow cannot write {fmt} {mode}: {exc}")
+    opened = Image.open(io.BytesIO(buf.getvalue()))
+    decoded = np.asarray(opened)
+    expected = decoded.size * 8 if decoded.ndim == 2 and decoded.itemsize > 1 else decoded.size * decoded.itemsize
+    assert F.decoded_bytes(Image.open(io.BytesIO(buf.getvalue()))) == expected, (fmt, mode, opened.mode)
+
+
+def test_an_animated_gif_is_read_as_its_first_frame(tmp_path):
+    rng = np.random.default_rng(1)
+    frames = [Image.fromarray(rng.integers(0, 255, (60, 80), dtype=np.uint8)).convert("P") for _ in range(3)]
+    p = tmp_path / "anim.gif"
+    frames[0].save(p, save_all=True, append_images=frames[1:])
+    gray = F.decode_gray(p.read_bytes(), p)
+    assert gray.shape == (60, 80)
+    np.testing.assert_array_equal(gray, np.asarray(Image.open(p).convert("L")))
