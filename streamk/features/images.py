@@ -182,6 +182,16 @@ def _to_gray(img):
     return np.clip(np.rint(a), 0, 255).astype(np.uint8)
 
 
+def eight_bit(img, mode):
+    """An opened image as 8 bits a channel in ``mode`` ("L" or "RGB"), for pictures a person
+    or the copy check looks at. Deep grey images (16-bit, 32-bit, float) are scaled as the
+    features see them (:func:`_to_gray`): Pillow's ``convert`` clips them, so a 16-bit grey
+    photo came out white."""
+    if img.mode.startswith("I") or img.mode == "F":
+        return pil_image().fromarray(_to_gray(img)).convert(mode)
+    return img.convert(mode)
+
+
 def _open(data, path, max_pixels):
     """The PIL image of a file's bytes, header read, nothing decoded; its size checked."""
     Image = pil_image(data)
@@ -434,7 +444,7 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
         with Image.open(io.BytesIO(data)) as img:
             orientation = exif_orientation(img) if orient else 1
             img.draft("RGB", (side, side))  # JPEG: decode at 1/2..1/8 scale, fast
-            img = orient_image(img.convert("RGB"), orientation)
+            img = orient_image(eight_bit(img, "RGB"), orientation)
             img.thumbnail((side, side))
             out = io.BytesIO()
             img.save(out, "JPEG", quality=THUMBNAIL_QUALITY)
@@ -446,6 +456,6 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
 
 
 __all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes",
-           "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "exif_date", "exif_orientation",
+           "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date", "exif_orientation",
            "file_metadata", "is_heif", "orient_array", "orient_image", "oriented_size",
            "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]

@@ -346,14 +346,14 @@ def decode_for_copies(data, name="image", side=PIXELS_SIDE, orient=False):
     side an image the extractor saw whole is decoded at full size (the band test needs it).
     ``orient``: turned upright for its EXIF orientation, as the features see it (the
     index's extractor's ``orients``)."""
-    from ..features import exif_orientation, orient_image, pil_image
+    from ..features import eight_bit, exif_orientation, orient_image, pil_image
 
     Image = pil_image(data)
     try:
         with Image.open(io.BytesIO(data)) as img:
             orientation = exif_orientation(img) if orient else 1
             img.draft("L", (side, side))
-            img = orient_image(img.convert("L"), orientation)
+            img = orient_image(eight_bit(img, "L"), orientation)
             img.thumbnail((side, side), Image.BILINEAR, reducing_gap=None)
             return np.asarray(img, np.uint8)
     except Exception as exc:  # Pillow raises OSError, ValueError, SyntaxError, ...
@@ -361,8 +361,9 @@ def decode_for_copies(data, name="image", side=PIXELS_SIDE, orient=False):
 
 
 def same_pixels(data_a, data_b):
-    """Whether two images' bytes decode to the same pixels (same size, same values)."""
-    from ..features import pil_image
+    """Whether two images' bytes decode to the same pixels (same size, same values: at their
+    full depth when both have one mode, else as 8-bit RGB)."""
+    from ..features import eight_bit, pil_image
 
     Image = pil_image(data_a)
     pil_image(data_b)  # (either may be a HEIC photo)
@@ -370,7 +371,10 @@ def same_pixels(data_a, data_b):
         with Image.open(io.BytesIO(data_a)) as a, Image.open(io.BytesIO(data_b)) as b:
             if a.size != b.size:
                 return False
-            return bool(np.array_equal(np.asarray(a.convert("RGB")), np.asarray(b.convert("RGB"))))
+            if a.mode == b.mode and (a.mode.startswith("I") or a.mode == "F"):
+                # deep greys at their depth: two that differ may agree once brought to 8 bits
+                return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+            return bool(np.array_equal(np.asarray(eight_bit(a, "RGB")), np.asarray(eight_bit(b, "RGB"))))
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):  # what Pillow raises: not the same
         return False
 

@@ -36,7 +36,7 @@ def open_image(path, max_side=None, orient=False):
 def image_from_bytes(data, name, max_side=None, orient=False):
     from PIL import Image, UnidentifiedImageError
 
-    from ..features import exif_orientation, orient_image, pil_image
+    from ..features import eight_bit, exif_orientation, orient_image, pil_image
 
     if not data:
         raise ImageReadError(name, "empty file")
@@ -45,7 +45,7 @@ def image_from_bytes(data, name, max_side=None, orient=False):
         with Image.open(io.BytesIO(data)) as img:
             orientation = exif_orientation(img) if orient else 1
             img.load()
-            rgb = orient_image(img.convert("RGB"), orientation)
+            rgb = orient_image(eight_bit(img, "RGB"), orientation)
     except UnidentifiedImageError as exc:
         raise ImageReadError(name, "not a recognised image format") from exc
     except Exception as exc:  # Pillow's decoders raise OSError, ValueError, SyntaxError, ...
