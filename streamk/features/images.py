@@ -174,12 +174,16 @@ def _to_gray(img):
         if a.size and a.max() <= 1.0:
             a = a * 255.0
     else:
-        try:
-            gray = img.convert("L")
-        except (ValueError, OSError):
-            gray = img.convert("RGB").convert("L")
-        return np.asarray(gray, dtype=np.uint8)
+        return np.asarray(_convert(img, "L"), dtype=np.uint8)
     return np.clip(np.rint(a), 0, 255).astype(np.uint8)
+
+
+def _convert(img, mode):
+    """Pillow's conversion to an 8-bit ``mode``, through RGB where it has no direct one (LAB)."""
+    try:
+        return img.convert(mode)
+    except (ValueError, OSError):
+        return img.convert("RGB").convert(mode)
 
 
 def eight_bit(img, mode):
@@ -189,7 +193,7 @@ def eight_bit(img, mode):
     photo came out white."""
     if img.mode.startswith("I") or img.mode == "F":
         return pil_image().fromarray(_to_gray(img)).convert(mode)
-    return img.convert(mode)
+    return _convert(img, mode)
 
 
 def _open(data, path, max_pixels):

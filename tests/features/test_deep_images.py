@@ -65,3 +65,16 @@ def test_same_pixels_compares_deep_greys_at_their_depth(twins):
     assert same_pixels(_png(above), _png(above.copy()))
     assert same_pixels(deep["I;16"], png8)  # the same picture at 8 bits
     assert not same_pixels(deep["I;16"], _png(np.roll(gray8, 1)))
+
+
+def test_a_lab_tiff_reaches_the_copy_check_as_grey():
+    """Pillow has no LAB -> L conversion: the copy check's decode failed on a LAB TIFF whose
+    features (grey through RGB) were fine."""
+    rng = np.random.default_rng(5)
+    rgb = Image.fromarray(rng.integers(0, 256, (40, 60, 3), dtype=np.uint8))
+    buf = io.BytesIO()
+    rgb.convert("LAB").save(buf, "TIFF")
+    lab = Image.open(io.BytesIO(buf.getvalue()))
+    assert lab.mode == "LAB"
+    expected = np.asarray(lab.convert("RGB").convert("L"))
+    np.testing.assert_array_equal(decode_for_copies(buf.getvalue()), expected)
