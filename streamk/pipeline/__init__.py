@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     from .index_setup import create_index as create_index
     from .local_features import add_local_features as add_local_features
     from .ingest import (
-        IMAGE_EXTENSIONS as IMAGE_EXTENSIONS, Ingester as Ingester, IngestStats as IngestStats,
+        IMAGE_EXTENSIONS as IMAGE_EXTENSIONS, Ingester as Ingester, as_roots as as_roots, IngestStats as IngestStats,
         collect_images as collect_images, id_for as id_for, is_image_name as is_image_name,
         iter_scan as iter_scan, retrain_if_stale as retrain_if_stale, run_ingest as run_ingest, scan as scan,
     )

@@ -48,6 +48,7 @@ from ..errors import ConfigError, EmptyDescriptorSetError
 from ..features import default_extractor
 from ..parallel import default_workers, make_executor
 from ..verification import Vocabulary
+from .ingest import as_roots
 from .tasks import aggregate_task, results, sample_task, task_context
 
 DEFAULT_MAX_IMAGES = 1000
@@ -158,7 +159,7 @@ def learning_descriptors(paths, extractor=None, executor=None, max_images=DEFAUL
     (:func:`vocabulary_descriptors_per_image` an image), to learn a vocabulary alone."""
     t0 = time.monotonic()
     extractor = default_extractor() if extractor is None else extractor
-    sample = [os.path.abspath(p) for p in sample_images(paths, max_images, seed)]
+    sample = [os.path.abspath(p) for p in sample_images(as_roots(paths), max_images, seed)]
     if not sample:
         raise EmptyDescriptorSetError("no learning images given")
     info = TrainingInfo()
@@ -205,7 +206,7 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
     extractor = default_extractor() if extractor is None else extractor
     report = report or (lambda path, reason: None)
     # absolute paths: a Dask worker's working folder is not ours
-    sample = [os.path.abspath(p) for p in sample_images(paths, max_images, seed)]
+    sample = [os.path.abspath(p) for p in sample_images(as_roots(paths), max_images, seed)]
     if not sample:
         raise EmptyDescriptorSetError("no learning images given")
     info = TrainingInfo()

@@ -141,10 +141,16 @@ def _text_id(name):
     return "".join(out)
 
 
+def as_roots(roots):
+    """A list of the files and folders ``roots`` names: one path (a str, bytes or
+    os.PathLike: one root, not its characters) or an iterable of them."""
+    return [roots] if isinstance(roots, (str, bytes, os.PathLike)) else list(roots)
+
+
 def iter_scan(roots):
     """Yield ``(path, id, None)`` for each image candidate and ``(path, None, reason)`` for
     each bad entry, in a stable order, as the folders are walked (lazily)."""
-    for root in roots:
+    for root in as_roots(roots):
         root = str(root)
         if os.path.isdir(root) and is_image_name(os.path.normpath(root)):
             yield root, None, "ImageReadError: is a directory"
@@ -699,6 +705,7 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
     if retrain_at is not None and not (isinstance(retrain_at, (int, float)) and retrain_at > 0):
         raise ConfigError(f"retrain_at must be a ratio > 0, got {retrain_at!r}")
+    images = as_roots(images)
     given = read_metadata_file(metadata) if metadata is not None else None
     executor = make_executor(dask=dask) if dask is not None else None
     try:
@@ -771,5 +778,6 @@ def collect_images(roots):
     return [p for p, _ in found], bad
 
 
-__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "MAX_BATCH_SIZE", "Ingester", "IngestStats", "collect_images", "read_metadata_file",
+__all__ = ["COUNT_LEFT_SECONDS", "IMAGE_EXTENSIONS", "MAX_BATCH_SIZE", "Ingester", "IngestStats", "as_roots",
+           "collect_images", "read_metadata_file",
            "retrain_if_stale", "run_ingest", "id_for", "image_content_key", "is_image_name", "iter_scan", "scan"]

@@ -80,6 +80,22 @@ def test_scan_ids_and_content_key(work, tmp_path):
         assert idx.info("x")["content_key"] == image_content_key(sha).hex()
 
 
+def test_one_folder_given_as_a_str_or_path_is_one_root(work, tmp_path):
+    """The library calls take "files and folders" or one of them: a str was iterated as its
+    characters (create_index(train="photos") reported 'skipped p', 'skipped h', ... and found no
+    image)."""
+    from pathlib import Path
+
+    from streamk.pipeline import collect_images, create_index, run_ingest
+
+    imgs = str(work / "imgs")
+    assert scan(imgs) == scan([imgs]) == scan(Path(imgs))
+    assert len(collect_images(imgs)[0]) == 6
+    ix = create_index(tmp_path / "ix", train=imgs, extractor="sift", k=4, embedding="vlad", workers=1,
+                      local_features=False, log=lambda m: None)
+    assert run_ingest(ix, imgs, workers=1, progress=False, log=lambda m: None).added == 6
+
+
 def test_create_errors_write_nothing(work, tmp_path, capsys):
     ix = tmp_path / "ix"
     assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz")]) == 3  # EncoderFileError
