@@ -15,13 +15,14 @@ that one too gets ``TaskFailure("crashed", CRASHED)``, so a killed worker loses 
 import gc
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import NamedTuple
 
-from ..errors import WorkerCrashedError
+from ..errors import ConfigError, WorkerCrashedError
 from .worker_process import pool_worker_init, run_task
 
 CRASHED = f"{WorkerCrashedError.__name__}: the worker process died on this item (a crash in a native library, " \
@@ -44,6 +45,63 @@ class TaskFailure(NamedTuple):
         return cls("failed", describe(exc))
 
 
+def check_main_guard():
+    """ConfigError when this call comes from the top level of a script outside ``if __name__ ==
+    "__main__":``. A spawned worker starts by running the parent's main script again (as
+    ``__mp_main__``; Python's rule, mirrored here: a script by its path, a ``-m`` module by its
+    name, a package's ``__main__`` not at all): without the guard every worker would run the
+    script's top level again (its prints, its deletes) and die starting workers of its own, and
+    every image would be reported as a crash. Nothing is checked where there is no script (a
+    notebook, an interactive session) or its source cannot be read."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if main is None or path is None or (name is not None and (name == "__main__" or name.endswith(".__main__"))):
+        return
+    if name is None and os.path.splitext(os.path.basename(path))[0] == "ipython":
+        return
+    if not os.path.isabs(path):  # where multiprocessing looks for it
+        path = os.path.join(getattr(multiprocessing.process, "ORIGINAL_DIR", None) or os.getcwd(), path)
+    if not os.path.isfile(path):  # "<stdin>": the worker cannot run it, and dies
+        raise ConfigError(
+            f"a script read from {os.path.basename(path)} cannot start worker processes: each worker starts by "
+            f"running the parent's script again, from its file. Save the script as a file and run that (its work "
+            f"under 'if __name__ == \"__main__\":'), or use workers=1 (no worker processes)")
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is vars(main) and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:  # not from the script's top level (a thread, a callback): nothing to tell
+        return
+    guarded = _guarded_lines(path)
+    if guarded is None or frame.f_lineno in guarded:
+        return
+    raise ConfigError(
+        f"line {frame.f_lineno} of {path} starts streamk's worker processes from the script's top level: each "
+        f"worker starts by running the script again, so it would run that line too. Put the script's work under "
+        f"'if __name__ == \"__main__\":' (Python's rule for scripts that start processes), or use workers=1 "
+        f"(no worker processes)")
+
+
+def _guarded_lines(path):
+    """The set of line numbers of a script under a top-level ``if`` that tests ``__name__``
+    against ``"__main__"``; None when its source cannot be read or parsed."""
+    import ast
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    lines = set()
+    for node in tree.body:
+        if isinstance(node, ast.If):
+            names = {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)}
+            texts = {n.value for n in ast.walk(node.test) if isinstance(n, ast.Constant)}
+            if "__name__" in names and "__main__" in texts:
+                lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
 class WorkerPool:
     """``workers`` spawned processes for the tasks of one TaskContext (see the module
     doc), started at the first task; thread-safe. ``submit`` runs ``fn(context, item)``
@@ -62,6 +120,7 @@ class WorkerPool:
 
     def _start(self):
         """(Under the lock.) A fresh pool of processes, started as tasks come."""
+        check_main_guard()
         mp = multiprocessing.get_context("spawn")  # fork after Numba / OpenMP / OpenCV threads ran can deadlock
         parent_alive, keep_open = mp.Pipe(duplex=False)  # workers hold the read end: EOF when we die
         self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp, initializer=pool_worker_init,
