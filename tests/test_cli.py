@@ -237,6 +237,9 @@ def test_the_defaults_in_help_are_the_packages_own():
     assert defaults.DEFAULT_MAX_IMAGES == pipeline.DEFAULT_MAX_IMAGES
     assert defaults.DEFAULT_DESCRIPTORS_PER_IMAGE == pipeline.DEFAULT_DESCRIPTORS_PER_IMAGE
     assert defaults.DEMO_TRANSFORMS == tuple(demo.TRANSFORMS)
+    from streamk.datasets.download import REMOTES
+
+    assert defaults.DOWNLOADABLE_DATASETS == tuple(sorted(REMOTES))
 
 
 def test_version():

@@ -32,3 +32,6 @@ DEFAULT_MAX_IMAGES = 1000
 DEFAULT_DESCRIPTORS_PER_IMAGE = 500
 #: the keys of streamk.demo.transforms.TRANSFORMS: the demo's photo changes, in order
 DEMO_TRANSFORMS = ("crop", "rotate", "scale", "persp", "jpeg", "light")
+#: the keys of streamk.datasets.download.REMOTES, sorted: the benchmarks `streamk datasets download` fetches
+DOWNLOADABLE_DATASETS = ("holidays", "oxford105k", "oxford5k", "paris106k", "paris6k", "roxford5k", "rparis6k",
+                         "ukbench")

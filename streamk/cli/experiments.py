@@ -4,7 +4,7 @@ experiments on real photographs and on the benchmarks."""
 import json
 
 from ..schema import with_schema_version
-from .defaults import DEMO_TRANSFORMS
+from .defaults import DEMO_TRANSFORMS, DOWNLOADABLE_DATASETS
 from .options import add_vocab_size_option, csv, non_negative_int, positive_int
 
 
@@ -48,8 +48,10 @@ def add_experiment_commands(sub):
     ds = sub.add_parser("datasets", help="benchmark datasets")
     ds_sub = ds.add_subparsers(dest="datasets_command", required=True)
     dl = ds_sub.add_parser("download", help="fetch and extract a benchmark's official archives")
-    dl.add_argument("name")
-    dl.add_argument("--dir", required=True)
+    dl.add_argument("name", choices=DOWNLOADABLE_DATASETS, metavar="NAME",
+                    help=f"one of {', '.join(DOWNLOADABLE_DATASETS)}")
+    dl.add_argument("--dir", required=True, metavar="DIR",
+                    help="where it goes: images in DIR/jpg, ground truth beside them; the --root of streamk eval")
     dl.add_argument("--mirror", default=None, help="base URL of a mirror holding the same file names")
     dl.set_defaults(func=_download)
 

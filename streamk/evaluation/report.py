@@ -1,6 +1,8 @@
 """``streamk eval`` as a library call: a benchmark's tables laid out like the paper's,
 printed as they are computed, and returned as one JSON-able report."""
 
+from pathlib import Path
+
 import numpy as np
 
 from ..config import default_cache_dir
@@ -37,6 +39,10 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
              expand=DEFAULT_EXPAND, expansion=DEFAULT_EXPANSION, log=print, progress=True):
     """What ``streamk eval`` prints (through ``log``), as a report dict."""
     dataset = load_dataset(dataset, root)
+    if dataset.image_dir is None or not Path(dataset.image_dir).is_dir():  # before minutes of learning
+        where = "no image folder given" if dataset.image_dir is None else f"{dataset.image_dir} is not a folder"
+        raise ConfigError(f"{dataset.name}: {where}: pass --root DIR (root=), the folder that 'streamk datasets "
+                          f"download {dataset.name} --dir DIR' fills (images in DIR/jpg)")
     extractor = make_extractor(extractor, max_side=max_side, max_features=max_features)
     cache = None if no_cache else (cache or default_cache_dir())
     learning = learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, progress, log)

@@ -172,3 +172,17 @@ def test_eval_seeds_and_short_codes_on_part_of_paris_subset(shared_data, tmp_pat
         assert len(maps) == 2
         assert r["map_mean"] == pytest.approx(np.mean(maps)) and r["map_std"] == pytest.approx(np.std(maps))
     assert calls[0]["seeds"] == [0, 1] and calls[0]["pq_bytes"] == [8]
+
+
+def test_eval_without_the_benchmark_s_images_says_where_before_learning(tmp_path, capsys, monkeypatch):
+    """`streamk eval --dataset ukbench` with no --root (or one without jpg/) failed after the
+    learning set's extraction, with the library's "pass root= or image_dir="; now before it,
+    with the flag and the download command."""
+    from streamk.evaluation import report
+
+    learned = []
+    monkeypatch.setattr(report, "learning_set", lambda *a, **k: learned.append(1))
+    assert main(["eval", "--dataset", "ukbench", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'jpg'} is not a folder" in err and "--root DIR" in err
+    assert "streamk datasets download ukbench --dir DIR" in err and not learned
