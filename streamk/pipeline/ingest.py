@@ -19,6 +19,10 @@ sent to the workers as they are found, a bounded number at a time):
    A name that is not valid UTF-8, or holds control characters (a newline), keeps
    them as ``%XX`` of their bytes (``caf\xe9.jpg`` -> ``caf%E9.jpg``): every file
    can be ingested, and its id is plain text in keys, reports and JSON.
+   An id over the store's length (200 characters, 511 bytes: a deep folder, a long
+   file name) is shortened to a digest of the whole id and its end:
+   ``<16 hex digits of its sha256>~<the last characters>`` (:func:`id_for`), so that
+   every file has an id and two long paths that end alike do not share one.
    Ids are checked with the store's rules (:func:`streamk.index.store.validate_id`:
    1..200 characters, no control characters, ...); a file whose id is invalid is
    reported and skipped. Two files mapping to the same id (``a/b.jpg`` and
@@ -79,6 +83,7 @@ threshold it is a near-duplicate: "skip" leaves it out (counted as a near-duplic
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -96,7 +101,7 @@ from ..features import FeatureCache
 from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
                      image_content_key, nearest_of_vectors)
 from ..parallel import make_executor
-from ..index import validate_id
+from ..index import MAX_ID_CHARS, MAX_KEY_BYTES, validate_id
 from .tasks import ingest_task, results, task_context
 
 if TYPE_CHECKING:
@@ -119,9 +124,22 @@ def id_for(path, root=None):
     undecodable bytes and control characters as ``%XX`` (see the module doc)."""
     path = os.fsdecode(path)
     if root is None:
-        return _text_id(os.path.basename(os.path.normpath(path)))
+        return _fitted_id(_text_id(os.path.basename(os.path.normpath(path))))
     rel = os.path.relpath(path, os.fsdecode(root))
-    return _text_id(rel.replace(os.sep, "__").replace("/", "__"))
+    return _fitted_id(_text_id(rel.replace(os.sep, "__").replace("/", "__")))
+
+
+def _fitted_id(image_id):
+    """``image_id`` when the store takes its length, else ``<digest>~<its end>``: 16 hex
+    digits of the sha256 of the whole id, then as many of its last characters as fit (the
+    file name is at the end)."""
+    if len(image_id) <= MAX_ID_CHARS and len(image_id.encode("utf-8")) <= MAX_KEY_BYTES:
+        return image_id
+    head = hashlib.sha256(image_id.encode("utf-8")).hexdigest()[:16] + "~"
+    tail = image_id[-(MAX_ID_CHARS - len(head)):]
+    while len(tail.encode("utf-8")) > MAX_KEY_BYTES - len(head):  # wide characters: fewer of them
+        tail = tail[1:]
+    return head + tail
 
 
 def _text_id(name):

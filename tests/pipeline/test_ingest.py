@@ -96,6 +96,42 @@ def test_one_folder_given_as_a_str_or_path_is_one_root(work, tmp_path):
     assert run_ingest(ix, imgs, workers=1, progress=False, log=lambda m: None).added == 6
 
 
+def test_a_file_whose_id_is_over_the_store_s_length_gets_a_shortened_one(work, tmp_path, capsys):
+    """A 250-character file name (Linux takes 255 bytes), or a deep folder, gave an id over the
+    store's 200 characters: the file could not be ingested at all ("InvalidIdError: an image id
+    must have 1..200 characters, got 254"). Such an id is now a digest of the whole and its end."""
+    from streamk.index import MAX_ID_CHARS, MAX_KEY_BYTES, validate_id
+
+    long_name = "v" * 246 + ".png"
+    folder = tmp_path / "photos"
+    for sub in ("a", "b"):  # two long paths that end alike
+        (folder / sub).mkdir(parents=True)
+        (folder / sub / long_name).write_bytes((work / "imgs" / ("img1.png" if sub == "a" else "img2.png")).read_bytes())
+    deep = folder.joinpath(*["deep folder %d" % i for i in range(16)])
+    deep.mkdir(parents=True)
+    (deep / "photo.png").write_bytes((work / "imgs" / "img3.png").read_bytes())
+    found, bad = scan(folder)
+    ids = [i for _, i in found]
+    assert not bad and len(set(ids)) == 3
+    for i in ids:
+        assert validate_id(i) and len(i) <= MAX_ID_CHARS and len(i.encode()) <= MAX_KEY_BYTES
+    by_path = {os.path.relpath(p, folder): i for p, i in found}
+    a, b = by_path[os.path.join("a", long_name)], by_path[os.path.join("b", long_name)]
+    assert a != b and a.endswith("vvv.png") and b.endswith("vvv.png") and a[16] == b[16] == "~"
+    assert by_path[os.path.relpath(deep / "photo.png", folder)].endswith("deep folder 15__photo.png")
+    assert id_for(folder / "a" / long_name, folder) == a  # what a rerun finds: the same id
+    assert id_for("x" * 300 + "é" * 200 + ".png") == id_for("x" * 300 + "é" * 200 + ".png")  # a fixed function
+    wide = id_for("🙂" * 200 + ".png")
+    assert len(wide.encode()) <= MAX_KEY_BYTES and validate_id(wide)
+    ix = tmp_path / "ix"
+    create(ix, work)
+    capsys.readouterr()
+    assert main(["ingest", str(ix), str(folder), "--workers", "1", "--no-progress"]) == 0
+    assert "added 3" in capsys.readouterr().out
+    with StreamingIndex.open(ix) as idx:
+        assert sorted(idx.ids()) == sorted(ids)
+
+
 def test_create_errors_write_nothing(work, tmp_path, capsys):
     ix = tmp_path / "ix"
     assert main(["index", "create", str(ix), "--encoder", str(tmp_path / "nope.npz")]) == 3  # EncoderFileError
