@@ -289,6 +289,23 @@ def test_search_json_is_one_result_per_line(work):
         assert json.loads(line.rstrip(",")) == hit
 
 
+def test_a_search_with_no_results_says_so_and_why_when_the_index_is_empty(work, tmp_path):
+    """A table header with nothing under it said nothing: "(no results)", and on an empty
+    index a note that says how to fill it."""
+    from streamk import Encoder
+    from streamk.features import make_extractor
+    from streamk.index import StreamingIndex
+
+    StreamingIndex.create(tmp_path / "empty", Encoder.load(work / "enc.npz"), extractor=make_extractor("sift")).close()
+    res = streamk("search", str(tmp_path / "empty"), str(work / "imgs" / "img2.png"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["(no results)"]
+    assert one_error_line(res) == f"streamk: note: {tmp_path / 'empty'} holds no images yet: `streamk ingest " \
+                                  f"{tmp_path / 'empty'} PHOTOS` adds them"
+    res = streamk("search", str(tmp_path / "empty"), str(work / "imgs" / "img2.png"), "--json")
+    assert res.returncode == 0 and json.loads(res.stdout) == []
+
+
 def test_duplicates_of_an_image_with_none_says_so(work):
     res = streamk("duplicates", str(work / "ix"), "--id", "img0.png", "--threshold", "1")
     assert res.returncode == 0, res.stderr

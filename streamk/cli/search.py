@@ -51,6 +51,9 @@ def _search(args):
                           box=None if args.box is None else tuple(args.box),
                           false_alarms_per_pair=args.false_alarms_per_pair)
     with open_from_args(args, readonly=True) as idx:
+        if len(idx) == 0:  # a header and nothing under it says nothing
+            print(f"streamk: note: {args.dir} holds no images yet: `streamk ingest {args.dir} PHOTOS` adds them",
+                  file=sys.stderr, flush=True)
         if args.images:  # (queries by --id alone need no extractor: its library is not even imported)
             idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
         with _stale_codec_noted(args.dir):
@@ -167,6 +170,10 @@ def print_answer(got, output, first=True, named=False):
     nfas = [log10_nfa_text(hit.get("log10_nfa")) for hit in rows]
     nfa_width = max([len("log10 NFA")] + [len(t) for t in nfas]) if any(nfas) else 0
     nfa_column = f"  {'log10 NFA':>{nfa_width}}" if nfa_width else ""
+    if not rows:
+        print("(no results)")
+        sys.stdout.flush()
+        return
     print(f"{'rank':>4}  {'score':>8}  {'inliers':>7}{nfa_column}{why_column}  id")
     for hit, nfa in zip(rows, nfas):
         inliers = "" if hit.get("inliers") is None else f"{hit['inliers']}{'*' if hit.get('verified') else ''}"

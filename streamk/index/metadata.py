@@ -457,7 +457,7 @@ def allowed_rows(txn, store, clauses, n_rows):
     if missing:
         raise FilterError(f"filter on {missing[0]!r}: the field is not indexed (filters use indexed fields "
                           f"only; index it with StreamingIndex.index_field({missing[0]!r}) or "
-                          f"`streamk index field IDX {missing[0]}`); indexed: {fields}")
+                          f"`streamk index field IDX {missing[0]}`); indexed: {', '.join(sorted(fields)) or 'none'}")
     db = store.postings_db
     columns_db = store.columns_db
     with_column = set(column_fields(txn, store)) if columns_db is not None else set()
