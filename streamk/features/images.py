@@ -460,6 +460,7 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
 
 
 __all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes",
-           "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date", "exif_orientation",
+           "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date",
+           "exif_orientation",
            "file_metadata", "is_heif", "orient_array", "orient_image", "oriented_size",
            "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]
