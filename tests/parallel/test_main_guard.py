@@ -5,12 +5,14 @@ image be reported as a crash (measured before: 3 of 3 training photos "WorkerCra
 then "no local features in the learning images"; the unguarded script's prints ran once per
 worker). The checks run in a child interpreter, as a user runs a script."""
 
-import os
-import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from helpers.processes import run_python  # noqa: E402
 
 START = """
 from streamk.parallel import WorkerPool, TaskContext
@@ -22,10 +24,9 @@ USE = "pool.start(); pool.close(); print('workers ran')"
 def _run(tmp_path, source, stdin=False):
     script = tmp_path / "user_script.py"
     script.write_text(textwrap.dedent(source))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    cmd = [sys.executable, "-"] if stdin else [sys.executable, str(script)]
-    return subprocess.run(cmd, input=script.read_text() if stdin else None, capture_output=True, text=True,
-                          cwd=tmp_path, env=env, timeout=120)
+    if stdin:
+        return run_python("-", input=script.read_text(), cwd=tmp_path, timeout=120)
+    return run_python(script, cwd=tmp_path, timeout=120)
 
 
 def test_an_unguarded_script_is_told_to_guard_its_top_level(tmp_path):
@@ -57,8 +58,6 @@ def test_a_script_from_standard_input_is_told_to_be_a_file(tmp_path):
 
 def test_python_c_starts_its_workers(tmp_path):
     """No script file: the workers run nothing of the parent's, and nothing is checked."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    out = subprocess.run([sys.executable, "-c", START + USE], capture_output=True, text=True, cwd=tmp_path, env=env,
-                         timeout=120)
+    out = run_python("-c", START + USE, cwd=tmp_path, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "workers ran"
