@@ -5,14 +5,11 @@ image be reported as a crash (measured before: 3 of 3 training photos "WorkerCra
 then "no local features in the learning images"; the unguarded script's prints ran once per
 worker). The checks run in a child interpreter, as a user runs a script."""
 
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from helpers.processes import run_python  # noqa: E402
+from helpers.processes import run_python
 
 START = """
 from streamk.parallel import WorkerPool, TaskContext
