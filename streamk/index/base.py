@@ -48,6 +48,8 @@ from .search_params import DEFAULT_EXPANSION, SearchParams
 from .second_stage import Hit
 
 if TYPE_CHECKING:
+    from PIL.Image import Image as PILImage
+
     from ..encoding import Encoder
     from .queries import QueryEncoder
 
@@ -205,9 +207,10 @@ class Index(ABC):
         """Counts and sizes: images, codec, reader memory, and the codec's staleness."""
 
     # ------------------------------------------------------------ search
-    # an image path: [Hit]; a vector or a batch of vectors (the same type): [Hit] or (scores, ids)
+    # an image (a path, the file's bytes, a PIL image): [Hit]; an array (an (H, W, 3) image, a descriptor
+    # set, a vector or a batch of vectors, the same type): [Hit] or (scores, ids)
     @overload
-    def search(self, query: str | os.PathLike[str], k: int = 10, mode: str | None = None,
+    def search(self, query: str | os.PathLike[str] | bytes | PILImage, k: int = 10, mode: str | None = None,
                rerank: int | None = None, box: Sequence[float] | None = None, nprobe: int | None = None,
                verify: int | None = None, expand: int | None = None, expansion: str = DEFAULT_EXPANSION,
                pairs: bool = False, features: Any = None, where: Mapping[str, Any] | None = None,
@@ -221,7 +224,8 @@ class Index(ABC):
                record: bytes | None = None,
                params: SearchParams | None = None) -> list[Hit] | tuple[NDArray[np.float32], NDArray[Any]]: ...
 
-    def search(self, query: str | os.PathLike[str] | NDArray[Any], k: int = 10, mode: str | None = None,
+    def search(self, query: str | os.PathLike[str] | bytes | PILImage | NDArray[Any], k: int = 10,
+               mode: str | None = None,
                rerank: int | None = None, box: Sequence[float] | None = None, nprobe: int | None = None,
                verify: int | None = None, expand: int | None = None, expansion: str = DEFAULT_EXPANSION,
                pairs: bool = False, features: Any = None, where: Mapping[str, Any] | None = None,
@@ -230,7 +234,8 @@ class Index(ABC):
         """The k best images by decreasing inner product with the query, then (second
         stage) spatially verified and expanded.
 
-        One query (an image path, a descriptor set (n, d) or a vector (D,)): a list of
+        One query (an image: its path, the file's bytes, a PIL image or an (H, W, 3 or 4)
+        uint8 array; a descriptor set (n, d); or a vector (D,)): a list of
         :class:`~streamk.index.Hit`, best first: each is the pair ``(id, score)`` (it
         unpacks as one) with ``inliers``, ``verified``, ``region``, ``affine`` and, with
         ``pairs=True``, the inlier ``pairs``. A batch of vectors (nq, D) (a (1, D) array
@@ -293,9 +298,10 @@ class Index(ABC):
     def _second_stage(self, q, qrec, params):
         """[Hit]: the second stage of the unit query vector ``q`` with geometry record ``qrec``."""
 
-    def query_vector(self, query: str | os.PathLike[str] | NDArray[Any],
+    def query_vector(self, query: str | os.PathLike[str] | bytes | PILImage | NDArray[Any],
                      box: Sequence[float] | None = None) -> NDArray[np.float32]:
-        """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
+        """The unit vector of a query: an image (a path or one in memory, as :meth:`search`
+        takes it), a descriptor set (n, d) or a vector."""
         return self.queries.vector(query, box)
 
     def query_vectors(self, Q: NDArray[Any]) -> NDArray[np.float32]:

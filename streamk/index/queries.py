@@ -13,7 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError, ZeroVectorError
-from ..features import default_extractor, extractor_from_params, image_features
+from ..features import (DESCRIPTOR_DIM, crop_to_box, default_extractor, extractor_from_params, features_of_bytes,
+                        image_features, in_memory_image_bytes)
 from .items import checked_vector, normalise_box, unit_vector
 from .search_params import INDEX_LIMITS, MODES, SearchParams, check_count
 from .second_stage import query_record
@@ -105,7 +106,7 @@ class QueryEncoder:
             raise ConfigError("box and features apply to one query image, not a batch of vectors")
         if batch:
             Q = self.vectors(query)
-        elif isinstance(query, (str, os.PathLike)):
+        elif self.is_image(query):
             features = self.features(query, box)
             Q = unit_vector(self._encoder().encode(features.descriptors))[None, :]
         else:
@@ -120,30 +121,51 @@ class QueryEncoder:
             qrec = query_record(vocabulary, features) if R and len(features) else None
         return PreparedQuery(batch, Q, qrec, R if qrec is not None else 0)
 
-    def features(self, path, box=None):
-        """The Features of a query image (inside ``box``), or EmptyDescriptorSetError."""
+    def is_image(self, query):
+        """Whether ``query`` is a query image: a path, or one held in memory (the file's
+        bytes, a PIL image, an (H, W, 3 or 4) uint8 array; :func:`~streamk.features.in_memory_image_bytes`)."""
+        return isinstance(query, (str, os.PathLike, bytes, bytearray, memoryview)) or (
+            isinstance(query, np.ndarray) and query.ndim == 3 and query.shape[2] in (3, 4)
+            and query.dtype == np.uint8) or type(query).__module__.startswith("PIL.")
+
+    def features(self, image, box=None):
+        """The Features of a query image (a path or one in memory; inside ``box``), or
+        EmptyDescriptorSetError."""
         box = normalise_box(box)
-        _, f = image_features(path, self._extractor(), box)
+        ex = self._extractor()
+        if isinstance(image, (str, os.PathLike)):
+            name, (_, f) = image, image_features(image, ex, box)
+        else:
+            name = "query image"
+            data = in_memory_image_bytes(image, name, ex.max_file_size, ex.max_pixels)
+            if data is None:
+                raise DimensionError(f"query: {type(image).__name__} is not an image")
+            f, _ = features_of_bytes(data, name, ex, None)
+            f = crop_to_box(f, box) if box is not None else f
         if len(f) == 0:
-            raise EmptyDescriptorSetError(f"{path}: no local features" + (" inside the box" if box is not None else ""))
+            raise EmptyDescriptorSetError(f"{name}: no local features" + (" inside the box" if box is not None else ""))
         return f
 
     def vector(self, query, box=None):
-        """The unit vector of a query: an image path, a descriptor set (n, d) or a vector."""
-        if isinstance(query, (str, os.PathLike)):
+        """The unit vector of a query: an image (a path or one in memory), a descriptor set
+        (n, d) or a vector."""
+        if self.is_image(query):
             return unit_vector(self._encoder().encode(self.features(query, box).descriptors))
         if box is not None:
-            raise ConfigError("box applies to image-path queries only")
+            raise ConfigError("box applies to query images only")
         try:
             q = np.asarray(query)
         except (TypeError, ValueError) as exc:
             raise DimensionError(f"query: not an array ({exc})") from exc
         if q.ndim == 1:
             return checked_vector(q, self.dim, "query")
-        if q.ndim == 2:
+        if q.ndim == 2 and q.shape[1] == DESCRIPTOR_DIM:
             return unit_vector(self._encoder().encode(q))
-        raise DimensionError(f"query: expected an image path, an (n, d) descriptor set or a "
-                             f"({self.dim},) vector, got shape {q.shape}")
+        grey = (" (a grey image? pass it as a PIL image, Image.fromarray(a), or the file's bytes)"
+                if q.ndim == 2 and q.dtype == np.uint8 else "")
+        raise DimensionError(f"query: expected an image (a path, the file's bytes, a PIL image or an (H, W, 3) "
+                             f"uint8 array), an (n, {DESCRIPTOR_DIM}) descriptor set or a ({self.dim},) vector, got "
+                             f"shape {q.shape}{grey}")
 
     def vectors(self, Q):
         """(nq, D) unit float32 rows of a batch of query vectors, or a named error."""
