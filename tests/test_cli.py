@@ -306,6 +306,22 @@ def test_a_search_with_no_results_says_so_and_why_when_the_index_is_empty(work, 
     assert res.returncode == 0 and json.loads(res.stdout) == []
 
 
+def test_search_reads_the_query_image_from_standard_input_given_as_dash(work):
+    """`curl ... | streamk search INDEX -`: '-' is the image's bytes on standard input, read
+    once and bounded; it was "cannot read image -: no such file"."""
+    img = work / "imgs" / "img2.png"
+    res = streamk("search", str(work / "ix"), "-", "-k", "3", "--json", input=img.read_bytes(), text=False)
+    assert res.returncode == 0, res.stderr
+    by_path = streamk("search", str(work / "ix"), str(img), "-k", "3", "--json")
+    assert json.loads(res.stdout) == json.loads(by_path.stdout)
+    res = streamk("search", str(work / "ix"), "-", input=b"", text=False)
+    assert res.returncode == 3 and b"standard input held no bytes" in res.stderr
+    res = streamk("search", str(work / "ix"), "-", "--max-file-size", "100", input=img.read_bytes(), text=False)
+    assert res.returncode != 0 and b"max-file-size" in res.stderr
+    res = streamk("search", str(work / "ix"), "-", "-", input=b"x", text=False)
+    assert res.returncode == 2 and b"can be given once" in res.stderr
+
+
 def test_duplicates_of_an_image_with_none_says_so(work):
     res = streamk("duplicates", str(work / "ix"), "--id", "img0.png", "--threshold", "1")
     assert res.returncode == 0, res.stderr

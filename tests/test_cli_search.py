@@ -6,6 +6,7 @@ the same search made the other way (one query at a time; in this process)."""
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -214,6 +215,10 @@ def test_search_through_a_running_server(photos, ix, tmp_path, capsys):
                                        atol=1e-5)
             assert [x["inliers"] for x in r["results"]] == [x["inliers"] for x in h["results"]]
             assert r["query"]["kind"] == h["query"]["kind"] and r["query"].get("path") == h["query"].get("path")
+        piped = run_python("-m", "streamk.cli", "search", "--server", server.url, "--token-file", token_file, "-",
+                           "-k", "3", "--jsonl", input=Path(photos["paths"][3]).read_bytes(), text=False, timeout=120)
+        assert piped.returncode == 0, piped.stderr
+        assert [x["id"] for x in json.loads(piped.stdout)["results"]] == [x["id"] for x in here[0]["results"]]
         _check_server_errors(server, token_file)
     finally:
         server.stop()

@@ -87,16 +87,22 @@ class RemoteSearch:
     def search_image(self, path, options):
         """The answer (``{"query", "results"}``) for the photo at ``path`` (a file over
         ``max_file_size`` bytes is refused before it is read, as a search here does)."""
-        try:
-            with open(path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if self.max_file_size is not None and size > self.max_file_size:
-                    raise errors.ImageTooLargeError(
-                        path, f"{size:,} bytes, over the limit of {self.max_file_size:,} (--max-file-size)",
-                        limit="max_file_size")
-                data = fh.read()
-        except OSError as exc:
-            raise errors.ImageReadError(path, exc.strerror or str(exc)) from None
+        from .defaults import MAX_FILE_SIZE
+        from .search import STDIN, read_stdin_image
+
+        if path == STDIN:
+            data = read_stdin_image(self.max_file_size if self.max_file_size is not None else MAX_FILE_SIZE)
+        else:
+            try:
+                with open(path, "rb") as fh:
+                    size = os.fstat(fh.fileno()).st_size
+                    if self.max_file_size is not None and size > self.max_file_size:
+                        raise errors.ImageTooLargeError(
+                            path, f"{size:,} bytes, over the limit of {self.max_file_size:,} (--max-file-size)",
+                            limit="max_file_size")
+                    data = fh.read()
+            except OSError as exc:
+                raise errors.ImageReadError(path, exc.strerror or str(exc)) from None
         fields = {k: _form_value(v) for k, v in options.items() if v is not None}
         body, ctype = _multipart(fields, ("image", os.path.basename(os.fsdecode(path)) or "upload", data))
         answer = self._post("/search", body, ctype)

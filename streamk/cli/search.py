@@ -81,6 +81,28 @@ def _check_queries(args):
         args.parser.error("give a query: one or more image files, or --id ID")
     if args.box is not None and args.ids:
         raise ConfigError("--box selects a region of a query photo: it does not apply to --id")
+    if args.images.count(STDIN) > 1:
+        raise ConfigError("'-' (the image on standard input) can be given once: standard input is read once")
+
+
+STDIN = "-"  # the query image's bytes on standard input (`curl ... | streamk search my-index -`)
+
+
+def read_stdin_image(max_file_size):
+    """The bytes of the query image piped to standard input, read once and bounded by
+    ``max_file_size``; ImageReadError when nothing was piped."""
+    from ..errors import ImageReadError, ImageTooLargeError
+
+    if sys.stdin is None or sys.stdin.isatty():
+        raise ImageReadError(STDIN, "'-' reads the query image from standard input, and none was piped: "
+                                    "`streamk search INDEX - < photo.jpg`")
+    data = sys.stdin.buffer.read(max_file_size + 1)
+    if len(data) > max_file_size:
+        raise ImageTooLargeError(STDIN, f"over the limit of {max_file_size:,} bytes (--max-file-size)",
+                                 limit="max_file_size")
+    if not data:
+        raise ImageReadError(STDIN, "standard input held no bytes")
+    return data
 
 
 def _where_object(text):
@@ -101,7 +123,8 @@ def _local_answer(idx, kind, query, params):
     """``{"query", "results"}`` of one query searched in ``idx``: a photo, or an indexed
     image (its stored vector, verified with its stored local geometry, as the server does)."""
     if kind == "image":
-        hits = idx.search(query, params=params)
+        hits = idx.search(read_stdin_image(idx.extractor().max_file_size) if query == STDIN else query,
+                          params=params)
         about = {"kind": "image", "path": str(query)} | ({} if params.box is None else {"box": list(params.box)})
     else:
         vector = idx.vector(query)
@@ -346,7 +369,8 @@ def add_search_commands(sub):
                         description=SEARCH_DESCRIPTION)
     se.add_argument("dir", nargs="?", help="index directory (left out with --server)")
     se.add_argument("images", nargs="*", metavar="image",
-                    help="query image files: several are searched one after the other in this one process")
+                    help="query image files: several are searched one after the other in this one process; "
+                         "'-': the image's bytes on standard input")
     se.add_argument("--id", dest="ids", action="append", default=[], metavar="ID",
                     help="an indexed image as the query (its stored vector, verified with its stored local "
                          "geometry); repeatable")
