@@ -320,6 +320,17 @@ class SearchApp(W.VBox):
             _remove_quietly(path)
             raise
 
+    def search_image(self, image, name="image"):
+        """Search with an image held in memory: a PIL image, an (H, W, 3 or 4) uint8 array (as
+        skimage gives it) or the file's bytes; shown and searched as an upload named ``name``."""
+        from ..features import in_memory_image_bytes
+
+        data = in_memory_image_bytes(image, name, self.extractor.max_file_size, self.extractor.max_pixels)
+        if data is None:
+            raise ConfigError(f"{type(image).__name__} is not an image: give a PIL image, an (H, W, 3) uint8 "
+                              f"array or the file's bytes (a grey array: Image.fromarray(a))")
+        return self.search_upload(name if isinstance(image, (bytes, bytearray, memoryview)) else f"{name}.png", data)
+
     def close(self):
         """Close the widgets and remove the uploads' temporary folder."""
         if self._remove_uploads is not None:

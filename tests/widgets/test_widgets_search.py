@@ -163,6 +163,27 @@ def test_upload_path_and_id_queries(app, example):
     assert "no such file" in app.errors.text and app.hits[0].id == some_id
 
 
+def test_an_image_in_memory_is_searched_as_its_file(app, example):
+    """app.search_image(array or PIL image): what a notebook holds, searched as an upload of
+    its pixels (the example's files are PNGs: the same pixels, the same results)."""
+    import numpy as np
+    from PIL import Image
+
+    from streamk.errors import ConfigError
+
+    path = example.dataset.query_image_path(2)
+    upload(app, path.name, path.read_bytes())
+    want = [(h.id, h.score) for h in app.hits]
+    pixels = np.asarray(Image.open(path).convert("RGB"))
+    app.search_image(pixels, name="from skimage")
+    assert [(h.id, h.score) for h in app.hits] == want and app.query.label == "upload from skimage.png"
+    app.search_image(Image.open(path))
+    assert [(h.id, h.score) for h in app.hits] == want
+    with pytest.raises(ConfigError, match="Image.fromarray"):
+        app.search_image(pixels[..., 0])
+    assert [(h.id, h.score) for h in app.hits] == want  # nothing changed
+
+
 def test_uploads_keep_one_file_and_leave_nothing_behind(example):
     """An upload is written to a temporary folder for the drawings; the folder holds the
     current query's file only, and goes with the app."""
