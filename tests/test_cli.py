@@ -242,6 +242,28 @@ def test_the_defaults_in_help_are_the_packages_own():
     assert defaults.DOWNLOADABLE_DATASETS == tuple(sorted(REMOTES))
 
 
+def test_every_option_of_every_command_says_what_it_is():
+    """`--help` is where a newcomer learns a command: no option or argument without a line
+    (`streamk datasets download --help` showed a bare NAME and --dir; eval's --power, --gamma,
+    --lam and a dozen more said nothing)."""
+    import argparse
+
+    from streamk.cli import build_parser
+
+    bare = []
+
+    def walk(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, path + [name])
+            elif not isinstance(action, argparse._HelpAction) and not action.help:
+                bare.append(f"{' '.join(path)} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), ["streamk"])
+    assert bare == []
+
+
 def test_version():
     from streamk import __version__
 

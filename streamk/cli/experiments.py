@@ -5,7 +5,7 @@ import json
 
 from ..schema import with_schema_version
 from .defaults import DEMO_TRANSFORMS, DOWNLOADABLE_DATASETS
-from .options import add_vocab_size_option, csv, non_negative_int, positive_int
+from .options import add_vocab_size_option, csv, max_side, non_negative_int, positive_int
 
 
 def _demo(args):
@@ -25,7 +25,8 @@ def _eval(args):
         aggregations=args.aggregation, rn=[{"off": False, "on": True}[v] for v in args.rn], dims=args.dim,
         power=args.power, seeds=args.seeds, pq_bytes=args.pq_bytes, rerank=args.rerank, fv_pca=args.fv_pca,
         gamma=args.gamma, lam=args.lam, learn_dataset=args.learn_dataset, learn_root=args.learn_root,
-        extractor=args.extractor, max_side=args.max_side, max_features=args.max_features, cache=args.cache,
+        extractor=args.extractor, max_side=args.max_side or None, max_features=args.max_features or None,
+        cache=args.cache,
         no_cache=args.no_cache, workers=args.workers, asmk_words=args.asmk_words, asmk_ma=args.asmk_ma,
         verify=args.verify, expand=args.expand,
         log=(lambda *a: None) if args.json else print, progress=not args.json)
@@ -99,7 +100,8 @@ def _add_eval_command(sub):
                     help="fv / fv-hard: PCA of the descriptors to P dimensions before the GMM (0: none)")
     add_vocab_size_option(ev, type=csv(int), default=[64], metavar="K[,K...]",
                           help="vocabulary sizes (comma list; default 64)")
-    ev.add_argument("--aggregation", type=csv(), default=["sum", "democratic", "gmp"])
+    ev.add_argument("--aggregation", type=csv(), default=["sum", "democratic", "gmp"],
+                    help="sum, democratic, gmp (comma list; default all three)")
     ev.add_argument("--rn", type=csv(), default=["off", "on"], help="off,on")
     ev.add_argument("--dim", type=csv(int), default=None, help="D' after RN (comma list)")
     ev.add_argument("--seeds", type=positive_int, default=1,
@@ -115,17 +117,22 @@ def _add_eval_command(sub):
                          "verified (default 100; 0: none)")
     ev.add_argument("--expand", type=non_negative_int, default=50, metavar="N",
                     help="with --verify: query expansion over at most N verified images (default 50)")
-    ev.add_argument("--power", type=float, default=0.5)
-    ev.add_argument("--gamma", type=float, default=None)
-    ev.add_argument("--lam", type=float, default=None)
+    ev.add_argument("--power", type=float, default=0.5,
+                    help="power-law exponent on the aggregated vectors (default 0.5, the paper's)")
+    ev.add_argument("--gamma", type=float, default=None,
+                    help="democratic aggregation's damping exponent, in (0, 1] (default 0.5, the paper's)")
+    ev.add_argument("--lam", type=float, default=None,
+                    help="generalised max pooling's ridge regulariser lambda, > 0 (default 1.0)")
     ev.add_argument("--learn-dataset", help="distinct learning collection (default: Paris6k for Oxford, "
                                             "Oxford5k for Paris)")
     ev.add_argument("--learn-root", help="directory of the learning collection")
     ev.add_argument("--extractor", default=None, help="hesaff (default) or sift (OpenCV)")
-    ev.add_argument("--max-side", type=int, default=None)
-    ev.add_argument("--max-features", type=int, default=None)
+    ev.add_argument("--max-side", type=max_side, default=0, metavar="PX",
+                    help="extractor: downscale to this long side (default 0: the benchmark's images as they are)")
+    ev.add_argument("--max-features", type=non_negative_int, default=0, metavar="N",
+                    help="extractor: keep the strongest N (default 0: every feature)")
     ev.add_argument("--cache", help="feature cache directory (default ~/.cache/streamk/features)")
-    ev.add_argument("--no-cache", action="store_true")
-    ev.add_argument("--workers", type=int, default=None)
+    ev.add_argument("--no-cache", action="store_true", help="extract without the feature cache")
+    ev.add_argument("--workers", type=positive_int, default=None, help="extraction processes (default: all cores)")
     ev.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     ev.set_defaults(func=_eval)

@@ -209,7 +209,7 @@ def add_index_commands(sub):
     _add_train_commands(ix_sub)
     inf = ix_sub.add_parser("info", help="counts, codec and sizes of an index")
     inf.add_argument("dir", help="index directory")
-    inf.add_argument("--json", action="store_true")
+    inf.add_argument("--json", action="store_true", help="the same as one JSON object")
     inf.add_argument("--dask", default=None, metavar="ADDRESS", help=DASK_OWNERS_HELP)
     inf.set_defaults(func=_index_info)
     _add_local_features_command(ix_sub)
@@ -243,7 +243,8 @@ def _add_create_command(ix_sub):
                     help="no local geometry (no spatial verification): about 20 KB less per image")
     cr.add_argument("--vocabulary", default=None, metavar="FILE",
                     help="a saved vocabulary of visual words (Vocabulary.save) for the local geometry")
-    cr.add_argument("--vector-dtype", default="float16", choices=["float16", "float32"])
+    cr.add_argument("--vector-dtype", default="float16", choices=["float16", "float32"],
+                    help="how stored vectors are kept: float16 (the default: half the disk) or float32")
     cr.add_argument("--no-extras", action="store_true",
                     help="do not keep keypoints and weights for display (~50 KB per photo): for millions")
     cr.add_argument("--shards", type=positive_int, default=None,
@@ -289,7 +290,7 @@ def _add_train_commands(ix_sub):
         p.add_argument("--M", type=positive_int, default=16, help="sub-quantisers = bytes per image (default 16)")
         p.add_argument("--train-size", type=positive_int, default=None,
                        help="stored vectors drawn to train on (default: max(65536, 32 nlist))")
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--seed", type=int, default=0, help="seed of the training sample and k-means (default 0)")
         p.set_defaults(func=_index_train)
 
 
@@ -302,7 +303,8 @@ def _add_local_features_command(ix_sub):
                     help=f"learn the words on at most this many of the index's images (default {DEFAULT_MAX_IMAGES})")
     lf.add_argument("--train-descriptors", type=positive_int, default=DEFAULT_DESCRIPTORS_PER_IMAGE,
                     help=f"descriptors per learning image (default {DEFAULT_DESCRIPTORS_PER_IMAGE})")
-    lf.add_argument("--seed", type=int, default=0)
+    lf.add_argument("--seed", type=int, default=0,
+                    help="seed of the visual words' learning sample and k-means (default 0)")
     lf.add_argument("--workers", type=positive_int, default=None, help="extraction processes (default: all cores)")
     lf.add_argument("--dask", default=None, metavar="ADDRESS", help="extract on a Dask cluster")
     add_cache_options(lf)

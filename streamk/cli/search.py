@@ -375,7 +375,9 @@ def add_search_commands(sub):
                     help="an indexed image as the query (its stored vector, verified with its stored local "
                          "geometry); repeatable")
     se.add_argument("-k", type=positive_int, default=10, help="results (default 10)")
-    se.add_argument("--box", type=float, nargs=4, metavar=("X1", "Y1", "X2", "Y2"), default=None)
+    se.add_argument("--box", type=float, nargs=4, metavar=("X1", "Y1", "X2", "Y2"), default=None,
+                    help="search with the part of the query photo inside this box (pixels, as viewers show the "
+                         "photo); each verified result shows where it matched")
     se.add_argument("--mode", choices=list(SEARCH_MODES), default=None,
                     help="default: pq once the index has a codec (index train), else exact")
     se.add_argument("--nprobe", type=positive_int, default=None, help="with an IVF codec: lists visited")
