@@ -226,9 +226,12 @@ class _stale_codec_noted:
     def __enter__(self):
         import warnings
 
+        from ..errors import IgnoredSearchParameterWarning, StaleCodecWarning
+
         self._catch = warnings.catch_warnings(record=True)
         self._caught = self._catch.__enter__()
-        warnings.simplefilter("always")
+        for category in (StaleCodecWarning, IgnoredSearchParameterWarning):  # the others keep their filters
+            warnings.simplefilter("always", category)
         return self
 
     def __exit__(self, *exc):

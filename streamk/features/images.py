@@ -111,7 +111,8 @@ def _pixels_too_large(path, size, limit):
 
 def pil_image(data=None):
     """Pillow's Image module, or ExtractorUnavailableError. Its decompression-bomb guard
-    is set to at least :data:`MAX_PIXELS` (never left disabled). ``data``: the bytes about
+    is set to at least :data:`MAX_PIXELS` (never left disabled), and its warnings about
+    corrupt EXIF blocks are off. ``data``: the bytes about
     to be opened; when they are a HEIC / HEIF photo, pillow-heif's opener is registered
     first (once per process, and only then: its import costs ~30 ms)."""
     try:
@@ -120,9 +121,19 @@ def pil_image(data=None):
         raise ExtractorUnavailableError(
             "reading images needs Pillow: pip install 'streamk[features]'") from exc
     _guard(Image, MAX_PIXELS)
+    if not _quiet_exif:
+        # Pillow parses EXIF as TIFF tags and warns when a block is broken ("Corrupt EXIF data",
+        # "Tag data larger than file": some apps write such blocks, and every copy keeps them): two
+        # lines of Python warning per open, several per file in an ingest. The tags it could not
+        # read count as absent (orientation 1, no date); the pixels are unaffected.
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"PIL\.TiffImagePlugin")
+        _quiet_exif.append(True)
     if data is not None and is_heif(data):
         _register_heif()
     return Image
+
+
+_quiet_exif = []
 
 
 #: ISO base media file brands of HEIF still images (iPhone photos: heic); AVIF (avif, avis)

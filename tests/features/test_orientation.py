@@ -3,6 +3,7 @@ described, drawn and compared as every viewer shows it; indexes of version 2 and
 evaluation datasets keep the stored pixels."""
 
 import io
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -142,3 +143,35 @@ def test_heic_without_pillow_heif_says_what_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_pillow_heif)
     with pytest.raises(ImageReadError, match="pillow-heif"):
         images.decode_gray(heic_head, "IMG_0001.HEIC")
+
+
+def _with_corrupt_exif(jpeg):
+    """``jpeg`` with an APP1 Exif block whose first tag points past its end (as some apps write)."""
+    import struct
+
+    payload = b"Exif\x00\x00II\x2a\x00\x08\x00\x00\x00" + bytes([0x05, 0x00, 0x12, 0x01, 0x03, 0x00, 0x01])
+    return jpeg[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + jpeg[2:]
+
+
+def test_a_corrupt_exif_block_prints_nothing_and_counts_as_absent(tmp_path):
+    """Pillow warns "Corrupt EXIF data" at every open of such a file: two lines of Python
+    warning each time, several per file in an ingest or a search. Its tags count as absent."""
+    from helpers.processes import run_python
+
+    buf = io.BytesIO()
+    Image.fromarray(blobs(120, 90, seed=2)).save(buf, "JPEG", quality=90)
+    bad = _with_corrupt_exif(buf.getvalue())
+    with warnings.catch_warnings(record=True) as seen:  # Pillow does warn on it
+        warnings.simplefilter("always")
+        Image.open(io.BytesIO(bad)).getexif()
+    assert any("EXIF" in str(w.message) for w in seen)
+    path = tmp_path / "bad_exif.jpg"
+    path.write_bytes(bad)
+    code = ("from streamk import features as F\n"
+            f"d = open({str(path)!r}, 'rb').read()\n"
+            "F.HessianAffineSift().extract_bytes(d, 'x'); F.thumbnail_jpeg(d, 'x', orient=True)\n"
+            "img = F.pil_image().open(__import__('io').BytesIO(d))\n"
+            "print(F.exif_orientation(img), F.exif_date(d))\n")
+    out = run_python("-c", code, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "None"] and out.stderr == ""
