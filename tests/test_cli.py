@@ -264,6 +264,26 @@ def test_every_option_of_every_command_says_what_it_is():
     assert bare == []
 
 
+def test_a_warning_during_a_command_is_one_line(work, tmp_path):
+    """A warning reached a CLI user as Python shows it: the file, the line number and the
+    source line under the message (the fallback extractor's note, "RN learned on 6 image
+    vectors ..."). Now one line, `streamk: warning: ...`; --debug keeps Python's format."""
+    code = ("import sys, warnings\n"
+            "import streamk.cli.index_commands as ic\n"
+            "real = ic._index_info\n"
+            "def noisy(args):\n"
+            "    warnings.warn('first line\\nsecond line', RuntimeWarning)\n"
+            "    return real(args)\n"
+            "ic._index_info = noisy\n"
+            "from streamk.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    res = run_python("-c", code, "index", "info", str(work / "ix"), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == ["streamk: warning: first line; second line"]
+    res = run_python("-c", code, "index", "info", str(work / "ix"), "--debug", timeout=120)
+    assert res.returncode == 0 and res.stderr.startswith("<string>:5: RuntimeWarning: first line\nsecond line")
+
+
 def test_version():
     from streamk import __version__
 

@@ -20,7 +20,7 @@ from .experiments import add_experiment_commands
 from .index_commands import add_index_commands
 from .ingest import add_ingest_command
 from .progress_log import progress_in_logs
-from .running import run_command, sigint_raises
+from .running import run_command, sigint_raises, warnings_as_lines
 from .search import add_search_commands
 from .serve import add_serve_command
 from .startup import load_blas_alone
@@ -68,5 +68,5 @@ def main(argv=None):
         parser.error("an argument holds a NUL byte")
     args = parser.parse_args(argv)
     load_blas_alone()  # Numba's start without scipy.linalg (0.14 s), in a command's process only
-    with sigint_raises(), progress_in_logs():  # in a log, progress bars as a few lines (long work only)
+    with sigint_raises(), progress_in_logs(), warnings_as_lines(args.debug):  # progress in a log: a few lines
         return run_command(lambda: args.func(args), debug=args.debug)

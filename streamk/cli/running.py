@@ -5,6 +5,8 @@ import errno
 import os
 import sys
 import traceback
+import warnings
+from contextlib import contextmanager
 
 from ..errors import StreamkError, Terminated
 
@@ -53,6 +55,27 @@ def run_command(command, debug=False):
         print(f"streamk: internal error: {what} (this is a bug in streamk: run again with --debug and report "
               f"the traceback)", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+@contextmanager
+def warnings_as_lines(debug=False):
+    """While inside: each warning shown as one line, ``streamk: warning: MESSAGE`` (as errors
+    are), not Python's two lines of file, line and source (a fallback extractor's note, RN
+    learned on few images). ``debug``: Python's own format, which says where it came from."""
+    if debug:
+        yield
+        return
+    shown = warnings.showwarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        text = _one_line(str(message)) or category.__name__
+        print(f"streamk: warning: {text}", file=file or sys.stderr, flush=True)
+
+    warnings.showwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
 
 
 def _one_line(text):
