@@ -34,7 +34,8 @@ def add_ingest_command(sub):
     ing = sub.add_parser("ingest", help="add image files/folders to an index (resumable; skips known content)")
     ing.add_argument("dir", help="index directory")
     ing.add_argument("images", nargs="+", help="image files and folders (walked recursively)")
-    ing.add_argument("--watch", action="store_true", help="keep polling the folders for new files")
+    ing.add_argument("--watch", action="store_true",
+                     help="keep polling the folders for new files (a line for each poll that found any)")
     ing.add_argument("--interval", type=positive_float, default=5.0, help="seconds between polls (--watch)")
     ing.add_argument("--max-polls", type=positive_int, default=None,
                      help="with --watch: stop after this many passes (default: until Ctrl-C)")

@@ -735,10 +735,14 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
                              progress=progress, max_file_size=max_file_size, max_pixels=max_pixels, metadata=given,
                              on_duplicate=on_duplicate, duplicate_threshold=duplicate_threshold) as ing:
             if watch:
+                last = {"processed": None}
+
                 def on_poll(n, stats):
                     if n == 1:
                         log(f"watching {len(images)} path(s) every {interval:g} s (Ctrl-C to stop)")
-                    log(f"poll {n}: {stats.summary()}")
+                    if stats.processed != last["processed"]:  # a poll that found nothing says nothing
+                        log(f"poll {n}: {stats.summary()}")
+                    last["processed"] = stats.processed
                     retrain_if_stale(index, retrain_at, log)
                 stats = ing.watch(images, interval=interval, max_polls=max_polls, on_poll=on_poll)
                 if ing.stopped_by is not None:
