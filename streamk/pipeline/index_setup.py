@@ -125,8 +125,8 @@ def _train_encoder(train: Any, config: dict[str, Any], embedding: str, extractor
     k = enc.config.k
     why = (f"; vocabulary size {k}, the most these descriptors can whiten (k x 128 <= descriptors; --vocab-size "
            f"sets it)" if auto_k and k < config["k"] else "")
-    log(f"trained {embedding} k={k} ({enc.config.aggregation}) on {info.descriptors} descriptors of {info.images} "
-        f"images (a sample of {len(paths)}; {executor.name}){why}")
+    log(f"trained {embedding} k={k} ({enc.config.aggregation}) on {info.descriptors:,} descriptors of {info.images} "
+        f"image{'' if info.images == 1 else 's'} (a sample of {len(paths)}; {executor.name}){why}")
     return enc, info.vocabulary
 
 
