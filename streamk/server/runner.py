@@ -67,24 +67,57 @@ def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=()
     token = read_token(token_file)
     if host not in ("127.0.0.1", "localhost", "::1") and token is None:
         log.warning("listening on %s without a token: anyone who can reach it can search; writes are off", host)
-    service = Service(path, workers=workers, dask=dask, writable=token is not None, collection=images,
-                      show_paths=show_paths).open()
+    sock = bound_socket(host, port)  # before the index and the workers: a port in use is said first
+    try:
+        service = Service(path, workers=workers, dask=dask, writable=token is not None, collection=images,
+                          show_paths=show_paths).open()
+    except BaseException:
+        sock.close()
+        raise
     try:
         app = create_app(service, token=token, max_upload=max_upload, cors=cors, max_requests=max_requests,
                          **(limits or {}))
         app.state.backup_dir = None if backup_dir is None else backup_folder(backup_dir, path)  # POST /backup
     except BaseException:
         service.close()
+        sock.close()
         raise
     config = uvicorn.Config(app, host=host, port=int(port), log_config=None, access_log=False,
                             timeout_graceful_shutdown=30, lifespan="on", server_header=False,
                             **uvicorn_limits(**(connection_limits or {})))
     server = uvicorn.Server(config)
+    port = sock.getsockname()[1]  # --port 0: the one the system chose
     log.info("serving %s (%d images, %d encoding workers%s) on http://%s:%d/", path,
-             service.run_sync(service.stats)["images"], workers, "" if token else "; read-only: no token", host,
-             int(port))
-    server.run()
+             service.run_sync(service.stats)["images"], workers, "" if token else "; read-only: no token",
+             f"[{host}]" if ":" in host else host, port)
+    server.run(sockets=[sock])
     return 0
 
 
-__all__ = ["TOKEN_ENV", "configure_logging", "read_token", "serve"]
+def bound_socket(host, port):
+    """A TCP socket bound to (``host``, ``port``) as uvicorn binds one (SO_REUSEADDR; IPv6 for
+    an address with a colon), or a ConfigError that says why it cannot be: uvicorn printed
+    "[Errno 98] error while attempting to bind" after the server had said it was serving."""
+    import errno
+    import socket
+
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+    except OSError as exc:
+        sock.close()
+        why = {errno.EADDRINUSE: "it is in use (another server, or a streamk serve already running): choose "
+                                 "another with --port",
+               errno.EACCES: "this user may not listen there (ports below 1024 need privileges): choose --port "
+                             "1024 or above",
+               errno.EADDRNOTAVAIL: f"{host} is not an address of this machine: see --host"}.get(exc.errno)
+        raise ConfigError(f"cannot listen on {host} port {port}: {why or exc.strerror or exc}") from None
+    except BaseException:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+__all__ = ["TOKEN_ENV", "bound_socket", "configure_logging", "read_token", "serve"]

@@ -51,3 +51,29 @@ def test_every_error_class_carries_its_http_status_beside_its_exit_code():
     # a subclass answers as its parent unless it says otherwise
     assert errors.FilterError.http_status == errors.ConfigError.http_status == 400
     assert errors.ImageTooLargeError.http_status == 413 != errors.ImageReadError.http_status
+
+
+def test_a_port_in_use_is_said_before_anything_is_opened(tmp_path, capsys):
+    """uvicorn said "[Errno 98] error while attempting to bind" after streamk had logged
+    "serving ... on http://127.0.0.1:PORT/" and started the index and its workers. The socket is
+    bound first now: a named error, one line, nothing opened (the index need not exist)."""
+    import socket
+
+    from streamk.cli import main
+    from streamk.server.runner import bound_socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(errors.ConfigError, match=f"cannot listen on 127.0.0.1 port {port}: it is in use"):
+            bound_socket("127.0.0.1", port)
+        assert main(["serve", str(tmp_path / "no-index-here"), "--port", str(port)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("streamk: error: cannot listen on") and "serving" not in err
+    finally:
+        taken.close()
+    free = bound_socket("127.0.0.1", 0)  # port 0: the system's choice, as uvicorn would take it
+    assert free.getsockname()[1] > 0 and free.get_inheritable()
+    free.close()
