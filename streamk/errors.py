@@ -245,6 +245,13 @@ class ReadOnlyIndexError(StreamkError, PermissionError):
     http_status = 403
 
 
+class IndexClosedError(StreamkError, RuntimeError):
+    """A use of an index object after its ``close()`` (or its ``with`` block): open it again."""
+
+    exit_code = 4
+    http_status = 409
+
+
 class TooFewImagesError(StreamkError, ValueError):
     """Training (e.g. product quantisation, 256 centroids) needs more indexed images."""
 

@@ -42,8 +42,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..encoding import Encoder
-from ..errors import (ConfigError, DuplicateError, IndexExistsError, IndexFormatError, NotAnIndexError,
-                     UnknownIdError)
+from ..errors import (ConfigError, DuplicateError, IndexClosedError, IndexExistsError, IndexFormatError,
+                     NotAnIndexError, UnknownIdError)
 from ..features import default_extractor, extractor_from_params
 from ..quantization import IVFPQ, default_train_size
 from .items import AddResult, encoded_vector
@@ -322,7 +322,7 @@ class ShardedIndex(Index):
         self.shards = int(manifest["shards"])
         self.dim = int(manifest["dim"])
         self.fingerprint = manifest["fingerprint"]
-        self._owners = owners
+        self._shard_owners = owners  # None once closed
         self._encoder = encoder
         self._client, self._own_client = client, own_client
         self._extractor = None
@@ -406,10 +406,17 @@ class ShardedIndex(Index):
             raise
         return cls(path, manifest, owners, encoder, client, own)
 
+    @property
+    def _owners(self):
+        """The shards' owners; IndexClosedError once the index is closed."""
+        if self._shard_owners is None:
+            raise IndexClosedError(f"{self.path} was closed: open it again (ShardedIndex.open) to use it")
+        return self._shard_owners
+
     def close(self) -> None:
-        for o in self._owners:
+        for o in self._shard_owners or ():
             o.close()
-        self._owners = []
+        self._shard_owners = None
         if self._own_client and self._client is not None:
             self._client.close()
             self._client = None

@@ -110,8 +110,8 @@ import numpy as np
 from .integrity import (CORRUPTION, CRC_BYTES, check_lmdb_file, check_room, checksum_ok, corrupt, describe_rows,
                         disk_full, get_checked_meta, put_checked_meta, seal, unseal)
 
-from ..errors import (DiskFullError, GeometryRecordError, IndexExistsError, StreamkError, IndexFormatError,
-                      NotAnIndexError, ReadOnlyIndexError, UnknownIdError)
+from ..errors import (DiskFullError, GeometryRecordError, IndexClosedError, IndexExistsError, IndexFormatError,
+                      NotAnIndexError, ReadOnlyIndexError, StreamkError, UnknownIdError)
 from ..verification import unpack as unpack_geometry
 from .blocks import mark_removed
 from .lmdb_pages import big_values, free_db_root, map_base, will_need
@@ -365,7 +365,7 @@ class Store:
 
     def __init__(self, path, env, readonly, create=False, max_map_size=None, env_key=None, create_optional=None):
         self.path = Path(path)
-        self.env = env
+        self._lmdb_env = env
         self._env_key = env_key  # its entry in the environments shared in this process
         self.readonly = readonly
         self.max_map_size = None if max_map_size is None else int(max_map_size)
@@ -567,10 +567,19 @@ class Store:
             raise IndexFormatError(f"{path}: index format version {info.get('version')!r}; this "
                                    f"streamk reads version {FORMAT_VERSION}")
 
+    @property
+    def env(self):
+        """The LMDB environment; IndexClosedError once this store is closed (LMDB said
+        "Attempt to operate on closed/deleted/dropped object")."""
+        if self._lmdb_env is None:
+            raise IndexClosedError(f"{self.path} was closed: open it again (StreamingIndex.open) to use it")
+        return self._lmdb_env
+
     def close(self):
         """Close this store (the environment with the last store of this process on it)."""
         self._in_map = (None, None)
         key, self._env_key = self._env_key, None
+        self._lmdb_env = None
         if key is not None:
             _SHARED.release(key)
 

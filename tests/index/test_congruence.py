@@ -158,6 +158,26 @@ def test_every_kind_is_an_index(index):
     assert isinstance(index, Index)
 
 
+@pytest.mark.parametrize("kind", ["one", "sharded-local"])
+def test_a_closed_handle_says_so_and_another_handle_goes_on(built, kind):
+    """A use after close() was LMDB's "Attempt to operate on closed/deleted/dropped object"
+    (one index) or an IndexError (sharded); now IndexClosedError. Closing a second handle of
+    the same index leaves the first one working."""
+    from streamk.errors import IndexClosedError
+
+    first = built[kind]
+    second = type(first).open(first.path)
+    q = first.vector("v001")
+    assert [h.id for h in second.search(q, k=3)] == [h.id for h in first.search(q, k=3)]
+    second.close()
+    for use in (lambda: second.search(q, k=3), lambda: len(second), lambda: second.ids(),
+                lambda: second.vector("v001"), lambda: second.metadata("v001")):
+        with pytest.raises(IndexClosedError, match="was closed: open it again"):
+            use()
+    second.close()  # twice: nothing
+    assert first.search(q, k=1)[0].id == "v001" and len(first) == len(built["enc"])
+
+
 def test_what_it_holds(index, reference):
     ids, V = stored_vectors()
     assert len(index) == len(ids)
