@@ -25,7 +25,7 @@ from .embeddings import EMBEDDINGS, make_embedding, rootsift
 from ..errors import (ConfigError, DimensionError, EmptyDescriptorSetError, EncoderFileError, FewRNImagesWarning,
                       NotFittedError)
 from ..files import atomic_write
-from .fit_cost import FLOAT16_ARRAYS, FitCost, FitProgress, npz_bytes
+from .fit_cost import FLOAT16_ARRAYS, FitCost, FitProgress, check_fits_in_memory, npz_bytes
 from .postprocessing import DEFAULT_POWER, RotationNormalisation, l2_normalize, postprocess
 
 FORMAT = "streamk-encoder"
@@ -126,7 +126,11 @@ class Encoder:
         if len({X.shape[1] for X in sets}) != 1:
             raise ConfigError("learning images have descriptors of different dimensions")
         X = np.concatenate(sets)
-        progress = FitProgress(self.fit_cost(X.shape[0], n_images=len(sets), d=X.shape[1]), verbose)
+        cost = self.fit_cost(X.shape[0], n_images=len(sets), d=X.shape[1])
+        check_fits_in_memory(cost)  # before the estimate is shown and anything is allocated for it
+        if X.shape[0] < self.config.k:
+            raise ConfigError(f"need at least k={self.config.k} learning descriptors, got {X.shape[0]}")
+        progress = FitProgress(cost, verbose)
         self.embedding.fit(X, progress=progress)
         del X
         if self.rn is not None:

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import ConfigError
+
 KMEANS_ITERATIONS = 30
 EIGH_FLOPS_PER_N3 = 9.0  # syevd with eigenvectors: tridiagonal reduction, divide and conquer, back-transform
 #: a fit estimated to take at least this many seconds shows its estimate and progress
@@ -45,6 +47,10 @@ LONG_FIT_SECONDS = 10.0
 FLOAT16_ARRAYS = ("embedding.projection_",)
 #: a measure of the machine's rates older than this is taken again (the load changes)
 RATES_MAX_AGE_SECONDS = 60.0
+#: float64 arrays of (k d)^2 alive at the whitening's peak: the covariance, LAPACK's copy and
+#: work, the eigenvectors, the projection made of them (measured: a k = 32 fit's resident
+#: memory grew by 6.5 covariances); :attr:`FitCost.peak_bytes` counts this many
+WHITENING_PEAK_ARRAYS = 6
 _NEVER_LONG_FLOPS = 1e9  # below this a fit is short on any machine: the rates are not measured
 _NPZ_MEMBER_OVERHEAD = 256  # zip headers and the .npy header of one array, about
 
@@ -102,6 +108,10 @@ def _mb(nbytes):
     return f"{nbytes / 1e6:,.1f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:,.1f} kB"
 
 
+def _gb(nbytes):
+    return f"{nbytes / 1e9:,.1f} GB"
+
+
 def format_seconds(seconds):
     if seconds < 90:
         return f"{seconds:.0f} s"
@@ -130,6 +140,17 @@ class FitCost:
     def flops(self) -> float:
         return self.kmeans_flops + self.covariance_flops + self.eigh_flops + self.rn_flops
 
+    @property
+    def model(self) -> str:
+        """What is fitted, without the data it is fitted on ("T-emb k=64")."""
+        return self.what.split(" on ", 1)[0]
+
+    @property
+    def peak_bytes(self) -> int:
+        """The memory the whitening holds at its peak (0 without one): the T-emb's (k d)^2
+        arrays, which grow with k^2 while the rest of a fit stays small beside them."""
+        return WHITENING_PEAK_ARRAYS * 8 * int(self.eigh_order) ** 2
+
     def stage_seconds(self, rates: MachineRates | None = None) -> dict[str, float]:
         """{stage: estimated seconds} on this machine (``rates``: measured here when None)."""
         r = machine_rates() if rates is None else rates
@@ -144,7 +165,8 @@ class FitCost:
         r = machine_rates() if rates is None else rates
         parts = [f"{self.flops / 1e9:,.0f} GFLOP"]
         if self.eigh_order:
-            parts.append(f"covariance and eigendecomposition of {self.eigh_order:,} x {self.eigh_order:,}")
+            parts.append(f"covariance and eigendecomposition of {self.eigh_order:,} x {self.eigh_order:,} "
+                         f"(about {_gb(self.peak_bytes)} of memory)")
         if self.rn_flops:
             parts.append("RN learning vectors")
         f16 = "" if self.encoder_bytes_float16 == self.encoder_bytes else \
@@ -152,6 +174,47 @@ class FitCost:
         return (f"fitting {self.what}: {', '.join(parts)}; estimated {format_seconds(self.seconds(r))} on this "
                 f"machine (GEMM {r.gemm64 / 1e9:.0f} GFLOP/s float64, measured); the encoder takes "
                 f"{_mb(self.encoder_bytes)} on disk{f16}")
+
+
+def memory_limit_bytes():
+    """The memory this process may use at most: the machine's physical memory, or its
+    control group's limit where that is lower (a container); None when neither can be read."""
+    import os
+
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(path) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 1 << 60:  # "max", or v1's "no limit" (a huge number)
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
+def whitening_k_limit(d=128, limit=None):
+    """The largest T-emb k whose whitening (:attr:`FitCost.peak_bytes`) fits in ``limit``
+    bytes (None: this machine's, :func:`memory_limit_bytes`); None when no limit is known."""
+    limit = memory_limit_bytes() if limit is None else limit
+    return None if limit is None else int((limit / (WHITENING_PEAK_ARRAYS * 8)) ** 0.5) // int(d)
+
+
+def check_fits_in_memory(cost, limit=None):
+    """ConfigError when a fit's whitening (:attr:`FitCost.peak_bytes`) needs more memory than
+    this machine (or container) has: a T-emb with k = 256 asks for some 48 GB and was killed by
+    the system, or swapped, hours into its covariance. ``limit``: bytes (None: measured)."""
+    limit = memory_limit_bytes() if limit is None else limit
+    if limit is None or cost.peak_bytes <= limit:
+        return
+    k_fits = whitening_k_limit(128, limit)
+    raise ConfigError(f"fitting {cost.model} needs about {_gb(cost.peak_bytes)} of memory (a {cost.eigh_order:,} x "
+                      f"{cost.eigh_order:,} whitening in float64), more than the {_gb(limit)} here: use a smaller "
+                      f"vocabulary (with 128-dimensional descriptors k <= {k_fits} fits; the paper's is 64)")
 
 
 def npz_bytes(shapes_itemsizes):
@@ -210,4 +273,5 @@ class FitProgress:
 
 
 __all__ = ["EIGH_FLOPS_PER_N3", "FLOAT16_ARRAYS", "KMEANS_ITERATIONS", "LONG_FIT_SECONDS", "FitCost", "FitProgress",
-           "MachineRates", "RATES_MAX_AGE_SECONDS", "format_seconds", "machine_rates", "npz_bytes"]
+           "MachineRates", "RATES_MAX_AGE_SECONDS", "WHITENING_PEAK_ARRAYS", "check_fits_in_memory", "format_seconds",
+           "machine_rates", "memory_limit_bytes", "npz_bytes", "whitening_k_limit"]

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..encoding import Encoder, EncoderConfig
+from ..encoding.fit_cost import check_fits_in_memory, whitening_k_limit
 from ..errors import ConfigError, EmptyDescriptorSetError
 from ..features import default_extractor
 from ..parallel import default_workers, make_executor
@@ -201,6 +202,8 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
 
     t0 = time.monotonic()
     config = EncoderConfig(**config) if isinstance(config, dict) else (config or EncoderConfig())
+    if not (auto_k and config.embedding == "temb"):  # a k the user chose: said before minutes of extraction
+        check_fits_in_memory(Encoder(config).fit_cost(config.k))
     if descriptors_per_image is not None and int(descriptors_per_image) < 1:
         raise ConfigError(f"descriptors_per_image must be >= 1 or None, got {descriptors_per_image}")
     extractor = default_extractor() if extractor is None else extractor
@@ -218,8 +221,10 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
                                 else None)
         learning, sets, vocabulary_sets = _sample_descriptors(executor, sample, extractor, descriptors_per_image, seed,
                                                               cache_dir, info, report, progress, vocabulary_per_image)
-        if auto_k and config.embedding == "temb":
-            config = replace(config, k=auto_vocab_size(info.descriptors, largest=config.k))
+        if auto_k and config.embedding == "temb":  # what the sample can whiten, and the memory too
+            fits = whitening_k_limit()
+            largest = config.k if fits is None else min(config.k, 1 << max(1, fits.bit_length() - 1))
+            config = replace(config, k=auto_vocab_size(info.descriptors, largest=largest))
         if info.descriptors < config.k:
             raise ConfigError(f"{info.descriptors} learning descriptors in {len(sets)} images, "
                               f"fewer than k={config.k}")

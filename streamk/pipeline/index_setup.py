@@ -123,8 +123,8 @@ def _train_encoder(train: Any, config: dict[str, Any], embedding: str, extractor
             seed=seed, cache_dir=cache_dir, report=report, progress=progress, vocabulary=learn_words,
             auto_k=auto_k)
     k = enc.config.k
-    why = (f"; vocabulary size {k}, the most these descriptors can whiten (k x 128 <= descriptors; --vocab-size "
-           f"sets it)" if auto_k and k < config["k"] else "")
+    why = (f"; vocabulary size {k}, the most these descriptors can whiten (k x 128 <= descriptors) and this "
+           f"machine's memory can fit (--vocab-size sets it)" if auto_k and k < config["k"] else "")
     log(f"trained {embedding} k={k} ({enc.config.aggregation}) on {info.descriptors:,} descriptors of {info.images} "
         f"image{'' if info.images == 1 else 's'} (a sample of {len(paths)}; {executor.name}){why}")
     return enc, info.vocabulary

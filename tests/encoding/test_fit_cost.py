@@ -154,3 +154,39 @@ def test_machine_rates_are_measured_again_when_old(monkeypatch):
 def test_machine_rates_measure_this_machine():
     r = fit_cost._measure_rates(256, 64, 32)
     assert r.eigh_order == 32 and all(v > 0 and np.isfinite(v) for v in (r.gemm64, r.gemm32, r.eigh))
+
+
+def test_a_fit_that_cannot_fit_in_memory_is_refused_before_it_starts(monkeypatch):
+    """A T-emb's whitening holds float64 (k d)^2 arrays: k = 256 asks for some 50 GB and was
+    killed by the system (or swapped) hours into its covariance. The peak is counted from
+    the shapes (WHITENING_PEAK_ARRAYS covariances) and checked against this machine's memory
+    before anything is allocated for it or the estimate is shown."""
+    cost = Encoder(embedding="temb", k=64).fit_cost(40_000)
+    assert cost.eigh_order == 64 * 128
+    assert cost.peak_bytes == fit_cost.WHITENING_PEAK_ARRAYS * 8 * (64 * 128) ** 2
+    assert "of memory" in cost.describe(fit_cost.MachineRates(1e11, 1e11, 1e9, 512))
+    fit_cost.check_fits_in_memory(cost, limit=cost.peak_bytes)  # exactly enough: fits
+    with pytest.raises(ConfigError, match=r"needs about 3\.2 GB of memory .* k <= 35 fits"):
+        fit_cost.check_fits_in_memory(cost, limit=10**9)
+    peak = [Encoder(embedding="temb", k=k).fit_cost(40_000).peak_bytes for k in (35, 36)]
+    assert peak[0] <= 10**9 < peak[1]  # the k it names is the largest that fits
+    assert Encoder(embedding="vlad", k=64).fit_cost(40_000).peak_bytes == 0  # no whitening: nothing to check
+    limit = fit_cost.memory_limit_bytes()
+    assert limit is None or limit > 10**8
+    rng = np.random.default_rng(0)
+    sets = [rng.random((200, 128)).astype(np.float32) for _ in range(3)]
+    monkeypatch.setattr(fit_cost, "memory_limit_bytes", lambda: 10**6)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    with pytest.raises(ConfigError, match="more than the 0.0 GB here"):
+        Encoder(embedding="temb", k=8).fit(sets, verbose=True)
+    assert err.getvalue() == ""  # refused before the estimate and the progress bar
+
+
+def test_too_few_descriptors_for_k_is_said_before_the_estimate(monkeypatch):
+    rng = np.random.default_rng(1)
+    err = io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    with pytest.raises(ConfigError, match="need at least k=50 learning descriptors, got 30"):
+        Encoder(embedding="temb", k=50).fit([rng.random((30, 128))], verbose=True)
+    assert err.getvalue() == ""

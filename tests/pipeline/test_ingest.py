@@ -153,6 +153,36 @@ def test_create_errors_write_nothing(work, tmp_path, capsys):
     assert not ix.exists()
 
 
+def test_a_vocabulary_no_machine_can_fit_is_refused_before_the_extraction(work, tmp_path, capsys, monkeypatch):
+    """--vocab-size 4096: a T-emb whitening of 524,288 x 524,288 float64 (petabytes). Refused
+    before any image is read (it was refused, if at all, by the system killing the fit)."""
+    from streamk.pipeline import encoder_training
+
+    read = []
+    monkeypatch.setattr(encoder_training, "sample_images", lambda *a, **k: read.append(1) or [])
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift",
+                 "--vocab-size", "4096", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "fitting T-emb k=4096 needs about" in err and "use a smaller vocabulary" in err
+    assert not read and not ix.exists()
+
+
+def test_the_automatic_vocabulary_fits_the_machine_s_memory(work, monkeypatch):
+    """Without --vocab-size, k is also capped by what this machine's memory can whiten (a power of
+    two): on a small machine a k = 64 fit (3.2 GB at its peak) would be killed."""
+    from streamk.features import make_extractor
+    from streamk.pipeline import encoder_training
+    from streamk.pipeline.ingest import collect_images
+
+    paths, _ = collect_images(work / "imgs")
+    config = {"embedding": "temb", "k": 64, "aggregation": "gmp"}
+    free, _ = encoder_training.train_encoder(paths, config, make_extractor("sift"), workers=1, auto_k=True)
+    monkeypatch.setattr(encoder_training, "whitening_k_limit", lambda: 3)  # k <= 3 fits: 2, the power of two
+    capped, _ = encoder_training.train_encoder(paths, config, make_extractor("sift"), workers=1, auto_k=True)
+    assert free.config.k > 2 and capped.config.k == 2
+
+
 def test_create_with_train(work, tmp_path, capsys):
     ix = tmp_path / "ix"
     assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift",
