@@ -450,24 +450,32 @@ def file_metadata(path, data):
 _PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA", "I;16")
 
 
+def is_image_in_memory(image):
+    """Whether ``image`` is an image held in memory that :func:`in_memory_image_bytes` takes:
+    bytes, a PIL image, an (H, W, 3 or 4) uint8 array."""
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return True
+    if isinstance(image, np.ndarray):
+        return image.ndim == 3 and image.shape[2] in (3, 4) and image.dtype == np.uint8
+    return type(image).__module__.startswith("PIL.") and hasattr(image, "getbands")
+
+
 def in_memory_image_bytes(image, name="query image", max_file_size=MAX_FILE_SIZE, max_pixels=MAX_PIXELS):
     """The file bytes of an image held in memory, or None when ``image`` is not one: bytes
     as they are (a file's contents, an upload; within ``max_file_size``), a PIL image or an
     (H, W, 3 or 4) uint8 array (RGB / RGBA, as skimage and Pillow give it) as a lossless PNG
     of its pixels, checked against ``max_pixels`` before it is encoded. A 2-D array is not
     taken: an (n, 128) one is a descriptor set (pass a grey image as a PIL image)."""
+    if not is_image_in_memory(image):
+        return None
     if isinstance(image, (bytes, bytearray, memoryview)):
         data = bytes(image)
         if len(data) > _check_limit(max_file_size, "max_file_size"):
             raise _file_too_large(name, len(data), max_file_size)
         return data
     if isinstance(image, np.ndarray):
-        if not (image.ndim == 3 and image.shape[2] in (3, 4) and image.dtype == np.uint8):
-            return None
         check_pixels((image.shape[1], image.shape[0]), name, max_pixels)
         image = pil_image().fromarray(np.ascontiguousarray(image))
-    elif not (type(image).__module__.startswith("PIL.") and hasattr(image, "getbands")):
-        return None
     check_pixels(image.size, name, max_pixels)
     if image.mode not in _PNG_MODES:
         image = eight_bit(image, "RGB")
@@ -502,6 +510,6 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
 
 __all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes",
            "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date",
-           "exif_orientation",
-           "file_metadata", "in_memory_image_bytes", "is_heif", "orient_array", "orient_image", "oriented_size",
+           "exif_orientation", "file_metadata", "in_memory_image_bytes", "is_heif", "is_image_in_memory",
+           "orient_array", "orient_image", "oriented_size",
            "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]

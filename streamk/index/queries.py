@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError, ZeroVectorError
 from ..features import (DESCRIPTOR_DIM, crop_to_box, default_extractor, extractor_from_params, features_of_bytes,
-                        image_features, in_memory_image_bytes)
+                        image_features, in_memory_image_bytes, is_image_in_memory)
 from .items import checked_vector, normalise_box, unit_vector
 from .search_params import INDEX_LIMITS, MODES, SearchParams, check_count
 from .second_stage import query_record
@@ -124,9 +124,7 @@ class QueryEncoder:
     def is_image(self, query):
         """Whether ``query`` is a query image: a path, or one held in memory (the file's
         bytes, a PIL image, an (H, W, 3 or 4) uint8 array; :func:`~streamk.features.in_memory_image_bytes`)."""
-        return isinstance(query, (str, os.PathLike, bytes, bytearray, memoryview)) or (
-            isinstance(query, np.ndarray) and query.ndim == 3 and query.shape[2] in (3, 4)
-            and query.dtype == np.uint8) or type(query).__module__.startswith("PIL.")
+        return isinstance(query, (str, os.PathLike)) or is_image_in_memory(query)
 
     def features(self, image, box=None):
         """The Features of a query image (a path or one in memory; inside ``box``), or
