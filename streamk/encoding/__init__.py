@@ -24,7 +24,10 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         subsample_rows as subsample_rows,
     )
     from .encoder import Encoder as Encoder, EncoderConfig as EncoderConfig
-    from .fit_cost import FitCost as FitCost, machine_rates as machine_rates
+    from .fit_cost import (
+        FitCost as FitCost, check_fits_in_memory as check_fits_in_memory, machine_rates as machine_rates,
+        whitening_k_limit as whitening_k_limit,
+    )
     from .postprocessing import (
         DEFAULT_POWER as DEFAULT_POWER, RotationNormalisation as RotationNormalisation,
         l2_normalize as l2_normalize, postprocess as postprocess, power_law as power_law,

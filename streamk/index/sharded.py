@@ -322,7 +322,7 @@ class ShardedIndex(Index):
         self.shards = int(manifest["shards"])
         self.dim = int(manifest["dim"])
         self.fingerprint = manifest["fingerprint"]
-        self._shard_owners = owners  # None once closed
+        self._shard_owners: list[Any] | None = owners  # None once closed
         self._encoder = encoder
         self._client, self._own_client = client, own_client
         self._extractor = None

@@ -43,8 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..encoding import Encoder, EncoderConfig
-from ..encoding.fit_cost import check_fits_in_memory, whitening_k_limit
+from ..encoding import Encoder, EncoderConfig, check_fits_in_memory, whitening_k_limit
 from ..errors import ConfigError, EmptyDescriptorSetError
 from ..features import default_extractor
 from ..parallel import default_workers, make_executor
