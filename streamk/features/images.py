@@ -474,9 +474,10 @@ def in_memory_image_bytes(image, name="query image", max_file_size=MAX_FILE_SIZE
             raise _file_too_large(name, len(data), max_file_size)
         return data
     if isinstance(image, np.ndarray):
-        check_pixels((image.shape[1], image.shape[0]), name, max_pixels)
+        check_pixels((image.shape[1], image.shape[0]), name, max_pixels)  # before the array's copy
         image = pil_image().fromarray(np.ascontiguousarray(image))
-    check_pixels(image.size, name, max_pixels)
+    else:
+        check_pixels(image.size, name, max_pixels)
     if image.mode not in _PNG_MODES:
         image = eight_bit(image, "RGB")
     out = io.BytesIO()

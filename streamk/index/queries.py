@@ -132,7 +132,8 @@ class QueryEncoder:
         box = normalise_box(box)
         ex = self._extractor()
         if isinstance(image, (str, os.PathLike)):
-            name, (_, f) = image, image_features(image, ex, box)
+            name = image
+            _, f = image_features(image, ex, box)
         else:
             name = "query image"
             data = in_memory_image_bytes(image, name, ex.max_file_size, ex.max_pixels)

@@ -68,18 +68,16 @@ def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=()
     if host not in ("127.0.0.1", "localhost", "::1") and token is None:
         log.warning("listening on %s without a token: anyone who can reach it can search; writes are off", host)
     sock = bound_socket(host, port)  # before the index and the workers: a port in use is said first
+    service = None
     try:
         service = Service(path, workers=workers, dask=dask, writable=token is not None, collection=images,
                           show_paths=show_paths).open()
-    except BaseException:
-        sock.close()
-        raise
-    try:
         app = create_app(service, token=token, max_upload=max_upload, cors=cors, max_requests=max_requests,
                          **(limits or {}))
         app.state.backup_dir = None if backup_dir is None else backup_folder(backup_dir, path)  # POST /backup
     except BaseException:
-        service.close()
+        if service is not None:
+            service.close()
         sock.close()
         raise
     config = uvicorn.Config(app, host=host, port=int(port), log_config=None, access_log=False,

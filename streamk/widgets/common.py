@@ -34,13 +34,13 @@ def open_image(path, max_side=None, orient=False):
 
 
 def image_from_bytes(data, name, max_side=None, orient=False):
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     from ..features import eight_bit, exif_orientation, orient_image, pil_image
 
     if not data:
         raise ImageReadError(name, "empty file")
-    pil_image(data)  # a HEIC photo: its opener
+    Image = pil_image(data)  # (a HEIC photo: its opener registered)
     try:
         with Image.open(io.BytesIO(data)) as img:
             orientation = exif_orientation(img) if orient else 1
