@@ -348,6 +348,31 @@ def test_a_search_with_no_results_says_so_and_why_when_the_index_is_empty(work, 
     assert res.returncode == 0 and json.loads(res.stdout) == []
 
 
+def test_a_filter_that_selects_nothing_shows_values_its_fields_hold(work, tmp_path):
+    """`--where '{"folder": "imgs"}'` said "(no results)" and no more, although the images
+    are in that folder: ingestion stores it as an absolute path. The note shows a few of
+    the values each field holds (index.field_values)."""
+    from streamk import Encoder
+    from streamk.features import make_extractor
+    from streamk.index import StreamingIndex
+
+    ix = tmp_path / "ix"
+    StreamingIndex.create(ix, Encoder.load(work / "enc.npz"), extractor=make_extractor("sift"),
+                          indexed_fields=["folder", "stars"]).close()
+    assert streamk("ingest", str(ix), str(work / "imgs"), "--workers", "1", "--no-progress").returncode == 0
+    query = str(work / "imgs" / "img2.png")
+    res = streamk("search", str(ix), query, "--where", '{"folder": "imgs"}')
+    assert res.returncode == 0 and res.stdout.splitlines() == ["(no results)"], res.stderr
+    folder = os.path.abspath(work / "imgs")
+    assert one_error_line(res) == (f"streamk: note: no image matches the filter; 'folder' holds {json.dumps(folder)} "
+                                   f"(ingestion stores folders and paths as absolute paths)")
+    res = streamk("search", str(ix), query, "--where", json.dumps({"folder": folder, "stars": 4}))
+    assert one_error_line(res).endswith(f"'folder' holds {json.dumps(folder)}; no image has a value of 'stars' "
+                                        f"(ingestion stores folders and paths as absolute paths)")
+    res = streamk("search", str(ix), query, "--where", json.dumps({"folder": folder}), "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)[0]["id"] == "img2.png" and not res.stderr
+
+
 def test_search_reads_the_query_image_from_standard_input_given_as_dash(work):
     """`curl ... | streamk search INDEX -`: '-' is the image's bytes on standard input, read
     once and bounded; it was "cannot read image -: no such file"."""

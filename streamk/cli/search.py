@@ -131,7 +131,37 @@ def _local_answer(idx, kind, query, params):
         record = idx.geometry(query) if params.verify != 0 else None
         hits = idx.search(vector, params=params, record=record)
         about = {"kind": "id", "id": query}
+    if not hits and params.where and len(idx):
+        print(f"streamk: note: {empty_filter_note(idx, params.where)}", file=sys.stderr, flush=True)
     return {"query": about, "results": [h.to_dict(pairs=params.pairs) for h in hits]}
+
+
+FILTER_NOTE_VALUES = 5  # values shown of each field of a filter that selected nothing
+
+
+def empty_filter_note(idx, where):
+    """What to say when a filter selected no image: a few of the values each of its
+    fields holds (one seek each), so that a near miss (a relative folder, another case)
+    shows; ingestion's folder and path fields are absolute paths."""
+    from ..index import parse_filter
+
+    fields = list(dict.fromkeys(c.field for c in parse_filter(where)))  # where: a dict or its JSON text
+    parts = []
+    for field in fields:
+        values, more = idx.field_values(field, limit=FILTER_NOTE_VALUES)
+        shown = ", ".join(_value_text(v) for v in values) + (", ..." if more else "")
+        parts.append(f"{field!r} holds {shown}" if values else f"no image has a value of {field!r}")
+    note = "no image matches the filter; " + "; ".join(parts)
+    if {"folder", "path"} & set(fields):
+        note += " (ingestion stores folders and paths as absolute paths)"
+    return note
+
+
+def _value_text(v):
+    """A field's value as a filter writes it (JSON; a whole float as an int)."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 53:
+        v = int(v)
+    return json.dumps(v, ensure_ascii=False)
 
 
 def _answer_each(args, answer):

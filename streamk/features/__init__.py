@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         THUMBNAIL_SIDE as THUMBNAIL_SIDE, decode_gray as decode_gray, decode_gray_scaled as decode_gray_scaled,
         decoded_bytes as decoded_bytes, eight_bit as eight_bit, exif_date as exif_date,
         exif_orientation as exif_orientation, in_memory_image_bytes as in_memory_image_bytes,
-        is_image_in_memory as is_image_in_memory,
+        is_image_in_memory as is_image_in_memory, memory_image_metadata as memory_image_metadata,
         file_metadata as file_metadata, is_heif as is_heif, orient_array as orient_array,
         orient_image as orient_image, oriented_size as oriented_size,
         load_gray as load_gray, pil_image as pil_image, read_image_bytes as read_image_bytes,

@@ -446,6 +446,18 @@ def file_metadata(path, data):
     return out
 
 
+def memory_image_metadata(data, name=None):
+    """What is stored about an image given as bytes, not as a file (an upload, an image
+    held in memory): ``name`` (when it has one), ``size`` (bytes) and ``date`` (the EXIF
+    date, where the bytes carry one)."""
+    out = {} if name is None else {"name": name}
+    out["size"] = len(data)
+    date = exif_date(data)
+    if date is not None:
+        out["date"] = date
+    return out
+
+
 #: the PIL modes a PNG holds as they are (others go through :func:`eight_bit` as RGB)
 _PNG_MODES = ("1", "L", "LA", "P", "RGB", "RGBA", "I;16")
 
@@ -513,4 +525,4 @@ __all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE",
            "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date",
            "exif_orientation", "file_metadata", "in_memory_image_bytes", "is_heif", "is_image_in_memory",
            "orient_array", "orient_image", "oriented_size",
-           "load_gray", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]
+           "load_gray", "memory_image_metadata", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]

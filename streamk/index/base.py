@@ -187,6 +187,12 @@ class Index(ABC):
     def index_field(self, name: str) -> bool:
         """Make metadata field ``name`` usable in search filters; False if it already was."""
 
+    @abstractmethod
+    def field_values(self, name: str, limit: int = 10) -> tuple[list[Any], bool]:
+        """(up to ``limit`` (1..100) distinct values of the indexed field ``name``, in value
+        order: booleans, numbers (as floats), strings; whether it holds more): what a filter
+        on it can match. One seek per value; FilterError when the field is not indexed."""
+
     # ------------------------------------------------------------ codec and facts
     @abstractmethod
     def train(self, nlist: int = 1, M: int = 16, seed: int = 0, train_size: int | None = None, codec: Any = None,

@@ -1,5 +1,5 @@
-"""One image described, the one way every caller does it: ``StreamingIndex.add(image_path=)``
-(the writer), ingestion's workers and the server's workers.
+"""One image described, the one way every caller does it: ``add(image_path=)`` of every
+index (:func:`encode_item`), ingestion's workers and the server's workers.
 
     bytes -> features (from the feature cache, or extracted) -> the features inside a box
           -> the encoder's vector and per-descriptor weights
@@ -25,11 +25,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import EmptyDescriptorSetError, ImageReadError
-from ..features import Features, FeatureCache, crop_to_box, features_of_bytes, thumbnail_jpeg
+from ..checks import as_descriptor_set
+from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError
+from ..features import (Features, FeatureCache, crop_to_box, features_of_bytes, file_metadata, in_memory_image_bytes,
+                        memory_image_metadata, thumbnail_jpeg)
 from ..parallel import TaskContext, in_worker_process
 from ..verification import stored_record
-from .items import encoded_image_file
+from .items import EncodedImage, encoded_image_file, encoded_vector, normalise_box, npz_bytes, one_source, unit_vector
+from .metadata import encode_metadata
+from .store import id_key
 
 
 # ---------------------------------------------------------------- the context
@@ -163,5 +167,50 @@ class ImageFailure(NamedTuple):
         return f"{self.error}: {self.message}"
 
 
+# ---------------------------------------------------------------- one item of add / update
+def encode_item(image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None, *, encoder,
+                extractor, vocabulary, dim):
+    """The :class:`~streamk.index.EncodedImage` that ``add`` / ``update`` of every index
+    write for one image from exactly one source, or a named error (before any write):
+
+    image_path: an image file, or an image held in memory (the file's bytes, a PIL image,
+    an (H, W, 3 or 4) uint8 array; :func:`~streamk.features.in_memory_image_bytes`),
+    described with ``extractor()`` (a callable: the extractor is looked up only for images)
+    inside ``box``; its metadata also gets the file's fields
+    (:func:`~streamk.features.file_metadata`; in memory: size and EXIF date) and an image in
+    memory keeps a thumbnail (no file is left for its pixels); ``metadata``'s fields win.
+    descriptors: (n, d) raw descriptors encoded with ``encoder``. vector: a vector of
+    dimension ``dim`` (made a unit vector). ``vocabulary``: the visual words of the local
+    geometry record, or None."""
+    key = id_key(image_id)
+    if metadata is not None:
+        encode_metadata(metadata)  # MetadataError before any work
+    kind = one_source(image_path, descriptors, vector)
+    box = normalise_box(box)
+    if box is not None and kind != "image_path":
+        raise ConfigError("box applies to image_path only")
+    if kind == "vector":
+        return encoded_vector(image_id, vector, dim, metadata)
+    if kind == "descriptors":
+        X = as_descriptor_set(descriptors, dim=encoder.input_dim)
+        v, alpha = encoder.encode(X, return_weights=True)
+        sha = hashlib.sha256(X.tobytes()).hexdigest()
+        content = hashlib.sha256(b"descriptors\0" + str(X.shape).encode() + bytes.fromhex(sha)).digest()
+        record = {"kind": kind, "source": None, "box": None, "n_descriptors": int(X.shape[0]), "sha256": sha}
+        return EncodedImage(key, unit_vector(v), content, record, npz_bytes(weights=np.asarray(alpha, np.float32)),
+                            None, metadata=metadata)
+    ex = extractor()
+    name = f"image {image_id!r}"  # an image held in memory has no file name
+    data = in_memory_image_bytes(image_path, name, ex.max_file_size, ex.max_pixels)
+    in_memory = data is not None
+    if not in_memory:
+        data, name = ex.read(image_path), image_path
+    context = describe_context(encoder, ex, vocabulary, warm=False)
+    described = describe_image(context, data, name, box, thumbnail=in_memory)
+    found = memory_image_metadata(data) if in_memory else file_metadata(image_path, data)
+    return described.encoded(image_id, None if in_memory else image_path, box, dict(found, **(metadata or {})))
+
+
 __all__ = ["ImageDescription", "ImageFailure", "describe_context", "describe_image", "describe_task_context",
-           "geometry_record", "warm_encoder"]
+           "encode_item", "geometry_record", "warm_encoder"]
+

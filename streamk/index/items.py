@@ -11,12 +11,13 @@ import hashlib
 import io
 import json
 import os
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
 
 from ..checks import check_box
-from ..errors import ConfigError, DimensionError, NonFiniteError, ZeroVectorError
+from ..errors import ConfigError, DimensionError, NonFiniteError, StreamkError, ZeroVectorError
 from .store import id_key
 
 
@@ -91,12 +92,19 @@ def image_content_key(sha256_hex, box=None):
     return hashlib.sha256(b"image\0" + bytes.fromhex(sha256_hex) + json.dumps(box).encode()).digest()
 
 
+#: the kinds of stored image described from pixels with the index's extractor (whose
+#: parameters the first one pins): a file, an image held in memory, a server upload
+PIXEL_KINDS = ("image_path", "image", "upload")
+
+
 def encoded_image_file(image_id, path, sha256_hex, vector, keypoints, weights, image_size, box=None, geometry=None,
                        metadata=None):
     """The record ``add(image_path=...)`` writes for an image file whose bytes have this
     sha256, encoded to ``vector`` (ingestion workers build the same record); ``metadata``:
-    its metadata (a dict: :func:`streamk.features.file_metadata` and the user's fields)."""
-    record = {"kind": "image_path", "source": os.path.abspath(os.fspath(path)), "box": box,
+    its metadata (a dict: :func:`streamk.features.file_metadata` and the user's fields).
+    path None: an image held in memory (kind "image", no source file)."""
+    source = None if path is None else os.path.abspath(os.fspath(path))
+    record = {"kind": "image_path" if path is not None else "image", "source": source, "box": box,
               "n_descriptors": int(len(keypoints)), "sha256": sha256_hex, "image_size": list(image_size)}
     extras = npz_bytes(keypoints=keypoints, weights=np.asarray(weights, np.float32))
     return EncodedImage(id_key(image_id), unit_vector(vector), image_content_key(sha256_hex, box), record,
@@ -117,6 +125,57 @@ def one_source(image_path, descriptors, vector):
     return given[0]
 
 
+ITEM_FIELDS = ("image_path", "descriptors", "vector", "box", "metadata")  # besides "id"
+
+
+def add_items(items, encode, write_encoded, batch_size):
+    """``add_many`` of every index: items (dicts with "id" and one of "image_path",
+    "descriptors", "vector", and optionally "box" and "metadata"; or (id, source-dict)
+    pairs) encoded one by one with ``encode(image_id, **fields)`` (outside any transaction)
+    and written ``batch_size`` at a time with ``write_encoded``. One :class:`AddResult` per
+    item, in order; a bad item is its own error and does not stop the others."""
+    batch_size = int(batch_size)
+    if batch_size < 1:
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    results = []
+    batch = []  # (position, image_id, EncodedImage)
+
+    def flush():
+        if not batch:
+            return
+        outcomes = write_encoded([enc for _, _, enc in batch])
+        for (pos, image_id, _), out in zip(batch, outcomes):
+            results[pos] = AddResult(image_id, "error", out) if isinstance(out, Exception) else AddResult(image_id, out)
+        batch.clear()
+
+    for item in items:
+        pos = len(results)
+        image_id = None
+        try:
+            if isinstance(item, Mapping):
+                fields = dict(item)
+                image_id = fields.pop("id")
+            else:
+                image_id, fields = item
+                fields = dict(fields)
+            unknown = set(fields) - set(ITEM_FIELDS)
+            if unknown:
+                raise ConfigError(f"unknown item field(s) {sorted(unknown)}; an item has \"id\" and "
+                                  f"{', '.join(ITEM_FIELDS)}")
+            enc = encode(image_id, **fields)
+        except (StreamkError, KeyError, TypeError, ValueError) as exc:
+            if not isinstance(exc, StreamkError):
+                exc = ConfigError(f"bad item {pos}: {exc!r}")
+            results.append(AddResult(image_id, "error", exc))
+            continue
+        results.append(None)
+        batch.append((pos, image_id, enc))
+        if len(batch) >= batch_size:
+            flush()
+    flush()
+    return results
+
+
 def encoded_vector(image_id, vector, dim, metadata=None):
     """The EncodedImage of an image given as a vector (``add(vector=...)``)."""
     v = checked_vector(vector, dim)
@@ -127,5 +186,5 @@ def encoded_vector(image_id, vector, dim, metadata=None):
                         metadata=metadata)
 
 
-__all__ = ["AddResult", "EncodedImage", "checked_vector", "encoded_image_file", "encoded_vector",
+__all__ = ["ITEM_FIELDS", "PIXEL_KINDS", "AddResult", "EncodedImage", "add_items", "checked_vector", "encoded_image_file", "encoded_vector",
            "image_content_key", "normalise_box", "npz_bytes", "one_source", "unit_vector"]

@@ -128,6 +128,51 @@ def encode_value(v):
     return None
 
 
+def decode_value(enc):
+    """The value of :func:`encode_value`'s bytes (a float for every number)."""
+    enc = bytes(enc)
+    tag, body = enc[:1], enc[1:]
+    if tag == b"b":
+        return body == b"\x01"
+    if tag == b"n":
+        bits = _U64.unpack(body)[0]
+        bits = bits ^ _SIGN if bits & _SIGN else bits ^ 0xFFFFFFFFFFFFFFFF
+        return _F64.unpack(_U64.pack(bits))[0]
+    return body.decode("utf-8", "surrogatepass")
+
+
+MAX_FIELD_VALUES = 100  # values listed of one field (field_values), each one LMDB seek
+
+
+def values_limit(limit):
+    """``limit`` of :func:`field_values`, checked: an int in 1..MAX_FIELD_VALUES."""
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or not 1 <= limit <= MAX_FIELD_VALUES:
+        raise FilterError(f"limit must be an integer in 1..{MAX_FIELD_VALUES}, got {limit!r}")
+    return int(limit)
+
+
+def field_values(txn, store, field, limit=10):
+    """Up to ``limit`` distinct values of an indexed field, in value order (booleans,
+    numbers, strings), and whether there are more: one seek per value (the posting lists'
+    keys), never a pass over the images. FilterError for a field that is not indexed."""
+    limit = values_limit(limit)
+    fields = indexed_fields(txn, store)
+    if field not in fields:
+        raise not_indexed(field, fields)
+    prefix = posting_prefix(field)
+    out = []
+    if store.postings_db is None:
+        return out, False
+    with txn.cursor(db=store.postings_db) as cur:
+        found = cur.set_range(prefix)
+        while found and bytes(cur.key()).startswith(prefix):
+            if len(out) == limit:
+                return out, True
+            out.append(decode_value(bytes(cur.key())[len(prefix):]))
+            found = cur.next_nodup()
+    return out, False
+
+
 def indexed_values(value, field=None):
     """The encoded values under which an image is posted for one field's value (a list is
     posted under each of its scalar elements). A string too long to index raises
@@ -448,6 +493,13 @@ class RowFilter(NamedTuple):
         return int(self.rows.shape[0])
 
 
+def not_indexed(field, fields):
+    """The FilterError of a filter on ``field``, which is not among the indexed ``fields``."""
+    return FilterError(f"filter on {field!r}: the field is not indexed (filters use indexed fields only; index it "
+                       f"with StreamingIndex.index_field({field!r}) or `streamk index field IDX {field}`); "
+                       f"indexed: {', '.join(sorted(fields)) or 'none'}")
+
+
 def allowed_rows(txn, store, clauses, n_rows):
     """The RowFilter of parsed ``clauses`` as ``txn`` sees the index (n_rows: the rows
     the bitmap covers, at least the next row). Reads only posting lists: the cost is the
@@ -455,9 +507,7 @@ def allowed_rows(txn, store, clauses, n_rows):
     fields = indexed_fields(txn, store)
     missing = [c.field for c in clauses if c.field not in fields]
     if missing:
-        raise FilterError(f"filter on {missing[0]!r}: the field is not indexed (filters use indexed fields "
-                          f"only; index it with StreamingIndex.index_field({missing[0]!r}) or "
-                          f"`streamk index field IDX {missing[0]}`); indexed: {', '.join(sorted(fields)) or 'none'}")
+        raise not_indexed(missing[0], fields)
     db = store.postings_db
     columns_db = store.columns_db
     with_column = set(column_fields(txn, store)) if columns_db is not None else set()
@@ -492,6 +542,7 @@ def matches(metadata, clauses):
 
 
 __all__ = ["GRAMMAR", "MAX_FILTER_FIELDS", "MAX_INDEXED_FIELDS", "MAX_IN_VALUES", "MAX_METADATA_BYTES",
-           "Clause", "RowFilter", "add_indexed_field", "allowed_rows", "column_fields", "decode_metadata", "delete_metadata",
+           "MAX_FIELD_VALUES", "Clause", "RowFilter", "add_indexed_field", "allowed_rows", "column_fields", "decode_metadata",
+           "decode_value", "field_values", "values_limit", "delete_metadata",
            "encode_metadata", "encode_value", "expected_columns", "indexed_fields", "matches", "metadata_of_rows", "parse_filter",
            "prepare_metadata", "put_metadata", "rebuild_columns"]

@@ -44,16 +44,17 @@ from numpy.typing import NDArray
 from ..encoding import Encoder
 from ..errors import (ConfigError, DuplicateError, IndexClosedError, IndexExistsError, IndexFormatError,
                      NotAnIndexError, UnknownIdError)
-from ..features import default_extractor, extractor_from_params
+from ..features import default_extractor, extractor_from_params, is_image_in_memory
 from ..quantization import IVFPQ, default_train_size
-from .items import AddResult, encoded_vector
+from .describe import encode_item
+from .items import add_items
 from ..verification import Vocabulary
 from .queries import QueryEncoder
 from .search_params import SearchParams
 from .base import Index
 from .second_stage import (Candidate, Hit, collection_mean, expanded_results, stacked_vectors, vectors_on_shard,
                            verified_first, verify_on_shard)
-from .metadata import check_field
+from .metadata import check_field, encode_value, values_limit
 from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex
 from .retraining import staleness_of
@@ -254,6 +255,10 @@ class ShardActor:
     def indexed_fields(self):
         with self._lock:
             return self.index.indexed_fields()
+
+    def field_values(self, name, limit):
+        with self._lock:
+            return self.index.field_values(name, limit)
 
     def set_extractor(self, params_json):
         with self._lock:
@@ -573,15 +578,25 @@ class ShardedIndex(Index):
             self._claims(ShardActor.release, release)
         return out
 
+    def encode_item(self, image_id: str, image_path: Any = None, descriptors: NDArray[Any] | None = None,
+                    vector: NDArray[Any] | None = None, box: Sequence[float] | None = None,
+                    metadata: Mapping[str, Any] | None = None) -> Any:
+        """The EncodedImage of one image from exactly one source, described in this process
+        with the index's encoder, extractor and visual words (as :meth:`StreamingIndex.add`;
+        many image files are faster through ingestion, :class:`streamk.pipeline.Ingester`,
+        which describes them in its workers)."""
+        return encode_item(image_id, image_path, descriptors, vector, box, metadata, encoder=self._encoder,
+                           extractor=self.extractor, vocabulary=self.vocabulary, dim=self.dim)
+
     def add(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
             descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
             box: Sequence[float] | None = None, metadata: Mapping[str, Any] | None = None) -> str:
-        """As :meth:`StreamingIndex.add`, for an image given as its ``vector`` (image files
-        and descriptor sets go through ingestion, :class:`streamk.pipeline.Ingester`, which
-        describes them where the workers are). ``add(id, vector)`` (0.2's form, the vector
-        second) still works, with a DeprecationWarning."""
-        vector = _vector_only("add", image_path, descriptors, vector, box)
-        out = self.write_encoded([encoded_vector(image_id, vector, self.dim, metadata)])[0]
+        """As :meth:`StreamingIndex.add`: one image from exactly one source (an image file or
+        one held in memory, a descriptor set, a vector), written to its shard.
+        ``add(id, vector)`` (0.2's form, the vector second) still works, with a
+        DeprecationWarning."""
+        image_path, vector = _old_vector_form("add", image_path, descriptors, vector)
+        out = self.write_encoded([self.encode_item(image_id, image_path, descriptors, vector, box, metadata)])[0]
         if isinstance(out, Exception):
             raise out
         return image_id
@@ -589,33 +604,20 @@ class ShardedIndex(Index):
     def update(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
                descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
                box: Sequence[float] | None = None, metadata: Mapping[str, Any] | None = None) -> str:
-        """As :meth:`StreamingIndex.update`, for an image given as its ``vector``: its content
-        replaced (UnknownIdError if absent), its metadata kept, updated with ``metadata``."""
-        vector = _vector_only("update", image_path, descriptors, vector, box)
-        merged = dict(self.metadata(image_id), **(metadata or {}))  # UnknownIdError first
-        out = self.write_encoded([encoded_vector(image_id, vector, self.dim, merged)], replace=True)[0]
+        """As :meth:`StreamingIndex.update`: its content replaced (UnknownIdError if absent),
+        its metadata kept, updated with ``metadata`` (and an image file's own fields)."""
+        image_path, vector = _old_vector_form("update", image_path, descriptors, vector)
+        enc = self.encode_item(image_id, image_path, descriptors, vector, box, metadata)
+        merged = dict(self.metadata(image_id), **(enc.metadata or {}))  # UnknownIdError first
+        out = self.write_encoded([enc._replace(metadata=merged)], replace=True)[0]
         if isinstance(out, Exception):
             raise out
         return image_id
 
     def add_many(self, items: Iterable[Mapping[str, Any]], batch_size: int | None = None) -> list[Any]:
-        """Add {"id", "vector"} items (and "metadata"), ``batch_size`` per round of shard
+        """As :meth:`StreamingIndex.add_many`, ``batch_size`` per round of shard
         transactions (None: 1024); one AddResult per item."""
-        batch_size = 1024 if batch_size is None else int(batch_size)
-        results: list[Any] = []
-        batch: list[Any] = []
-
-        def flush():
-            outs = self.write_encoded([e for _, e in batch])
-            for (i, _), o in zip(batch, outs):
-                results.append(AddResult(i, "error", o) if isinstance(o, Exception) else AddResult(i, o))
-            batch.clear()
-        for item in items:
-            batch.append((item["id"], encoded_vector(item["id"], item["vector"], self.dim, item.get("metadata"))))
-            if len(batch) >= batch_size:
-                flush()
-        flush()
-        return results
+        return add_items(items, self.encode_item, self.write_encoded, 1024 if batch_size is None else batch_size)
 
     def remove(self, image_ids: str | Iterable[str]) -> int:
         """Remove ids (each from its shard); UnknownIdError if any is absent, and then
@@ -666,6 +668,14 @@ class ShardedIndex(Index):
 
     def _indexed_fields(self):
         return self._owners[0].call(ShardActor.indexed_fields)
+
+    def field_values(self, name: str, limit: int = 10) -> tuple[list[Any], bool]:
+        """As :meth:`StreamingIndex.field_values`: each shard's first ``limit``, merged in
+        value order."""
+        name, limit = check_field(name), values_limit(limit)
+        got = self._scatter(ShardActor.field_values, {s: (name, limit) for s in range(self.shards)}).values()
+        merged = sorted({encode_value(v): v for values, _ in got for v in values}.items())
+        return [v for _, v in merged[:limit]], len(merged) > limit or any(more for _, more in got)
 
     # ------------------------------------------------------------ codec
     def train(self, nlist: int = 1, M: int = 16, seed: int = 0, train_size: int | None = None, codec: Any = None,
@@ -831,21 +841,17 @@ def _create_shard(path, encoder_bytes, vector_dtype, extractor_params, store_ext
     return socket.gethostname()
 
 
-def _vector_only(what, image_path, descriptors, vector, box):
-    """The vector of a sharded index's add / update: image files and descriptor sets are
-    described by ingestion; ``add(id, vector)`` (0.2's form) is taken with a DeprecationWarning."""
-    if image_path is not None and not isinstance(image_path, (str, bytes, os.PathLike)) and vector is None:
+def _old_vector_form(what, image_path, descriptors, vector):
+    """(image_path, vector) of a sharded index's add / update: ``add(id, vector)`` (0.2's
+    form, the vector second, when the index took vectors only) is taken with a
+    DeprecationWarning; an image held in memory in that place is an image."""
+    if image_path is not None and not isinstance(image_path, (str, bytes, bytearray, memoryview, os.PathLike)) \
+            and vector is None and descriptors is None and not is_image_in_memory(image_path):
         warnings.warn(f"ShardedIndex.{what}(image_id, vector) is deprecated and will be removed after streamk 0.3: "
                       f"give vector= by name (the same signature as StreamingIndex.{what})", DeprecationWarning,
                       stacklevel=3)
-        image_path, vector = None, image_path
-    if image_path is not None or descriptors is not None or box is not None:
-        raise ConfigError(f"a sharded index's {what} takes vector=: add image files and descriptor sets with "
-                          "ingestion (streamk.pipeline.Ingester, or `streamk ingest`), which describes them "
-                          "where its workers are")
-    if vector is None:
-        raise ConfigError(f"{what}: give vector= (an image vector of the encoder's dimension)")
-    return vector
+        return None, image_path
+    return image_path, vector
 
 
 def open_index(path: str | os.PathLike[str], readonly: bool = False,

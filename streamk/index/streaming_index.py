@@ -43,7 +43,7 @@ from ..errors import (ConfigError, EncoderFileError, IgnoredSearchParameterWarni
 from ..verification import Vocabulary
 from .duplicates import duplicate_groups, duplicates_of
 from .items import unit_vector
-from .metadata import (add_indexed_field, allowed_rows, check_field, indexed_fields,
+from .metadata import (add_indexed_field, allowed_rows, check_field, field_values, indexed_fields,
                        metadata_of_rows, parse_filter)
 from .queries import MAX_BATCH, QueryEncoder, StoredExtractor
 from .reader import SearchView
@@ -408,6 +408,12 @@ class StreamingIndex(Index):
         rows) are kept for it from now on, and built for the stored images now (one pass
         over their metadata, in one transaction). Returns False if it already was."""
         return self._store.write(lambda txn: add_indexed_field(txn, self._store, name))
+
+    def field_values(self, name: str, limit: int = 10) -> tuple[list[Any], bool]:
+        """(up to ``limit`` distinct values of an indexed field, in value order; whether it
+        holds more), read from its posting lists' keys (one seek each)."""
+        with self._store.read() as txn:
+            return field_values(txn, self._store, check_field(name), limit)
 
     def allowed(self, where: Mapping[str, Any] | None) -> Any:
         """The RowFilter (rows and bitmap) a filter selects now: for checks and tests."""

@@ -27,19 +27,16 @@ Adding an id that already holds other content raises
 :class:`~streamk.errors.IdExistsError`; use ``update``.
 """
 
-import hashlib
 import json
 import time
 
 import numpy as np
 
-from ..checks import as_descriptor_set
-from ..errors import ConfigError, IndexCorruptError, DuplicateError, IdExistsError, StreamkError, UnknownIdError
-from ..features import file_metadata
+from ..errors import IndexCorruptError, DuplicateError, IdExistsError, StreamkError, UnknownIdError
 from ..quantization import IVFPQ
-from .describe import describe_context, describe_image
+from .describe import encode_item
 from .blocks import RUN_BLOCKS, pack_codes, seal_block, seal_row_codes, write_run
-from .items import AddResult, EncodedImage, checked_vector, normalise_box, npz_bytes, one_source, unit_vector
+from .items import PIXEL_KINDS, add_items
 from .metadata import delete_metadata, encode_metadata, metadata_of_rows, prepare_metadata, put_metadata
 from .store import epoch_key, id_key, row_key
 
@@ -90,40 +87,11 @@ class IndexWriter:
 
     # ------------------------------------------------------------ encoding (no transaction)
     def encode_item(self, image_id, image_path=None, descriptors=None, vector=None, box=None, metadata=None):
-        """The EncodedImage of one item from exactly one source, or a named error.
-        metadata: the image's metadata (a dict); an image file's also gets
-        :func:`~streamk.features.file_metadata` (the given fields win)."""
-        key = id_key(image_id)
-        if metadata is not None:
-            encode_metadata(metadata)  # MetadataError before any work
-        kind = one_source(image_path, descriptors, vector)
-        box = normalise_box(box)
-        if box is not None and kind != "image_path":
-            raise ConfigError("box applies to image_path only")
-        h = hashlib.sha256()
-        record = {"kind": kind, "source": None, "box": box, "n_descriptors": None}
-        extras = None
-        if kind == "image_path":
-            extractor = self.extractors.get()
-            data = extractor.read(image_path)
-            context = describe_context(self.encoder, extractor, self._vocabulary(), warm=False)
-            described = describe_image(context, data, image_path, box)
-            meta = dict(file_metadata(image_path, data), **(metadata or {}))
-            return described.encoded(image_id, image_path, box, meta)
-        if kind == "descriptors":
-            X = as_descriptor_set(descriptors, dim=self.encoder.input_dim)
-            v, alpha = self.encoder.encode(X, return_weights=True)
-            v = unit_vector(v)
-            sha = hashlib.sha256(X.tobytes()).hexdigest()
-            h.update(b"descriptors\0" + str(X.shape).encode() + bytes.fromhex(sha))
-            record.update(sha256=sha, n_descriptors=int(X.shape[0]))
-            extras = npz_bytes(weights=np.asarray(alpha, np.float32))
-        else:
-            v = checked_vector(vector, self.dim)
-            sha = hashlib.sha256(v.tobytes()).hexdigest()
-            h.update(b"vector\0" + bytes.fromhex(sha))
-            record.update(sha256=sha)
-        return EncodedImage(key, v, h.digest(), record, extras, None, metadata=metadata)
+        """The EncodedImage of one item from exactly one source, or a named error
+        (:func:`~streamk.index.describe.encode_item`, with this index's encoder, extractor
+        and visual words)."""
+        return encode_item(image_id, image_path, descriptors, vector, box, metadata, encoder=self.encoder,
+                           extractor=self.extractors.get, vocabulary=self._vocabulary(), dim=self.dim)
 
     # ------------------------------------------------------------ one transaction
     def _put(self, txn, enc, code, replace=False):
@@ -149,7 +117,7 @@ class IndexWriter:
         prepared = prepare_metadata(txn, s, metadata)  # checked before anything is written
         if old is not None:  # replace: the old content goes, the new one gets a new row
             s.delete_image(txn, old)
-        if enc.record["kind"] == "image_path":
+        if enc.record["kind"] in PIXEL_KINDS:
             raw = s.get_meta(b"extractor", txn)
             if raw is None or json.loads(raw) is None:  # first image: pin the default extractor
                 txn.put(b"extractor", json.dumps(self.extractors.to_pin).encode(), db=s.meta_db)
@@ -269,47 +237,5 @@ class IndexWriter:
         return self.store.write(run)
 
     def add_many(self, items, batch_size=64):
-        """Add many images; commits every ``batch_size`` items (encoding outside the
-        transaction). ``items``: dicts with "id" and one of "image_path", "descriptors",
-        "vector" (and optionally "box"), or (id, source-dict) pairs. Returns one
-        :class:`AddResult` per item, in order; a bad item does not stop the others.
-        """
-        if int(batch_size) < 1:
-            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-        results = []
-        batch = []  # (position, image_id, EncodedImage)
-
-        def flush():
-            if not batch:
-                return
-            outcomes = self.write_encoded([enc for _, _, enc in batch])
-            for (pos, image_id, _), out in zip(batch, outcomes):
-                results[pos] = AddResult(image_id, "error", out) if isinstance(out, Exception) \
-                    else AddResult(image_id, out)
-            batch.clear()
-
-        for item in items:
-            pos = len(results)
-            image_id = None
-            try:
-                if isinstance(item, dict):
-                    kw = dict(item)
-                    image_id = kw.pop("id")
-                else:
-                    image_id, kw = item
-                    kw = dict(kw)
-                unknown = set(kw) - {"image_path", "descriptors", "vector", "box", "metadata"}
-                if unknown:
-                    raise ConfigError(f"unknown item field(s) {sorted(unknown)}")
-                enc = self.encode_item(image_id, **kw)
-            except (StreamkError, KeyError, TypeError, ValueError) as exc:
-                if not isinstance(exc, StreamkError):
-                    exc = ConfigError(f"bad item {pos}: {exc!r}")
-                results.append(AddResult(image_id, "error", exc))
-                continue
-            results.append(None)
-            batch.append((pos, image_id, enc))
-            if len(batch) >= int(batch_size):
-                flush()
-        flush()
-        return results
+        """Add many images, ``batch_size`` per transaction (:func:`~streamk.index.items.add_items`)."""
+        return add_items(items, self.encode_item, self.write_encoded, batch_size)

@@ -11,7 +11,7 @@ the process boundary; the server maps the name to its HTTP answer.
 
 import os
 
-from ..features import THUMBNAIL_SIDE, exif_date, thumbnail_jpeg
+from ..features import THUMBNAIL_SIDE, memory_image_metadata, thumbnail_jpeg
 from ..index import ImageFailure, describe_context, describe_image, open_index, unit_vector
 from ..parallel import TaskContext
 
@@ -77,11 +77,7 @@ def describe_upload(ctx, item):
 
 def upload_metadata(data, name):
     """What an uploaded image's metadata holds of its file: name, size, EXIF date."""
-    meta = {"name": name, "size": len(data)}
-    date = exif_date(data)
-    if date is not None:
-        meta["date"] = date
-    return meta
+    return memory_image_metadata(data, name)
 
 
 def thumbnail_task(ctx, item):

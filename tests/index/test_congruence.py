@@ -15,6 +15,7 @@ classes find one copy among the views of the scenes."""
 
 import io
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -400,6 +401,25 @@ def test_metadata(index, reference):
     assert index.search(q, k=3, mode="exact", where={"group": "moved"}) == []
 
 
+def test_the_values_a_field_holds(index, built):
+    """field_values lists what a filter can match, in value order, against the distinct
+    values of the stored metadata (a plain loop over the items written)."""
+    from streamk.errors import FilterError
+
+    metas = [e.metadata for e in built["enc"]]
+    groups = sorted({m["group"] for m in metas})
+    numbers = sorted({float(m["n"]) for m in metas})
+    assert index.field_values("group", limit=100) == (groups, False)
+    assert index.field_values("group", limit=3) == (groups[:3], True)
+    assert index.field_values("n", limit=5) == (numbers[:5], True)
+    assert index.field_values("n", limit=100) == (numbers[:100], len(numbers) > 100)
+    with pytest.raises(FilterError, match="not indexed"):
+        index.field_values("colour")
+    for bad in (0, 101, 2.5, True):
+        with pytest.raises(FilterError, match="limit"):
+            index.field_values("group", limit=bad)
+
+
 def test_add_and_remove(index, reference):
     V = vectors(14, 3)
     new = [f"tmp{i}" for i in range(3)]
@@ -426,3 +446,51 @@ def test_add_and_remove(index, reference):
     assert len(index) == n
     q = vectors(15, 1)[0]
     assert hits_of(index.search(q, k=10, mode="exact")) == hits_of(reference.search(q, k=10, mode="exact"))
+
+
+def test_images_descriptors_and_vectors_are_added_alike(index, reference, tmp_path):
+    """add / update / add_many take the same sources on every kind (a sharded index
+    describes an image in this process, as a query): an image file, one held in memory
+    (bytes, a PIL image, an RGB array: the same vector as its file), a descriptor set;
+    each with its record, metadata and geometry, a bad item its own error."""
+    from PIL import Image
+
+    from streamk.errors import DuplicateError
+
+    from helpers.images import textured
+
+    paths = [textured(str(tmp_path / f"t{i}.png"), 40 + i, size=160) for i in range(3)]
+    rgb = np.asarray(Image.open(paths[1]).convert("RGB"))
+    desc = np.random.default_rng(5).integers(0, 120, (60, 128)).astype(np.float32)
+    n = len(index)
+    added = ["f0", "m-bytes", "m-array", "d0"]
+    try:
+        assert index.add("f0", image_path=paths[0], metadata={"group": "tmp"}) == "f0"
+        assert index.add("m-bytes", Path(paths[2]).read_bytes()) == "m-bytes"  # the second place, as search's
+        assert index.add("m-array", image_path=rgb, metadata={"group": "tmp"}) == "m-array"
+        assert index.add("d0", descriptors=desc) == "d0"
+        info = {i: index.info(i) for i in added}
+        assert info["f0"]["kind"] == "image_path" and info["f0"]["source"] == str(Path(paths[0]).resolve())
+        assert info["m-array"]["kind"] == info["m-bytes"]["kind"] == "image" and info["m-array"]["source"] is None
+        assert info["d0"]["kind"] == "descriptors" and info["d0"]["n_descriptors"] == 60
+        assert index.metadata("f0")["name"] == "t0.png" and index.metadata("f0")["group"] == "tmp"
+        assert index.metadata("m-bytes") == {"size": Path(paths[2]).stat().st_size}
+        assert index.thumbnail("m-array") is not None and index.thumbnail("f0") is None  # no file left for pixels
+        assert index.geometry("m-array") is not None and index.geometry("d0") is None
+        for image_id, source in (("f0", paths[0]), ("m-array", rgb), ("m-bytes", paths[2])):
+            np.testing.assert_allclose(index.vector(image_id), reference.query_vector(source), atol=1e-6)
+        with pytest.raises(DuplicateError):  # the same bytes under another id, whichever form
+            index.add("again", image_path=Path(paths[0]).read_bytes())
+        results = index.add_many([{"id": "many0", "image_path": Image.open(paths[2]).convert("RGB")},
+                                  {"id": "many1", "vector": vectors(31, 1)[0]},
+                                  {"id": "many2", "image_path": str(tmp_path / "absent.png")},
+                                  {"id": "many3", "colour": "red"}])
+        added += ["many0", "many1"]
+        assert [r.status for r in results] == ["added", "added", "error", "error"]
+        assert type(results[2].error).__name__ == "ImageReadError" and "colour" in str(results[3].error)
+        assert index.update("m-array", image_path=paths[1]) == "m-array"  # now its file
+        assert index.info("m-array")["kind"] == "image_path" and index.metadata("m-array")["group"] == "tmp"
+        np.testing.assert_allclose(index.vector("m-array"), reference.query_vector(paths[1]), atol=1e-6)
+    finally:
+        index.remove([i for i in added if i in index])
+    assert len(index) == n

@@ -80,3 +80,18 @@ def test_an_in_memory_image_is_held_to_the_extractor_s_limits(index):
             idx.search(data, k=1)
     finally:
         ex.set_limits(max_pixels=limits[0], max_file_size=limits[1])
+
+
+def test_an_image_added_from_memory_pins_the_extractor_as_a_file_does(tmp_path):
+    """The first image described from pixels stores the extractor's parameters, so that
+    later queries and files are described alike, whatever form it came in (an image in
+    memory, as a server upload, once left them unpinned)."""
+    import json
+
+    path = textured(str(tmp_path / "a.png"), 3, size=160)
+    enc = Encoder(embedding="vlad", k=4, aggregation="gmp").fit(
+        [np.random.default_rng(0).integers(0, 120, (80, 128)).astype(np.float32)])
+    with StreamingIndex.create(tmp_path / "ix", enc, vector_dtype="float32") as idx:
+        assert json.loads(idx.store.get_meta(b"extractor")) is None
+        idx.add("a", image_path=np.asarray(Image.open(path).convert("RGB")))
+        assert json.loads(idx.store.get_meta(b"extractor")) == idx.extractor().params()

@@ -10,7 +10,7 @@ import pytest
 
 from helpers.index import DIM, make_encoder, vectors  # noqa: F401
 from streamk import Encoder
-from streamk.errors import ConfigError, DuplicateError, IndexExistsError, UnknownIdError
+from streamk.errors import ConfigError, DuplicateError, ImageReadError, IndexExistsError, UnknownIdError
 from streamk.index import StreamingIndex, encoded_vector
 from streamk.index.sharded import ShardActor, ShardedIndex, is_sharded, open_index, shard_of
 from streamk.quantization import IVFPQ
@@ -245,7 +245,7 @@ def test_the_0_2_call_forms_still_work_with_a_deprecation_warning(tmp_path, enco
             assert idx.add("a", V[0]) == "a"  # add(id, vector): the vector second
         assert idx.add("b", vector=V[1], metadata={"x": 1}) == "b"
         assert np.allclose(idx.vector("a"), V[0], atol=1e-6)
-        with pytest.raises(ConfigError, match="ingestion"):
+        with pytest.raises(ImageReadError, match="photo.jpg"):  # images are described here too (0.2: refused)
             idx.add("c", image_path="photo.jpg")
         idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(V[2:], 2)])
         shard = shard_of("a", 2)
