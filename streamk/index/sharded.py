@@ -88,26 +88,30 @@ def read_manifest(path):
 
 
 # ---------------------------------------------------------------- one shard, in the process that owns it
-_open_shards: dict[str, list[Any]] = {}  # path -> [StreamingIndex, users]: LMDB allows one environment per path and process
+# (path, readonly) -> [StreamingIndex, users]: one handle per shard and mode in a process (the store shares
+# the LMDB environment between modes), so that a read-only open never lends out a writable handle
+_open_shards: dict[tuple[str, bool], list[Any]] = {}
 _open_lock = threading.Lock()
 
 
 def _acquire(path, readonly):
+    key = (path, bool(readonly))
     with _open_lock:
-        entry = _open_shards.get(path)
+        entry = _open_shards.get(key)
         if entry is None:
-            entry = _open_shards[path] = [StreamingIndex.open(path, readonly=readonly), 0]
+            entry = _open_shards[key] = [StreamingIndex.open(path, readonly=readonly), 0]
         entry[1] += 1
         return entry[0]
 
 
-def _release(path):
+def _release(path, readonly):
+    key = (path, bool(readonly))
     with _open_lock:
-        entry = _open_shards.get(path)
+        entry = _open_shards.get(key)
         if entry is not None:
             entry[1] -= 1
             if entry[1] <= 0:
-                del _open_shards[path]
+                del _open_shards[key]
                 entry[0].close()
 
 
@@ -121,7 +125,8 @@ class ShardActor:
 
     def __init__(self, path, readonly=False):
         self.path = str(path)
-        self.index = _acquire(self.path, readonly)
+        self.readonly = bool(readonly)
+        self.index = _acquire(self.path, self.readonly)
         self._lock = threading.Lock()  # a StreamingIndex is not thread-safe
 
     def host(self):
@@ -271,7 +276,7 @@ class ShardActor:
     def close(self):
         if self.index is not None:
             self.index = None
-            _release(self.path)
+            _release(self.path, self.readonly)
 
 
 class _Local:
@@ -321,8 +326,9 @@ class ShardedIndex(Index):
     the module doc."""
 
     def __init__(self, path: str | os.PathLike[str], manifest: dict[str, Any], owners: list[Any], encoder: Encoder,
-                 client: Any = None, own_client: bool = False) -> None:
+                 client: Any = None, own_client: bool = False, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = bool(readonly)
         self.manifest = manifest
         self.shards = int(manifest["shards"])
         self.dim = int(manifest["dim"])
@@ -409,7 +415,7 @@ class ShardedIndex(Index):
             if own and client is not None:
                 client.close()
             raise
-        return cls(path, manifest, owners, encoder, client, own)
+        return cls(path, manifest, owners, encoder, client, own, readonly)
 
     @property
     def _owners(self):
@@ -552,6 +558,13 @@ class ShardedIndex(Index):
         by a write that never happened (a crash in between) is taken over."""
         encoded = list(encoded)
         ids = [e.key.decode() for e in encoded]
+        first: dict[bytes, str] = {}  # content -> the first id of this batch that holds it
+        repeats = [p for p, e in enumerate(encoded) if first.setdefault(e.content, ids[p]) != ids[p]]
+        if repeats:  # content given twice under two ids: the later ones once the first is written (or not)
+            skip = set(repeats)
+            done = iter(self.write_encoded([e for p, e in enumerate(encoded) if p not in skip], replace))
+            again = iter(self.write_encoded([encoded[p] for p in repeats], replace))
+            return [next(again) if p in skip else next(done) for p in range(len(encoded))]
         pairs = [(e.content, i) for e, i in zip(encoded, ids)]
         holders = self._claims(ShardActor.claim, pairs)
         out: list[Any] = [None] * len(encoded)

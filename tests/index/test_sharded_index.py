@@ -264,3 +264,50 @@ def test_the_0_2_call_forms_still_work_with_a_deprecation_warning(tmp_path, enco
         assert np.allclose(idx.vector("b"), w, atol=1e-6)
         with pytest.raises(UnknownIdError):
             idx.update("nope", vector=w)
+
+
+@pytest.mark.parametrize("kind", [StreamingIndex, ShardedIndex])
+def test_a_read_only_handle_never_writes_beside_a_writable_one(tmp_path, encoder, kind):
+    """A sharded index opened read-only in a process that also had it open for writing
+    was handed the writable shards: its add and remove went through (an image deleted
+    through a read-only handle). Both kinds now refuse, and leave the index as it was."""
+    from streamk.errors import ReadOnlyIndexError
+
+    V = vectors(41, 3)
+    extra = {} if kind is StreamingIndex else {"shards": 2}
+    kind.create(tmp_path / "ix", encoder, vector_dtype="float32", **extra).close()
+    with kind.open(tmp_path / "ix") as w:
+        w.add("a", vector=V[0])
+        with kind.open(tmp_path / "ix", readonly=True) as ro:
+            assert ro.readonly and not w.readonly
+            with pytest.raises(ReadOnlyIndexError):
+                ro.add("b", vector=V[1])
+            with pytest.raises(ReadOnlyIndexError):
+                ro.remove("a")
+            with pytest.raises(ReadOnlyIndexError):
+                ro.set_metadata("a", {"x": 1})
+            assert ro.ids() == ["a"] and [h.id for h in ro.search(V[0], k=1)] == ["a"]
+        w.add("c", vector=V[2])  # the writable handle goes on
+        assert sorted(w.ids()) == ["a", "c"] and w.metadata("a") == {}
+
+
+def test_the_same_content_under_two_ids_in_one_batch_is_stored_once(tmp_path, encoder):
+    """Two ids with the same content in one write (add_many, or one ingestion batch of two
+    byte-identical files) were both stored when their ids routed to different shards: the
+    second's claim saw the first's id, whose record was not written yet, and took the
+    claim over. As on one index: the first added, the second a DuplicateError naming it."""
+    V = vectors(43, 4)
+    with ShardedIndex.create(tmp_path / "ix", encoder, shards=3, vector_dtype="float32") as idx:
+        ids = ["a.jpg", "b.jpg", "c.jpg"]
+        assert len({shard_of(i, 3) for i in ids}) > 1  # the case: not all on one shard
+        got = idx.add_many([{"id": i, "vector": V[0]} for i in ids] + [{"id": "d", "vector": V[1]},
+                                                                       {"id": "d", "vector": V[1]}])
+        assert [r.status for r in got] == ["added", "error", "error", "added", "exists"]
+        assert all(isinstance(r.error, DuplicateError) and r.error.existing_id == "a.jpg" for r in got[1:3])
+        assert sorted(idx.ids()) == ["a.jpg", "d"]
+        idx.remove("a.jpg")  # its content is free again: the next id takes it
+        assert idx.add("b.jpg", vector=V[0]) == "b.jpg"
+        with StreamingIndex.create(tmp_path / "one", encoder, vector_dtype="float32") as one:  # the same answers
+            same = one.add_many([{"id": i, "vector": V[0]} for i in ids] + [{"id": "d", "vector": V[1]},
+                                                                            {"id": "d", "vector": V[1]}])
+            assert [r.status for r in same] == [r.status for r in got]
