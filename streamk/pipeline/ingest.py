@@ -364,7 +364,9 @@ class Ingester:
     (:class:`~streamk.features.FeatureCache`) read and filled by the workers
     (None: no cache). batch_size: images per write transaction. max_inflight:
     files sent to the workers and not yet back (None: twice the workers).
-    report: callable(path, reason) for each bad file (default: print to stderr).
+    report: callable(path, reason) for each bad or skipped file (default: print to stderr).
+    note: callable(path, text) for each file added with a remark (``on_duplicate="report"``:
+    the stored image it is a near-duplicate of; default: print to stderr).
     max_file_size, max_pixels: the image limits of the files read (None: the defaults of
     :mod:`streamk.features.images`); a file over one is reported as ImageTooLargeError.
     progress: tqdm bar on stderr (None: only when stderr is a terminal).
@@ -379,7 +381,8 @@ class Ingester:
                  dask: Any = None, executor: Any = None, cache_dir: PathLike | None = None,
                  max_inflight: int | None = None, max_file_size: int | None = None, max_pixels: int | None = None,
                  metadata: Mapping[str, Mapping[str, Any]] | None = None, on_duplicate: str = "keep",
-                 duplicate_threshold: float = DEFAULT_DUPLICATE_THRESHOLD) -> None:
+                 duplicate_threshold: float = DEFAULT_DUPLICATE_THRESHOLD,
+                 note: Callable[[str, str], object] | None = None) -> None:
         if int(batch_size) < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         if int(batch_size) > MAX_BATCH_SIZE:
@@ -401,6 +404,8 @@ class Ingester:
         self.max_inflight = None if max_inflight is None else int(max_inflight)
         self.report = report or (lambda path, reason: print(f"streamk: skipped {printable(path)}: {reason}",
                                                             file=sys.stderr, flush=True))
+        self.note = note or (lambda path, text: print(f"streamk: {printable(path)}: {text}", file=sys.stderr,
+                                                      flush=True))
         self.progress = progress
         self.cache = None if cache_dir is None else FeatureCache(cache_dir)
         self.stats = IngestStats()
@@ -475,11 +480,12 @@ class Ingester:
 
     # ------------------------------------------------------------------ writing
     def _near_duplicates(self, batch):
-        """The batch without the near-duplicates to skip; each near-duplicate noted."""
+        """(the batch without the near-duplicates to skip, {position in it: (existing id, score,
+        why)} of those kept to report once written): each skipped one reported and counted."""
         import numpy as np
 
         classed = S = None  # with local geometry: a near-duplicate is a copy (or exact), never a same-scene photo
-        if getattr(self.index, "has_local_features", False) and all(enc.geometry is not None for _, enc in batch):
+        if self.index.vocabulary is not None and all(enc.geometry is not None for _, enc in batch):
             from ..index import copies_of_new
             classed = copies_of_new(self.index, [(path, enc.key.decode(), enc.vector, enc.geometry,
                                                   enc.record.get("sha256")) for path, enc in batch],
@@ -489,7 +495,7 @@ class Ingester:
             V = np.stack([enc.vector for _, enc in batch])
             found = nearest_of_vectors(self.index, V, self.duplicate_threshold)
             S = V @ V.T  # within the batch: an image and an earlier one of the same batch (the vector rule only)
-        kept = []
+        kept, pending = [], {}
         for i, ((path, enc), near) in enumerate(zip(batch, found)):
             earlier = [] if S is None else [
                 j for j in kept if S[i, j] >= self.duplicate_threshold and (near is None or S[i, j] > near[1])]
@@ -499,35 +505,40 @@ class Ingester:
             if near is None:
                 kept.append(i)
                 continue
-            self.stats.near_duplicates.append((str(path), enc.key.decode(), near[0], round(near[1], 4)))
-            if self.on_duplicate == "skip":
-                self.stats.skipped_near_duplicates += 1
-                self.stats.processed += 1
-                self._seen[str(path)] = _stat_sig(path)
-                self._tick()
-            else:
-                kept.append(i)
-            if self._bar is not None:
-                self._bar.clear()
             c = classed[i] if classed is not None else None
             why = (f"similarity {near[1]:.3f}" if c is None else f"{c.kind}: similarity {c.score:.3f}, {c.inliers} "
                    f"inliers, covered {100 * c.covered:.0f} %, pixels agree {c.agreement or 0:.2f}")
-            self.report(str(path), f"near-duplicate of {near[0]!r} ({why})"
-                        + ("; not added" if self.on_duplicate == "skip" else "; added"))
-        return [batch[i] for i in kept]
+            if self.on_duplicate == "report":  # said once it is written: it may yet be refused (the same bytes)
+                pending[len(kept)] = (near[0], near[1], why)
+                kept.append(i)
+                continue
+            self.stats.near_duplicates.append((str(path), enc.key.decode(), near[0], round(near[1], 4)))
+            self.stats.skipped_near_duplicates += 1
+            self.stats.processed += 1
+            self._seen[str(path)] = _stat_sig(path)
+            self._tick()
+            self._say(path, f"near-duplicate of {near[0]!r} ({why}); not added")
+        return [batch[i] for i in kept], pending
 
     def _flush(self):
         batch, self._batch = self._batch, []
         self._last_commit = time.monotonic()
+        pending = {}
         if batch and self.on_duplicate != "keep":
-            batch = self._near_duplicates(batch)
+            batch, pending = self._near_duplicates(batch)
         if not batch:
             return
         with _signals_deferred():  # a commit and its account are one step: the count said is the count stored
             outcomes = self.index.write_encoded([enc for _, enc in batch])
-            for (path, enc), out in zip(batch, outcomes):
+            for pos, ((path, enc), out) in enumerate(zip(batch, outcomes)):
                 exc = out if isinstance(out, Exception) else None
                 if exc is None:
+                    if out == "added" and pos in pending:
+                        existing, score, why = pending[pos]
+                        self.stats.near_duplicates.append((str(path), enc.key.decode(), existing, round(score, 4)))
+                        if self._bar is not None:
+                            self._bar.clear()
+                        self.note(str(path), f"added; a near-duplicate of {existing!r} ({why})")
                     self._ok(path, out, enc.key.decode())
                 elif isinstance(exc, DuplicateError):  # same content under another id: said, not added
                     self._say(path, f"the same bytes are already indexed as {exc.existing_id!r}; not added as "

@@ -6,6 +6,7 @@ verified by the second stage), and ``ingest --on-duplicate skip|report``."""
 import json
 import os
 
+import numpy as np
 import pytest
 
 from streamk.cli import main
@@ -44,6 +45,10 @@ def work(tmp_path_factory):
                             progress=False)
     Encoder(embedding="vlad", k=4, aggregation="gmp").fit([f.descriptors for f in feats.values()]).save(
         root / "enc.npz")
+    from streamk.verification import Vocabulary  # visual words, for an index made with local geometry
+
+    Vocabulary(n_coarse=8, n_fine=8, min_per_word=4, seed=0).fit(
+        np.concatenate([f.descriptors for f in feats.values()])).save(root / "words.npz")
     return root
 
 
@@ -169,9 +174,16 @@ def test_duplicates_groups_the_changed_photos(work, tmp_path, capsys):
     assert main(["duplicates", str(ix), "--id", "nope"]) == 4
 
 
-def test_ingest_on_duplicate_skip_and_report(work, tmp_path, capsys):
+@pytest.mark.parametrize("kind", [[], ["--shards", "2"]], ids=["one", "sharded"])
+def test_ingest_on_duplicate_skip_and_report(work, tmp_path, capsys, kind):
+    """The same rule on both kinds of index (a sharded one took the vector rule, without
+    classes: other photos of a place were skipped as near-duplicates); "report" says a pair
+    once the image is written, not as a skipped file, and a file whose bytes are already
+    stored is said once (it was "near-duplicate ...; added", then "not added", counted twice)."""
+    from streamk.index import open_index
+
     ix = tmp_path / "ix"
-    create(ix, work)
+    create(ix, work, "--vocabulary", str(work / "words.npz"), *kind)
     assert main(["ingest", str(ix), str(work / "photos"), "--workers", "1", "--no-progress"]) == 0
     capsys.readouterr()
     # skip: the changed copies of p0 stay out (one of them against another of the same batch too)
@@ -179,17 +191,29 @@ def test_ingest_on_duplicate_skip_and_report(work, tmp_path, capsys):
                  "--on-duplicate", "skip"]) == 0
     captured = capsys.readouterr()
     assert "added 0, skipped 0 existing, 3 near-duplicates skipped" in captured.out
-    assert captured.err.count("near-duplicate of 'p0.png'") == 3
-    with StreamingIndex.open(ix) as idx:
+    assert captured.err.count("near-duplicate of 'p0.png' (copy: ") == 3, captured.err  # the class, not a score only
+    assert captured.err.count("; not added\n") == 3
+    with open_index(ix) as idx:
         assert len(idx) == 6
     # report: added, and each pair reported
     assert main(["ingest", str(ix), str(work / "changed"), "--workers", "1", "--no-progress",
                  "--on-duplicate", "report", "--batch-size", "1"]) == 0
     captured = capsys.readouterr()
     assert "added 3" in captured.out and "3 near-duplicates" in captured.out
-    assert captured.err.count("near-duplicate of") == 3
-    with StreamingIndex.open(ix) as idx:
+    assert captured.err.count("added; a near-duplicate of 'p0.png' (copy: ") == 3, captured.err
+    assert "skipped" not in captured.err
+    with open_index(ix) as idx:
         assert len(idx) == 9
+    # the same bytes as a stored image: one line, counted once
+    (tmp_path / "twin").mkdir()
+    (tmp_path / "twin" / "p3-again.png").write_bytes((work / "photos" / "p3.png").read_bytes())
+    assert main(["ingest", str(ix), str(tmp_path / "twin"), "--workers", "1", "--no-progress",
+                 "--on-duplicate", "report"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        f"streamk: skipped {tmp_path / 'twin' / 'p3-again.png'}: the same bytes are already indexed as 'p3.png'; "
+        f"not added as 'p3-again.png'"]
+    assert "added 0, skipped 0 existing and 1 with the bytes of another id, failed 0" in captured.out
     # keep (default): nothing looked up
     ix2 = tmp_path / "ix2"
     create(ix2, work)
