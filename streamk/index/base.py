@@ -24,7 +24,7 @@ Members only on :class:`~streamk.index.StreamingIndex` (one LMDB environment's o
 ``create(..., map_size, block_rows, max_map_size)``, ``open(..., max_map_size)``,
 ``store``, ``view``, ``writer``, ``readonly``, ``refresh``, ``extras``, ``allowed``,
 ``add_local_features``, ``has_local_features``, ``train_pq``, ``sample_vectors``,
-``codec``, ``product_quantizer``, ``vector_dtype``, ``unit_vector``, ``verified_candidates``
+``product_quantizer``, ``vector_dtype``, ``unit_vector``, ``verified_candidates``
 (deprecated: what a shard answered before 0.3). Only on
 :class:`~streamk.index.ShardedIndex`: ``shards``, ``manifest``, ``create(..., shards,
 dask, hosts)``, ``open(..., dask)``.
@@ -199,6 +199,11 @@ class Index(ABC):
               nprobe: int | None = None, progress: Any = None) -> Any:
         """Train (or retrain) the PQ / IVF-PQ codec, or install the trained ``codec``;
         returns it. Searches and ingestion go on meanwhile."""
+
+    @abstractmethod
+    def codec(self) -> Any:
+        """The :class:`~streamk.quantization.IVFPQ` codec in use (a sharded index's shards
+        share one), or None before training."""
 
     @abstractmethod
     def codec_params(self) -> dict[str, Any] | None:

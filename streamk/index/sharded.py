@@ -221,6 +221,11 @@ class ShardActor:
         with self._lock:
             return self.index.codec_params()
 
+    def codec_bytes(self):
+        with self._lock:
+            codec = self.index.codec()
+            return None if codec is None else codec.to_bytes()
+
     def vector(self, image_id):
         with self._lock:
             return self.index.vector(image_id)
@@ -792,6 +797,12 @@ class ShardedIndex(Index):
                 out[key] = None if any(v is None for v in values) else sum(values)
         out["per_shard"] = [per[s] for s in range(self.shards)]
         return out
+
+    def codec(self) -> Any:
+        """As :meth:`StreamingIndex.codec`: the codec every shard uses (read from the first:
+        its bytes, the centroids and codebooks, travel once per call)."""
+        data = self._owners[0].call(ShardActor.codec_bytes)
+        return None if data is None else IVFPQ.from_bytes(data)
 
     def codec_params(self) -> dict[str, Any] | None:
         """As :meth:`StreamingIndex.codec_params` (every shard has the same codec)."""

@@ -27,7 +27,7 @@ from .. import features as feat
 from .extraction import iter_extract
 from ..errors import ConfigError, DatasetImageError, NotFittedError
 from ..encoding import RotationNormalisation, l2_normalize, postprocess
-from ..index import Hit, check_request
+from ..index import Hit, check_request, unit_vector
 
 MAX_IMAGES = 5000  # beyond this, re-aggregating the whole database is not interactive
 
@@ -159,7 +159,7 @@ class Reaggregator:
         xi, alpha = self.encoder.aggregate_methods(descriptors, (s.method,), gamma=s.gamma, lam=s.lam)[s.method]
         rn = self.encoder.rn if self.is_index_settings(s) else self._rotation(s)
         v = postprocess(l2_normalize(xi[None, :]), s.power, rn)[0].astype(np.float32)
-        return self.index.unit_vector(v), alpha
+        return unit_vector(v), alpha
 
     def search(self, q, s, k=10, mode="exact", rerank=None, progress=None):
         """[Hit] of the k best database images for query vector ``q`` under ``s`` (k and

@@ -76,7 +76,7 @@ class SearchApp(W.VBox):
         self._remove_uploads = None  # removes that folder with the app (or at exit)
         self._query_controls()
         self._ranking_controls(self.reaggregator.index_settings(), k, len(index))
-        self._second_stage_controls(bool(getattr(index, "has_local_features", False)))
+        self._second_stage_controls(index.vocabulary is not None)  # local geometry, either kind of index
         self._output_views()
         self._wire()
         super().__init__([
@@ -122,10 +122,10 @@ class SearchApp(W.VBox):
         self.k = W.IntSlider(value=min(k, max(1, n)), min=1, max=max(1, min(100, n)), description="k",
                              continuous_update=False)
         self.k.add_class("streamk-k")
-        has_pq = self.index.codec() is not None
+        has_pq = self.index.codec_params() is not None
         self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search",
                                     tooltips=["all stored vectors", "PQ codes, then re-rank"
-                                              if has_pq else "the index has no PQ codes (index.train_pq() or train())"])
+                                              if has_pq else "the index has no PQ codes (index.train())"])
         self.mode.add_class("streamk-mode")
         self.reset_button = W.Button(description="index settings", tooltip="the settings the index was built with")
 

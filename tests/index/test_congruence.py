@@ -401,6 +401,13 @@ def test_metadata(index, reference):
     assert index.search(q, k=3, mode="exact", where={"group": "moved"}) == []
 
 
+def test_the_codec_in_use_is_the_one_trained(index, built):
+    """codec() on every kind: the one codec trained (a sharded index's shards share it)."""
+    assert index.codec().to_bytes() == built["codec"].to_bytes()
+    assert index.codec_params() == {"nlist": built["codec"].nlist, "M": built["codec"].M,
+                                    "nprobe": built["codec"].nprobe}
+
+
 def test_the_values_a_field_holds(index, built):
     """field_values lists what a filter can match, in value order, against the distinct
     values of the stored metadata (a plain loop over the items written)."""

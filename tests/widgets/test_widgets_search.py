@@ -332,3 +332,24 @@ def test_the_verified_mark_follows_the_bar_chosen(example, monkeypatch):
         assert flags == sorted(flags, reverse=True)  # verified first
     app.verify.value = False
     assert app.errors.text == "" and app.bar.disabled and not any(getattr(h, "verified", False) for h in app.hits)
+
+
+def test_the_app_searches_a_sharded_index_as_one_index(example, tmp_path):
+    """The notebook is written once, over the Index interface: a sharded index holding the
+    example's images gives the same ranking, marks and controls (it failed at start-up on
+    a StreamingIndex-only method, and the second stage's controls were off)."""
+    from streamk.index import ShardedIndex
+    from streamk.widgets import SearchApp
+
+    one = example.index
+    with ShardedIndex.create(tmp_path / "shx", one.encoder, shards=2, vector_dtype=one.vector_dtype,
+                             extractor=one.extractor(), vocabulary=one.vocabulary) as many:
+        for image_id in one.ids():
+            many.add(image_id, image_path=one.info(image_id)["source"])
+        query = one.info(sorted(one.ids())[0])["source"]  # finds itself, verified, and its scene's views
+        apps = [SearchApp(idx, k=4, first_query=False) for idx in (one, many)]
+        for app in apps:
+            assert app.verify.value and not app.verify.disabled
+            app.search_path(query)
+        got = [[(h.id, round(h.score, 4), h.verified, h.inliers) for h in app.hits] for app in apps]
+        assert got[0] == got[1] and len(got[0]) == 4 and got[0][0][2]
