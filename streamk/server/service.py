@@ -211,8 +211,22 @@ class Service:
         copies = [p for p in pairs if p["class"] != "same scene"][:max_results]
         hits = [{"id": p["b"], "score": p["score"], "stage": "verified", "inliers": p["inliers"], "verified": True,
                  "region": None, "affine": None} for p in copies]
-        return {"id": image_id, "threshold": threshold, "verify": True, "rule": "classes", "note": None,
-                "duplicates": self._described(hits), "pairs": pairs[:max_results]}
+        return {"id": image_id, "threshold": threshold, "verify": True, "rule": "classes",
+                "note": self._no_pixels_note(pairs), "duplicates": self._described(hits), "pairs": pairs[:max_results]}
+
+    def _no_pixels_note(self, pairs):
+        """What to do when pairs with a copy's geometry were kept as same scene for want of
+        pixels (this server reads stored thumbnails and files inside --images folders only)."""
+        from ..verification import NO_PIXELS
+
+        n = sum(p["reason"] == NO_PIXELS for p in pairs)
+        if not n:
+            return None
+        where = ("no --images folder was given" if not self.collection else
+                 "their files are not inside the --images folders")
+        return (f"{n} pair(s) have the geometry of a copy but no pixels to compare ({where}): they are kept as "
+                f"same scene; start the server with --images FOLDER, the folder the images were ingested from, "
+                f"to class them")
 
     # ------------------------------------------------------------ writes
     def encoded_upload(self, image_id, described, name, metadata=None):

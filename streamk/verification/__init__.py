@@ -7,7 +7,7 @@ from ..exports import lazy_exports
 
 if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     from .copies import (
-        CopyParams as CopyParams, PairClass as PairClass, classify_pair as classify_pair,
+        NO_PIXELS as NO_PIXELS, CopyParams as CopyParams, PairClass as PairClass, classify_pair as classify_pair,
         decode_for_copies as decode_for_copies, same_pixels as same_pixels,
     )
     from .expansion import (

@@ -154,6 +154,7 @@ MIN_PIXELS = 64  # common grid pixels below which agreement is not computed
 MAX_ERROR_PX = 1.5  # similarity inliers: within 1.5 px of the coarser image's extraction grid (module doc)
 MAX_DETAIL_RATIO = 1.25  # the part of a photo more detailed than its supposed source by more: a re-capture
 SAME_FRAME = 0.9  # area ratio above which both images show the same frame (a resize, not a crop)
+NO_PIXELS = "geometry of a copy, but no pixels to compare"  # the reason of a pair kept as same scene for want of pixels
 
 __all__ = [
     "DEFAULT_COMPARE_SIDE",
@@ -161,6 +162,7 @@ __all__ = [
     "DEFAULT_MIN_COVERED",
     "DEFAULT_TOLERANCE",
     "KINDS",
+    "NO_PIXELS",
     "CopyParams",
     "PairClass",
     "band_ratio",
@@ -620,7 +622,7 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
     gray_a = gray_a() if callable(gray_a) else gray_a
     gray_b = gray_b() if callable(gray_b) and gray_a is not None else gray_b  # b not read when a has no pixels
     if gray_a is None or gray_b is None:
-        return PairClass("same scene", n, covered, None, S, "geometry of a copy, but no pixels to compare")
+        return PairClass("same scene", n, covered, None, S, NO_PIXELS)
     if a_smaller:  # the grid on the smaller image (in b's frame)
         agreement = pixel_agreement(gray_a, rec_a.image_size, gray_b, rec_b.image_size, S, params.compare_side,
                                     covered_cells(rec_a.image_size, pairs[inl, :2]))

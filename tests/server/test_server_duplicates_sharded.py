@@ -52,3 +52,28 @@ def test_a_sharded_index_serves_the_single_index_duplicate_classes(photos, tmp_p
     for a, b in (("p0", "jpeg"), ("p0", "crop"), ("jpeg", "crop")):
         assert classes.get((a, b)) == classes.get((b, a)) == "copy", classes
     assert all(c == "same scene" for (a, b), c in classes.items() if {a, b} - {"p0", "jpeg", "crop"}), classes
+
+
+def test_copies_without_pixels_to_compare_say_how_to_class_them(photos, tmp_path, make_server):
+    """A server started without --images reads no file of the collection: copies whose
+    geometry is a copy's are kept as "same scene" (keep both), and the answer said nothing
+    of it while `streamk duplicates` on the same index said "copy". The note says what to do."""
+    from streamk.index import StreamingIndex
+
+    copies = _copies(photos, tmp_path / "copies")
+    make_index(tmp_path / "one", photos, n=4)
+    with StreamingIndex.open(tmp_path / "one") as single:
+        for image_id, path in copies.items():
+            single.add(image_id, image_path=str(path))
+    srv = make_server(tmp_path / "one", args=["--workers", "1"])
+    with srv.client() as c:
+        answer = c.get("/images/p0/duplicates").json()
+    kept = [p for p in answer["pairs"] if p["b"] in copies]
+    assert [p["class"] for p in kept] == ["same scene"] * 2 and answer["duplicates"] == [], answer
+    assert answer["note"] == ("2 pair(s) have the geometry of a copy but no pixels to compare (no --images folder "
+                              "was given): they are kept as same scene; start the server with --images FOLDER, the "
+                              "folder the images were ingested from, to class them")
+    folders = ["--images", os.path.dirname(photos["paths"][0]), "--images", str(tmp_path / "copies")]
+    with make_server(tmp_path / "one", args=["--workers", "1", *folders]).client() as c:
+        answer = c.get("/images/p0/duplicates").json()
+    assert answer["note"] is None and sorted(d["id"] for d in answer["duplicates"]) == ["crop", "jpeg"]
