@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..checks import check_box
-from ..errors import ConfigError, DimensionError, NonFiniteError, StreamkError, ZeroVectorError
+from ..errors import ConfigError, DimensionError, NonFiniteError, StreamkError, UnknownIdError, ZeroVectorError
 from .store import id_key
 
 
@@ -176,6 +176,11 @@ def add_items(items, encode, write_encoded, batch_size):
     return results
 
 
+def not_there_to_update(image_id):
+    """The UnknownIdError of an update of an id the index does not hold (every kind)."""
+    return UnknownIdError(f"no image {image_id!r} in the index (use add())")
+
+
 def encoded_vector(image_id, vector, dim, metadata=None):
     """The EncodedImage of an image given as a vector (``add(vector=...)``)."""
     v = checked_vector(vector, dim)
@@ -187,4 +192,4 @@ def encoded_vector(image_id, vector, dim, metadata=None):
 
 
 __all__ = ["ITEM_FIELDS", "PIXEL_KINDS", "AddResult", "EncodedImage", "add_items", "checked_vector", "encoded_image_file", "encoded_vector",
-           "image_content_key", "normalise_box", "npz_bytes", "one_source", "unit_vector"]
+           "image_content_key", "normalise_box", "not_there_to_update", "npz_bytes", "one_source", "unit_vector"]

@@ -95,6 +95,17 @@ def _alive(record):
     return True
 
 
+def check_trainable(codec, dim, images):
+    """``codec`` (an unfitted IVFPQ) once an index of ``images`` vectors of dimension
+    ``dim`` can train it (every kind of index asks this, before any sample is drawn)."""
+    if dim % codec.M:
+        raise ConfigError(f"vector dimension {dim} is not a multiple of M={codec.M}")
+    if images < codec.min_train():
+        raise TooFewImagesError(f"{codec.describe()} training needs at least {codec.min_train()} "
+                                f"images, the index has {images}")
+    return codec
+
+
 class Trainer:
     """One training run on ``store`` (see the module doc)."""
 
@@ -159,12 +170,7 @@ class Trainer:
             return rows, self.vectors.get(txn, rows) if len(rows) else np.zeros((0, self.dim), np.float32)
 
     def _fit(self, rows, nlist, M, seed, train_size, nprobe):
-        codec = IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe)
-        if self.dim % codec.M:
-            raise ConfigError(f"vector dimension {self.dim} is not a multiple of M={codec.M}")
-        if len(rows) < codec.min_train():
-            raise TooFewImagesError(f"{codec.describe()} training needs at least {codec.min_train()} "
-                                    f"images, the index has {len(rows)}")
+        codec = check_trainable(IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe), self.dim, len(rows))
         n = min(len(rows), default_train_size(nlist) if train_size is None else int(train_size))
         self.sample_size = n
         if n < codec.min_train():

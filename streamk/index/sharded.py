@@ -47,7 +47,7 @@ from ..errors import (ConfigError, DuplicateError, IndexClosedError, IndexExists
 from ..features import default_extractor, extractor_from_params, is_image_in_memory
 from ..quantization import IVFPQ, default_train_size
 from .describe import encode_item
-from .items import add_items
+from .items import add_items, not_there_to_update
 from ..verification import Vocabulary
 from .queries import QueryEncoder
 from .search_params import SearchParams
@@ -57,7 +57,7 @@ from .second_stage import (Candidate, Hit, collection_mean, expanded_results, st
 from .metadata import check_field, encode_value, values_limit
 from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex
-from .retraining import staleness_of
+from .retraining import check_trainable, staleness_of
 
 MANIFEST = "shards.json"
 FORMAT = "streamk-shards"
@@ -625,8 +625,10 @@ class ShardedIndex(Index):
         """As :meth:`StreamingIndex.update`: its content replaced (UnknownIdError if absent),
         its metadata kept, updated with ``metadata`` (and an image file's own fields)."""
         image_path, vector = _old_vector_form("update", image_path, descriptors, vector)
+        if image_id not in self:  # before the image is described
+            raise not_there_to_update(image_id)
         enc = self.encode_item(image_id, image_path, descriptors, vector, box, metadata)
-        merged = dict(self.metadata(image_id), **(enc.metadata or {}))  # UnknownIdError first
+        merged = dict(self.metadata(image_id), **(enc.metadata or {}))
         out = self.write_encoded([enc._replace(metadata=merged)], replace=True)[0]
         if isinstance(out, Exception):
             raise out
@@ -713,10 +715,10 @@ class ShardedIndex(Index):
             n_total = train_size or default_train_size(nlist)
             counts = self._scatter(ShardActor.count, {s: () for s in range(self.shards)})
             total = sum(counts.values())
+            codec = check_trainable(IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe), self.dim, total)
             share = {s: int(np.ceil(n_total * c / max(total, 1))) for s, c in counts.items()}
             parts = self._scatter(ShardActor.sample_vectors, {s: (share[s], seed + s) for s in range(self.shards)})
-            V = np.concatenate([parts[s] for s in range(self.shards)])
-            codec = IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe).fit(V)
+            codec.fit(np.concatenate([parts[s] for s in range(self.shards)]))
         elif nprobe is not None:
             codec.nprobe = int(nprobe)
         blob = codec.to_bytes()

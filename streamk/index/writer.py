@@ -36,7 +36,7 @@ from ..errors import IndexCorruptError, DuplicateError, IdExistsError, StreamkEr
 from ..quantization import IVFPQ
 from .describe import encode_item
 from .blocks import RUN_BLOCKS, pack_codes, seal_block, seal_row_codes, write_run
-from .items import PIXEL_KINDS, add_items
+from .items import PIXEL_KINDS, add_items, not_there_to_update
 from .metadata import delete_metadata, encode_metadata, metadata_of_rows, prepare_metadata, put_metadata
 from .store import epoch_key, id_key, row_key
 
@@ -109,7 +109,7 @@ class IndexWriter:
                 return "exists"
             raise IdExistsError(f"id {image_id!r} already holds other content; use update() to replace it")
         if replace and old is None:
-            raise UnknownIdError(f"no image {image_id!r} in the index (use add())")
+            raise not_there_to_update(image_id)
         metadata = enc.metadata
         if old is not None:  # replace: the new content keeps the old metadata, updated with its own
             old_meta = metadata_of_rows(txn, s, [old.row])[0]

@@ -446,7 +446,7 @@ def test_add_and_remove(index, reference):
         assert index.update("tmp2", vector=w, metadata={"n": 2}) == "tmp2"
         assert index.metadata("tmp2") == {"group": "tmp", "n": 2}  # kept, updated
         assert [h.id for h in index.search(w, k=1, mode="exact")] == ["tmp2"]
-        with pytest.raises(UnknownIdError):
+        with pytest.raises(UnknownIdError, match=r"no image 'tmp0' in the index \(use add\(\)\)"):
             index.update("tmp0", vector=vectors(17, 1)[0])
     finally:
         index.remove([i for i in new if i in index])

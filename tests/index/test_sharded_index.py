@@ -311,3 +311,18 @@ def test_the_same_content_under_two_ids_in_one_batch_is_stored_once(tmp_path, en
             same = one.add_many([{"id": i, "vector": V[0]} for i in ids] + [{"id": "d", "vector": V[1]},
                                                                             {"id": "d", "vector": V[1]}])
             assert [r.status for r in same] == [r.status for r in got]
+
+
+def test_too_few_images_to_train_is_said_alike(tmp_path, encoder):
+    """Both kinds refuse a codec they cannot train with the same words (the sharded one
+    said "IVF1-PQ training needs at least 256 vectors, got 9", after sampling the shards)."""
+    from streamk.errors import TooFewImagesError
+
+    said = []
+    for kind, extra in ((StreamingIndex, {}), (ShardedIndex, {"shards": 2})):
+        with kind.create(tmp_path / kind.__name__, encoder, vector_dtype="float32", **extra) as idx:
+            idx.add_many([{"id": f"v{i}", "vector": v} for i, v in enumerate(vectors(44, 9))])
+            with pytest.raises(TooFewImagesError) as e:
+                idx.train(nlist=1, M=16)
+            said.append(str(e.value))
+    assert said[0] == said[1] and said[0].endswith("training needs at least 256 images, the index has 9"), said
