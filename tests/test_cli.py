@@ -709,3 +709,35 @@ def test_cache_info_and_trim(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("STREAMK_FEATURE_CACHE_MAX_BYTES", "lots")
     assert main(["cache", "info", "--cache", str(cache)]) == 2
     assert "STREAMK_FEATURE_CACHE_MAX_BYTES must be a number of bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["/proc", "a file"])
+def test_a_destination_that_cannot_take_a_folder_is_an_output_file_error_before_any_work(work, tmp_path, capsys,
+                                                                                        where):
+    """`index backup IDX DEST` and `index create DEST` where no folder can be made (/proc, or
+    under a file: as root, chmod stops nothing) once ended in a raw OSError, exit 1, naming the
+    backup's temporary folder, and create printed its default-encoder note first."""
+    (tmp_path / "f").write_bytes(b"x")
+    dest = "/proc/streamk-dest" if where == "/proc" else str(tmp_path / "f" / "dest")
+    for argv in (["index", "backup", str(work / "ix"), dest], ["index", "create", dest]):
+        assert main(argv) == errors.OutputFileError.exit_code == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, (out, err)
+        assert err.startswith("streamk: error: cannot write the ") and f" to {dest}: " in err and ".partial" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_an_output_folder_check_leaves_nothing_behind(tmp_path):
+    from streamk.files import check_output_folder
+
+    assert check_output_folder(tmp_path / "a" / "b", "the index") == tmp_path / "a" / "b"
+    assert check_output_folder(tmp_path, "the index") == tmp_path
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_index_create_checks_the_shard_count_before_its_note(tmp_path, capsys):
+    """`index create x --shards 2000` printed the default encoder's note, then the limit."""
+    assert main(["index", "create", str(tmp_path / "x"), "--shards", "2000"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "1..1,024" in err
+    assert not (tmp_path / "x").exists()

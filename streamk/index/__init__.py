@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         SearchLimits as SearchLimits, SearchParams as SearchParams, check_count as check_count,
     )
     from .sharded import (
-        ShardedIndex as ShardedIndex, is_sharded as is_sharded, open_index as open_index, shard_of as shard_of,
+        ShardedIndex as ShardedIndex, check_shards as check_shards, is_sharded as is_sharded, open_index as open_index,
+        shard_of as shard_of,
     )
     from .store import (
         BLOCK_ROWS as BLOCK_ROWS, DEFAULT_MAP_SIZE as DEFAULT_MAP_SIZE, FORMAT_VERSION as FORMAT_VERSION,

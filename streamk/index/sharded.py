@@ -114,6 +114,15 @@ def _release(path):
 MAX_SHARDS = 1024  # shards of one index, at most (each is an LMDB folder with its owner)
 
 
+def check_shards(shards):
+    """``shards`` as an int, once it is within 1..MAX_SHARDS; else ConfigError."""
+    shards = int(shards)
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ConfigError(f"shards must be in 1..{MAX_SHARDS:,} (streamk's limit: one LMDB folder and one owner "
+                          f"each), got {shards:,}")
+    return shards
+
+
 class ShardActor:
     """One shard's owner: a StreamingIndex opened in this process (a Dask worker's,
     as an actor; or this one, in local mode). Its methods take and return plain
@@ -346,10 +355,7 @@ class ShardedIndex(Index):
         if isinstance(indexed_fields, str):
             indexed_fields = [indexed_fields]
         indexed_fields = [check_field(f) for f in indexed_fields]
-        shards = int(shards)
-        if not 1 <= shards <= MAX_SHARDS:
-            raise ConfigError(f"shards must be in 1..{MAX_SHARDS:,} (streamk's limit: one LMDB folder and one owner "
-                              f"each), got {shards:,}")
+        shards = check_shards(shards)
         path = Path(path)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")
