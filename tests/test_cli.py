@@ -741,3 +741,12 @@ def test_index_create_checks_the_shard_count_before_its_note(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "1..1,024" in err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1"])
+def test_serve_port_outside_0_65535_is_a_usage_error(work, capsys, port):
+    """`serve --port 99999` once reached bind(): an internal error (OverflowError), exit 1."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", str(work / "ix"), "--port", port])
+    assert exit_.value.code == 2
+    assert "argument --port: must be" in capsys.readouterr().err

@@ -30,6 +30,18 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
+def int_in_range(minimum, maximum):
+    def parse(text):
+        v = int_at_least(minimum)(text)
+        if v > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {v}")
+        return v
+    return parse
+
+
+port_number = int_in_range(0, 65535)  # TCP's port field is 16 bits; 0: any free port
+
+
 def unit_float(text):
     try:
         value = float(text)
