@@ -750,3 +750,29 @@ def test_serve_port_outside_0_65535_is_a_usage_error(work, capsys, port):
         main(["serve", str(work / "ix"), "--port", port])
     assert exit_.value.code == 2
     assert "argument --port: must be" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def sharded(work, tmp_path_factory):
+    """A sharded index of 2 shards holding work's 6 images."""
+    from streamk import Encoder
+    from streamk.features import make_extractor
+    from streamk.index import ShardedIndex
+
+    path = tmp_path_factory.mktemp("sharded") / "ixs"
+    with ShardedIndex.create(path, Encoder.load(work / "enc.npz"), 2, vector_dtype="float32",
+                             extractor=make_extractor("sift")) as idx:
+        for p in sorted((work / "imgs").iterdir()):
+            idx.add(p.name, image_path=str(p))
+    return path
+
+
+def test_upgrade_and_add_local_features_on_a_sharded_index_say_it_is_sharded(sharded, capsys):
+    """Both once said `ixs is not a streamk index (no LMDB data there)`, exit 4."""
+    assert main(["index", "upgrade", str(sharded)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a sharded index (2 shards)" in err and str(sharded / "shard-000") in err
+    assert main(["index", "add-local-features", str(sharded)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a sharded index" in err and "streamk index create --shards N" in err
+    assert "not a streamk index" not in err

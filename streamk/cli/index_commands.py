@@ -57,9 +57,15 @@ def _index_field(args):
 
 def _add_local_features(args):
     from ..config import feature_cache_dir
-    from ..index import StreamingIndex
+    from ..errors import ConfigError
+    from ..index import StreamingIndex, is_sharded
     from ..pipeline import add_local_features
 
+    if is_sharded(args.dir):  # (its shards may live on other hosts: refused before any is opened)
+        raise ConfigError(f"{args.dir} is a sharded index: `streamk index add-local-features` works on a single "
+                          f"index (each shard would learn its own visual words); a sharded index has local geometry "
+                          f"when it is created with it (the default of `streamk index create --shards N`, without "
+                          f"--no-local-features): create one so and ingest the images into it")
     with StreamingIndex.open(args.dir) as idx:
         _, failed = add_local_features(idx, vocabulary=args.vocabulary, train_images=args.train_images,
                                        train_descriptors=args.train_descriptors, seed=args.seed, workers=args.workers,
