@@ -776,3 +776,15 @@ def test_upgrade_and_add_local_features_on_a_sharded_index_say_it_is_sharded(sha
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a sharded index" in err and "streamk index create --shards N" in err
     assert "not a streamk index" not in err
+
+
+def test_a_pq_search_without_a_codec_names_the_command_and_the_library_its_method(work, capsys):
+    """`search --mode pq` once said `train_pq() or train()`, Python's methods, on the command line."""
+    assert main(["search", str(work / "ix"), str(work / "imgs" / "img0.png"), "--mode", "pq"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"`streamk index train {work / 'ix'}`" in err and "()" not in err, err
+    from streamk.index import StreamingIndex
+
+    with StreamingIndex.open(work / "ix", readonly=True) as idx:
+        with pytest.raises(errors.NotFittedError, match=r"index\.train\(\)"):
+            idx.search(idx.vector("img0.png"), k=3, mode="pq")

@@ -56,8 +56,30 @@ def _search(args):
                   file=sys.stderr, flush=True)
         if args.images:  # (queries by --id alone need no extractor: its library is not even imported)
             idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
-        with _stale_codec_noted(args.dir):
+        with _stale_codec_noted(args.dir), _no_codec_said(args.dir):
             return _answer_each(args, lambda kind, q: _local_answer(idx, kind, q, params))
+
+
+class _no_codec_said:
+    """While inside: a PQ search's NotFittedError for want of a codec names the command
+    that trains one (the library's message names its Python method)."""
+
+    def __init__(self, where):
+        self.where = where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is not None and getattr(exc, "needs", None) == "codec":
+            import shlex
+
+            from ..errors import NotFittedError
+
+            raise NotFittedError(f"--mode pq needs a trained codec, and {self.where} has none: train one with "
+                                 f"`streamk index train {shlex.quote(str(self.where))}` (256 images at least), or "
+                                 f"leave --mode out (exact)") from exc
+        return False
 
 
 def _check_queries(args):
