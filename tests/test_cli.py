@@ -788,3 +788,13 @@ def test_a_pq_search_without_a_codec_names_the_command_and_the_library_its_metho
     with StreamingIndex.open(work / "ix", readonly=True) as idx:
         with pytest.raises(errors.NotFittedError, match=r"index\.train\(\)"):
             idx.search(idx.vector("img0.png"), k=3, mode="pq")
+
+
+def test_serve_images_must_be_existing_folders(work, capsys):
+    """`serve IDX --images nothere --images q.jpg` once started silently."""
+    for bad, said in (("nothere", "no such folder: 'nothere'"), (str(work / "enc.npz"), "is not a folder")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", str(work / "ix"), "--images", str(work / "imgs"), "--images", bad])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --images: " in err and said in err, err

@@ -78,6 +78,16 @@ def byte_size(text):
     return int(v)
 
 
+def existing_folder(text):
+    """A folder that exists (checked when the command starts, not at its first use)."""
+    import os
+
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder" if os.path.exists(text)
+                                         else f"no such folder: {text!r}")
+    return text
+
+
 def max_side(text):
     v = non_negative_int(text)
     if 0 < v < 16:

@@ -1,6 +1,6 @@
 """``streamk serve``: the HTTP API and web page over an index."""
 
-from .options import port_number, positive_float, positive_int
+from .options import existing_folder, port_number, positive_float, positive_int
 
 
 def _serve(args):
@@ -34,7 +34,7 @@ def add_serve_command(sub):
                          "repeatable (default: none)")
     sv.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="a sharded index: its shards' owners on this Dask cluster")
-    sv.add_argument("--images", action="append", default=None, metavar="DIR",
+    sv.add_argument("--images", action="append", type=existing_folder, default=None, metavar="DIR",
                     help="the collection folder the index was ingested from: thumbnails of its images are made "
                          "from these files (repeatable; nothing outside them is read)")
     sv.add_argument("--show-paths", action="store_true",
