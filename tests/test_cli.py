@@ -798,3 +798,11 @@ def test_serve_images_must_be_existing_folders(work, capsys):
         assert exit_.value.code == 2
         err = capsys.readouterr().err
         assert "argument --images: " in err and said in err, err
+
+
+def test_index_train_checks_the_image_count_before_saying_it_trains(work, sharded, capsys):
+    """`index train IDX` on fewer than 256 images printed `training PQ ... go on meanwhile`, then failed."""
+    for ix in (work / "ix", sharded):
+        assert main(["index", "train", str(ix), "--M", "4"]) == errors.TooFewImagesError.exit_code
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and "needs at least 256 images, the index has 6" in err, (out, err)

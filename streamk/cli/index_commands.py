@@ -76,12 +76,14 @@ def _add_local_features(args):
 def _index_train(args):
     import time
 
+    from ..index import check_trainable
     from ..quantization import IVFPQ, default_train_size
 
     nlist = getattr(args, "nlist", 1)
     with open_from_args(args, readonly=False) as idx:
         t0 = time.perf_counter()
-        kind = IVFPQ(nlist=nlist, M=args.M, nprobe=getattr(args, "nprobe", None)).describe()
+        codec = IVFPQ(nlist=nlist, M=args.M, nprobe=getattr(args, "nprobe", None))
+        kind = check_trainable(codec, len(idx), idx.dim).describe()  # before saying that it trains
         sample = min(len(idx), args.train_size or default_train_size(nlist))
         print(f"training {kind} on {sample:,} of the {len(idx):,} stored vectors; ingestion and searches "
               f"go on meanwhile", flush=True)
