@@ -95,11 +95,35 @@ def test_debug_anywhere_adds_the_traceback(work, tmp_path):
 
 
 def test_usage_errors_exit_2(work):
-    for argv in (["no-such-command"], ["search", str(work / "ix")], ["search", str(work / "ix"), "q.jpg", "-k", "x"],
-                 ["index", "info"], []):
+    """Each is one line naming the command and its --help (argparse's usage block of 10-17
+    lines came before the error once)."""
+    for argv, said in ((["no-such-command"], "streamk: error: argument command: invalid choice: 'no-such-command'"),
+                       (["search", str(work / "ix")], "streamk search: error: give a query"),
+                       (["search", str(work / "ix"), "q.jpg", "-k", "x"],
+                        "streamk search: error: argument -k: not an integer: 'x' (see streamk search --help)"),
+                       (["search", str(work / "ix"), "q.jpg", "--box", "1", "2", "3"],
+                        "streamk search: error: argument --box: expected 4 arguments"),
+                       (["index", "info"], "streamk index info: error: the following arguments are required: dir"),
+                       ([], "streamk: error: the following arguments are required: command (see streamk --help)")):
         res = streamk(*argv)
         assert res.returncode == 2, argv
-        assert "Traceback" not in res.stderr and "usage:" in res.stderr
+        line = one_error_line(res)
+        assert line.startswith(said) and line.endswith(" --help)") and "usage:" not in res.stderr, (argv, line)
+
+
+def test_a_usage_error_of_every_command_is_one_line(capsys):
+    """Every parser is streamk's (subparsers take their parent's class): an unknown option
+    of any command is one line; its --help is argparse's usual text."""
+    for command in _parsers():
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, "--no-such-option"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.count("\n") == 1, (command, err)
+        prog = " ".join(("streamk", *command))
+        assert err.startswith(f"{prog}: error: ") and err.endswith(f"(see {prog} --help)\n"), (command, err)
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", "--help"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("usage: streamk search [-h]")
 
 
 def test_a_bug_is_one_line_status_1_and_says_so():

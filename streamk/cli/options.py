@@ -8,6 +8,23 @@ import sys
 from .defaults import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS
 
 
+class Parser(argparse.ArgumentParser):
+    """streamk's argument parser, every command's (subparsers are made of their parser's
+    class): a usage error is one line on stderr, ``PROG: error: MESSAGE (see PROG --help)``,
+    exit 2, as every other error is one line; --help is argparse's own."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            # a command's own leftovers: said by it (with its --help), not by `streamk` above it
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def error(self, message):
+        text = "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+
 # ---------------------------------------------------------------- argument types
 def csv(cast=str):
     """A comma list: ``16,64`` -> [16, 64] (empty items dropped)."""
