@@ -830,3 +830,25 @@ def test_index_train_checks_the_image_count_before_saying_it_trains(work, sharde
         assert main(["index", "train", str(ix), "--M", "4"]) == errors.TooFewImagesError.exit_code
         out, err = capsys.readouterr()
         assert out == "" and err.count("\n") == 1 and "needs at least 256 images, the index has 6" in err, (out, err)
+
+
+def test_metadata_lines_that_match_no_file_are_a_warning(work, tmp_path, capsys):
+    """A --metadata line naming an id or a path that matched no file was silently unused."""
+    from streamk import Encoder
+    from streamk.features import make_extractor
+    from streamk.index import StreamingIndex
+
+    StreamingIndex.create(tmp_path / "ix", Encoder.load(work / "enc.npz"), extractor=make_extractor("sift")).close()
+    lines = [{"id": "img0.png", "album": "a"}, {"id": "nothere.png", "album": "b"},
+             {"path": str(work / "imgs" / "typo.png"), "album": "c"}, {"path": str(work / "imgs" / "img1.png"), "n": 1}]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    argv = ["ingest", str(tmp_path / "ix"), str(work / "imgs" / "img0.png"), str(work / "imgs" / "img1.png"),
+            "--workers", "1", "--no-progress", "--metadata", str(tmp_path / "m.jsonl")]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("added 2,") and err.count("\n") == 1, (out, err)
+    assert err.startswith(f"streamk: warning: 2 ids or paths of {tmp_path / 'm.jsonl'} matched no file of this pass")
+    assert f"'nothere.png', '{work / 'imgs' / 'typo.png'}';" in err
+    with StreamingIndex.open(tmp_path / "ix", readonly=True) as idx:
+        assert idx.metadata("img0.png")["album"] == "a" and idx.metadata("img1.png")["n"] == 1
+    assert main(argv[:-2]) == 0 and capsys.readouterr().err == ""  # without the file: nothing to say
