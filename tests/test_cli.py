@@ -852,3 +852,12 @@ def test_metadata_lines_that_match_no_file_are_a_warning(work, tmp_path, capsys)
     with StreamingIndex.open(tmp_path / "ix", readonly=True) as idx:
         assert idx.metadata("img0.png")["album"] == "a" and idx.metadata("img1.png")["n"] == 1
     assert main(argv[:-2]) == 0 and capsys.readouterr().err == ""  # without the file: nothing to say
+
+
+def test_search_help_says_what_a_query_by_id_uses():
+    """--id verifies with the stored record (at most 1,500 features), which finds fewer than the file."""
+    from streamk.verification import DEFAULT_MAX_RECORD_FEATURES
+
+    search = _parsers()[("search",)]
+    text = " ".join(next(a for a in search._actions if "--id" in a.option_strings).help.split())
+    assert f"at most {DEFAULT_MAX_RECORD_FEATURES:,} of its features" in text and "uses them all" in text

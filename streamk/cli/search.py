@@ -428,7 +428,8 @@ def add_search_commands(sub):
                          "'-': the image's bytes on standard input")
     se.add_argument("--id", dest="ids", action="append", default=[], metavar="ID",
                     help="an indexed image as the query (its stored vector, verified with its stored local "
-                         "geometry); repeatable")
+                         "geometry, which keeps at most 1,500 of its features: a search by its file uses them all "
+                         "and verifies more results); repeatable")
     se.add_argument("-k", type=positive_int, default=10, help="results (default 10)")
     se.add_argument("--box", type=float, nargs=4, metavar=("X1", "Y1", "X2", "Y2"), default=None,
                     help="search with the part of the query photo inside this box (pixels, as viewers show the "
