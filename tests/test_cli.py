@@ -776,19 +776,24 @@ def test_serve_port_outside_0_65535_is_a_usage_error(work, capsys, port):
     assert "argument --port: must be" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def sharded(work, tmp_path_factory):
-    """A sharded index of 2 shards holding work's 6 images."""
+def _index_of_work_images(work, path, shards=None):
+    """An index at ``path`` (``shards``: sharded) holding work's 6 images."""
     from streamk import Encoder
     from streamk.features import make_extractor
-    from streamk.index import ShardedIndex
+    from streamk.index import ShardedIndex, StreamingIndex
 
-    path = tmp_path_factory.mktemp("sharded") / "ixs"
-    with ShardedIndex.create(path, Encoder.load(work / "enc.npz"), 2, vector_dtype="float32",
-                             extractor=make_extractor("sift")) as idx:
+    enc, ex = Encoder.load(work / "enc.npz"), make_extractor("sift")
+    with (ShardedIndex.create(path, enc, shards, vector_dtype="float32", extractor=ex) if shards else
+          StreamingIndex.create(path, enc, vector_dtype="float32", extractor=ex)) as idx:
         for p in sorted((work / "imgs").iterdir()):
             idx.add(p.name, image_path=str(p))
     return path
+
+
+@pytest.fixture(scope="module")
+def sharded(work, tmp_path_factory):
+    """A sharded index of 2 shards holding work's 6 images."""
+    return _index_of_work_images(work, tmp_path_factory.mktemp("sharded") / "ixs", shards=2)
 
 
 def test_upgrade_and_add_local_features_on_a_sharded_index_say_it_is_sharded(sharded, capsys):
@@ -861,3 +866,25 @@ def test_search_help_says_what_a_query_by_id_uses():
     search = _parsers()[("search",)]
     text = " ".join(next(a for a in search._actions if "--id" in a.option_strings).help.split())
     assert f"at most {DEFAULT_MAX_RECORD_FEATURES:,} of its features" in text and "uses them all" in text
+
+
+@pytest.mark.parametrize("shards", [None, 2])
+def test_index_remove_takes_images_out_all_or_none(work, tmp_path, capsys, shards):
+    """The CLI had no way to remove an image (only Python and HTTP)."""
+    from streamk.index import open_index
+
+    ix = str(_index_of_work_images(work, tmp_path / "ix", shards))
+    assert main(["index", "remove", ix, "img0.png", "nothere.png"]) == errors.UnknownIdError.exit_code
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "nothere.png" in err and "nothing removed" in err
+    (tmp_path / "ids.txt").write_text("img2.png\n\nimg3.png\n")
+    argv = ["index", "remove", ix, "img0.png", "img1.png", "img0.png", "--from-file", str(tmp_path / "ids.txt")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["removed img0.png", "removed img1.png", "removed img2.png", "removed img3.png",
+                                f"removed 4 images from {ix}"]
+    with open_index(ix, readonly=True) as idx:
+        assert sorted(idx.ids()) == ["img4.png", "img5.png"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["index", "remove", ix])
+    assert exit_.value.code == 2 and "give the ids to remove" in capsys.readouterr().err
