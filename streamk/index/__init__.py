@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         encode_metadata as encode_metadata, parse_filter as parse_filter,
     )
     from .retraining import (
-        STALE_CODEC_RATIO as STALE_CODEC_RATIO, check_trainable as check_trainable, stale_codec_note as stale_codec_note,
+        STALE_CODEC_RATIO as STALE_CODEC_RATIO, check_trainable as check_trainable,
+        stale_codec_note as stale_codec_note,
     )
     from .queries import (
         MAX_BATCH as MAX_BATCH, MAX_EXPAND as MAX_EXPAND, MAX_K as MAX_K, MAX_RERANK as MAX_RERANK,

@@ -779,9 +779,9 @@ def _warn_unmatched(metadata_file, keys):
         return
     import warnings
 
-    shown = ", ".join(repr(printable(k)) for k in keys[:UNMATCHED_SHOWN]) + (", ..." if len(keys) > UNMATCHED_SHOWN
-                                                                           else "")
-    warnings.warn(f"{len(keys):,} {'id or path' if len(keys) == 1 else 'ids or paths'} of {printable(metadata_file)} matched no "
+    shown = ", ".join(repr(printable(k)) for k in keys[:UNMATCHED_SHOWN]) + (", ..." if keys[UNMATCHED_SHOWN:] else "")
+    what = "id or path" if len(keys) == 1 else "ids or paths"
+    warnings.warn(f"{len(keys):,} {what} of {printable(metadata_file)} matched no "
                   f"file of this pass (their fields were not used): {shown}; an \"id\" is the image's id (the path "
                   f"under the folder given), a \"path\" is taken from the current folder", UserWarning, stacklevel=3)
 
