@@ -162,8 +162,9 @@ class DatasetImageError(StreamkError, ValueError):
 
 
 class OutputFileError(StreamkError, OSError):
-    """A file streamk was asked to write (an encoder, a vocabulary, a descriptor file) cannot
-    be written at that path: no such folder, a directory there, no permission. Nothing was
+    """A file streamk was asked to write (an encoder, a vocabulary, a descriptor file), or a
+    folder it was asked to make (an index, a backup), cannot be written at that path: no such
+    folder, a directory (or a file) there, no permission, a read-only file system. Nothing was
     written (an existing file there is unchanged); give a path in a folder you can write to.
     ``path`` is kept."""
 

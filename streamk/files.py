@@ -7,7 +7,8 @@ never a partial write: Ctrl-C, a full disk or a crash in the middle leaves an ex
 file as it was. Its failures are named: :class:`~streamk.errors.DiskFullError` when the
 disk (or a quota, or the file size limit) is full, :class:`~streamk.errors.OutputFileError`
 when the path cannot take a file. :func:`check_output_file` makes the second check before
-a long computation whose result goes there (``index create --train --save-encoder``).
+a long computation whose result goes there (``index create --train --save-encoder``), and
+:func:`check_output_folder` the same for a new folder (``index create``, ``index backup``).
 """
 
 import errno
@@ -19,7 +20,7 @@ from .errors import DiskFullError, OutputFileError
 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
-__all__ = ["atomic_write", "check_output_file"]
+__all__ = ["atomic_write", "check_output_file", "check_output_folder"]
 
 
 def check_output_file(path, what="the file"):
@@ -36,6 +37,32 @@ def check_output_file(path, what="the file"):
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputFileError(f"cannot write {what} to {path}: no permission to write in {folder}; give a path "
                               f"in a folder you can write to", path)
+    return path
+
+
+def check_output_folder(path, what="the folder"):
+    """The Path ``path``, once a folder can be made there (or ``path``, an existing folder,
+    can take files): its nearest existing folder is a folder and takes a new entry, tried
+    with an empty probe folder made and removed at once, since os.access says yes to root on
+    a read-only mount's neighbours and to /proc. Else OutputFileError (DiskFullError for a
+    full disk), naming ``path``; nothing is left behind."""
+    path = Path(path)
+    base = path if path.is_dir() else path.parent
+    while not base.exists() and base != base.parent:  # the folders that would be made above it
+        base = base.parent
+    if not base.is_dir():
+        raise OutputFileError(f"cannot write {what} to {path}: {base} is a file, not a folder; give a path in a "
+                              f"folder", path)
+    probe = base / f".streamk-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        os.mkdir(probe)
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise DiskFullError(f"cannot write {what} to {path}: {exc.strerror or exc} in {base}; free space and "
+                                f"run it again", path) from None
+        raise OutputFileError(f"cannot write {what} to {path}: {base} does not take new files "
+                              f"({exc.strerror or exc}); give a path in a folder you can write to", path) from None
+    os.rmdir(probe)
     return path
 
 

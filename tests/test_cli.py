@@ -95,11 +95,35 @@ def test_debug_anywhere_adds_the_traceback(work, tmp_path):
 
 
 def test_usage_errors_exit_2(work):
-    for argv in (["no-such-command"], ["search", str(work / "ix")], ["search", str(work / "ix"), "q.jpg", "-k", "x"],
-                 ["index", "info"], []):
+    """Each is one line naming the command and its --help (argparse's usage block of 10-17
+    lines came before the error once)."""
+    for argv, said in ((["no-such-command"], "streamk: error: argument command: invalid choice: 'no-such-command'"),
+                       (["search", str(work / "ix")], "streamk search: error: give a query"),
+                       (["search", str(work / "ix"), "q.jpg", "-k", "x"],
+                        "streamk search: error: argument -k: not an integer: 'x' (see streamk search --help)"),
+                       (["search", str(work / "ix"), "q.jpg", "--box", "1", "2", "3"],
+                        "streamk search: error: argument --box: expected 4 arguments"),
+                       (["index", "info"], "streamk index info: error: the following arguments are required: dir"),
+                       ([], "streamk: error: the following arguments are required: command (see streamk --help)")):
         res = streamk(*argv)
         assert res.returncode == 2, argv
-        assert "Traceback" not in res.stderr and "usage:" in res.stderr
+        line = one_error_line(res)
+        assert line.startswith(said) and line.endswith(" --help)") and "usage:" not in res.stderr, (argv, line)
+
+
+def test_a_usage_error_of_every_command_is_one_line(capsys):
+    """Every parser is streamk's (subparsers take their parent's class): an unknown option
+    of any command is one line; its --help is argparse's usual text."""
+    for command in _parsers():
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, "--no-such-option"])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.count("\n") == 1, (command, err)
+        prog = " ".join(("streamk", *command))
+        assert err.startswith(f"{prog}: error: ") and err.endswith(f"(see {prog} --help)\n"), (command, err)
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", "--help"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("usage: streamk search [-h]")
 
 
 def test_a_bug_is_one_line_status_1_and_says_so():
@@ -709,3 +733,158 @@ def test_cache_info_and_trim(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("STREAMK_FEATURE_CACHE_MAX_BYTES", "lots")
     assert main(["cache", "info", "--cache", str(cache)]) == 2
     assert "STREAMK_FEATURE_CACHE_MAX_BYTES must be a number of bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["/proc", "a file"])
+def test_a_destination_that_cannot_take_a_folder_is_an_output_file_error_before_any_work(work, tmp_path, capsys,
+                                                                                        where):
+    """`index backup IDX DEST` and `index create DEST` where no folder can be made (/proc, or
+    under a file: as root, chmod stops nothing) once ended in a raw OSError, exit 1, naming the
+    backup's temporary folder, and create printed its default-encoder note first."""
+    (tmp_path / "f").write_bytes(b"x")
+    dest = "/proc/streamk-dest" if where == "/proc" else str(tmp_path / "f" / "dest")
+    for argv in (["index", "backup", str(work / "ix"), dest], ["index", "create", dest]):
+        assert main(argv) == errors.OutputFileError.exit_code == 2, argv
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, (out, err)
+        assert err.startswith("streamk: error: cannot write the ") and f" to {dest}: " in err and ".partial" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_an_output_folder_check_leaves_nothing_behind(tmp_path):
+    from streamk.files import check_output_folder
+
+    assert check_output_folder(tmp_path / "a" / "b", "the index") == tmp_path / "a" / "b"
+    assert check_output_folder(tmp_path, "the index") == tmp_path
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_index_create_checks_the_shard_count_before_its_note(tmp_path, capsys):
+    """`index create x --shards 2000` printed the default encoder's note, then the limit."""
+    assert main(["index", "create", str(tmp_path / "x"), "--shards", "2000"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "1..1,024" in err
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1"])
+def test_serve_port_outside_0_65535_is_a_usage_error(work, capsys, port):
+    """`serve --port 99999` once reached bind(): an internal error (OverflowError), exit 1."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", str(work / "ix"), "--port", port])
+    assert exit_.value.code == 2
+    assert "argument --port: must be" in capsys.readouterr().err
+
+
+def _index_of_work_images(work, path, shards=None):
+    """An index at ``path`` (``shards``: sharded) holding work's 6 images."""
+    from streamk import Encoder
+    from streamk.features import make_extractor
+    from streamk.index import ShardedIndex, StreamingIndex
+
+    enc, ex = Encoder.load(work / "enc.npz"), make_extractor("sift")
+    with (ShardedIndex.create(path, enc, shards, vector_dtype="float32", extractor=ex) if shards else
+          StreamingIndex.create(path, enc, vector_dtype="float32", extractor=ex)) as idx:
+        for p in sorted((work / "imgs").iterdir()):
+            idx.add(p.name, image_path=str(p))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sharded(work, tmp_path_factory):
+    """A sharded index of 2 shards holding work's 6 images."""
+    return _index_of_work_images(work, tmp_path_factory.mktemp("sharded") / "ixs", shards=2)
+
+
+def test_upgrade_and_add_local_features_on_a_sharded_index_say_it_is_sharded(sharded, capsys):
+    """Both once said `ixs is not a streamk index (no LMDB data there)`, exit 4."""
+    assert main(["index", "upgrade", str(sharded)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a sharded index (2 shards)" in err and str(sharded / "shard-000") in err
+    assert main(["index", "add-local-features", str(sharded)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a sharded index" in err and "streamk index create --shards N" in err
+    assert "not a streamk index" not in err
+
+
+def test_a_pq_search_without_a_codec_names_the_command_and_the_library_its_method(work, capsys):
+    """`search --mode pq` once said `train_pq() or train()`, Python's methods, on the command line."""
+    assert main(["search", str(work / "ix"), str(work / "imgs" / "img0.png"), "--mode", "pq"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"`streamk index train {work / 'ix'}`" in err and "()" not in err, err
+    from streamk.index import StreamingIndex
+
+    with StreamingIndex.open(work / "ix", readonly=True) as idx:
+        with pytest.raises(errors.NotFittedError, match=r"index\.train\(\)"):
+            idx.search(idx.vector("img0.png"), k=3, mode="pq")
+
+
+def test_serve_images_must_be_existing_folders(work, capsys):
+    """`serve IDX --images nothere --images q.jpg` once started silently."""
+    for bad, said in (("nothere", "no such folder: 'nothere'"), (str(work / "enc.npz"), "is not a folder")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["serve", str(work / "ix"), "--images", str(work / "imgs"), "--images", bad])
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --images: " in err and said in err, err
+
+
+def test_index_train_checks_the_image_count_before_saying_it_trains(work, sharded, capsys):
+    """`index train IDX` on fewer than 256 images printed `training PQ ... go on meanwhile`, then failed."""
+    for ix in (work / "ix", sharded):
+        assert main(["index", "train", str(ix), "--M", "4"]) == errors.TooFewImagesError.exit_code
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and "needs at least 256 images, the index has 6" in err, (out, err)
+
+
+def test_metadata_lines_that_match_no_file_are_a_warning(work, tmp_path, capsys):
+    """A --metadata line naming an id or a path that matched no file was silently unused."""
+    from streamk import Encoder
+    from streamk.features import make_extractor
+    from streamk.index import StreamingIndex
+
+    StreamingIndex.create(tmp_path / "ix", Encoder.load(work / "enc.npz"), extractor=make_extractor("sift")).close()
+    lines = [{"id": "img0.png", "album": "a"}, {"id": "nothere.png", "album": "b"},
+             {"path": str(work / "imgs" / "typo.png"), "album": "c"}, {"path": str(work / "imgs" / "img1.png"), "n": 1}]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    argv = ["ingest", str(tmp_path / "ix"), str(work / "imgs" / "img0.png"), str(work / "imgs" / "img1.png"),
+            "--workers", "1", "--no-progress", "--metadata", str(tmp_path / "m.jsonl")]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("added 2,") and err.count("\n") == 1, (out, err)
+    assert err.startswith(f"streamk: warning: 2 ids or paths of {tmp_path / 'm.jsonl'} matched no file of this pass")
+    assert f"'nothere.png', '{work / 'imgs' / 'typo.png'}';" in err
+    with StreamingIndex.open(tmp_path / "ix", readonly=True) as idx:
+        assert idx.metadata("img0.png")["album"] == "a" and idx.metadata("img1.png")["n"] == 1
+    assert main(argv[:-2]) == 0 and capsys.readouterr().err == ""  # without the file: nothing to say
+
+
+def test_search_help_says_what_a_query_by_id_uses():
+    """--id verifies with the stored record (at most 1,500 features), which finds fewer than the file."""
+    from streamk.verification import DEFAULT_MAX_RECORD_FEATURES
+
+    search = _parsers()[("search",)]
+    text = " ".join(next(a for a in search._actions if "--id" in a.option_strings).help.split())
+    assert f"at most {DEFAULT_MAX_RECORD_FEATURES:,} of its features" in text and "uses them all" in text
+
+
+@pytest.mark.parametrize("shards", [None, 2])
+def test_index_remove_takes_images_out_all_or_none(work, tmp_path, capsys, shards):
+    """The CLI had no way to remove an image (only Python and HTTP)."""
+    from streamk.index import open_index
+
+    ix = str(_index_of_work_images(work, tmp_path / "ix", shards))
+    assert main(["index", "remove", ix, "img0.png", "nothere.png"]) == errors.UnknownIdError.exit_code
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "nothere.png" in err and "nothing removed" in err
+    (tmp_path / "ids.txt").write_text("img2.png\n\nimg3.png\n")
+    argv = ["index", "remove", ix, "img0.png", "img1.png", "img0.png", "--from-file", str(tmp_path / "ids.txt")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["removed img0.png", "removed img1.png", "removed img2.png", "removed img3.png",
+                                f"removed 4 images from {ix}"]
+    with open_index(ix, readonly=True) as idx:
+        assert sorted(idx.ids()) == ["img4.png", "img5.png"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["index", "remove", ix])
+    assert exit_.value.code == 2 and "give the ids to remove" in capsys.readouterr().err

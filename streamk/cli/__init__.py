@@ -19,6 +19,7 @@ from .cache import add_cache_command
 from .experiments import add_experiment_commands
 from .index_commands import add_index_commands
 from .ingest import add_ingest_command
+from .options import Parser
 from .progress_log import progress_in_logs
 from .running import run_command, sigint_raises, warnings_as_lines
 from .search import add_search_commands
@@ -34,8 +35,9 @@ EPILOG = "'streamk COMMAND --help' lists a command's options; --debug (anywhere)
 
 
 def build_parser():
-    """The argument parser of every command (importing none of the packages they drive)."""
-    parser = argparse.ArgumentParser(prog="streamk", description=DESCRIPTION, epilog=EPILOG)
+    """The argument parser of every command (importing none of the packages they drive);
+    a usage error is one line (:class:`.options.Parser`)."""
+    parser = Parser(prog="streamk", description=DESCRIPTION, epilog=EPILOG)  # (its subparsers: Parser too)
     parser.add_argument("--version", action="version", version=f"streamk {__version__}", help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     add_experiment_commands(sub)

@@ -1,5 +1,6 @@
 """``streamk index create | field | train | train-pq | info | add-local-features |
-upgrade | verify``: make an index, give it what it lacks, look at it, check it."""
+upgrade | verify | backup | remove``: make an index, give it what it lacks, look at it,
+check it, copy it, take images out of it."""
 
 import json
 import sys
@@ -57,9 +58,15 @@ def _index_field(args):
 
 def _add_local_features(args):
     from ..config import feature_cache_dir
-    from ..index import StreamingIndex
+    from ..errors import ConfigError
+    from ..index import StreamingIndex, is_sharded
     from ..pipeline import add_local_features
 
+    if is_sharded(args.dir):  # (its shards may live on other hosts: refused before any is opened)
+        raise ConfigError(f"{args.dir} is a sharded index: `streamk index add-local-features` works on a single "
+                          f"index (each shard would learn its own visual words); a sharded index has local geometry "
+                          f"when it is created with it (the default of `streamk index create --shards N`, without "
+                          f"--no-local-features): create one so and ingest the images into it")
     with StreamingIndex.open(args.dir) as idx:
         _, failed = add_local_features(idx, vocabulary=args.vocabulary, train_images=args.train_images,
                                        train_descriptors=args.train_descriptors, seed=args.seed, workers=args.workers,
@@ -70,12 +77,14 @@ def _add_local_features(args):
 def _index_train(args):
     import time
 
+    from ..index import check_trainable
     from ..quantization import IVFPQ, default_train_size
 
     nlist = getattr(args, "nlist", 1)
     with open_from_args(args, readonly=False) as idx:
         t0 = time.perf_counter()
-        kind = IVFPQ(nlist=nlist, M=args.M, nprobe=getattr(args, "nprobe", None)).describe()
+        codec = IVFPQ(nlist=nlist, M=args.M, nprobe=getattr(args, "nprobe", None))
+        kind = check_trainable(codec, len(idx), idx.dim).describe()  # before saying that it trains
         sample = min(len(idx), args.train_size or default_train_size(nlist))
         print(f"training {kind} on {sample:,} of the {len(idx):,} stored vectors; ingestion and searches "
               f"go on meanwhile", flush=True)
@@ -196,6 +205,29 @@ def _index_backup(args):
     return 0
 
 
+def _index_remove(args):
+    from ..errors import ConfigError
+
+    ids = list(args.ids)
+    if args.from_file is not None:
+        try:
+            with open(args.from_file, encoding="utf-8") as f:
+                ids += [line.rstrip("\r\n") for line in f if line.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--from-file {args.from_file}: cannot read it ({exc})") from None
+    ids = list(dict.fromkeys(ids))  # an id given twice is removed once
+    if not ids:
+        args.parser.error("give the ids to remove (ID ..., or --from-file FILE)")
+    with open_from_args(args, readonly=False) as idx:
+        n = idx.remove(ids)  # all or none: an unknown id removes nothing (UnknownIdError names it)
+    from ..errors import printable
+
+    for image_id in ids:
+        print(f"removed {printable(image_id)}")
+    print(f"removed {n:,} image{'' if n == 1 else 's'} from {args.dir}")
+    return 0
+
+
 # ---------------------------------------------------------------- their arguments
 def add_index_commands(sub):
     ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
@@ -229,6 +261,12 @@ def add_index_commands(sub):
     bk.add_argument("dir", help="index directory (a sharded one: every shard, with its manifest)")
     bk.add_argument("dest", help="the backup's folder (must not exist)")
     bk.set_defaults(func=_index_backup)
+    rm = ix_sub.add_parser("remove", help="remove images by id, all or none (an unknown id removes nothing)")
+    rm.add_argument("dir", help="index directory (single or sharded)")
+    rm.add_argument("ids", nargs="*", metavar="ID", help="ids of images to remove")
+    rm.add_argument("--from-file", default=None, metavar="FILE", help="also the ids in this file, one per line")
+    rm.add_argument("--dask", default=None, metavar="ADDRESS", help=DASK_OWNERS_HELP)
+    rm.set_defaults(func=_index_remove, parser=rm)
 
 
 def _add_create_command(ix_sub):

@@ -8,6 +8,23 @@ import sys
 from .defaults import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS
 
 
+class Parser(argparse.ArgumentParser):
+    """streamk's argument parser, every command's (subparsers are made of their parser's
+    class): a usage error is one line on stderr, ``PROG: error: MESSAGE (see PROG --help)``,
+    exit 2, as every other error is one line; --help is argparse's own."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            # a command's own leftovers: said by it (with its --help), not by `streamk` above it
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    def error(self, message):
+        text = "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+        self.exit(2, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+
 # ---------------------------------------------------------------- argument types
 def csv(cast=str):
     """A comma list: ``16,64`` -> [16, 64] (empty items dropped)."""
@@ -28,6 +45,18 @@ def int_at_least(minimum):
 
 positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
+
+
+def int_in_range(minimum, maximum):
+    def parse(text):
+        v = int_at_least(minimum)(text)
+        if v > maximum:
+            raise argparse.ArgumentTypeError(f"must be <= {maximum}, got {v}")
+        return v
+    return parse
+
+
+port_number = int_in_range(0, 65535)  # TCP's port field is 16 bits; 0: any free port
 
 
 def unit_float(text):
@@ -64,6 +93,16 @@ def byte_size(text):
     if not (v >= 1 and v < 2**62):
         raise argparse.ArgumentTypeError(f"must be at least 1 byte, got {text!r}")
     return int(v)
+
+
+def existing_folder(text):
+    """A folder that exists (checked when the command starts, not at its first use)."""
+    import os
+
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder" if os.path.exists(text)
+                                         else f"no such folder: {text!r}")
+    return text
 
 
 def max_side(text):

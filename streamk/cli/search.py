@@ -56,8 +56,30 @@ def _search(args):
                   file=sys.stderr, flush=True)
         if args.images:  # (queries by --id alone need no extractor: its library is not even imported)
             idx.extractor().set_limits(max_file_size=args.max_file_size, max_pixels=args.max_pixels)
-        with _stale_codec_noted(args.dir):
+        with _stale_codec_noted(args.dir), _no_codec_said(args.dir):
             return _answer_each(args, lambda kind, q: _local_answer(idx, kind, q, params))
+
+
+class _no_codec_said:
+    """While inside: a PQ search's NotFittedError for want of a codec names the command
+    that trains one (the library's message names its Python method)."""
+
+    def __init__(self, where):
+        self.where = where
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is not None and getattr(exc, "needs", None) == "codec":
+            import shlex
+
+            from ..errors import NotFittedError
+
+            raise NotFittedError(f"--mode pq needs a trained codec, and {self.where} has none: train one with "
+                                 f"`streamk index train {shlex.quote(str(self.where))}` (256 images at least), or "
+                                 f"leave --mode out (exact)") from exc
+        return False
 
 
 def _check_queries(args):
@@ -406,7 +428,8 @@ def add_search_commands(sub):
                          "'-': the image's bytes on standard input")
     se.add_argument("--id", dest="ids", action="append", default=[], metavar="ID",
                     help="an indexed image as the query (its stored vector, verified with its stored local "
-                         "geometry); repeatable")
+                         "geometry, which keeps at most 1,500 of its features: a search by its file uses them all "
+                         "and verifies more results); repeatable")
     se.add_argument("-k", type=positive_int, default=10, help="results (default 10)")
     se.add_argument("--box", type=float, nargs=4, metavar=("X1", "Y1", "X2", "Y2"), default=None,
                     help="search with the part of the query photo inside this box (pixels, as viewers show the "

@@ -1,6 +1,6 @@
 """``streamk serve``: the HTTP API and web page over an index."""
 
-from .options import int_at_least, positive_float, positive_int
+from .options import existing_folder, port_number, positive_float, positive_int
 
 
 def _serve(args):
@@ -23,7 +23,7 @@ def add_serve_command(sub):
                         allow_abbrev=False)  # '--token SECRET' must not pass for --token-file
     sv.add_argument("dir", help="index directory")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    sv.add_argument("--port", type=int_at_least(0), default=8000, help="port (default 8000)")
+    sv.add_argument("--port", type=port_number, default=8000, help="port, 0..65535 (default 8000)")
     sv.add_argument("--workers", type=positive_int, default=2,
                     help="processes that extract and encode uploaded photos (default 2)")
     sv.add_argument("--token-file", default=None, metavar="FILE",
@@ -34,7 +34,7 @@ def add_serve_command(sub):
                          "repeatable (default: none)")
     sv.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="a sharded index: its shards' owners on this Dask cluster")
-    sv.add_argument("--images", action="append", default=None, metavar="DIR",
+    sv.add_argument("--images", action="append", type=existing_folder, default=None, metavar="DIR",
                     help="the collection folder the index was ingested from: thumbnails of its images are made "
                          "from these files (repeatable; nothing outside them is read)")
     sv.add_argument("--show-paths", action="store_true",

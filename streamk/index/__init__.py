@@ -34,7 +34,10 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES as MAX_METADATA_BYTES, RowFilter as RowFilter,  # noqa: F401
         encode_metadata as encode_metadata, parse_filter as parse_filter,
     )
-    from .retraining import STALE_CODEC_RATIO as STALE_CODEC_RATIO, stale_codec_note as stale_codec_note
+    from .retraining import (
+        STALE_CODEC_RATIO as STALE_CODEC_RATIO, check_trainable as check_trainable,
+        stale_codec_note as stale_codec_note,
+    )
     from .queries import (
         MAX_BATCH as MAX_BATCH, MAX_EXPAND as MAX_EXPAND, MAX_K as MAX_K, MAX_RERANK as MAX_RERANK,
         MAX_VERIFY as MAX_VERIFY, QueryEncoder as QueryEncoder, check_k as check_k,
@@ -45,7 +48,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         SearchLimits as SearchLimits, SearchParams as SearchParams, check_count as check_count,
     )
     from .sharded import (
-        ShardedIndex as ShardedIndex, is_sharded as is_sharded, open_index as open_index, shard_of as shard_of,
+        ShardedIndex as ShardedIndex, check_shards as check_shards, is_sharded as is_sharded, open_index as open_index,
+        shard_of as shard_of,
     )
     from .store import (
         BLOCK_ROWS as BLOCK_ROWS, DEFAULT_MAP_SIZE as DEFAULT_MAP_SIZE, FORMAT_VERSION as FORMAT_VERSION,

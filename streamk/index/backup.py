@@ -35,6 +35,7 @@ from pathlib import Path
 import lmdb
 
 from ..errors import ConfigError, IndexCorruptError, IndexExistsError, NotAnIndexError
+from ..files import check_output_folder
 from .integrity import CORRUPTION, corrupt, disk_full
 from .integrity_check import check_index
 from .store import Store
@@ -124,7 +125,9 @@ def backup(path, dest, progress=None):
     written and searched: a compacted copy at one consistent point (per shard), verified, then
     renamed into place. Returns a :class:`BackupReport`. ``dest`` must not exist
     (IndexExistsError); a copy that does not verify is removed (IndexCorruptError) and nothing
-    is left at ``dest``; a disk without room is a DiskFullError, nothing left either."""
+    is left at ``dest``; a disk without room is a DiskFullError, nothing left either; a ``dest``
+    where no folder can be made (read-only, under a file, /proc) an OutputFileError, before
+    anything is copied."""
     from .sharded import is_sharded
 
     path, dest = Path(path), Path(dest)
@@ -135,6 +138,7 @@ def backup(path, dest, progress=None):
         raise IndexExistsError(f"{dest} exists: a backup goes into a new folder (choose another name)")
     if dest.resolve() == path.resolve() or path.resolve() in dest.resolve().parents:
         raise ConfigError(f"{dest}: a backup cannot go inside the index it copies")
+    check_output_folder(dest, "the backup")  # before the copy, and named: not the temporary folder's OSError
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.partial-{secrets.token_hex(4)}"
     tmp.mkdir()

@@ -42,6 +42,17 @@ from .queries import MAX_RERANK
 from .store import epoch_key, epoch_key_split, removed_rows, row_key, rows_from_keys, rows_of_epoch_keys
 from .vector_store import VectorStore
 
+
+def no_codec_error():
+    """The NotFittedError of a PQ search on an index without a codec, in a Python caller's
+    words; ``needs = "codec"`` lets each front end say its own way to train one (as a
+    StaleCodecWarning's ``staleness``): the CLI its command, the server its mode."""
+    err = NotFittedError("PQ search needs a trained codec, and this index has none: train one with "
+                         "index.train() (256 images at least), or search with mode='exact'")
+    err.needs = "codec"
+    return err
+
+
 RERANK_BYTES = 256 << 20  # stored vectors read at once by a batch's re-ranking (float32)
 EXACT_BY_ROW_FRACTION = 16  # a filtered exact search reads its rows one by one when they are <= 1/16 of all
 EXACT_CHUNK_ROWS = 4096  # rows scored per GEMM by a filtered exact search
@@ -281,7 +292,7 @@ class SearchView:
         if mode != "pq":
             raise ConfigError(f"mode must be 'exact' or 'pq', got {mode!r}")
         if self.codec is None or self.lists is None:
-            raise NotFittedError("PQ search needs a trained codec first (train_pq() or train())")
+            raise no_codec_error()
         R = min(max(4 * k, 100), MAX_RERANK) if rerank is None else int(rerank)
         R = min(R, n)
         if R and R < k:

@@ -73,6 +73,17 @@ def staleness_of(trained_on, added_since):
     return {"trained_on": trained_on, "added_since": added_since, "ratio": ratio, "stale": ratio > STALE_CODEC_RATIO}
 
 
+def check_trainable(codec, images, dim):
+    """``codec`` (an untrained IVFPQ), once an index of ``images`` vectors of ``dim`` can
+    train it: ConfigError when M does not divide dim, TooFewImagesError below its minimum."""
+    if dim % codec.M:
+        raise ConfigError(f"vector dimension {dim} is not a multiple of M={codec.M}")
+    if images < codec.min_train():
+        raise TooFewImagesError(f"{codec.describe()} training needs at least {codec.min_train()} "
+                                f"images, the index has {images}")
+    return codec
+
+
 def stale_codec_note(staleness, where="INDEX"):
     """The line a user is told about a stale codec (None when it is not stale)."""
     if not staleness or not staleness.get("stale"):
@@ -93,17 +104,6 @@ def _alive(record):
     except PermissionError:
         return True
     return True
-
-
-def check_trainable(codec, dim, images):
-    """``codec`` (an unfitted IVFPQ) once an index of ``images`` vectors of dimension
-    ``dim`` can train it (every kind of index asks this, before any sample is drawn)."""
-    if dim % codec.M:
-        raise ConfigError(f"vector dimension {dim} is not a multiple of M={codec.M}")
-    if images < codec.min_train():
-        raise TooFewImagesError(f"{codec.describe()} training needs at least {codec.min_train()} "
-                                f"images, the index has {images}")
-    return codec
 
 
 class Trainer:
@@ -170,7 +170,7 @@ class Trainer:
             return rows, self.vectors.get(txn, rows) if len(rows) else np.zeros((0, self.dim), np.float32)
 
     def _fit(self, rows, nlist, M, seed, train_size, nprobe):
-        codec = check_trainable(IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe), self.dim, len(rows))
+        codec = check_trainable(IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe), len(rows), self.dim)
         n = min(len(rows), default_train_size(nlist) if train_size is None else int(train_size))
         self.sample_size = n
         if n < codec.min_train():

@@ -118,6 +118,15 @@ def _release(path, readonly):
 MAX_SHARDS = 1024  # shards of one index, at most (each is an LMDB folder with its owner)
 
 
+def check_shards(shards):
+    """``shards`` as an int, once it is within 1..MAX_SHARDS; else ConfigError."""
+    shards = int(shards)
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ConfigError(f"shards must be in 1..{MAX_SHARDS:,} (streamk's limit: one LMDB folder and one owner "
+                          f"each), got {shards:,}")
+    return shards
+
+
 class ShardActor:
     """One shard's owner: a StreamingIndex opened in this process (a Dask worker's,
     as an actor; or this one, in local mode). Its methods take and return plain
@@ -357,10 +366,7 @@ class ShardedIndex(Index):
         if isinstance(indexed_fields, str):
             indexed_fields = [indexed_fields]
         indexed_fields = [check_field(f) for f in indexed_fields]
-        shards = int(shards)
-        if not 1 <= shards <= MAX_SHARDS:
-            raise ConfigError(f"shards must be in 1..{MAX_SHARDS:,} (streamk's limit: one LMDB folder and one owner "
-                              f"each), got {shards:,}")
+        shards = check_shards(shards)
         path = Path(path)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise IndexExistsError(f"{path} exists and is not an empty directory: refusing to create an index there")
@@ -715,7 +721,7 @@ class ShardedIndex(Index):
             n_total = train_size or default_train_size(nlist)
             counts = self._scatter(ShardActor.count, {s: () for s in range(self.shards)})
             total = sum(counts.values())
-            codec = check_trainable(IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe), self.dim, total)
+            codec = check_trainable(IVFPQ(nlist=nlist, M=M, seed=seed, nprobe=nprobe), total, self.dim)
             share = {s: int(np.ceil(n_total * c / max(total, 1))) for s, c in counts.items()}
             parts = self._scatter(ShardActor.sample_vectors, {s: (share[s], seed + s) for s in range(self.shards)})
             codec.fit(np.concatenate([parts[s] for s in range(self.shards)]))

@@ -33,7 +33,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..encoding import Encoder
-from ..errors import IndexFormatError, NotAnIndexError
+from ..errors import ConfigError, IndexFormatError, NotAnIndexError
 from .blocks import pack_codes, seal_block, seal_row_codes, write_missing_runs
 from .integrity import CORRUPTION, check_lmdb_file, corrupt, disk_full, put_checked_meta, seal
 from ..quantization import IVFPQ
@@ -50,10 +50,18 @@ def upgrade(path, progress=None):
     stored record and blob), with the list-ordered runs of its codes; an index of format
     4 written before runs gets its runs (IndexFormatError when it has them all: already
     upgraded). Returns its number of images. One write transaction, with a progress bar
-    (``progress=False``: none)."""
+    (``progress=False``: none). A sharded index is refused (ConfigError): each of its shards
+    is an index folder to upgrade."""
     from pathlib import Path
 
     path = Path(path)
+    if not (path / "data.mdb").is_file() and (path / "shards.json").is_file():
+        from .sharded import read_manifest  # (here only: the upgrade of one folder needs none of it)
+
+        dirs = [str(path / d) for d in read_manifest(path)["dirs"]]
+        raise ConfigError(f"{path} is a sharded index ({len(dirs)} shards): `streamk index upgrade` works on a single "
+                          f"index; each shard is one, upgrade each shard's folder in place on the machine that holds "
+                          f"it ({', '.join(dirs[:3])}{', ...' if len(dirs) > 3 else ''})")
     if not (path / "data.mdb").is_file():
         raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
     check_lmdb_file(path)  # before mapping it: a truncated file would be a SIGBUS

@@ -10,9 +10,9 @@ from typing import Any
 
 from ..encoding import Encoder, embedding_spec
 from ..errors import ConfigError, EmptyDescriptorSetError, IndexExistsError
-from ..files import check_output_file
+from ..files import check_output_file, check_output_folder
 from ..features import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS, make_extractor
-from ..index import VECTOR_DTYPES, ShardedIndex, StreamingIndex
+from ..index import VECTOR_DTYPES, ShardedIndex, StreamingIndex, check_shards
 from ..parallel import make_executor
 from ..verification import Vocabulary
 from .bundled_encoder import QUALITY_NOTE, default_encoder
@@ -69,6 +69,9 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
             raise ConfigError("--save-encoder saves the encoder trained with --train: give --train IMAGES without "
                               "--encoder (a given encoder is already a file)")
         check_output_file(save_encoder, "the encoder")  # before the fit, not after it
+    if shards is not None:
+        check_shards(shards)
+    check_output_folder(path, "the index")  # before the encoder is loaded or fitted, and its note printed
     ex = make_extractor(extractor, max_side=max_side, max_features=max_features,
                         max_file_size=max_file_size, max_pixels=max_pixels)
     words = Vocabulary.load(vocabulary) if vocabulary is not None and local_features else None

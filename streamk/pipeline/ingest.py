@@ -397,6 +397,7 @@ class Ingester:
         self.on_duplicate = on_duplicate
         self.duplicate_threshold = float(duplicate_threshold)
         self.metadata = metadata or {}
+        self._metadata_found: set[str] = set()  # its keys (ids, absolute paths) that named a file found
         self.index = index
         self.workers = workers
         self.batch_size = int(batch_size)
@@ -615,6 +616,8 @@ class Ingester:
                              else path in self._seen):
                 continue
             self._pass_found += 1
+            if self.metadata:
+                self._metadata_found.update(k for k in (image_id, os.path.abspath(path)) if k in self.metadata)
             if self._bar is not None:
                 self._bar.total += 1
             if reason is not None:
@@ -633,6 +636,11 @@ class Ingester:
         known = [None if raw is None else _stored_file_sha(raw) for raw in known]
         # the worker reads the absolute path: a Dask worker's working folder is not ours
         return [(path, image_id, sha, os.path.abspath(path)) for (path, image_id), sha in zip(chunk, known)], pulled
+
+    def unmatched_metadata(self) -> list[str]:
+        """The keys of the metadata given (ids, absolute paths) that named no file found so far,
+        in the file's order: a typo, or a path relative to another folder, is silently unused."""
+        return [k for k in self.metadata if k not in self._metadata_found]
 
     def _handle(self, r):
         path = r["path"]
@@ -764,11 +772,29 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
             except (KeyboardInterrupt, Terminated) as exc:
                 ing._flush()  # what was encoded is committed (a second signal here: nothing half-written)
                 raise _interrupted(ing, exc) from None
+            _warn_unmatched(metadata, ing.unmatched_metadata())
             retrain_if_stale(index, retrain_at, log)
             return stats
     finally:
         if executor is not None:
             executor.close()
+
+
+UNMATCHED_SHOWN = 3  # ids or paths named in the warning on metadata lines that matched no file
+
+
+def _warn_unmatched(metadata_file, keys):
+    """A warning (not an error: the images are ingested) on the metadata file's lines whose
+    id or path matched no file of the pass, with the first few of them."""
+    if not keys:
+        return
+    import warnings
+
+    shown = ", ".join(repr(printable(k)) for k in keys[:UNMATCHED_SHOWN]) + (", ..." if keys[UNMATCHED_SHOWN:] else "")
+    what = "id or path" if len(keys) == 1 else "ids or paths"
+    warnings.warn(f"{len(keys):,} {what} of {printable(metadata_file)} matched no "
+                  f"file of this pass (their fields were not used): {shown}; an \"id\" is the image's id (the path "
+                  f"under the folder given), a \"path\" is taken from the current folder", UserWarning, stacklevel=3)
 
 
 def retrain_if_stale(index, ratio, log=print):

@@ -21,6 +21,13 @@ from .tasks import geometry_task, results, task_context
 
 CHUNK = 256  # images looked up per read transaction
 
+# not "run it on each shard": each shard would learn its own words, and the queries' (the
+# sharded index's vocabulary.npz, written at its creation only) would match none of them
+SHARDED_REFUSAL = ("{index} is a sharded index: add-local-features works on a single index (each shard would learn "
+                   "its own visual words); a sharded index has local geometry when it is created with it (the "
+                   "default of `streamk index create --shards N`, without --no-local-features): create one so and "
+                   "ingest the images into it")
+
 
 def _stderr_report(path, reason):
     print(f"streamk: skipped {path}: {reason}", file=sys.stderr)
@@ -48,7 +55,7 @@ def add_local_features(index, vocabulary=None, train_images=DEFAULT_MAX_IMAGES,
     failures). ``vocabulary``: a fitted Vocabulary or a saved one's path; None: learned on
     ``train_images`` of the index's images (``train_descriptors`` descriptors each)."""
     if not isinstance(index, StreamingIndex):
-        raise ConfigError("add-local-features works on one index (for a sharded one, run it on each shard)")
+        raise ConfigError(SHARDED_REFUSAL.format(index=getattr(index, "path", "this index")))
     if dask is not None and workers is not None:
         raise ConfigError("--workers is for the local pool, --dask for a cluster: give one of them")
     progress = sys.stderr.isatty() if progress is None else progress

@@ -174,7 +174,7 @@ class Reaggregator:
         if mode == "pq":
             codec = self.index.codec()
             if codec is None:
-                raise NotFittedError("PQ search needs the index's codec first (train_pq() or train())")
+                raise NotFittedError("PQ search needs the index's codec first (index.train())")
             if s not in self._codes:  # the index's codebooks, these settings' vectors
                 self._codes = {s: codec.lists_of(V)}
             R = min(len(ids), max(4 * k, 100) if rerank is None else int(rerank))

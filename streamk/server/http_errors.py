@@ -93,6 +93,8 @@ SERVER_SIDE = {
                      "(the server's operator has the details in its log)",
     "IndexCorruptError": "the index is damaged; the server's operator has the details in its log",
 }
+NO_CODEC = ("mode 'pq' needs a trained codec, and this index has none: search with mode 'exact' (or leave mode "
+            "out), or ask the server's operator to train one")
 GENERIC_SERVER_SIDE = "the server could not answer this request; its operator has the details in its log"
 
 
@@ -102,6 +104,8 @@ def public_message(exc, status, index_path):
     with the index's path, should it appear, replaced by 'the index'."""
     if status >= 500:
         return SERVER_SIDE.get(type(exc).__name__, GENERIC_SERVER_SIDE)
+    if getattr(exc, "needs", None) == "codec":  # the library's words name a Python method
+        return NO_CODEC
     message = str(exc)
     for path in sorted({str(index_path), os.path.realpath(index_path)}, key=len, reverse=True):
         message = message.replace(path, "the index")

@@ -81,3 +81,12 @@ def test_a_client_gone_mid_body_is_logged_as_a_disconnect(served, wait_until):
     wait_until(lambda: served.log().count(" 499 ") >= 2, 30, "both requests logged with status 499")
     log = served.log()
     assert "internal error" not in log and "ERROR" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_a_pq_search_without_a_codec_says_what_a_client_can_do(served):
+    """The 400 not_fitted once named the library's methods (train_pq() or train())."""
+    with served.client() as c:
+        r = c.post("/search", json={"id": "p1", "k": 3, "mode": "pq"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "not_fitted", r.text
+    message = r.json()["error"]["message"]
+    assert "mode 'exact'" in message and "train()" not in message and "streamk " not in message, message
