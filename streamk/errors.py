@@ -294,19 +294,21 @@ class VocabularyFileError(StreamkError, ValueError):
 class IndexCorruptError(StreamkError, ValueError):
     """An index whose files are damaged: a truncated ``data.mdb`` (a partial copy), a page or
     block whose checksum does not match, a damaged B-tree. The message names the index and
-    what is damaged (``path`` and ``rows`` are kept as attributes); restore a copy or run
-    ``streamk index verify --repair``."""
+    what is damaged (``path``, ``rows`` and ``what``, the damage alone, are kept as attributes)
+    and what to do: run ``streamk index verify --repair`` where it rebuilds that damage, else
+    restore a copy (``streamk index backup`` makes them)."""
 
     exit_code = 5
     http_status = 500
 
-    def __init__(self, message, path=None, rows=None):
+    def __init__(self, message, path=None, rows=None, what=None):
         self.path = None if path is None else str(path)
         self.rows = rows
+        self.what = what
         super().__init__(message)
 
     def __reduce__(self):
-        return (type(self), (self.args[0] if self.args else "", self.path, self.rows))
+        return (type(self), (self.args[0] if self.args else "", self.path, self.rows, self.what))
 
 
 class DiskFullError(StreamkError, OSError):

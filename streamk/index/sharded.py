@@ -55,6 +55,7 @@ from .base import Index
 from .second_stage import (Candidate, Hit, collection_mean, expanded_results, stacked_vectors, vectors_on_shard,
                            verified_first, verify_on_shard)
 from .metadata import check_field, encode_value, values_limit
+from .integrity import corrupt
 from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex
 from .retraining import staleness_of
@@ -80,11 +81,16 @@ def read_manifest(path):
         m = json.loads((path / MANIFEST).read_text())
     except FileNotFoundError:
         raise NotAnIndexError(f"{path} is not a sharded streamk index (no {MANIFEST})") from None
-    except ValueError as exc:
-        raise IndexFormatError(f"{path / MANIFEST}: unreadable ({exc})") from exc
+    except ValueError as exc:  # damaged: the shards are there, but not the list that names them
+        raise corrupt(path, f"its list of shards {MANIFEST} is unreadable ({exc})", repairable=False) from exc
     if m.get("format") != FORMAT or m.get("version") != FORMAT_VERSION or m.get("route") != ROUTE:
         raise IndexFormatError(f"{path / MANIFEST}: not a sharded index of version {FORMAT_VERSION} ({m!r})")
     return m
+
+
+def missing_shard(path, n, d):
+    """What is damaged when shard ``n`` (folder ``d``) of the sharded index at ``path`` is gone."""
+    return f"shard {n} is missing (no folder {path / d})"
 
 
 # ---------------------------------------------------------------- one shard, in the process that owns it
@@ -400,6 +406,8 @@ class ShardedIndex(Index):
                     if manifest["hosts"][s] not in (None, socket.gethostname()):
                         raise ConfigError(f"shard {s} lives on host {manifest['hosts'][s]}: open the index "
                                           f"with dask= (a cluster with a worker there)")
+                    if not (path / d).is_dir():
+                        raise corrupt(path, missing_shard(path, s, d), repairable=False)
                     owners.append(_Local(shard_path, readonly))
                 else:
                     owners.append(_Remote(client, shard_path, readonly, _worker_on(client, manifest["hosts"][s])))
