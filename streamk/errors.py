@@ -401,6 +401,13 @@ class IgnoredSearchParameterWarning(UserWarning):
     without a trained codec is (``streamk index train`` makes one)."""
 
 
+class DamagedRecordWarning(UserWarning):
+    """A search met stored local-geometry records that fail their checks (damage): those
+    images stayed unverified, at their first-stage rank (``why`` "damaged"), and the search
+    went on. One warning per search names them and says what to do (``streamk index verify
+    --repair`` drops them, or restore a copy)."""
+
+
 class StaleCodecWarning(UserWarning):
     """A PQ / IVF-PQ search with a codec trained on far fewer images than were added since
     (more than :data:`streamk.index.retraining.STALE_CODEC_RATIO` times as many): images it

@@ -343,7 +343,7 @@ def _report(store, s, report):
         if uncoded:
             d.append(f"no PQ code for live {describe_rows(uncoded)}")
     if s.bad_geometry:
-        d.append(f"the local-geometry records of {describe_rows(sorted(s.bad_geometry))} fail their checks")
+        d.append(f"the local-geometry records of {store.images_of_rows(sorted(s.bad_geometry))} fail their checks")
     d += [f"{blob_entry(name, k)} fails its checksum" for name, k in s.bad_blobs]
     if len(s.records) + len(s.bad_records) != len(live_set) and not s.unreadable:
         d.append(f"counts differ: {len(s.records) + len(s.bad_records)} image records, {len(live_set)} live rows")

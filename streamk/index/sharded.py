@@ -52,8 +52,8 @@ from ..verification import Vocabulary
 from .queries import QueryEncoder
 from .search_params import SearchParams
 from .base import Index
-from .second_stage import (Candidate, Hit, collection_mean, expanded_results, stacked_vectors, vectors_on_shard,
-                           verified_first, verify_on_shard)
+from .second_stage import (Candidate, Hit, collection_mean, damaged_ids, expanded_results, stacked_vectors,
+                           vectors_on_shard, verified_first, verify_on_shard, warn_damaged)
 from .metadata import check_field, encode_value, values_limit
 from .integrity import corrupt
 from .store import ImageRecord, id_key, validate_id
@@ -741,16 +741,22 @@ class ShardedIndex(Index):
             scores, ids = self.first_stage(q2, n, params=params)
             return [(i, sc) for i, sc in zip(ids[0], scores[0].tolist()) if i is not None]
 
+        damaged: list[str] = []
+
         def verify(ids, scores):
-            return self._by_id(ShardActor.verify_ids, ids, lambda pos: ([scores[p] for p in pos], qrec, params))
+            checked = self._by_id(ShardActor.verify_ids, ids, lambda pos: ([scores[p] for p in pos], qrec, params))
+            damaged.extend(damaged_ids(checked))
+            return checked
 
         def vectors(candidates):
             return stacked_vectors(candidates, lambda ids: np.stack(self._by_id(ShardActor.vectors_of, ids)))
         head, rest = self._verified_by_id(q, params, search_again, verify)
-        return [Hit(i, sc, **expl) for i, sc, expl in
+        hits = [Hit(i, sc, **expl) for i, sc, expl in
                 expanded_results(q, head, rest, params, search_again, again=(verify, vectors),
                                  centre=lambda: collection_mean(list(self._scatter(
                                      ShardActor.mean_vector, {s: () for s in range(self.shards)}).values())))]
+        warn_damaged(self.path, damaged)
+        return hits
 
     @staticmethod
     def _verified_by_id(q, params, search_again, verify):

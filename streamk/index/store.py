@@ -927,17 +927,39 @@ class Store:
             found = dict((bytes(k), v) for k, v in cur.getmulti(keys))
         return [found.get(k) for k in keys]
 
-    def damaged_geometry(self, rows, records):
-        """The IndexCorruptError naming those of ``rows`` whose geometry record (``records``,
-        as :meth:`geometry_records` read them) fails its checks."""
+    @staticmethod
+    def failing_geometry(records):
+        """The positions of those of ``records`` (as :meth:`geometry_records` read them; None:
+        no record) that fail their checks: each unpacked alone, for when a batch of them failed."""
         bad = []
-        for r, rec in zip(rows, records):
+        for i, rec in enumerate(records):
             try:
-                unpack_geometry(rec)
+                if rec is not None:
+                    unpack_geometry(rec)
             except GeometryRecordError:
-                bad.append(int(r))
-        return corrupt(self.path, f"the local-geometry record of {describe_rows(bad or rows)} fails its checks "
-                       "(checksum or layout)", rows=bad or list(rows))
+                bad.append(i)
+        return bad
+
+    def damaged_geometry(self, rows, records):
+        """The IndexCorruptError naming, by image id and row, those of ``rows`` whose geometry
+        record (``records``, as :meth:`geometry_records` read them) fails its checks."""
+        bad = [int(rows[i]) for i in self.failing_geometry(records)] or [int(r) for r in rows]
+        return corrupt(self.path, f"the local-geometry record of {self.images_of_rows(bad)} fails its checks "
+                       "(checksum or layout)", rows=bad)
+
+    def images_of_rows(self, rows):
+        """``rows`` named for a person: "image 'a' (row 3)", "images 'a', 'b' (rows 3, 5)" (a row
+        whose id cannot be read named by its row alone). Reads row_ids: for messages about damage."""
+        try:
+            with self.read() as txn:
+                ids = [txn.get(row_key(r), db=self.row_ids_db) for r in rows[:8]]
+        except StreamkError:
+            ids = [None] * len(rows[:8])
+        named = [repr(bytes(i).decode("utf-8", "replace")) for i in ids if i is not None]
+        if not named:
+            return describe_rows(rows)
+        more = f" and {len(rows) - len(named)} more" if len(rows) > len(named) else ""
+        return f"image{'s' if len(rows) > 1 else ''} {', '.join(named)}{more} ({describe_rows(rows)})"
 
     # ------------------------------------------------------------ test-facing: stored bytes as they are
     # For tests that damage or inspect what is stored, byte for byte: no checksum is checked or
