@@ -239,7 +239,8 @@ class UnknownIdError(StreamkError, LookupError):
 
 
 class ReadOnlyIndexError(StreamkError, PermissionError):
-    """A write to an index opened with readonly=True."""
+    """A write to an index opened with readonly=True, or an index whose folder cannot be
+    written (a read-only file system, no permission): the message says what still works."""
 
     exit_code = 4
     http_status = 403
