@@ -240,7 +240,8 @@ class UnknownIdError(StreamkError, LookupError):
 
 
 class ReadOnlyIndexError(StreamkError, PermissionError):
-    """A write to an index opened with readonly=True."""
+    """A write to an index opened with readonly=True, or an index whose folder cannot be
+    written (a read-only file system, no permission): the message says what still works."""
 
     exit_code = 4
     http_status = 403
@@ -295,19 +296,21 @@ class VocabularyFileError(StreamkError, ValueError):
 class IndexCorruptError(StreamkError, ValueError):
     """An index whose files are damaged: a truncated ``data.mdb`` (a partial copy), a page or
     block whose checksum does not match, a damaged B-tree. The message names the index and
-    what is damaged (``path`` and ``rows`` are kept as attributes); restore a copy or run
-    ``streamk index verify --repair``."""
+    what is damaged (``path``, ``rows`` and ``what``, the damage alone, are kept as attributes)
+    and what to do: run ``streamk index verify --repair`` where it rebuilds that damage, else
+    restore a copy (``streamk index backup`` makes them)."""
 
     exit_code = 5
     http_status = 500
 
-    def __init__(self, message, path=None, rows=None):
+    def __init__(self, message, path=None, rows=None, what=None):
         self.path = None if path is None else str(path)
         self.rows = rows
+        self.what = what
         super().__init__(message)
 
     def __reduce__(self):
-        return (type(self), (self.args[0] if self.args else "", self.path, self.rows))
+        return (type(self), (self.args[0] if self.args else "", self.path, self.rows, self.what))
 
 
 class DiskFullError(StreamkError, OSError):
@@ -398,6 +401,13 @@ class IgnoredSearchParameterWarning(UserWarning):
     """A search parameter given that the search cannot use: ``nprobe`` (IVF lists visited)
     or ``rerank`` (PQ candidates re-scored) on an exact search, as every search of an index
     without a trained codec is (``streamk index train`` makes one)."""
+
+
+class DamagedRecordWarning(UserWarning):
+    """A search met stored local-geometry records that fail their checks (damage): those
+    images stayed unverified, at their first-stage rank (``why`` "damaged"), and the search
+    went on. One warning per search names them and says what to do (``streamk index verify
+    --repair`` drops them, or restore a copy)."""
 
 
 class StaleCodecWarning(UserWarning):

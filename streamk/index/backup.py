@@ -34,11 +34,11 @@ from pathlib import Path
 
 import lmdb
 
-from ..errors import ConfigError, IndexCorruptError, IndexExistsError, NotAnIndexError
+from ..errors import ConfigError, IndexCorruptError, IndexExistsError
 from ..files import check_output_folder
 from .integrity import CORRUPTION, corrupt, disk_full
 from .integrity_check import check_index
-from .store import Store
+from .store import Store, not_an_index
 
 BACKUP_FILE = "backup.json"
 BACKUP_FORMAT = "streamk-backup"
@@ -133,7 +133,7 @@ def backup(path, dest, progress=None):
     path, dest = Path(path), Path(dest)
     sharded = is_sharded(path)
     if not sharded and not (path / "data.mdb").is_file():
-        raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
+        raise not_an_index(path)
     if os.path.lexists(dest):
         raise IndexExistsError(f"{dest} exists: a backup goes into a new folder (choose another name)")
     if dest.resolve() == path.resolve() or path.resolve() in dest.resolve().parents:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import lmdb
 
-from ..errors import DiskFullError, IndexCorruptError
+from ..errors import DiskFullError, IndexCorruptError, NotAnIndexError, ReadOnlyIndexError
 from .lmdb_pages import MissingPage, free_db_root, free_pages
 
 try:
@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - the wheel is a core dependency
 
 MDB_MAGIC = 0xBEEFC0DE
 MDB_DATA_VERSION = 1
+P_META = 0x08  # MDB_page's mp_flags (offset 10) of a meta page
 PAGE_HEADER = 16  # MDB_page on a 64-bit build: pgno (8), pad (2), flags (2), lower/upper (4)
 _META = struct.Struct("<IIQQ48s48sQQ")  # magic, version, address, mapsize, dbs[2], last_pg, txnid
 _PSIZE = struct.Struct("<I")  # mm_dbs[FREE_DBI].md_pad: the page size
@@ -47,17 +48,29 @@ CRC = struct.Struct("<I")
 CRC_BYTES = CRC.size
 # lmdb errors that mean the file's pages are not what LMDB wrote
 CORRUPTION = (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError, lmdb.BadValsizeError)
+# What `streamk index verify --repair` (integrity_check) cannot rebuild in place: besides these blobs,
+# the file itself (truncated, a damaged header), a B-tree LMDB cannot walk and a missing shard.
+UNREPAIRABLE_META = (b"encoder",)  # nothing else in the index holds it
 RESTORE = "restore a copy of the index or run `streamk index verify --repair {path}`"
+RESTORE_COPY = "restore a copy of the index (a backup: `streamk index backup` makes them)"
+RESTORE_ONLY = RESTORE_COPY + "; `streamk index verify --repair` cannot rebuild this in place"
 
 
 def crc32c(data):
     return _crc32c(data)
 
 
-def corrupt(path, what, rows=None):
-    """The IndexCorruptError for damage ``what`` in the index at ``path``."""
-    return IndexCorruptError(f"{path}: the index is damaged: {what}; " + RESTORE.format(path=path),
-                             path=path, rows=rows)
+def advice(path, repairable=True):
+    """What to do about damage found in the index at ``path``, the one place that says it:
+    ``repairable`` when ``streamk index verify --repair`` rebuilds that damage, else restore a copy."""
+    return RESTORE.format(path=path) if repairable else RESTORE_ONLY
+
+
+def corrupt(path, what, rows=None, repairable=True):
+    """The IndexCorruptError for damage ``what`` in the index at ``path`` (``repairable``: see
+    :func:`advice`); ``what`` is kept as the error's ``what``."""
+    return IndexCorruptError(f"{path}: the index is damaged: {what}; " + advice(path, repairable),
+                             path=path, rows=rows, what=what)
 
 
 def describe_rows(rows):
@@ -97,7 +110,7 @@ def _lmdb_meta(data_file):
                         metas.append((txnid, last_pg, free_db))
     if not metas:
         raise corrupt(data_file.parent, f"{data_file.name} has no valid LMDB meta page "
-                      f"({data_file.stat().st_size} bytes; a partial copy or a damaged header)")
+                      f"({data_file.stat().st_size} bytes; a partial copy or a damaged header)", repairable=False)
     txnid, last_pg, free_db = max(metas)
     return psize, last_pg, txnid, free_db
 
@@ -118,7 +131,7 @@ def check_lmdb_file(path):
         if missing:
             raise corrupt(path, f"data.mdb is truncated: {size:,} bytes, its LMDB header needs "
                           f"{need:,} ({last_pg + 1:,} pages of {psize} bytes; {missing}; a partial copy or "
-                          f"an interrupted transfer)")
+                          f"an interrupted transfer)", repairable=False)
     return psize, last_pg
 
 
@@ -134,6 +147,64 @@ def _pages_in_use_past_end(data_file, psize, last_pg, free_db, file_pages):
     if not used:
         return ""
     return f"{len(used):,} page(s) in use past its end, from page {used[0]:,}"
+
+
+def header_faults(data_file):
+    """What LMDB finds wrong with ``data_file``'s header when it opens it (mdb.c's
+    mdb_env_read_header checks both meta pages: the meta flag, magic, data version): '' when
+    nothing; LMDB refuses a file with either page damaged, though check_lmdb_file reads one."""
+    faults = []
+    with open(data_file, "rb") as f:
+        head = f.read(PAGE_HEADER + _META.size)
+        pages = [head]
+        psize = _PSIZE.unpack_from(head, PAGE_HEADER + 24)[0] if len(head) == PAGE_HEADER + _META.size else 0
+        if 512 <= psize <= 65536:
+            f.seek(psize)
+            pages.append(f.read(PAGE_HEADER + _META.size))
+        for i, page in enumerate(pages):
+            if len(page) < PAGE_HEADER + _META.size:
+                faults.append(f"meta page {i} is missing")
+                continue
+            magic, version = struct.unpack_from("<II", page, PAGE_HEADER)
+            flags = struct.unpack_from("<H", page, 10)[0]
+            if not flags & P_META or magic != MDB_MAGIC:
+                faults.append(f"meta page {i} is not an LMDB meta page")
+            elif version != MDB_DATA_VERSION:
+                faults.append(f"meta page {i} names data version {version}, not {MDB_DATA_VERSION}")
+    return "; ".join(faults)
+
+
+# an errno LMDB fails to open with when the folder cannot be written (py-lmdb keeps its text, not its number)
+_CANNOT_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def open_error(path, exc, readonly):
+    """The named error for LMDB's refusal ``exc`` (lmdb.Error or OSError) to open the index at
+    ``path`` (``readonly``: how it was opened): a damaged header is an IndexCorruptError, a
+    folder that cannot be written a ReadOnlyIndexError saying what still works; anything else
+    a NotAnIndexError. LMDB's own words are kept in parentheses."""
+    words = str(exc)
+    words = words[len(f"{path}: "):] if words.startswith(f"{path}: ") else words
+    code = getattr(exc, "errno", None)
+    if not isinstance(code, int):
+        code = next((c for c in _CANNOT_WRITE if os.strerror(c) in words), None)
+    if code in _CANNOT_WRITE:
+        if readonly:  # LMDB's readers write to lock.mdb; only on a read-only file system do they go without
+            return ReadOnlyIndexError(f"{path}: cannot open the index: its folder cannot be written ({words}: a "
+                                      f"read-only file system or no permission) and LMDB's readers write to its "
+                                      f"lock file lock.mdb; search a copy (`cp -r`) or get write permission there")
+        return ReadOnlyIndexError(f"{path}: the index's folder cannot be written ({words}: a read-only file system "
+                                  f"or no permission): searches still work (they open it read-only); to change it, "
+                                  f"copy it where you can write (`streamk index backup {path} COPY`) and write to "
+                                  f"the copy")
+    try:
+        faults = header_faults(Path(path) / "data.mdb")
+    except OSError:
+        faults = ""
+    if faults or isinstance(exc, CORRUPTION + (lmdb.VersionMismatchError,)):
+        return corrupt(path, f"data.mdb is not a valid LMDB file: {faults or 'its header is damaged'} (LMDB: {words})",
+                       repairable=False)
+    return NotAnIndexError(f"{path}: cannot open as an LMDB index ({words})")
 
 
 # ------------------------------------------------------------ checksums
@@ -177,7 +248,7 @@ def get_checked_meta(txn, db, key, path):
         return None
     crc = txn.get(crc_meta_key(key), db=db)
     if crc is not None and (len(crc) != CRC_BYTES or CRC.unpack(bytes(crc))[0] != crc32c(value)):
-        raise corrupt(path, f"the stored {key.decode()} fails its checksum")
+        raise corrupt(path, f"the stored {key.decode()} fails its checksum", repairable=key not in UNREPAIRABLE_META)
     return value
 
 
@@ -239,5 +310,6 @@ def check_room(path, needed):
                             f"needed): free some space and run it again", path=path, needed=needed)
 
 
-__all__ = ["CORRUPTION", "CRC_BYTES", "check_lmdb_file", "check_room", "checksum_ok", "corrupt", "crc32c",
-           "describe_rows", "disk_full", "get_checked_meta", "put_checked_meta", "read_lmdb_meta", "seal", "unseal"]
+__all__ = ["CORRUPTION", "CRC_BYTES", "RESTORE_COPY", "UNREPAIRABLE_META", "advice", "check_lmdb_file", "check_room",
+           "checksum_ok", "corrupt", "crc32c", "describe_rows", "disk_full", "get_checked_meta", "header_faults", "open_error",
+           "put_checked_meta", "read_lmdb_meta", "seal", "unseal"]

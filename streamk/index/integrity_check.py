@@ -32,15 +32,16 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from ..errors import GeometryRecordError, IndexCorruptError, NotAnIndexError, StreamkError
+from ..errors import GeometryRecordError, IndexCorruptError, StreamkError
 from ..quantization import IVFPQ, NO_LIST
 from ..verification import parse_header
 from .blocks import RUN_BLOCKS, check_run, checked_block, pack_block, pack_codes, seal_row_codes, split_block, write_run
 from . import range_columns
-from .integrity import CORRUPTION, CRC_BYTES, check_lmdb_file, checksum_ok, describe_rows
+from .integrity import (CORRUPTION, CRC_BYTES, RESTORE_COPY, UNREPAIRABLE_META, check_lmdb_file, checksum_ok,
+                        describe_rows)
 from .metadata import decode_metadata, expected_columns, indexed_fields, posting_keys, rebuild_columns
-from .store import (CHECKED_META, SEALED_SUBDBS, ImageRecord, Store, epoch_key, epoch_key_split, removed_rows,
-                    row_from_key, row_key, validate_id)
+from .store import (CHECKED_META, SEALED_SUBDBS, ImageRecord, Store, blob_entry, epoch_key, epoch_key_split,
+                    not_an_index, removed_rows, row_from_key, row_key, validate_id)
 
 
 @dataclass
@@ -74,14 +75,17 @@ class IntegrityReport:
             head = f"DAMAGED ({len(self.damaged)} finding(s))"
         else:
             head = "repaired" if self.ok else f"DAMAGED, {len(self.remaining)} finding(s) left after the repair"
-        out.append(f"{self.path}: {head}; " + ", ".join(f"{k} {v:,}" for k, v in self.counts.items()))
+        counts = ", ".join(f"{k} {v:,}" for k, v in self.counts.items())  # none: the file could not be opened
+        out.append(f"{self.path}: {head}" + (f"; {counts}" if counts else ""))
         out += [f"  damaged: {d}" for d in self.damaged]
         out += [f"  repaired: {r}" for r in self.repaired]
         if self.lost:
             shown = ", ".join(self.lost[:20]) + (f" ... ({len(self.lost)} in all)" if len(self.lost) > 20 else "")
             out.append(f"  lost ({len(self.lost)} images): {shown}")
         out += [f"  still damaged: {d}" for d in self.remaining or []]
-        out += [f"  cannot repair in place: {u} (restore a copy of the index)" for u in self.unrepairable]
+        out += [f"  cannot repair in place: {u}" for u in self.unrepairable]
+        if self.unrepairable:
+            out.append(f"  {RESTORE_COPY}")
         if self.damaged and self.remaining is None and not self.unrepairable:
             out.append(f"  run `streamk index verify --repair {self.path}` to repair it")
         return out
@@ -277,8 +281,7 @@ def _report(store, s, report):
     d += [f"the stored {m} fails its checksum" for m in s.bad_meta]
     d += [f"the B-tree is unreadable: {u}" for u in s.unreadable]
     report.unrepairable += s.unreadable
-    if "encoder" in s.bad_meta:
-        report.unrepairable.append("the encoder")
+    report.unrepairable += [f"the {m}" for m in s.bad_meta if m.encode() in UNREPAIRABLE_META]
     if s.bad_blocks:
         rows = sorted(s.bad_vector_rows & live_set)
         d.append(f"{len(s.bad_blocks)} vector block(s) fail their checksum"
@@ -340,8 +343,8 @@ def _report(store, s, report):
         if uncoded:
             d.append(f"no PQ code for live {describe_rows(uncoded)}")
     if s.bad_geometry:
-        d.append(f"the local-geometry records of {describe_rows(sorted(s.bad_geometry))} fail their checks")
-    d += [f"the {name} entry {k[:60]!r} fails its checksum" for name, k in s.bad_blobs]
+        d.append(f"the local-geometry records of {store.images_of_rows(sorted(s.bad_geometry))} fail their checks")
+    d += [f"{blob_entry(name, k)} fails its checksum" for name, k in s.bad_blobs]
     if len(s.records) + len(s.bad_records) != len(live_set) and not s.unreadable:
         d.append(f"counts differ: {len(s.records) + len(s.bad_records)} image records, {len(live_set)} live rows")
     return live_set
@@ -534,28 +537,33 @@ def _repair_codes(store, s, live_set, report, progress):
 def check_index(path, repair=False, progress=None):
     """Check the index at ``path`` (a sharded one: each shard); with ``repair``, rebuild what
     can be rebuilt and verify again. Returns a :class:`IntegrityReport` (``report.ok``)."""
-    from .sharded import is_sharded, read_manifest
+    from .sharded import is_sharded, missing_shard, read_manifest
 
     path = Path(path)
     if is_sharded(path):
         report = IntegrityReport(str(path))
-        for d in read_manifest(path)["dirs"]:
-            report.shards.append(check_index(path / d, repair=repair, progress=progress))
+        for n, d in enumerate(read_manifest(path)["dirs"]):
+            if (path / d).is_dir():
+                report.shards.append(check_index(path / d, repair=repair, progress=progress))
+            else:  # damage too, and nothing here holds what it held
+                missing = IntegrityReport(str(path / d), damaged=[missing_shard(path, n, d)])
+                missing.unrepairable.append(f"shard {n}, missing")
+                report.shards.append(missing)
         return report
     if not (path / "data.mdb").is_file():  # before reading its header: nothing there is no damage
-        raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
+        raise not_an_index(path)
     report = IntegrityReport(str(path))
     try:
         check_lmdb_file(path)
         store = Store.open(path, readonly=not repair)
     except IndexCorruptError as exc:
-        report.damaged.append(str(exc).split("; restore")[0])
+        report.damaged.append(exc.what or str(exc))
         report.unrepairable.append("the LMDB file itself")
         return report
     try:
         s = _scan(store, progress)
         live_set = _report(store, s, report)
-        if repair and report.damaged and not s.unreadable and "encoder" not in s.bad_meta:
+        if repair and report.damaged and not s.unreadable and not report.unrepairable:
             _repair(store, s, live_set, report, progress)
             after = IntegrityReport(str(path))
             _report(store, _scan(store, False), after)

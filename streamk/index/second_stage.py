@@ -22,15 +22,19 @@ from the second search its score against the expanded query.
 """
 
 import math
+import warnings
 from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import ConfigError, GeometryRecordError
+from ..errors import ConfigError, DamagedRecordWarning, GeometryRecordError
 from ..verification import DEFAULT_MAX_RECORD_FEATURES, expand_query, make_query_record, rerank, verify_geometry
 from ..verification import DEFAULT_TOP, recursive_expansion
 from ..verification import DEFAULT_MIN_INLIERS
+from .integrity import advice
 from .search_params import DEFAULT_EXPAND, DEFAULT_VERIFY, EXPANSIONS
+
+DAMAGED = "damaged"  # the why of a candidate whose stored record fails its checks (WHY_NOT_VERIFIED)
 
 # the recursive expansion's new verifications per query, at most, as a share of R: the
 # second stage then verifies at most 1.1 R images, whatever its searches find. Chosen for
@@ -121,7 +125,8 @@ def verify_candidates(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT
     """The first stage's (rows, scores) as [Candidate] in first-stage order, the first R
     (``params.verify_count()``) verified against the query's record ``qrec`` (the query's
     ``params.box`` mapped into each, the inlier pairs with ``params.pairs``); rows without
-    a geometry record keep an empty explanation. Vectors are not read here."""
+    a geometry record keep an empty explanation, rows whose record fails its checks (damage)
+    the why "damaged" (every other one is verified; the search goes on). Vectors are not read here."""
     rows = np.asarray(rows, np.int64)
     scores = np.asarray(scores, np.float32)
     keep = rows >= 0
@@ -129,17 +134,39 @@ def verify_candidates(view, txn, rows, scores, qrec, params, min_inliers=DEFAULT
     cand = rows[:params.verify_count()]
     recs = view.store.geometry_records(txn, cand)
     have = [i for i, r in enumerate(recs) if r is not None]
-    checks = {}
+    checks, damaged = {}, set()
+
+    def verify(positions):
+        return verify_geometry(qrec, [recs[i] for i in positions], query_box=params.box, return_pairs=params.pairs,
+                               params=params.verification_params(), min_inliers=min_inliers)
     if have:
         try:
-            checked = verify_geometry(qrec, [recs[i] for i in have], query_box=params.box,
-                                      return_pairs=params.pairs, params=params.verification_params(),
-                                      min_inliers=min_inliers)
-        except GeometryRecordError as exc:  # a stored record that fails its checks: damage, named
-            raise view.store.damaged_geometry([int(cand[i]) for i in have], [recs[i] for i in have]) from exc
+            checked = verify(have)
+        except GeometryRecordError:  # some stored record is damaged: found alone (R checks), the rest verified
+            damaged = {have[p] for p in view.store.failing_geometry([recs[i] for i in have])}
+            if not damaged:  # the query's record, then: not the index's damage
+                raise
+            have = [i for i in have if i not in damaged]
+            checked = verify(have) if have else []
         checks = dict(zip(have, checked))
-    return [Candidate(r, sc, None, explanation_of(checks.get(i)))
+    return [Candidate(r, sc, None, {"why": DAMAGED} if i in damaged else explanation_of(checks.get(i)))
             for i, (r, sc) in enumerate(zip(rows.tolist(), scores.tolist()))]
+
+
+def damaged_ids(candidates):
+    """The ids of ``candidates`` whose stored record was found damaged (why "damaged")."""
+    return [c.id for c in candidates if c.explanation.get("why") == DAMAGED]
+
+
+def warn_damaged(path, ids):
+    """The one warning of a search that met damaged records (the images ``ids``, left
+    unverified) in the index at ``path``; nothing when ``ids`` is empty."""
+    ids = list(dict.fromkeys(ids))
+    if not ids:
+        return
+    shown = ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    warnings.warn(f"{path}: the local-geometry record of {'images' if len(ids) > 1 else 'image'} {shown} is "
+                  f"damaged: left unverified in this search; {advice(path)}", DamagedRecordWarning, stacklevel=4)
 
 
 def explanation_of(verification):
@@ -249,14 +276,19 @@ def recursive_budget(R):
     return int(np.ceil(RECURSIVE_VERIFICATIONS * R))
 
 
-def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=None, min_inliers=DEFAULT_MIN_INLIERS):
+def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=None, min_inliers=DEFAULT_MIN_INLIERS,
+                 damaged=None):
     """[(row, score, explanation)] of the final k results of one query; see the module doc.
 
     q: (D,) unit query vector; rows, scores: its first-stage top (at least min(R, N)),
     best first; qrec: the query's geometry record; params: the search's
     :class:`~streamk.index.SearchParams`; mode: the first stage's mode ("exact" or "pq");
-    allow: the search filter's RowFilter (the expanded search keeps to it)."""
-    head, rest = verified_first(verify_candidates(view, txn, rows, scores, qrec, params, min_inliers), min_inliers)
+    allow: the search filter's RowFilter (the expanded search keeps to it); damaged: a list
+    that the rows whose record was found damaged are added to (for one warning, by id)."""
+    damaged = [] if damaged is None else damaged
+    first = verify_candidates(view, txn, rows, scores, qrec, params, min_inliers)
+    damaged += damaged_ids(first)
+    head, rest = verified_first(first, min_inliers)
     head = with_vectors(view, txn, head, params.expand_count())
 
     def search_again(q2, n):
@@ -264,7 +296,9 @@ def second_stage(view, txn, q, rows, scores, qrec, params, mode="exact", allow=N
         return [(r, sc) for r, sc in zip(r2[0].tolist(), s2[0].tolist()) if r >= 0]
 
     def verify_again(ids, id_scores):  # the recursive expansion's new results (at most R of them)
-        return verify_candidates(view, txn, ids, id_scores, qrec, params, min_inliers)
+        checked = verify_candidates(view, txn, ids, id_scores, qrec, params, min_inliers)
+        damaged.extend(damaged_ids(checked))
+        return checked
 
     def vectors_of(candidates):
         return stacked_vectors(candidates, lambda rows: view.vectors_of(txn, np.array(rows, np.int64)))
@@ -344,8 +378,9 @@ def with_vectors(view, txn, head, n):
     return [c._replace(vector=v) for c, v in zip(head[:n], V)] + head[n:]
 
 
-__all__ = ["DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate", "Hit",
-           "RECURSIVE_VERIFICATIONS", "collection_mean", "damaged_records", "expanded_results", "explanation_of",
+__all__ = ["DAMAGED", "DEFAULT_EXPAND", "DEFAULT_MAX_RECORD_FEATURES", "DEFAULT_VERIFY", "EXPANSIONS", "Candidate",
+           "Hit", "RECURSIVE_VERIFICATIONS", "collection_mean", "damaged_ids", "damaged_records", "expanded_results",
+           "explanation_of",
            "query_record", "records_of", "recursive_budget", "recursive_results", "second_stage",
            "stacked_vectors", "vectors_on_shard", "verified_first", "verify_candidates", "verify_on_shard",
-           "with_vectors"]
+           "warn_damaged", "with_vectors"]

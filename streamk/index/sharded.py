@@ -52,9 +52,10 @@ from ..verification import Vocabulary
 from .queries import QueryEncoder
 from .search_params import SearchParams
 from .base import Index
-from .second_stage import (Candidate, Hit, collection_mean, expanded_results, stacked_vectors, vectors_on_shard,
-                           verified_first, verify_on_shard)
+from .second_stage import (Candidate, Hit, collection_mean, damaged_ids, expanded_results, stacked_vectors,
+                           vectors_on_shard, verified_first, verify_on_shard, warn_damaged)
 from .metadata import check_field, encode_value, values_limit
+from .integrity import corrupt
 from .store import ImageRecord, id_key, validate_id
 from .streaming_index import StreamingIndex
 from .retraining import check_trainable, staleness_of
@@ -80,11 +81,16 @@ def read_manifest(path):
         m = json.loads((path / MANIFEST).read_text())
     except FileNotFoundError:
         raise NotAnIndexError(f"{path} is not a sharded streamk index (no {MANIFEST})") from None
-    except ValueError as exc:
-        raise IndexFormatError(f"{path / MANIFEST}: unreadable ({exc})") from exc
+    except ValueError as exc:  # damaged: the shards are there, but not the list that names them
+        raise corrupt(path, f"its list of shards {MANIFEST} is unreadable ({exc})", repairable=False) from exc
     if m.get("format") != FORMAT or m.get("version") != FORMAT_VERSION or m.get("route") != ROUTE:
         raise IndexFormatError(f"{path / MANIFEST}: not a sharded index of version {FORMAT_VERSION} ({m!r})")
     return m
+
+
+def missing_shard(path, n, d):
+    """What is damaged when shard ``n`` (folder ``d``) of the sharded index at ``path`` is gone."""
+    return f"shard {n} is missing (no folder {path / d})"
 
 
 # ---------------------------------------------------------------- one shard, in the process that owns it
@@ -417,6 +423,8 @@ class ShardedIndex(Index):
                     if manifest["hosts"][s] not in (None, socket.gethostname()):
                         raise ConfigError(f"shard {s} lives on host {manifest['hosts'][s]}: open the index "
                                           f"with dask= (a cluster with a worker there)")
+                    if not (path / d).is_dir():
+                        raise corrupt(path, missing_shard(path, s, d), repairable=False)
                     owners.append(_Local(shard_path, readonly))
                 else:
                     owners.append(_Remote(client, shard_path, readonly, _worker_on(client, manifest["hosts"][s])))
@@ -759,16 +767,22 @@ class ShardedIndex(Index):
             scores, ids = self.first_stage(q2, n, params=params)
             return [(i, sc) for i, sc in zip(ids[0], scores[0].tolist()) if i is not None]
 
+        damaged: list[str] = []
+
         def verify(ids, scores):
-            return self._by_id(ShardActor.verify_ids, ids, lambda pos: ([scores[p] for p in pos], qrec, params))
+            checked = self._by_id(ShardActor.verify_ids, ids, lambda pos: ([scores[p] for p in pos], qrec, params))
+            damaged.extend(damaged_ids(checked))
+            return checked
 
         def vectors(candidates):
             return stacked_vectors(candidates, lambda ids: np.stack(self._by_id(ShardActor.vectors_of, ids)))
         head, rest = self._verified_by_id(q, params, search_again, verify)
-        return [Hit(i, sc, **expl) for i, sc, expl in
+        hits = [Hit(i, sc, **expl) for i, sc, expl in
                 expanded_results(q, head, rest, params, search_again, again=(verify, vectors),
                                  centre=lambda: collection_mean(list(self._scatter(
                                      ShardActor.mean_vector, {s: () for s in range(self.shards)}).values())))]
+        warn_damaged(self.path, damaged)
+        return hits
 
     @staticmethod
     def _verified_by_id(q, params, search_again, verify):

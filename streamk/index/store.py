@@ -108,7 +108,7 @@ import lmdb
 import numpy as np
 
 from .integrity import (CORRUPTION, CRC_BYTES, check_lmdb_file, check_room, checksum_ok, corrupt, describe_rows,
-                        disk_full, get_checked_meta, put_checked_meta, seal, unseal)
+                        disk_full, get_checked_meta, open_error, put_checked_meta, seal, unseal)
 
 from ..errors import (DiskFullError, GeometryRecordError, IndexClosedError, IndexExistsError, IndexFormatError,
                       NotAnIndexError, ReadOnlyIndexError, StreamkError, UnknownIdError)
@@ -230,6 +230,25 @@ def removed_rows(txn, store, n_rows):
 
 def _is_index_dir(path):
     return (path / "data.mdb").is_file()
+
+
+def blob_entry(name, key):
+    """A blob of sub-database ``name`` (SEALED_SUBDBS) named for a person: the metadata of a
+    row, the others by the image id they are keyed by, as text."""
+    if name == "metadata" and len(key) == 8:
+        return f"the {name} entry of row {row_from_key(key)}"
+    return f"the {name} entry of id {bytes(key).decode('utf-8', 'replace')!r}"
+
+
+def not_an_index(path):
+    """The NotAnIndexError for ``path``, where no index is (no data.mdb): what is there instead."""
+    path = Path(path)
+    if not path.exists():
+        return NotAnIndexError(f"{path} does not exist: give the folder of an index (`streamk index create` "
+                               f"makes one)")
+    if not path.is_dir():
+        return NotAnIndexError(f"{path} is a file, not an index's folder: give the folder of an index")
+    return NotAnIndexError(f"{path} is not a streamk index (no LMDB data there: no data.mdb)")
 
 
 class _Reading:
@@ -518,12 +537,14 @@ class Store:
     def open(cls, path, readonly=False, max_map_size=None):
         path = Path(path)
         if not path.is_dir() or not _is_index_dir(path):
-            raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
+            raise not_an_index(path)
         check_lmdb_file(path)  # before mapping it: a truncated file would be a SIGBUS
         try:  # the environment this process has open on it already, if any (one per file)
             env, key = _SHARED.acquire(path, readonly, lambda: cls._env(path, readonly, 0))  # 0: the file's size
-        except lmdb.Error as exc:
-            raise NotAnIndexError(f"{path}: cannot open as an LMDB index ({exc})") from exc
+        except (lmdb.Error, OSError) as exc:
+            if isinstance(exc, StreamkError):  # (ReadOnlyIndexError: open read-only elsewhere in this process)
+                raise
+            raise open_error(path, exc, readonly) from exc
         try:
             cls._check_format(path, env)  # before the sub-databases: an older format has others
             store = cls(path, env, readonly, max_map_size=max_map_size, env_key=key)
@@ -724,9 +745,7 @@ class Store:
     def unseal_blob(self, name, key, raw):
         """The blob (bytes) of a value read from sub-database ``name`` of SEALED_SUBDBS,
         checked against its CRC32C (IndexCorruptError naming the entry)."""
-        what = f"the {name} entry of row {row_from_key(key)}" if len(key) == 8 and name == "metadata" \
-            else f"the {name} entry {bytes(key)[:60]!r}"
-        return bytes(unseal(raw, self.path, what))
+        return bytes(unseal(raw, self.path, blob_entry(name, key)))
 
     def seq(self, txn=None):
         raw = self.get_meta(b"seq", txn)
@@ -908,17 +927,39 @@ class Store:
             found = dict((bytes(k), v) for k, v in cur.getmulti(keys))
         return [found.get(k) for k in keys]
 
-    def damaged_geometry(self, rows, records):
-        """The IndexCorruptError naming those of ``rows`` whose geometry record (``records``,
-        as :meth:`geometry_records` read them) fails its checks."""
+    @staticmethod
+    def failing_geometry(records):
+        """The positions of those of ``records`` (as :meth:`geometry_records` read them; None:
+        no record) that fail their checks: each unpacked alone, for when a batch of them failed."""
         bad = []
-        for r, rec in zip(rows, records):
+        for i, rec in enumerate(records):
             try:
-                unpack_geometry(rec)
+                if rec is not None:
+                    unpack_geometry(rec)
             except GeometryRecordError:
-                bad.append(int(r))
-        return corrupt(self.path, f"the local-geometry record of {describe_rows(bad or rows)} fails its checks "
-                       "(checksum or layout)", rows=bad or list(rows))
+                bad.append(i)
+        return bad
+
+    def damaged_geometry(self, rows, records):
+        """The IndexCorruptError naming, by image id and row, those of ``rows`` whose geometry
+        record (``records``, as :meth:`geometry_records` read them) fails its checks."""
+        bad = [int(rows[i]) for i in self.failing_geometry(records)] or [int(r) for r in rows]
+        return corrupt(self.path, f"the local-geometry record of {self.images_of_rows(bad)} fails its checks "
+                       "(checksum or layout)", rows=bad)
+
+    def images_of_rows(self, rows):
+        """``rows`` named for a person: "image 'a' (row 3)", "images 'a', 'b' (rows 3, 5)" (a row
+        whose id cannot be read named by its row alone). Reads row_ids: for messages about damage."""
+        try:
+            with self.read() as txn:
+                ids = [txn.get(row_key(r), db=self.row_ids_db) for r in rows[:8]]
+        except StreamkError:
+            ids = [None] * len(rows[:8])
+        named = [repr(bytes(i).decode("utf-8", "replace")) for i in ids if i is not None]
+        if not named:
+            return describe_rows(rows)
+        more = f" and {len(rows) - len(named)} more" if len(rows) > len(named) else ""
+        return f"image{'s' if len(rows) > 1 else ''} {', '.join(named)}{more} ({describe_rows(rows)})"
 
     # ------------------------------------------------------------ test-facing: stored bytes as they are
     # For tests that damage or inspect what is stored, byte for byte: no checksum is checked or

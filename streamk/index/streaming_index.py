@@ -39,8 +39,8 @@ from numpy.typing import NDArray
 
 from ..encoding import Encoder
 from ..errors import (ConfigError, EncoderFileError, IgnoredSearchParameterWarning, IndexFormatError,
-                      NotFittedError, StaleCodecWarning, StreamkError, VocabularyFileError)
-from ..verification import Vocabulary
+                      GeometryRecordError, NotFittedError, StaleCodecWarning, StreamkError, VocabularyFileError)
+from ..verification import Vocabulary, parse_header
 from .duplicates import duplicate_groups, duplicates_of
 from .items import unit_vector
 from .metadata import (add_indexed_field, allowed_rows, check_field, field_values, indexed_fields,
@@ -50,7 +50,7 @@ from .reader import SearchView
 from .retraining import Trainer, codec_staleness, stale_codec_note
 from .base import Index
 from .search_params import SearchParams
-from .second_stage import Hit, second_stage, verified_first, verify_candidates, with_vectors
+from .second_stage import Hit, second_stage, verified_first, verify_candidates, warn_damaged, with_vectors
 from .store import BLOCK_ROWS, DEFAULT_MAP_SIZE, VECTOR_DTYPES, Store, id_key, row_from_key, row_key
 from .vector_store import rows_per_block
 from .writer import IndexWriter
@@ -225,16 +225,21 @@ class StreamingIndex(Index):
 
     def geometry(self, image_id: str) -> bytes | None:
         """The stored local-geometry record of an image (bytes), or None when it has none."""
-        with self._store.read() as txn:
-            rec = self._store.geometry_records(txn, [self._store.require_image(txn, image_id).row])[0]
-            return None if rec is None else bytes(rec)
+        return self.geometries([image_id])[0]
 
     def geometries(self, image_ids: Sequence[str]) -> list[bytes | None]:
         """The stored local-geometry records of ``image_ids`` (bytes, or None), in one read
-        transaction."""
+        transaction, each checked (its CRC: an IndexCorruptError naming the image)."""
         with self._store.read() as txn:
-            recs = self._store.geometry_records(txn, [self._store.require_image(txn, i).row for i in image_ids])
-            return [None if r is None else bytes(r) for r in recs]
+            rows = [self._store.require_image(txn, i).row for i in image_ids]
+            recs = [None if r is None else bytes(r) for r in self._store.geometry_records(txn, rows)]
+        try:
+            for rec in recs:
+                if rec is not None:
+                    parse_header(rec)
+        except GeometryRecordError as exc:  # damage, named here: a caller has no index or row to name
+            raise self._store.damaged_geometry(rows, recs) from exc
+        return recs
 
     def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image (bytes), or None when it has none (only images
@@ -497,8 +502,12 @@ class StreamingIndex(Index):
         with self._store.read(buffers=True) as txn:
             scores, rows, allow, mode = self._view_search(txn, q[None, :], max(params.k, params.verify_count()),
                                                           clauses, params.mode, params.nprobe, params.rerank)
-            results = second_stage(self.view, txn, q, rows[0], scores[0], qrec, params, mode, allow=allow)
+            damaged: list[int] = []
+            results = second_stage(self.view, txn, q, rows[0], scores[0], qrec, params, mode, allow=allow,
+                                   damaged=damaged)
             ids = self.view.ids_of(txn, np.array([[r for r, _, _ in results]], np.int64).reshape(1, -1))[0]
+            damaged_ids = self.view.ids_of(txn, np.array(damaged, np.int64)) if damaged else []
+        warn_damaged(self.path, damaged_ids)
         return [Hit(i, sc, **expl) for i, (_, sc, expl) in zip(ids, results) if i is not None]
 
     def first_stage(self, Q: NDArray[Any], k: int, mode: str | None = None, nprobe: int | None = None,

@@ -35,11 +35,11 @@ from tqdm.auto import tqdm
 from ..encoding import Encoder
 from ..errors import ConfigError, IndexFormatError, NotAnIndexError
 from .blocks import pack_codes, seal_block, seal_row_codes, write_missing_runs
-from .integrity import CORRUPTION, check_lmdb_file, corrupt, disk_full, put_checked_meta, seal
+from .integrity import CORRUPTION, check_lmdb_file, corrupt, disk_full, open_error, put_checked_meta, seal
 from ..quantization import IVFPQ
 from ..quantization import ProductQuantizer
 from .store import (BLOCK_ROWS, CHECKED_META, FORMAT, FORMAT_VERSION, OPTIONAL_SUBDBS, SEALED_SUBDBS, SUBDBS,
-                    Store, epoch_key, row_key, seq_key, unnumbered_image_fields)
+                    Store, epoch_key, not_an_index, row_key, seq_key, unnumbered_image_fields)
 from .vector_store import VectorStore
 
 V1_SUBDBS = ("meta", "images", "extras", "vectors", "codes", "hashes", "log")
@@ -63,11 +63,14 @@ def upgrade(path, progress=None):
                           f"index; each shard is one, upgrade each shard's folder in place on the machine that holds "
                           f"it ({', '.join(dirs[:3])}{', ...' if len(dirs) > 3 else ''})")
     if not (path / "data.mdb").is_file():
-        raise NotAnIndexError(f"{path} is not a streamk index (no LMDB data there)")
+        raise not_an_index(path)
     check_lmdb_file(path)  # before mapping it: a truncated file would be a SIGBUS
     size = (path / "data.mdb").stat().st_size
-    env = lmdb.open(str(path), map_size=max(4 * size, 64 << 20), subdir=True,
-                    max_dbs=len(SUBDBS) + len(OPTIONAL_SUBDBS) + 4, create=False, lock=True, readahead=False)
+    try:
+        env = lmdb.open(str(path), map_size=max(4 * size, 64 << 20), subdir=True,
+                        max_dbs=len(SUBDBS) + len(OPTIONAL_SUBDBS) + 4, create=False, lock=True, readahead=False)
+    except lmdb.Error as exc:
+        raise open_error(path, exc, readonly=False) from exc
     try:
         try:
             for name in V1_SUBDBS:  # what every index of format 1 or 2 has

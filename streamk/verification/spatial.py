@@ -187,6 +187,7 @@ WHY_NOT_VERIFIED = {
     "one-likeness": "one local likeness: without one clump of overlapping features the rest could be chance",
     "chance": "the inliers could be chance: their number of false alarms is above the bar",
     "few-inliers": "fewer inliers than min_inliers (the rule before 0.3)",
+    "damaged": "its stored local-geometry record is damaged (`streamk index verify` finds it): not checked",
 }
 NFA_MEANING = ("log10 NFA: how often unrelated photos would show inliers this many and this precise by chance, "
                "per pair, as a power of ten; verified at log10 of the bar and below (false_alarms_per_pair: -4 by "

@@ -15,6 +15,7 @@ classes find one copy among the views of the scenes."""
 
 import io
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,9 @@ import pytest
 
 from streamk.errors import UnknownIdError
 from streamk.features import Features
-from streamk.index import Index, SearchParams, ShardedIndex, StreamingIndex, copies_of, copy_report, encoded_vector
+from streamk.index import (Index, SearchParams, ShardedIndex, StreamingIndex, copies_of, copy_report, encoded_vector,
+                           shard_of)
+from streamk.index.store import row_key
 from streamk.verification import stored_record
 
 from helpers.index import DIM, make_encoder, vectors  # noqa: E402
@@ -325,6 +328,55 @@ def test_the_second_stage_with_a_stored_record(index, reference):
     got = index.search(q, record=rec, k=6, mode="exact")
     assert hits_of(got) == hits_of(reference.search(q, record=rec, k=6, mode="exact"))
     assert {h.id for h in got if h.verified} == {f"scene4-view{v}" for v in range(VIEWS)}
+
+
+@contextmanager
+def damaged_geometry(index, image_id):
+    """One byte of ``image_id``'s stored geometry record flipped, in the index (or shard) that
+    holds it, while inside; the record's bytes put back after."""
+    path = Path(index.path)
+    if isinstance(index, ShardedIndex):
+        path = path / json.loads((path / "shards.json").read_text())["dirs"][shard_of(image_id, index.shards)]
+    with StreamingIndex.open(path) as shard:
+        store = shard.store
+        with store.read() as txn:
+            key = row_key(store.image(txn, image_id).row)
+        original = store.stored_value("geometry", key)
+        store.overwrite_value("geometry", key, lambda v: v[:100] + bytes([v[100] ^ 0xFF]) + v[101:])
+        try:
+            yield
+        finally:
+            store.overwrite_value("geometry", key, lambda v: original)
+
+
+def test_a_damaged_geometry_record_leaves_its_image_unverified_and_the_search_goes_on(index, reference):
+    """One damaged record made every verified search of the index fail (exit 5), and duplicates said only
+    "geometry record checksum mismatch (damaged bytes)". Now its image keeps its first-stage rank, unverified
+    (why "damaged"), one warning a search names it, and reading the record names the index, id and remedy."""
+    from streamk.errors import DamagedRecordWarning, IndexCorruptError
+
+    vec, f = scene_views()["scene1-view1"]
+    p = SearchParams(k=8, mode="exact", expand=0)
+    clean = index.search(vec, features=f, params=p)
+    with damaged_geometry(index, "scene1-view0"):
+        with pytest.warns(DamagedRecordWarning) as caught:
+            got = index.search(vec, features=f, params=p)
+        first = [h.id for h in index.search(vec, k=8, mode="exact", verify=0, expand=0)]
+        verified = [h.id for h in got if h.verified]
+        assert [h.id for h in got][len(verified):] == [i for i in first if i not in verified][:8 - len(verified)]
+        hit = next(h for h in got if h.id == "scene1-view0")
+        assert hit.why == "damaged" and not hit.verified and hit.inliers is None and hit.stage == "first"
+        assert {h.id for h in got if h.verified} == {"scene1-view1", "scene1-view2"}
+        with pytest.warns(DamagedRecordWarning) as expanded:  # the expansion verifies again: still one warning
+            index.search(vec, features=f, k=8, mode="exact")
+        for warned in (caught, expanded):
+            messages = [str(w.message) for w in warned if issubclass(w.category, DamagedRecordWarning)]
+            assert len(messages) == 1 and "'scene1-view0'" in messages[0], messages
+            assert str(index.path) in messages[0] and "streamk index verify --repair" in messages[0]
+        with pytest.raises(IndexCorruptError, match=r"the index is damaged: the local-geometry record of image "
+                           r"'scene1-view0' \(row \d+\) fails its checks .*streamk index verify --repair"):
+            copies_of(index, "scene1-view1")  # what `streamk duplicates` reads
+    assert hits_of(index.search(vec, features=f, params=p)) == hits_of(clean)
 
 
 def test_near_duplicates(index, reference):

@@ -92,7 +92,9 @@ def test_a_truncated_data_file_is_a_named_error_never_a_signal(tmp_path, built, 
     assert proc.returncode == IndexCorruptError.exit_code == 5, (proc.returncode, proc.stdout, proc.stderr)
     assert proc.returncode not in (-signal.SIGBUS, 128 + signal.SIGBUS)
     assert "IndexCorruptError" in proc.stdout and str(ix) in proc.stdout
-    assert ("truncated" in proc.stdout or "meta page" in proc.stdout) and "verify --repair" in proc.stdout
+    assert "truncated" in proc.stdout or "meta page" in proc.stdout
+    # a repair cannot make the missing pages again: the error says to restore a copy, and offers no repair
+    assert "restore a copy" in proc.stdout and "run `streamk index verify --repair" not in proc.stdout
     with pytest.raises(IndexCorruptError, match="damaged"):
         StreamingIndex.open(ix, readonly=True)
 
@@ -125,6 +127,158 @@ def test_a_truncated_shard_is_named(tmp_path, encoder):
     proc = search_in_child(tmp_path, tmp_path / "sh", V[0], mode="exact")
     assert proc.returncode == 5, (proc.stdout, proc.stderr)
     assert "shard-001" in proc.stdout
+
+
+# ------------------------------------------------------------ one byte of LMDB's header, and what to do about damage
+def flip_file_byte(data_file, at, mask=0xFF):
+    """Flip one byte of a file in place (read, modify, write)."""
+    with open(data_file, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ mask]))
+
+
+# the meta pages' flags (P_META), magic and data version; the second meta page is one page on (4096 bytes)
+@pytest.mark.parametrize("at", [10, 16, 20, 4096 + 16, 4096 + 20])
+def test_one_flipped_byte_of_the_lmdb_header_is_damage_to_restore(tmp_path, built, at):
+    """LMDB refuses a file with either meta page damaged (MDB_INVALID, or py-lmdb's "data format v254 is not
+    supported"): that was exit 4 "cannot open as an LMDB index"; it is damage (exit 5), to restore."""
+    path, _ = built
+    ix = copy_of(path, tmp_path / "ix")
+    flip_file_byte(ix / "data.mdb", at)
+    with pytest.raises(IndexCorruptError) as info:
+        StreamingIndex.open(ix, readonly=True)
+    message = str(info.value)
+    assert message.startswith(f"{ix}: the index is damaged: data.mdb is not a valid LMDB file: meta page")
+    assert "(LMDB: " in message and "restore a copy" in message and "streamk index backup" in message
+    assert "run `streamk index verify --repair" not in message
+    proc = run_python("-m", "streamk.cli", "index", "info", ix, timeout=120)
+    assert proc.returncode == 5 and len(proc.stderr.splitlines()) == 1, proc
+    assert proc.stderr.startswith("streamk: error: ") and "not a valid LMDB file" in proc.stderr
+    report = check_index(ix, repair=True, progress=False)
+    assert not report.ok and report.unrepairable == ["the LMDB file itself"]
+
+
+def test_repair_is_offered_only_for_damage_it_repairs(tmp_path, built):
+    """One place (integrity.advice) says what to do: a damaged encoder or a truncated file said "... or run
+    `streamk index verify --repair`", which then said "cannot repair in place"."""
+    path, V = built
+    ix = copy_of(path, tmp_path / "ix")
+    blob = stored(ix, "meta", b"encoder")
+    damage(ix, blob[len(blob) // 2:len(blob) // 2 + 64], nbytes=4)
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        with pytest.raises(IndexCorruptError, match="encoder fails its checksum") as info:
+            idx.search(np.random.default_rng(0).integers(0, 256, (40, 128)).astype(np.float32), k=3)
+    assert "restore a copy" in str(info.value) and "run `streamk index verify --repair" not in str(info.value)
+    report = check_index(ix, repair=True, progress=False)
+    assert report.unrepairable == ["the encoder"] and not any("run `streamk index verify" in x for x in report.lines())
+    ix2 = copy_of(path, tmp_path / "ix2")
+    damage(ix2, V[300].astype(np.float32).tobytes(), nbytes=64)
+    with StreamingIndex.open(ix2, readonly=True) as idx:
+        with pytest.raises(IndexCorruptError, match=f"run `streamk index verify --repair {ix2}`"):
+            idx.vector("i00300")  # a vector block: the repair rewrites it
+    assert check_index(ix2, repair=True, progress=False).ok
+
+
+def test_the_verify_report_of_a_truncated_file_says_each_thing_once(tmp_path, built):
+    path, _ = built
+    ix = copy_of(path, tmp_path / "ix")
+    os.truncate(ix / "data.mdb", 8192)
+    lines = check_index(ix, progress=False).lines()
+    assert lines[0] == f"{ix}: DAMAGED (1 finding(s))"  # was "...finding(s)); " with nothing after
+    assert lines[1].startswith("  damaged: data.mdb is truncated")  # was "damaged: ix: the index is damaged: ..."
+    assert "  cannot repair in place: the LMDB file itself" in lines and "restore a copy" in lines[-1]
+    assert not any("verify --repair" in x for x in lines)
+
+
+def test_a_path_that_is_not_an_index_says_what_is_there(tmp_path):
+    from streamk.errors import NotAnIndexError
+
+    with pytest.raises(NotAnIndexError, match="nothere does not exist"):
+        StreamingIndex.open(tmp_path / "nothere")
+    with pytest.raises(NotAnIndexError, match="nothere does not exist"):
+        check_index(tmp_path / "nothere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NotAnIndexError, match="is not a streamk index .no LMDB data there"):
+        StreamingIndex.open(tmp_path / "empty")
+
+
+def test_a_missing_shard_and_a_damaged_shard_list_are_damage_to_restore(tmp_path, encoder):
+    """A missing shard folder said "/.../shard-001 is not a streamk index"; a broken shards.json said
+    "unreadable (Expecting property name ...)" with nothing to do."""
+    V = vectors(2, 40)
+    with ShardedIndex.create(tmp_path / "sh", encoder, shards=2, vector_dtype="float32") as idx:
+        idx.add_many([{"id": f"s{i}", "vector": v} for i, v in enumerate(V)])
+    shutil.copytree(tmp_path / "sh", tmp_path / "gone")
+    shutil.rmtree(tmp_path / "gone" / "shard-001")
+    with pytest.raises(IndexCorruptError, match="shard 1 is missing .*restore a copy") as info:
+        ShardedIndex.open(tmp_path / "gone", readonly=True)
+    assert "verify --repair`" not in str(info.value).split("restore a copy")[0]
+    report = check_index(tmp_path / "gone", progress=False)
+    assert not report.ok and report.shards[0].ok and report.shards[1].unrepairable
+    manifest = tmp_path / "sh" / "shards.json"
+    manifest.write_text(manifest.read_text()[:20])
+    with pytest.raises(IndexCorruptError, match="shards.json is unreadable .*restore a copy"):
+        ShardedIndex.open(tmp_path / "sh", readonly=True)
+    proc = run_python("-m", "streamk.cli", "index", "info", tmp_path / "sh", timeout=120)
+    assert proc.returncode == 5 and "shards.json" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc
+
+
+# ------------------------------------------------------------ a folder that cannot be written
+@pytest.mark.parametrize("exc", ["lmdb-erofs", "lmdb-eacces", "oserror-eacces"])
+def test_an_index_folder_that_cannot_be_written_says_what_still_works(tmp_path, exc):
+    """LMDB's "ix: Read-only file system" (or "Permission denied") on a writable open was "cannot open as an
+    LMDB index (...)", exit 4, no advice. (As root, chmod stops no write: the mapping is tested here, a real
+    read-only file system below.)"""
+    import errno
+
+    import lmdb
+
+    from streamk.errors import ReadOnlyIndexError
+    from streamk.index.integrity import open_error
+
+    ix = tmp_path / "ix"
+    error = {"lmdb-erofs": lmdb.Error(f"{ix}: {os.strerror(errno.EROFS)}"),
+             "lmdb-eacces": lmdb.Error(f"{ix}: {os.strerror(errno.EACCES)}"),
+             "oserror-eacces": PermissionError(errno.EACCES, os.strerror(errno.EACCES))}[exc]
+    mapped = open_error(ix, error, readonly=False)
+    assert isinstance(mapped, ReadOnlyIndexError) and mapped.exit_code == 4
+    assert str(mapped).startswith(f"{ix}: the index's folder cannot be written (")
+    assert "searches still work" in str(mapped) and f"streamk index backup {ix} COPY" in str(mapped)
+    reading = open_error(ix, error, readonly=True)  # LMDB's readers need lock.mdb too (but on a read-only fs)
+    assert isinstance(reading, ReadOnlyIndexError) and "lock.mdb" in str(reading)
+
+
+@pytest.fixture
+def read_only_disk(tmp_path, built):
+    """A copy of ``built`` on a tmpfs remounted read-only (root only: skipped otherwise)."""
+    disk = tmp_path / "ro"
+    disk.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip() or proc.returncode}")
+    try:
+        copy_of(built[0], disk / "ix")
+        proc = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot remount read-only: {proc.stderr.strip()}")
+        yield disk / "ix"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_an_index_on_a_read_only_file_system_is_searched_and_says_so_when_written(read_only_disk, built):
+    from streamk.errors import ReadOnlyIndexError
+
+    ix, V = read_only_disk, built[1]
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        assert top1(idx, V[[7]], "exact") == ["i00007"]
+    with pytest.raises(ReadOnlyIndexError, match="folder cannot be written .*Read-only file system.*searches still"):
+        StreamingIndex.open(ix)
+    proc = run_python("-m", "streamk.cli", "index", "verify", "--repair", ix, timeout=120)
+    assert proc.returncode == 4 and "cannot be written" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc
 
 
 if __name__ == "__main__":  # pragma: no cover
@@ -416,8 +570,10 @@ def test_a_damaged_thumbnail_is_named(tmp_path, encoder):
         assert idx.thumbnail("t1") == b"JPEG" * 300 + b"\x01"
 
         flip_byte(idx, "thumbnails", b"t1", 10)
-        with pytest.raises(IndexCorruptError, match="thumbnails entry b't1'"):
+        with pytest.raises(IndexCorruptError, match="thumbnails entry of id 't1'"):
             idx.thumbnail("t1")
+    found = check_index(tmp_path / "ix", progress=False)
+    assert "  damaged: the thumbnails entry of id 't1' fails its checksum" in found.lines()  # the id as text
     report = check_index(tmp_path / "ix", repair=True, progress=False)
     assert report.ok and report.lost == [] and any("thumbnails" in d for d in report.damaged)
     with StreamingIndex.open(tmp_path / "ix") as idx:

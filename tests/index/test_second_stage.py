@@ -143,22 +143,32 @@ def test_geometry_survives_retraining_and_goes_with_its_image(index, collection,
     idx.close()
 
 
-def test_a_damaged_record_is_an_error_not_a_wrong_answer(collection, tmp_path):
+def test_a_damaged_record_is_named_never_a_wrong_answer(collection, tmp_path):
+    """The damaged record's image stays unverified (why "damaged", a warning naming it) and the search goes
+    on; reading the record itself is an IndexCorruptError naming the index, the image and its row."""
+    from streamk.errors import DamagedRecordWarning
+
+    source = collection["source"].stem
     idx = build(tmp_path / "ix", collection)
-    row = idx.info(collection["source"].stem)["row"]
-    raw = bytearray(idx.geometry(collection["source"].stem))
+    row = idx.info(source)["row"]
+    raw = bytearray(idx.geometry(source))
     raw[len(raw) // 2] ^= 0x5A
 
     def damage(txn):
         txn.put(row.to_bytes(8, "big"), bytes(raw), db=idx.store.geometry_db)
     idx.store.write(damage)
-    with pytest.raises(IndexCorruptError, match=f"geometry record of row {row}\\b") as info:
-        idx.search(str(collection["view"]), k=3)
+    with pytest.warns(DamagedRecordWarning, match=f"record of image '{source}' is damaged"):
+        hits = idx.search(str(collection["view"]), k=3)
+    hit = next(h for h in hits if h.id == source)
+    assert hit.why == "damaged" and not hit.verified and hit.inliers is None
+    with pytest.raises(IndexCorruptError, match=f"geometry record of image '{source}' \\(row {row}\\)") as info:
+        idx.geometry(source)
     assert info.value.rows == [row] and str(idx.path) in str(info.value)
-    assert idx.search(str(collection["view"]), k=3, verify=0)[0].id == collection["source"].stem
+    assert idx.search(str(collection["view"]), k=3, verify=0)[0].id == source
     idx.close()
     report = check_index(tmp_path / "ix", repair=True, progress=False)  # the record is dropped, the image kept
-    assert any(f"geometry records of row {row}" in d for d in report.damaged) and report.ok and not report.lost
+    assert any(f"geometry records of image '{source}' (row {row})" in d for d in report.damaged)
+    assert report.ok and not report.lost
     with StreamingIndex.open(tmp_path / "ix") as idx:
         assert idx.geometry(collection["source"].stem) is None
         assert collection["source"].stem in [h.id for h in idx.search(str(collection["view"]), k=3)]

@@ -264,7 +264,7 @@ def test_ingest_resume_and_search(work, tmp_path, capsys):
     assert all(hits[i]["score"] >= hits[i + 1]["score"] for i in range(len(hits) - 1))
     # errors -> one line and their exit codes
     assert main(["search", str(ix), str(imgs / "img3.png"), "--mode", "pq"]) == 2
-    assert "train_pq" in capsys.readouterr().err
+    assert "streamk index train" in capsys.readouterr().err  # the command, not the library's method
     assert main(["search", str(tmp_path / "nothere"), str(imgs / "img3.png")]) == 4  # NotAnIndexError
     assert main(["ingest", str(tmp_path / "nothere"), str(imgs)]) == 4
 

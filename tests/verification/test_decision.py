@@ -336,7 +336,8 @@ def test_a_candidate_not_verified_says_which_check_it_failed(random_vocabulary):
     q, c = scene(rng, random_vocabulary, 400, 8, t=(20.0, 10.0))
     old, = verify_geometry(q, [c], params=VerificationParams.fixed_inliers())
     assert not old.verified and old.inliers < 12 and old.why == "few-inliers"
-    assert set(WHY_NOT_VERIFIED) == {"few-matches", "no-model", "one-line", "one-likeness", "chance", "few-inliers"}
+    assert set(WHY_NOT_VERIFIED) == {"few-matches", "no-model", "one-line", "one-likeness", "chance", "few-inliers",
+                                     "damaged"}
 
 
 def test_the_old_rule_stays_available_and_parameters_are_checked(random_vocabulary):
