@@ -216,13 +216,14 @@ class DuplicateError(StreamkError, ValueError):
     exit_code = 4
     http_status = 409
 
-    def __init__(self, id, existing_id):
+    def __init__(self, id, existing_id, verb="add"):
         self.id = id
         self.existing_id = existing_id
-        super().__init__(f"cannot add {id!r}: the same content is already indexed as {existing_id!r}")
+        self.verb = verb
+        super().__init__(f"cannot {verb} {id!r}: the same content is already indexed as {existing_id!r}")
 
     def __reduce__(self):
-        return (type(self), (self.id, self.existing_id))
+        return (type(self), (self.id, self.existing_id, self.verb))
 
 
 class IdExistsError(StreamkError, ValueError):

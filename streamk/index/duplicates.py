@@ -49,11 +49,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, IndexCorruptError
 from ..features import MAX_FILE_SIZE
 from .queries import MAX_BATCH
 from .search_params import check_count
-from .second_stage import Hit
+from .second_stage import Hit, warn_damaged
 
 # Measured by bench/duplicates.py (T-emb k = 16, GMP, the demo's extractor; 80 Paris photos,
 # the encoder learned on 60 others): a photo's copies re-encoded (JPEG q = 12, q = 50), resized
@@ -485,6 +485,33 @@ def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=Fal
 GEOMETRY_BATCH = 32  # images whose geometry records, and their candidates', are read in one Index.geometries call
 
 
+def _is_record_damage(exc):
+    """Whether an IndexCorruptError is one record's damage (Store.damaged_geometry), not the store's."""
+    return (getattr(exc, "what", None) or "").startswith("the local-geometry record of")
+
+
+def _readable_geometries(index, ids):
+    """``index.geometries(ids)``, a damaged record read as None (its pairs are not classed:
+    both images kept) with one warning naming it; each record alone only when a batch
+    held a damaged one."""
+    try:
+        return index.geometries(ids)
+    except IndexCorruptError as exc:
+        if not _is_record_damage(exc):
+            raise
+    recs, damaged = [], []
+    for image_id in ids:
+        try:
+            recs.append(index.geometries([image_id])[0])
+        except IndexCorruptError as exc:
+            if not _is_record_damage(exc):
+                raise
+            recs.append(None)
+            damaged.append(image_id)
+    warn_damaged(index.path, damaged, "its pairs are not classed (both images kept)")
+    return recs
+
+
 def _classified_pairs(index, pixels, a, b, s, params):
     """[DuplicatePair] of the verified candidate pairs (a[i], b[i], vector score s[i]) of stored
     images, grouped by a (each a's candidates contiguous, in the order given): the records of
@@ -496,7 +523,7 @@ def _classified_pairs(index, pixels, a, b, s, params):
     for g in range(0, len(starts), GEOMETRY_BATCH):
         first, last = starts[g:g + GEOMETRY_BATCH], ends[g:g + GEOMETRY_BATCH]
         names = sorted(set(a[first[0]:last[-1]].tolist()) | set(b[first[0]:last[-1]].tolist()))
-        recs = dict(zip(names, index.geometries(names)))
+        recs = dict(zip(names, _readable_geometries(index, names)))
         for lo, hi in zip(first.tolist(), last.tolist()):
             image_id, ids = a[lo], b[lo:hi].tolist()
             if recs[image_id] is not None:
@@ -509,7 +536,7 @@ def _pairs_with(index, pixels, image_id, qrec, cand, params, turns=0, qgray=None
     if qrec is None or not cand:
         return []
     ids = [c[0] for c in cand]
-    recs = index.geometries(ids)
+    recs = _readable_geometries(index, ids)
     return _classify_candidates(pixels, image_id, qrec, ids, recs, [c[1] for c in cand], params, turns,
                                 qgray, qsha)
 
@@ -628,7 +655,7 @@ def copies_of_new(index, items, neighbours=DEFAULT_COPY_NEIGHBOURS, params=None,
             cand = [(c, float(sc)) for c, sc in zip(ids[i], scores[i]) if c is not None and c != items[lo + i][1]]
             if qrec is None or not cand:
                 continue
-            recs = index.geometries([c for c, _ in cand])
+            recs = _readable_geometries(index, [c for c, _ in cand])
             pairs = _classify_candidates(pixels, image_id, qrec, [c for c, _ in cand], recs, [sc for _, sc in cand],
                                          params, qgray=_file_pixels(path, image_id, max_file_size, pixels.orient),
                                          qsha=sha or "")

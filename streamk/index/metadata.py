@@ -69,12 +69,23 @@ _TAGS = {"b": b"b", "n": b"n", "s": b"s"}
 
 
 # ---------------------------------------------------------------- metadata values
+def _numpy_json(value):
+    """numpy's scalars and 1-D arrays as the JSON numbers, booleans and lists they hold
+    (``{"stars": np.int64(3)}`` from a DataFrame); anything else is not JSON."""
+    if isinstance(value, np.generic) and not isinstance(value, (np.datetime64, np.timedelta64, np.void)):
+        return value.item()
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "biuf":
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def encode_metadata(metadata):
     """The stored bytes of one image's metadata (a dict), or MetadataError."""
     if not isinstance(metadata, dict):
         raise MetadataError(f"metadata must be a JSON object (a dict), got {type(metadata).__name__}")
     try:
-        raw = json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        raw = json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":"),
+                         default=_numpy_json).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise MetadataError(f"metadata must hold only JSON values (strings, numbers, booleans, null, lists, "
                             f"objects; no NaN): {exc}") from exc
@@ -177,7 +188,9 @@ def indexed_values(value, field=None):
     """The encoded values under which an image is posted for one field's value (a list is
     posted under each of its scalar elements). A string too long to index raises
     MetadataError when ``field`` is given (writing), else is skipped."""
-    items = value if isinstance(value, list) else [value]
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    items = list(value) if isinstance(value, (list, tuple)) else [value]  # as JSON stores them: a list
     out = []
     for v in items:
         enc = encode_value(v)
@@ -404,6 +417,8 @@ def _parse_filter(where):
             clauses.append(Clause(field, (_scalar(field, cond["eq"], "eq"),)))
         elif "in" in ops:
             vals = cond["in"]
+            if isinstance(vals, np.ndarray) and vals.ndim == 1:  # numpy's values, as a list's (each checked)
+                vals = vals.tolist()
             if not isinstance(vals, (list, tuple)) or not 1 <= len(vals) <= MAX_IN_VALUES:
                 raise FilterError(f"filter on {field!r}: 'in' takes a list of 1..{MAX_IN_VALUES} values; " + GRAMMAR)
             clauses.append(Clause(field, tuple(dict.fromkeys(_scalar(field, v, "in") for v in vals))))

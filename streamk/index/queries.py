@@ -13,8 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import ConfigError, DimensionError, EmptyDescriptorSetError, NonFiniteError, ZeroVectorError
-from ..features import (DESCRIPTOR_DIM, crop_to_box, default_extractor, extractor_from_params, features_of_bytes,
-                        image_features, in_memory_image_bytes, is_image_in_memory)
+from ..features import (DESCRIPTOR_DIM, Features, crop_to_box, default_extractor, extractor_from_params,
+                        features_of_bytes, image_features, in_memory_image_bytes, is_image_in_memory)
 from .items import checked_vector, normalise_box, unit_vector
 from .search_params import INDEX_LIMITS, MODES, SearchParams, check_count
 from .second_stage import query_record
@@ -104,6 +104,12 @@ class QueryEncoder:
         batch = self.is_batch(query)
         if batch and (box is not None or features is not None):
             raise ConfigError("box and features apply to one query image, not a batch of vectors")
+        if features is not None and not isinstance(features, Features):
+            raise ConfigError(f"features= is the query image's Features (as streamk.extract gives them), got "
+                              f"{type(features).__name__}: give the image itself as the query instead")
+        if record is not None and not isinstance(record, (bytes, bytearray, memoryview)):
+            raise ConfigError(f"record= is a stored local-geometry record (bytes, index.geometry(id)), got "
+                              f"{type(record).__name__}")
         if batch:
             Q = self.vectors(query)
         elif self.is_image(query):

@@ -158,15 +158,15 @@ def damaged_ids(candidates):
     return [c.id for c in candidates if c.explanation.get("why") == DAMAGED]
 
 
-def warn_damaged(path, ids):
-    """The one warning of a search that met damaged records (the images ``ids``, left
-    unverified) in the index at ``path``; nothing when ``ids`` is empty."""
+def warn_damaged(path, ids, left="left unverified in this search"):
+    """The one warning of a search (or a copy pass) that met damaged records (the images
+    ``ids``, ``left`` as it says) in the index at ``path``; nothing when ``ids`` is empty."""
     ids = list(dict.fromkeys(ids))
     if not ids:
         return
     shown = ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
     warnings.warn(f"{path}: the local-geometry record of {'images' if len(ids) > 1 else 'image'} {shown} is "
-                  f"damaged: left unverified in this search; {advice(path)}", DamagedRecordWarning, stacklevel=4)
+                  f"damaged: {left}; {advice(path)}", DamagedRecordWarning, stacklevel=4)
 
 
 def explanation_of(verification):

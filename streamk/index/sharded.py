@@ -592,7 +592,7 @@ class ShardedIndex(Index):
             recs = self.records([holders[p] for p in stale])
             for p, raw in zip(stale, recs):
                 if raw is not None and ImageRecord.from_json(raw, self.path, holders[p]).content_key == encoded[p].content:
-                    out[p] = DuplicateError(ids[p], holders[p])
+                    out[p] = DuplicateError(ids[p], holders[p], "update" if replace else "add")
             self._claims(ShardActor.claim, [pairs[p] for p in stale if out[p] is None], True)
         todo = [p for p in range(len(encoded)) if out[p] is None]
         before = self.records([ids[p] for p in todo]) if replace else [None] * len(todo)

@@ -102,14 +102,14 @@ class IndexWriter:
         old = s.image(txn, enc.key)
         owner = txn.get(enc.content, db=s.hashes_db)
         image_id = enc.key.decode()
+        if replace and old is None:  # an update names an image first: is it there?
+            raise not_there_to_update(image_id)
         if owner is not None and bytes(owner) != enc.key:
-            raise DuplicateError(image_id, bytes(owner).decode())
+            raise DuplicateError(image_id, bytes(owner).decode(), "update" if replace else "add")
         if old is not None and not replace:
             if owner is not None:  # same id, same content
                 return "exists"
             raise IdExistsError(f"id {image_id!r} already holds other content; use update() to replace it")
-        if replace and old is None:
-            raise not_there_to_update(image_id)
         metadata = enc.metadata
         if old is not None:  # replace: the new content keeps the old metadata, updated with its own
             old_meta = metadata_of_rows(txn, s, [old.row])[0]

@@ -53,7 +53,9 @@ A pair is a copy when both hold (:func:`classify_pair`):
    Detail: a copy never shows more than its source. When one image is the smaller part of
    the common frame (a crop, area ratio < SAME_FRAME = 0.9) and holds more than
    MAX_DETAIL_RATIO = 1.25 times the other's pixels per unit of it, it is a zoomed capture
-   from the same place, not a crop (copies upscaled by more than 1.25 are not supported).
+   from the same place, not a crop (copies upscaled by more than 1.25 are not supported), or
+   two copies of a larger original, one cropped at full size and one reduced: neither can
+   replace the other, as two different crops of one photo (each is a copy of the original).
    Between MIN_BAND_SCALE = 1.1 and 1.25 a zoomed capture and an upscaled crop are told apart
    by what the finer view holds beyond the coarser one's resolution (3., after the pixels).
 2. Pixels: the two images, warped by that similarity onto a common grid (the smaller
@@ -606,7 +608,8 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
     area_ratio, detail = detail_ratio(S, rec_a.image_size, rec_b.image_size)
     if area_ratio < SAME_FRAME and detail > MAX_DETAIL_RATIO:
         return PairClass("same scene", n, covered, None, S,
-                         f"the smaller view shows {detail:.1f}x the detail of the other: a zoomed capture, not a crop")
+                         f"the smaller view shows {detail:.1f}x the detail of the other: a zoomed capture, or both "
+                         f"made from a larger original (neither can replace the other)")
     # the smaller image in the common frame: the one whose frame a copy keeps inside the other's
     a_smaller = float(np.prod(rec_a.image_size)) * abs(np.linalg.det(S[:, :2])) <= float(np.prod(rec_b.image_size))
     contained = (contained_fraction(rec_a.xy, S, rec_b.image_size) if a_smaller else

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamk.errors import UnknownIdError
+from streamk.errors import ConfigError, DuplicateError, UnknownIdError
 from streamk.features import Features
 from streamk.index import (Index, SearchParams, ShardedIndex, StreamingIndex, copies_of, copy_report, encoded_vector,
                            shard_of)
@@ -375,7 +375,10 @@ def test_a_damaged_geometry_record_leaves_its_image_unverified_and_the_search_go
             assert str(index.path) in messages[0] and "streamk index verify --repair" in messages[0]
         with pytest.raises(IndexCorruptError, match=r"the index is damaged: the local-geometry record of image "
                            r"'scene1-view0' \(row \d+\) fails its checks .*streamk index verify --repair"):
-            copies_of(index, "scene1-view1")  # what `streamk duplicates` reads
+            index.geometry("scene1-view0")  # read alone: named, never a wrong record
+        with pytest.warns(DamagedRecordWarning, match="'scene1-view0' is damaged: its pairs are not classed"):
+            pairs = copies_of(index, "scene1-view1")  # what `streamk duplicates` reads: the others classed
+        assert "scene1-view0" not in {p.b for p in pairs} and "scene1-view2" in {p.b for p in pairs}
     assert hits_of(index.search(vec, features=f, params=p)) == hits_of(clean)
 
 
@@ -453,6 +456,15 @@ def test_metadata(index, reference):
     assert index.search(q, k=3, mode="exact", where={"group": "moved"}) == []
 
 
+def test_what_is_not_a_query_s_features_or_record_is_named(index):
+    """search(v, features=...) took any object and failed inside with AttributeError."""
+    v = index.vector("v001")
+    with pytest.raises(ConfigError, match="features= is the query image's Features"):
+        index.search(v, k=2, features="query.jpg")
+    with pytest.raises(ConfigError, match="record= is a stored local-geometry record"):
+        index.search(v, k=2, record="scene0-view0")
+
+
 def test_the_codec_in_use_is_the_one_trained(index, built):
     """codec() on every kind: the one codec trained (a sharded index's shards share it)."""
     assert index.codec().to_bytes() == built["codec"].to_bytes()
@@ -500,6 +512,10 @@ def test_add_and_remove(index, reference):
         assert [h.id for h in index.search(w, k=1, mode="exact")] == ["tmp2"]
         with pytest.raises(UnknownIdError, match=r"no image 'tmp0' in the index \(use add\(\)\)"):
             index.update("tmp0", vector=vectors(17, 1)[0])
+        with pytest.raises(UnknownIdError):  # absent, whatever its content (it said "cannot add 'tmp0': ...")
+            index.update("tmp0", vector=index.vector("v001"))
+        with pytest.raises(DuplicateError, match="cannot update 'tmp2': the same content is already indexed as"):
+            index.update("tmp2", vector=index.vector("v001"))
     finally:
         index.remove([i for i in new if i in index])
     assert len(index) == n

@@ -284,3 +284,27 @@ def test_sharded_filtered_search_equals_one_index(tmp_path, encoder, filled):
             many.search(V[0], k=3, where={"free": 1})
     finally:
         many.close()
+
+
+def test_numpy_values_are_stored_and_filtered_as_the_json_they_hold(tmp_path, encoder):
+    """Metadata from a DataFrame or an array (np.int64, np.float32, np.bool_, a 1-D array)
+    was refused ("Object of type int64 is not JSON serializable"), and an 'in' filter given
+    a numpy array too, while `where={"stars": np.int64(3)}` was taken. Stored as the JSON
+    numbers, booleans and lists they hold, posted as those are when a field is indexed later."""
+    V = vectors(51, 3)
+    with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32", indexed_fields=["stars", "tags"]) as idx:
+        idx.add("a", vector=V[0], metadata={"stars": np.int64(4), "w": np.float32(0.5), "ok": np.bool_(True),
+                                            "tags": np.array([1, 2]), "also": np.array([7, 8])})
+        idx.add("b", vector=V[1], metadata={"stars": 2, "tags": [3], "also": [8]})
+        stored = idx.metadata("a")
+        assert stored == {"stars": 4, "w": 0.5, "ok": True, "tags": [1, 2], "also": [7, 8]}
+        assert all(type(v) in (int, float, bool, list) for v in stored.values())
+        assert [h.id for h in idx.search(V[0], k=3, where={"tags": 2})] == ["a"]
+        assert [h.id for h in idx.search(V[0], k=3, where={"stars": {"in": np.array([4, 2])}})] == ["a", "b"]
+        idx.index_field("also")  # built from the stored JSON: the array's elements, as at write time
+        assert [h.id for h in idx.search(V[0], k=3, where={"also": 7})] == ["a"]
+        with pytest.raises(MetadataError, match="no NaN"):
+            idx.add("c", vector=V[2], metadata={"w": np.float64("nan")})
+        with pytest.raises(MetadataError):
+            idx.add("c", vector=V[2], metadata={"when": np.datetime64("2024-01-01")})
+        assert "c" not in idx

@@ -350,3 +350,18 @@ def test_new_detail_is_not_measured_on_thumbnails_or_at_small_scales():
     assert new_detail(a[::4, ::4], (256, 256), a, (256, 256), half) is None  # a thumbnail: no band
     same = np.array([[0.95, 0, 0], [0, 0.95, 0]])
     assert new_detail(a, (256, 256), a, (256, 256), same) is None  # 1.05x: under MIN_BAND_SCALE
+
+
+def test_a_full_size_crop_and_a_reduced_copy_of_one_photo_are_copies_of_it_not_of_each_other(photo_case):
+    """Two copies of one photo: its central part at full size, and the whole reduced to half.
+    Each is a copy of the photo; to each other the crop holds 2x the detail the reduced copy
+    kept, so neither can replace the other: same scene, and the reason says that both may be
+    made from a larger original (it said "a zoomed capture, not a crop")."""
+    img = photo_case["image"]
+    W, H = img.size
+    crop = img.crop((int(0.2 * W), int(0.2 * H), int(0.8 * W), int(0.8 * H)))
+    half = img.resize((W // 2, H // 2), Image.Resampling.LANCZOS)
+    assert _classify_two(photo_case, crop, img).kind == "copy"
+    assert _classify_two(photo_case, half, img).kind == "copy"
+    pair = _classify_two(photo_case, crop, half)
+    assert pair.kind == "same scene" and "both made from a larger original" in pair.reason, pair
