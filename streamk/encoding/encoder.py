@@ -248,6 +248,12 @@ class Encoder:
         if not self._fitted:
             raise NotFittedError("Encoder is not fitted: call fit() or Encoder.load()")
 
+    def __repr__(self) -> str:
+        c = self.config
+        shape = f", dim={self.dim}, fingerprint={self.fingerprint[:12]!r}" if self._fitted else ", not fitted"
+        return (f"Encoder(embedding={c.embedding!r}, k={c.k}, aggregation={c.aggregation!r}, power={c.power}, "
+                f"rn={c.rn}{shape})")
+
     @property
     def input_dim(self) -> int:
         self._check_fitted()

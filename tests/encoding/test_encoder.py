@@ -335,3 +335,16 @@ def test_config_object_and_dict_are_accepted():
     assert Encoder(cfg).config == cfg
     assert Encoder({"embedding": "vlad", "k": 4, "aggregation": "democratic"}).config == cfg
     assert Encoder(cfg, gamma=0.25).config.gamma == 0.25
+
+
+def test_an_encoder_says_what_it_is():
+    """Its repr was `<streamk.encoding.encoder.Encoder object at 0x...>`."""
+    import numpy as np
+
+    from streamk import Encoder
+
+    enc = Encoder(embedding="vlad", k=4, aggregation="gmp")
+    assert repr(enc) == "Encoder(embedding='vlad', k=4, aggregation='gmp', power=0.5, rn=False, not fitted)"
+    enc.fit([np.random.default_rng(0).integers(0, 120, (80, 128)).astype(np.float32)])
+    assert repr(enc) == (f"Encoder(embedding='vlad', k=4, aggregation='gmp', power=0.5, rn=False, dim={enc.dim}, "
+                         f"fingerprint={enc.fingerprint[:12]!r})")
