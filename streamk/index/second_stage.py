@@ -175,7 +175,9 @@ def explanation_of(verification):
     v = verification
     if v is None:
         return {}
-    return {"inliers": v.inliers, "verified": v.verified, "region": v.region, "affine": v.affine, "pairs": v.pairs,
+    shown = v.verified  # a region says "the query is here": only a verified map draws one (its doc)
+    return {"inliers": v.inliers, "verified": v.verified, "region": v.region if shown else None,
+            "affine": v.affine if shown else None, "pairs": v.pairs,
             "stage": "verified" if v.verified else "first", "why": v.why,
             "log10_nfa": float(v.log10_nfa) if math.isfinite(v.log10_nfa) else None}
 

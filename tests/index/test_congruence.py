@@ -456,6 +456,25 @@ def test_metadata(index, reference):
     assert index.search(q, k=3, mode="exact", where={"group": "moved"}) == []
 
 
+def test_only_a_verified_result_has_a_region(index):
+    """A region says where the query is in the result: an unverified result whose best map
+    failed the test (4 inliers, "chance") carried one too, and the notebook drew it."""
+    from streamk.index.second_stage import explanation_of, query_record
+    from streamk.verification import verify_geometry
+
+    vec, f = scene_views()["scene1-view1"]
+    hits = index.search(vec, features=f, k=12, mode="exact", expand=0)
+    assert any(h.verified for h in hits)
+    for h in hits:
+        assert (h.region is not None) == (h.affine is not None) == bool(h.verified), h
+    _, g = scene_views()["scene1-view0"]
+    four = stored_record(index.vocabulary, g.keypoints[:4], g.descriptors[:4], g.image_size)
+    v = verify_geometry(query_record(index.vocabulary, f), [four], return_pairs=True)[0]
+    assert not v.verified and v.why == "chance" and v.region is not None  # a map, not significant
+    shown = explanation_of(v)
+    assert shown["region"] is None and shown["affine"] is None and shown["inliers"] == 4 and shown["why"] == "chance"
+
+
 def test_what_is_not_a_query_s_features_or_record_is_named(index):
     """search(v, features=...) took any object and failed inside with AttributeError."""
     v = index.vector("v001")
