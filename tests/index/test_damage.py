@@ -2,6 +2,7 @@
 report, never a signal, never a silent wrong answer; a full disk (failure 4) is a
 DiskFullError with nothing half-written."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -250,23 +251,30 @@ def test_an_index_folder_that_cannot_be_written_says_what_still_works(tmp_path, 
     assert isinstance(reading, ReadOnlyIndexError) and "lock.mdb" in str(reading)
 
 
-@pytest.fixture
-def read_only_disk(tmp_path, built):
-    """A copy of ``built`` on a tmpfs remounted read-only (root only: skipped otherwise)."""
-    disk = tmp_path / "ro"
-    disk.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], capture_output=True,
+@contextlib.contextmanager
+def tmpfs(folder, size):
+    """A tmpfs of ``size`` mounted on the new ``folder`` (root only: the test is skipped with
+    the reason otherwise), unmounted after."""
+    folder.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
                           text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip() or proc.returncode}")
     try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture
+def read_only_disk(tmp_path, built):
+    """A copy of ``built`` on a tmpfs remounted read-only."""
+    with tmpfs(tmp_path / "ro", "64m") as disk:
         copy_of(built[0], disk / "ix")
         proc = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
         if proc.returncode != 0:
             pytest.skip(f"cannot remount read-only: {proc.stderr.strip()}")
         yield disk / "ix"
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 def test_an_index_on_a_read_only_file_system_is_searched_and_says_so_when_written(read_only_disk, built):
@@ -281,8 +289,6 @@ def test_an_index_on_a_read_only_file_system_is_searched_and_says_so_when_writte
     assert proc.returncode == 4 and "cannot be written" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(pytest.main([__file__]))
 
 
 # ------------------------------------------------------------ failure 4: disk full
@@ -301,17 +307,9 @@ def add_batches(idx, V, start, batch=200):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 4 MiB tmpfs (root only: skipped with the reason otherwise), unmounted after."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)], capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip() or proc.returncode}")
-    try:
+    """A 4 MiB tmpfs."""
+    with tmpfs(tmp_path / "disk", "4m") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
 
 
 def test_a_full_disk_is_a_disk_full_error_and_a_rerun_completes(small_disk, encoder):
@@ -828,3 +826,7 @@ def test_one_random_byte_in_any_stored_value_is_named_and_repaired(tmp_path, var
     else:
         assert repaired.lost == [] or name == "vectors", repaired.lost
         assert len(ids) + len(repaired.lost) == before.counts["images"]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__]))
