@@ -80,6 +80,9 @@ def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=()
             service.close()
         sock.close()
         raise
+    if not images and service.local_features_now():  # the copy classes compare pixels: said before a user asks
+        log.warning("no --images folder: /images/{id}/duplicates cannot read the pixels of images ingested from "
+                    "files, and keeps their copies as 'same scene'; pass --images FOLDER, the folder they came from")
     config = uvicorn.Config(app, host=host, port=int(port), log_config=None, access_log=False,
                             timeout_graceful_shutdown=30, lifespan="on", server_header=False,
                             **uvicorn_limits(**(connection_limits or {})))

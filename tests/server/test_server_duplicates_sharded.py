@@ -66,6 +66,7 @@ def test_copies_without_pixels_to_compare_say_how_to_class_them(photos, tmp_path
         for image_id, path in copies.items():
             single.add(image_id, image_path=str(path))
     srv = make_server(tmp_path / "one", args=["--workers", "1"])
+    assert "no --images folder: /images/{id}/duplicates cannot read the pixels" in srv.log()  # said at start
     with srv.client() as c:
         answer = c.get("/images/p0/duplicates").json()
     kept = [p for p in answer["pairs"] if p["b"] in copies]
@@ -74,6 +75,8 @@ def test_copies_without_pixels_to_compare_say_how_to_class_them(photos, tmp_path
                               "was given): they are kept as same scene; start the server with --images FOLDER, the "
                               "folder the images were ingested from, to class them")
     folders = ["--images", os.path.dirname(photos["paths"][0]), "--images", str(tmp_path / "copies")]
-    with make_server(tmp_path / "one", args=["--workers", "1", *folders]).client() as c:
+    srv = make_server(tmp_path / "one", args=["--workers", "1", *folders])
+    with srv.client() as c:
         answer = c.get("/images/p0/duplicates").json()
+    assert "no --images" not in srv.log()
     assert answer["note"] is None and sorted(d["id"] for d in answer["duplicates"]) == ["crop", "jpeg"]
