@@ -59,6 +59,10 @@ class SearchApp(W.VBox):
     methods the controls call: :meth:`search_path`, :meth:`search_upload`,
     :meth:`pick`, and the control widgets' ``value``."""
 
+    # class defaults: close() (ipywidgets calls it at garbage collection) works on an app whose constructor raised
+    _upload_dir = None  # made at the first upload; holds the current query's upload only
+    _remove_uploads = None  # removes that folder with the app (or at exit)
+
     def __init__(self, index, dataset=None, k=10, cache_dir=None, workers=None, thumbnails=None,
                  first_query=True):
         self.index = index
@@ -72,8 +76,6 @@ class SearchApp(W.VBox):
         self.state = 0  # redraws of the result grid
         self.timings = {}
         self._suspended = False  # True while the app sets controls itself
-        self._upload_dir = None  # made at the first upload; holds the current query's upload only
-        self._remove_uploads = None  # removes that folder with the app (or at exit)
         self._query_controls()
         self._ranking_controls(self.reaggregator.index_settings(), k, len(index))
         self._second_stage_controls(index.vocabulary is not None)  # local geometry, either kind of index

@@ -230,6 +230,38 @@ def test_upload_folder_goes_at_exit_without_close(small_example_dir, tmp_path):
     assert folder and "streamk-upload-" in folder and not os.path.exists(folder)
 
 
+def unraisable_during(fn):
+    """What Python would print as 'Exception ignored in ...' while ``fn`` runs and its garbage is collected."""
+    import gc
+    import sys
+
+    seen = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    try:
+        fn()
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    return seen
+
+
+def test_an_app_whose_constructor_raised_is_collected_quietly(example):
+    """A closed index is refused by the constructor, and nothing more is said when the
+    half-built app is collected (ipywidgets closes every widget then)."""
+    from streamk.errors import IndexClosedError
+    from streamk.index import open_index
+    from streamk.widgets import SearchApp
+
+    closed = open_index(example.index.path)
+    closed.close()
+
+    def refused():
+        with pytest.raises(IndexClosedError):
+            SearchApp(closed, workers=1)
+
+    assert unraisable_during(refused) == []
+
+
 def test_picker_covers_queries_and_index_images(app, example):
     labels = [label for label, _ in app.picker.options]
     assert sum(lbl.startswith("query: ") for lbl in labels) == example.dataset.n_queries
