@@ -94,6 +94,7 @@ class SearchApp(W.VBox):
         ])
         self.add_class("streamk-search-app")
         self._update_sliders()
+        self._shown = self._snapshot()  # what the results shown were made with: restored when a change fails
         if first_query and self.picker.options:
             self._run(self._pick_value, self.picker.value)
 
@@ -186,6 +187,28 @@ class SearchApp(W.VBox):
         self.gamma.disabled = self.method.value != "democratic"
         self.lam.disabled = self.method.value != "gmp"
 
+    def _snapshot(self):
+        """The query and the controls' values (the box fields' bounds too) a ranking is made with."""
+        return {"query": self.query, "box_max": [f.max for f in self.box_fields],
+                "values": [w.value for w in self._ranking_widgets()]}
+
+    def _ranking_widgets(self):
+        return (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode,
+                self.verify, self.bar)
+
+    def _restore(self, snap):
+        """Put the query and the controls back as ``snap`` has them, searching nothing."""
+        self._suspended = True
+        try:
+            self.query = snap["query"]
+            for f, m in zip(self.box_fields, snap["box_max"]):
+                f.max = m
+            for w, v in zip(self._ranking_widgets(), snap["values"]):
+                w.value = v
+        finally:
+            self._suspended = False
+        self._update_sliders()
+
     def _run(self, fn, *args):
         """Every control goes through here: an error is shown in the app, never raised."""
         return guarded(self.errors, fn, *args)
@@ -247,14 +270,16 @@ class SearchApp(W.VBox):
         return found[path]
 
     def _set_query(self, query, box=None):
-        """Take a new query (features already extracted) and rank; nothing changes on error."""
+        """Take a new query (features already extracted) and rank; nothing changes on error
+        (the query shown, its box and the controls stay as they were)."""
         if len(query.features) == 0:
             raise EmptyDescriptorSetError(f"{query.label}: no local features in this image")
         w, h = query.features.image_size
         old = self.query
+        shown = self._shown
         self.query = query
-        self._suspended = True
         try:
+            self._suspended = True
             try:
                 for f, m in zip(self.box_fields, (w, h, w, h)):
                     f.max = float(m)
@@ -265,7 +290,7 @@ class SearchApp(W.VBox):
                 self._suspended = False
             self.rerank()
         except Exception:
-            self.query = old
+            self._restore(shown)
             raise
         # only the current query's upload is kept: a session of many uploads does not fill the disk
         if old is not None and old.path != query.path and os.path.dirname(old.path) == self._upload_dir:
@@ -464,6 +489,7 @@ class SearchApp(W.VBox):
                                                                  if self.timings["database_s"] else "") + ")")
             + f" · query {1000 * self.timings['encode_s']:.0f} ms, search {1000 * self.timings['search_s']:.0f} ms"
             + ("" if n_pos is None else f" · {n_pos} positive(s) shown of {len(q.positives)}"))
+        self._shown = self._snapshot()  # the grid and status now show these (the weights view below may fail)
         ids = [h.id for h in self.hits]
         keep = self.explain.value if self.explain.value in ids else (ids[0] if ids else None)
         self._suspended = True

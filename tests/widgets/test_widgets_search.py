@@ -127,6 +127,32 @@ def test_crop_box_changes_the_query(app):
     assert app.errors.text == "" and len(app.query_features()) == n_all
 
 
+def test_a_failed_new_query_keeps_the_query_its_box_and_the_controls(example):
+    """A new query that cannot be ranked (here: its index closed meanwhile) leaves the query
+    shown with its crop box and the controls as they were."""
+    from streamk.index import open_index
+    from streamk.widgets import SearchApp
+
+    idx = open_index(example.index.path)
+    try:
+        app = SearchApp(idx, dataset=example.dataset, k=5, workers=1)
+        app.verify.value = False
+        w, h = app.query.features.image_size
+        for f, v in zip(app.box_fields, (0, 0, w / 2, h / 2)):
+            f.value = v
+        app.use_box.value = True
+        assert app.errors.text == ""
+        query, box, html = app.query, app.box(), app.results.value
+    finally:
+        idx.close()
+    other = example.dataset.query_image_path(1)
+    assert app.query.path != str(other)
+    app.path_text.value = str(other)
+    assert "IndexClosedError" in app.errors.text and app.results.value == html
+    assert app.query is query and app.use_box.value and app.box() == box
+    assert [f.max for f in app.box_fields] == [w, h, w, h]
+
+
 @pytest.mark.parametrize("data, reason", [(b"", "empty file"), (b"this is not an image", "not a recognised"),
                                           (b"\x89PNG\r\n\x1a\n\x00\x00", "")])
 def test_bad_upload_shows_an_error_and_changes_nothing(app, data, reason):
