@@ -29,6 +29,7 @@ import ipywidgets as W
 
 from .. import features as feat
 from ..pipeline import extract_many
+from ..checks import check_box
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError, ImageTooLargeError
 from ..index import SearchParams
 from ..pipeline import Reaggregator, Settings
@@ -83,7 +84,7 @@ class SearchApp(W.VBox):
         self._wire()
         super().__init__([
             W.HBox([self.picker, self.path_text, self.path_button, self.upload]),
-            W.HBox([self.use_box, *self.box_fields]),
+            W.HBox([self.use_box, *self.box_fields, self.box_note]),
             W.HBox([self.method, self.reset_button]),
             W.HBox([self.gamma, self.lam, self.power]),
             W.HBox([self.k, self.mode, self.verify, self.bar, self.explain_toggle, self.matches_toggle]),
@@ -111,6 +112,8 @@ class SearchApp(W.VBox):
         self.box_fields = [W.BoundedFloatText(value=0, min=0, max=1e5, description=d, step=1,
                                               layout=W.Layout(width="130px"), style={"description_width": "22px"})
                            for d in ("x1", "y1", "x2", "y2")]
+        self.box_note = W.HTML()  # a box being typed in: said quietly, searched once it is valid
+        self.box_note.add_class("streamk-box-note")
 
     def _ranking_controls(self, s, k, n):
         """The aggregation settings ``s`` (the index's at first), k (of ``n`` images), exact / PQ."""
@@ -125,10 +128,8 @@ class SearchApp(W.VBox):
         self.k = W.IntSlider(value=min(k, max(1, n)), min=1, max=max(1, min(100, n)), description="k",
                              continuous_update=False)
         self.k.add_class("streamk-k")
-        has_pq = self.index.codec_params() is not None
-        self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search",
-                                    tooltips=["all stored vectors", "PQ codes, then re-rank"
-                                              if has_pq else "the index has no PQ codes (index.train())"])
+        self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search")
+        self._update_mode()
         self.mode.add_class("streamk-mode")
         self.reset_button = W.Button(description="index settings", tooltip="the settings the index was built with")
 
@@ -183,6 +184,13 @@ class SearchApp(W.VBox):
     def settings(self):
         return Settings(self.method.value, float(self.gamma.value), float(self.lam.value), float(self.power.value))
 
+    def _update_mode(self):
+        """PQ offered only when the index has a codec (it may be trained while the app is open)."""
+        has_pq = self.index.codec_params() is not None
+        self.mode.disabled = not has_pq and self.mode.value == "exact"
+        self.mode.tooltips = ["all stored vectors", "PQ codes, then re-rank" if has_pq
+                              else "the index has no PQ codes yet (index.train(), or streamk index train)"]
+
     def _update_sliders(self):
         self.gamma.disabled = self.method.value != "democratic"
         self.lam.disabled = self.method.value != "gmp"
@@ -208,14 +216,33 @@ class SearchApp(W.VBox):
         finally:
             self._suspended = False
         self._update_sliders()
+        self.box_note.value = ""
 
     def _run(self, fn, *args):
         """Every control goes through here: an error is shown in the app, never raised."""
         return guarded(self.errors, fn, *args)
 
     def _on_control(self, change):
-        if not self._suspended:
-            self._run(self.rerank)
+        if self._suspended or (change["owner"] in self.box_fields and not self.use_box.value):
+            return  # (a box not used changes no ranking)
+        if self.use_box.value:
+            try:
+                check_box(tuple(float(f.value) for f in self.box_fields))
+            except ConfigError:  # typing a box passes through such boxes: no search until it is valid
+                self.box_note.value = ('<span style="color:#777">searched once x1 &lt; x2 and y1 &lt; y2; '
+                                       "the results are of the last box searched</span>")
+                return
+        self.box_note.value = ""
+        self._run(self._rerank_or_restore)
+
+    def _rerank_or_restore(self):
+        """Rank under the controls' values; on error put them back as the results shown were made."""
+        shown = self._shown
+        try:
+            return self.rerank()
+        except Exception:
+            self._restore(shown)
+            raise
 
     def _pick_options(self):
         opts = []
@@ -260,7 +287,7 @@ class SearchApp(W.VBox):
             self.method.value, self.gamma.value, self.lam.value, self.power.value = s.method, s.gamma, s.lam, s.power
         finally:
             self._suspended = False
-        return self.rerank()
+        return self._rerank_or_restore()
 
     # ---------------------------------------------------------------- queries
     def _features_of_file(self, path):
@@ -392,6 +419,7 @@ class SearchApp(W.VBox):
     def rerank(self):
         """Encode the query under the current settings and rank; redraws the grid."""
         self._update_sliders()
+        self._update_mode()
         if self.query is None:
             return []
         s = self.settings()
@@ -490,6 +518,7 @@ class SearchApp(W.VBox):
             + f" · query {1000 * self.timings['encode_s']:.0f} ms, search {1000 * self.timings['search_s']:.0f} ms"
             + ("" if n_pos is None else f" · {n_pos} positive(s) shown of {len(q.positives)}"))
         self._shown = self._snapshot()  # the grid and status now show these (the weights view below may fail)
+        self.box_note.value = ""
         ids = [h.id for h in self.hits]
         keep = self.explain.value if self.explain.value in ids else (ids[0] if ids else None)
         self._suspended = True

@@ -13,6 +13,8 @@ from streamk.pipeline import extract_many  # noqa: E402
 from streamk.demo.examples import open_example  # noqa: E402
 from streamk.config import default_cache_dir  # noqa: E402
 
+METHOD_OPTIONS = (("sum", "sum"), ("democratic", "democratic"), ("GMP", "gmp"))
+
 
 @pytest.fixture(scope="module")
 def example(small_example_dir):
@@ -307,9 +309,47 @@ def test_weights_view_explains_a_result(app):
     assert app.weights_box.layout.display == "none"
 
 
-def test_pq_mode_without_codes_is_reported(app):
-    app.mode.value = "pq"
+def test_pq_mode_without_codes_is_reported_and_the_toggle_goes_back(app):
+    assert app.index.codec_params() is None and app.mode.disabled  # nothing to choose: offered once trained
+    html, state = app.results.value, app.state
+    app.mode.value = "pq"  # (a program can still ask)
     assert "NotFittedError" in app.errors.text
+    assert app.mode.value == "exact" and app.state == state and app.results.value == html  # as the grid shows
+    app.k.value = 3  # the next change searches as usual
+    assert app.errors.text == "" and app.state == state + 1 and grid(app)[0]["mode"] == "exact"
+
+
+def test_a_failed_reaggregation_puts_the_method_back(app):
+    shown = app.method.value
+    other = next(v for _, v in METHOD_OPTIONS if v != shown)
+    app.reaggregator.max_images = 1  # other settings than the index's own are refused on a larger index
+    html, state = app.results.value, app.state
+    app.method.value = other
+    assert "ConfigError" in app.errors.text and "aggregation settings" in app.errors.text
+    assert app.method.value == shown and app.state == state and app.results.value == html
+    assert f" · {shown}" in app.status.value and app.progress.layout.display == "none"
+    app.reaggregator.max_images = 10**6
+    app.reset_button.click()  # the index's settings (already shown): searched again, no error
+    assert app.errors.text == "" and app.method.value == shown and app.state == state + 1
+
+
+def test_a_box_typed_field_by_field_searches_once_it_is_valid(app):
+    w, h = app.query.features.image_size
+    state = app.state
+    for f, v in zip(app.box_fields, (0, 0, w / 4, h / 4)):
+        f.value = v  # the box is off: nothing to search
+    assert app.state == state
+    app.use_box.value = True
+    assert app.errors.text == "" and app.state == state + 1
+    html = app.results.value
+    # to (w/2, h/2, w, h) through boxes with x1 >= x2 or y1 >= y2: said quietly, not searched
+    for f, v in zip(app.box_fields[:3], (w / 2, h / 2, w)):
+        f.value = v
+        assert app.errors.text == "" and app.state == state + 1 and app.results.value == html
+        assert "x1 &lt; x2" in app.box_note.value
+    app.box_fields[3].value = h  # valid: one search, with that box
+    assert app.errors.text == "" and app.state == state + 2 and app.box_note.value == ""
+    assert "in the box" in app.query_view.value and app.box() == (w / 2, h / 2, w, h)
 
 
 def test_reaggregation_shows_progress_then_hides_it(app, example, monkeypatch):
