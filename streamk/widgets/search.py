@@ -77,6 +77,7 @@ class SearchApp(W.VBox):
         self.state = 0  # redraws of the result grid
         self.timings = {}
         self._suspended = False  # True while the app sets controls itself
+        self._k_asked, self._size = k, len(index)  # k and the picker follow the index as it grows
         self._query_controls()
         self._ranking_controls(self.reaggregator.index_settings(), k, len(index))
         self._second_stage_controls(index.vocabulary is not None)  # local geometry, either kind of index
@@ -168,7 +169,8 @@ class SearchApp(W.VBox):
         self.explain_toggle = W.ToggleButton(value=False, description="show weights", icon="eye")
 
     def _wire(self):
-        self.picker.observe(lambda ch: self._run(self._pick_value, ch["new"]), names="value")
+        self.picker.observe(lambda ch: None if self._suspended else self._run(self._pick_value, ch["new"]),
+                            names="value")
         self.path_button.on_click(lambda _: self._run(self.search_path, self.path_text.value))
         self.path_text.observe(self._on_path, names="value")  # Enter (or leaving the field) searches
         self.upload.observe(self._on_upload, names="value")
@@ -190,6 +192,25 @@ class SearchApp(W.VBox):
         self.mode.disabled = not has_pq and self.mode.value == "exact"
         self.mode.tooltips = ["all stored vectors", "PQ codes, then re-rank" if has_pq
                               else "the index has no PQ codes yet (index.train(), or streamk index train)"]
+
+    def _follow_the_index(self):
+        """k's maximum and the picker's list as the index is now (len is O(1): the list is read when it changed)."""
+        n = len(self.index)
+        if n == self._size:
+            return
+        self._size = n
+        self._suspended = True
+        try:
+            capped = self.k.value == self.k.max  # (an index empty at first kept k at 1: the k asked for now)
+            self.k.max = max(1, min(100, n))
+            if capped:
+                self.k.value = min(self._k_asked, self.k.max)
+            picked = self.picker.value
+            self.picker.options = self._pick_options()
+            if any(v == picked for _, v in self.picker.options):
+                self.picker.value = picked
+        finally:
+            self._suspended = False
 
     def _update_sliders(self):
         self.gamma.disabled = self.method.value != "democratic"
@@ -420,6 +441,7 @@ class SearchApp(W.VBox):
         """Encode the query under the current settings and rank; redraws the grid."""
         self._update_sliders()
         self._update_mode()
+        self._follow_the_index()
         if self.query is None:
             return []
         s = self.settings()

@@ -290,6 +290,25 @@ def test_an_app_whose_constructor_raised_is_collected_quietly(example):
     assert unraisable_during(refused) == []
 
 
+def test_k_and_the_picker_follow_an_index_that_grows(example, tmp_path):
+    """An app opened on an empty index: k is capped at 1 until the index has images; the next
+    search lifts the cap to the k asked for and lists the new images."""
+    from streamk.index import StreamingIndex
+    from streamk.widgets import SearchApp
+
+    with StreamingIndex.create(tmp_path / "grows", example.index.encoder,
+                               extractor=example.index.extractor()) as idx:
+        app = SearchApp(idx, k=5, workers=1)
+        assert app.k.max == 1 and app.k.value == 1 and app.picker.options == ()
+        ids = example.index.ids()[:3]
+        for i in ids:
+            idx.add(i, image_path=example.index.info(i)["source"])
+        app.path_text.value = str(example.dataset.query_image_path(0))
+        assert app.errors.text == "" and app.k.max == 3 and app.k.value == 3 and len(app.hits) == 3
+        assert [v for _, v in app.picker.options] == [("id", i) for i in idx.ids()]
+        assert app.query.path == str(example.dataset.query_image_path(0))  # the picker's refresh searched nothing
+
+
 def test_picker_covers_queries_and_index_images(app, example):
     labels = [label for label, _ in app.picker.options]
     assert sum(lbl.startswith("query: ") for lbl in labels) == example.dataset.n_queries
