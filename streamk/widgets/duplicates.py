@@ -27,6 +27,7 @@ from ..errors import ImageReadError
 from .common import ErrorBox, ThumbnailCache, data_uri, guarded, placeholder_svg
 
 DEFAULT_NEIGHBOURS = 10  # as streamk.index.DEFAULT_COPY_NEIGHBOURS (not imported: this module stays light)
+MAX_NEIGHBOURS = 1000  # as the library's bound (streamk.index.duplicates.MAX_NEIGHBOURS)
 KIND_COLOUR = {"exact": "#2a2", "copy": "#28a", "same scene": "#999"}
 VECTOR_CLASS = "similar vector"  # a pair of the vector rule: a copy, or maybe another photo of the same scene
 VECTOR_ONLY_NOTE = ("groups by vector similarity only{why}: a group may hold other photos of the same scene, not "
@@ -41,6 +42,9 @@ class DuplicatesView(W.VBox):
 
     def __init__(self, index, image_id=None, neighbours=DEFAULT_NEIGHBOURS, every_pair=False, thumbnails=None,
                  run=True):
+        from ..index import check_count
+
+        neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)  # refused, as the library does
         self.index = index
         self.thumbnails = thumbnails or ThumbnailCache()
         self.pairs, self.groups = [], []
@@ -50,7 +54,7 @@ class DuplicatesView(W.VBox):
         self._thumbs = {}  # image id -> data URI
         self.image = W.Text(value=image_id or "", description="image id",
                             placeholder="empty: every pair of the index")
-        self.neighbours = W.BoundedIntText(value=neighbours, min=1, max=1000, description="neighbours")
+        self.neighbours = W.BoundedIntText(value=neighbours, min=1, max=MAX_NEIGHBOURS, description="neighbours")
         self.show = W.ToggleButtons(options=[("copies", False), ("every verified pair", True)], value=every_pair)
         self.find_button = W.Button(description="find", button_style="primary")
         self.errors = ErrorBox()
@@ -63,7 +67,8 @@ class DuplicatesView(W.VBox):
         # an id typed computes on Enter (or leaving the box), not on each key
         self.image.continuous_update = False
         self.image.observe(lambda _: self.find(), names="value")
-        self.show.observe(lambda _: self.draw(), names="value")
+        self._quiet = False  # True while the view puts its toggle back itself
+        self.show.observe(self._on_show, names="value")
         super().__init__([W.HBox([self.image, self.neighbours, self.find_button]), self.show, self.errors,
                           self.note_view, self.status, self.groups_view, self.pairs_view])
         self.add_class("streamk-duplicates")
@@ -93,7 +98,7 @@ class DuplicatesView(W.VBox):
             groups = one_image_group(image_id, pairs)
         self.pairs, self.groups, self.rule, self.note = pairs, groups, rule, note
         self.searches += 1
-        self.draw()
+        self._draw()
 
     def shown_pairs(self):
         """The pairs the table shows: copies (exact and copy) only, or every verified pair."""
@@ -103,7 +108,23 @@ class DuplicatesView(W.VBox):
 
     # ------------------------------------------------------------ drawing
     def draw(self):
+        """Redraw the last answer (copies, or every verified pair); an error is shown in the widget
+        (and returned), the table left as it was."""
+        return guarded(self.errors, self._draw)
+
+    def _on_show(self, change):
+        if self._quiet:
+            return
+        if isinstance(self.draw(), Exception):  # the toggle goes back to what the table shows
+            self._quiet = True
+            try:
+                self.show.value = change["old"]
+            finally:
+                self._quiet = False
+
+    def _draw(self):
         shown = self.shown_pairs()
+        table = "".join(self._row(p) for p in shown)  # first: the thumbnails may fail, nothing drawn then
         vector = self.rule == "vector"
         counts = {k: sum(p["class"] == k for p in self.pairs) for k in KIND_COLOUR}
         self.show.disabled = vector  # the vector rule has no classes to choose from
@@ -124,11 +145,10 @@ class DuplicatesView(W.VBox):
             what = "near-duplicates" if vector else "verified pairs" if self.show.value else "copies"
             self.pairs_view.value = f'<p class="streamk-no-pairs">no {what} found</p>'
         else:
-            rows = "".join(self._row(p) for p in shown)
             self.pairs_view.value = (
                 f'<table class="streamk-pairs" data-state="{self.state + 1}"><tr><th>class</th><th>a</th><th>b</th>'
                 "<th>score</th><th>inliers</th><th>covered</th><th>pixels agree</th><th>why</th></tr>"
-                f"{rows}</table>")
+                f"{table}</table>")
         self.state += 1
 
     @staticmethod

@@ -103,6 +103,45 @@ def test_errors_are_shown_and_the_last_answer_kept(index):
     assert view.errors.text == "" and rows(view) == before
 
 
+def test_neighbours_out_of_bounds_are_refused_and_the_half_built_view_goes_quietly(index):
+    import gc
+    import sys
+
+    from streamk.errors import ConfigError
+    from streamk.widgets import DuplicatesView
+
+    idx, _, _ = index
+    seen = []
+    hook, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        for bad in (0, -3, 1001):
+            with pytest.raises(ConfigError, match="neighbours"):
+                DuplicatesView(idx, neighbours=bad, run=False)
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert seen == []
+
+
+def test_a_redraw_that_fails_is_shown_and_the_toggle_goes_back(index):
+    """The copies / every-pair toggle redraws: its error (here: the index closed meanwhile, so
+    no thumbnail can be read) stays in the widget, with the table and the toggle as they were."""
+    from streamk.index import open_index
+    from streamk.widgets import DuplicatesView
+
+    idx, _, _ = index
+    handle = open_index(idx.path)
+    try:
+        view = DuplicatesView(handle, neighbours=5)
+        assert view.errors.text == "" and view.show.value is False
+        table = view.pairs_view.value
+    finally:
+        handle.close()
+    view.show.value = True  # the same-scene pairs need thumbnails not read yet
+    assert "IndexClosedError" in view.errors.text
+    assert view.pairs_view.value == table and view.show.value is False
+
+
 def test_an_index_without_local_geometry_groups_by_vector_with_a_note(tmp_path, encoder_for_errors):
     """As `streamk duplicates` does: the vector rule (the user asked for no verification), said."""
     from streamk.index import StreamingIndex
