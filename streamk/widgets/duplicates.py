@@ -13,6 +13,10 @@ copy pairs only: other photos of the same scene are never grouped. *copies* show
 copy pairs; *every verified pair* adds the same-scene ones (a redraw, nothing computed again).
 Typing an id (empty: the whole index) or changing *neighbours* and pressing *find* computes the
 pairs again: bench/copy_detection.py measures what a whole-index pass costs per 1,000 images.
+
+An index without local geometry has no copy classes: the view falls back to the vector rule, as
+``streamk duplicates`` does (pairs whose vectors score at least DEFAULT_DUPLICATE_THRESHOLD, and their
+groups), with a note that such a group may hold other photos of the same scene and how to get the classes.
 """
 
 import html
@@ -23,7 +27,11 @@ from ..errors import ImageReadError
 from .common import ErrorBox, ThumbnailCache, data_uri, guarded, placeholder_svg
 
 DEFAULT_NEIGHBOURS = 10  # as streamk.index.DEFAULT_COPY_NEIGHBOURS (not imported: this module stays light)
+MAX_NEIGHBOURS = 1000  # as the library's bound (streamk.index.duplicates.MAX_NEIGHBOURS)
 KIND_COLOUR = {"exact": "#2a2", "copy": "#28a", "same scene": "#999"}
+VECTOR_CLASS = "similar vector"  # a pair of the vector rule: a copy, or maybe another photo of the same scene
+VECTOR_ONLY_NOTE = ("groups by vector similarity only{why}: a group may hold other photos of the same scene, not "
+                    "copies; {how}")  # as streamk duplicates says it
 THUMB_PX = 120  # the thumbnails' side in the table
 
 
@@ -34,28 +42,35 @@ class DuplicatesView(W.VBox):
 
     def __init__(self, index, image_id=None, neighbours=DEFAULT_NEIGHBOURS, every_pair=False, thumbnails=None,
                  run=True):
+        from ..index import check_count
+
+        neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)  # refused, as the library does
         self.index = index
         self.thumbnails = thumbnails or ThumbnailCache()
         self.pairs, self.groups = [], []
+        self.rule, self.note = "classes", ""  # "vector" (and why) on an index without local geometry
         self.state = 0  # redraws
         self.searches = 0  # answers computed
         self._thumbs = {}  # image id -> data URI
         self.image = W.Text(value=image_id or "", description="image id",
                             placeholder="empty: every pair of the index")
-        self.neighbours = W.BoundedIntText(value=neighbours, min=1, max=1000, description="neighbours")
+        self.neighbours = W.BoundedIntText(value=neighbours, min=1, max=MAX_NEIGHBOURS, description="neighbours")
         self.show = W.ToggleButtons(options=[("copies", False), ("every verified pair", True)], value=every_pair)
         self.find_button = W.Button(description="find", button_style="primary")
         self.errors = ErrorBox()
         self.status = W.HTML()
+        self.note_view = W.HTML()
+        self.note_view.add_class("streamk-duplicates-note")
         self.groups_view = W.HTML()
         self.pairs_view = W.HTML()
         self.find_button.on_click(lambda _: self.find())
         # an id typed computes on Enter (or leaving the box), not on each key
         self.image.continuous_update = False
         self.image.observe(lambda _: self.find(), names="value")
-        self.show.observe(lambda _: self.draw(), names="value")
+        self._quiet = False  # True while the view puts its toggle back itself
+        self.show.observe(self._on_show, names="value")
         super().__init__([W.HBox([self.image, self.neighbours, self.find_button]), self.show, self.errors,
-                          self.status, self.groups_view, self.pairs_view])
+                          self.note_view, self.status, self.groups_view, self.pairs_view])
         self.add_class("streamk-duplicates")
         if run:
             self.find()
@@ -70,50 +85,89 @@ class DuplicatesView(W.VBox):
         from ..index import copies_of, copy_report
 
         image_id = self.image.value.strip() or None
-        if image_id is None:
+        if self.index.vocabulary is None:  # no second stage: the vector rule, said
+            rule, note = "vector", vector_only_note(self.index)
+            pairs, groups = vector_answer(self.index, image_id, self.neighbours.value)
+        elif image_id is None:
+            rule, note = "classes", ""
             report = copy_report(self.index, neighbours=self.neighbours.value, progress=False)
             pairs, groups = report["pairs"], report["groups"]
         else:
+            rule, note = "classes", ""
             pairs = [p.to_dict() for p in copies_of(self.index, image_id, neighbours=self.neighbours.value)]
             groups = one_image_group(image_id, pairs)
-        self.pairs, self.groups = pairs, groups
+        self.pairs, self.groups, self.rule, self.note = pairs, groups, rule, note
         self.searches += 1
-        self.draw()
+        self._draw()
 
     def shown_pairs(self):
         """The pairs the table shows: copies (exact and copy) only, or every verified pair."""
-        return list(self.pairs) if self.show.value else [p for p in self.pairs if p["class"] != "same scene"]
+        if self.rule == "vector" or self.show.value:
+            return list(self.pairs)
+        return [p for p in self.pairs if p["class"] != "same scene"]
 
     # ------------------------------------------------------------ drawing
     def draw(self):
+        """Redraw the last answer (copies, or every verified pair); an error is shown in the widget
+        (and returned), the table left as it was."""
+        return guarded(self.errors, self._draw)
+
+    def _on_show(self, change):
+        if self._quiet:
+            return
+        if isinstance(self.draw(), Exception):  # the toggle goes back to what the table shows
+            self._quiet = True
+            try:
+                self.show.value = change["old"]
+            finally:
+                self._quiet = False
+
+    def _draw(self):
         shown = self.shown_pairs()
+        table = "".join(self._row(p) for p in shown)  # first: the thumbnails may fail, nothing drawn then
+        vector = self.rule == "vector"
         counts = {k: sum(p["class"] == k for p in self.pairs) for k in KIND_COLOUR}
-        self.status.value = (f"<b>{len(self.groups)} group(s) of copies</b>, "
-                             f"{sum(len(g['ids']) for g in self.groups)} images; pairs: {counts['exact']} exact, "
-                             f"{counts['copy']} copy, {counts['same scene']} same scene (other photos: keep both)")
+        self.show.disabled = vector  # the vector rule has no classes to choose from
+        self.note_view.value = (f'<p style="color:#a60"><b>note:</b> {html.escape(self.note)}</p>' if self.note
+                                else "")
+        self.status.value = (
+            f"<b>{len(self.groups)} group(s) of near-duplicates</b>, {sum(len(g['ids']) for g in self.groups)} "
+            f"images; {len(self.pairs)} pair(s) with vectors scoring {self.threshold():g} or more" if vector else
+            f"<b>{len(self.groups)} group(s) of copies</b>, "
+            f"{sum(len(g['ids']) for g in self.groups)} images; pairs: {counts['exact']} exact, "
+            f"{counts['copy']} copy, {counts['same scene']} same scene (other photos: keep both)")
+        keep = "near-duplicates by vector similarity" if vector else "copies of one capture: keep one"
         self.groups_view.value = "".join(
             f'<div class="streamk-group" data-ids="{html.escape(" ".join(g["ids"]))}">group {n} '
-            f"({len(g['ids'])} images, copies of one capture: keep one): {html.escape(', '.join(g['ids']))}</div>"
+            f"({len(g['ids'])} images, {keep}): {html.escape(', '.join(g['ids']))}</div>"
             for n, g in enumerate(self.groups, 1))
         if not shown:
-            what = "verified pairs" if self.show.value else "copies"
+            what = "near-duplicates" if vector else "verified pairs" if self.show.value else "copies"
             self.pairs_view.value = f'<p class="streamk-no-pairs">no {what} found</p>'
         else:
-            rows = "".join(self._row(p) for p in shown)
             self.pairs_view.value = (
                 f'<table class="streamk-pairs" data-state="{self.state + 1}"><tr><th>class</th><th>a</th><th>b</th>'
                 "<th>score</th><th>inliers</th><th>covered</th><th>pixels agree</th><th>why</th></tr>"
-                f"{rows}</table>")
+                f"{table}</table>")
         self.state += 1
+
+    @staticmethod
+    def threshold():
+        from ..index import DEFAULT_DUPLICATE_THRESHOLD
+
+        return DEFAULT_DUPLICATE_THRESHOLD
 
     def _row(self, p):
         agreement = "-" if p["agreement"] is None else f"{p['agreement']:.2f}"
-        turned = (f", turned {90 * p['turns']}°" if p.get("turns") else "") + (", mirrored" if p.get("mirrored") else "")
+        inliers = "-" if p["inliers"] is None else str(int(p["inliers"]))
+        covered = "-" if p["covered"] is None else f"{100 * p['covered']:.0f} %"
+        turned = ((f", turned {90 * p['turns']}°" if p.get("turns") else "")
+                  + (", mirrored" if p.get("mirrored") else ""))
         a, b, kind = (html.escape(str(p[k])) for k in ("a", "b", "class"))
         return (f'<tr class="streamk-pair" data-a="{a}" data-b="{b}" data-class="{kind}">'
                 f'<td style="color:{KIND_COLOUR.get(p["class"], "#000")}"><b>{kind}</b></td>'
                 f"<td>{self._figure(p['a'])}</td><td>{self._figure(p['b'])}</td>"
-                f"<td>{p['score']:.3f}</td><td>{int(p['inliers'])}</td><td>{100 * p['covered']:.0f} %</td>"
+                f"<td>{p['score']:.3f}</td><td>{inliers}</td><td>{covered}</td>"
                 f"<td>{agreement}</td><td>{html.escape(p['reason'] + turned)}</td></tr>")
 
     def _figure(self, image_id):
@@ -140,6 +194,31 @@ class DuplicatesView(W.VBox):
             except (ImageReadError, OSError):  # moved or changed since: said, not raised
                 return placeholder_svg("source unreadable")
         return placeholder_svg("no thumbnail")
+
+
+def vector_only_note(index):
+    """Why the groups are by the vector alone, and what gives the copy classes instead (as the CLI says it)."""
+    if not hasattr(index, "has_local_features"):  # a sharded index made without visual words
+        return VECTOR_ONLY_NOTE.format(why=" (a sharded index without local geometry)",
+                                       how="the copy classes need an index created with visual words")
+    return VECTOR_ONLY_NOTE.format(why=" (this index keeps no local geometry)",
+                                   how=f"give it some with `streamk index add-local-features {index.path}` to have "
+                                       "each pair classed exact / copy / same scene")
+
+
+def vector_answer(index, image_id, neighbours):
+    """(pairs, groups) by the vector rule (:meth:`streamk.index.Index.duplicates`), the pairs in the
+    table's shape (no inliers, coverage or pixels: nothing verified them)."""
+    def pair(a, b, score):
+        return {"a": a, "b": b, "class": VECTOR_CLASS, "score": float(score), "inliers": None, "covered": None,
+                "agreement": None, "reason": "vectors alike: a copy, or maybe another photo of the same scene"}
+
+    if image_id is None:
+        groups = index.duplicates(neighbours=neighbours, progress=False)
+        pairs = [pair(a, b, score) for g in groups for a, b, score, _ in g["pairs"]]
+        return pairs, [{"ids": list(g["ids"]), "pairs": [p for p in pairs if p["a"] in g["ids"]]} for g in groups]
+    pairs = [pair(image_id, h.id, h.score) for h in index.duplicates(image_id)]
+    return pairs, ([{"ids": sorted({image_id} | {p["b"] for p in pairs}), "pairs": pairs}] if pairs else [])
 
 
 def one_image_group(image_id, pairs):

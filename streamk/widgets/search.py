@@ -29,6 +29,7 @@ import ipywidgets as W
 
 from .. import features as feat
 from ..pipeline import extract_many
+from ..checks import check_box
 from ..errors import ConfigError, EmptyDescriptorSetError, ImageReadError, ImageTooLargeError
 from ..index import SearchParams
 from ..pipeline import Reaggregator, Settings
@@ -59,6 +60,10 @@ class SearchApp(W.VBox):
     methods the controls call: :meth:`search_path`, :meth:`search_upload`,
     :meth:`pick`, and the control widgets' ``value``."""
 
+    # class defaults: close() (ipywidgets calls it at garbage collection) works on an app whose constructor raised
+    _upload_dir = None  # made at the first upload; holds the current query's upload only
+    _remove_uploads = None  # removes that folder with the app (or at exit)
+
     def __init__(self, index, dataset=None, k=10, cache_dir=None, workers=None, thumbnails=None,
                  first_query=True):
         self.index = index
@@ -72,8 +77,7 @@ class SearchApp(W.VBox):
         self.state = 0  # redraws of the result grid
         self.timings = {}
         self._suspended = False  # True while the app sets controls itself
-        self._upload_dir = None  # made at the first upload; holds the current query's upload only
-        self._remove_uploads = None  # removes that folder with the app (or at exit)
+        self._k_asked, self._size = k, len(index)  # k and the picker follow the index as it grows
         self._query_controls()
         self._ranking_controls(self.reaggregator.index_settings(), k, len(index))
         self._second_stage_controls(index.vocabulary is not None)  # local geometry, either kind of index
@@ -81,7 +85,7 @@ class SearchApp(W.VBox):
         self._wire()
         super().__init__([
             W.HBox([self.picker, self.path_text, self.path_button, self.upload]),
-            W.HBox([self.use_box, *self.box_fields]),
+            W.HBox([self.use_box, *self.box_fields, self.box_note]),
             W.HBox([self.method, self.reset_button]),
             W.HBox([self.gamma, self.lam, self.power]),
             W.HBox([self.k, self.mode, self.verify, self.bar, self.explain_toggle, self.matches_toggle]),
@@ -92,6 +96,7 @@ class SearchApp(W.VBox):
         ])
         self.add_class("streamk-search-app")
         self._update_sliders()
+        self._shown = self._snapshot()  # what the results shown were made with: restored when a change fails
         if first_query and self.picker.options:
             self._run(self._pick_value, self.picker.value)
 
@@ -108,6 +113,8 @@ class SearchApp(W.VBox):
         self.box_fields = [W.BoundedFloatText(value=0, min=0, max=1e5, description=d, step=1,
                                               layout=W.Layout(width="130px"), style={"description_width": "22px"})
                            for d in ("x1", "y1", "x2", "y2")]
+        self.box_note = W.HTML()  # a box being typed in: said quietly, searched once it is valid
+        self.box_note.add_class("streamk-box-note")
 
     def _ranking_controls(self, s, k, n):
         """The aggregation settings ``s`` (the index's at first), k (of ``n`` images), exact / PQ."""
@@ -122,10 +129,8 @@ class SearchApp(W.VBox):
         self.k = W.IntSlider(value=min(k, max(1, n)), min=1, max=max(1, min(100, n)), description="k",
                              continuous_update=False)
         self.k.add_class("streamk-k")
-        has_pq = self.index.codec_params() is not None
-        self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search",
-                                    tooltips=["all stored vectors", "PQ codes, then re-rank"
-                                              if has_pq else "the index has no PQ codes (index.train())"])
+        self.mode = W.ToggleButtons(options=[("exact", "exact"), ("PQ", "pq")], value="exact", description="search")
+        self._update_mode()
         self.mode.add_class("streamk-mode")
         self.reset_button = W.Button(description="index settings", tooltip="the settings the index was built with")
 
@@ -164,7 +169,8 @@ class SearchApp(W.VBox):
         self.explain_toggle = W.ToggleButton(value=False, description="show weights", icon="eye")
 
     def _wire(self):
-        self.picker.observe(lambda ch: self._run(self._pick_value, ch["new"]), names="value")
+        self.picker.observe(lambda ch: None if self._suspended else self._run(self._pick_value, ch["new"]),
+                            names="value")
         self.path_button.on_click(lambda _: self._run(self.search_path, self.path_text.value))
         self.path_text.observe(self._on_path, names="value")  # Enter (or leaving the field) searches
         self.upload.observe(self._on_upload, names="value")
@@ -180,17 +186,84 @@ class SearchApp(W.VBox):
     def settings(self):
         return Settings(self.method.value, float(self.gamma.value), float(self.lam.value), float(self.power.value))
 
+    def _update_mode(self):
+        """PQ offered only when the index has a codec (it may be trained while the app is open)."""
+        has_pq = self.index.codec_params() is not None
+        self.mode.disabled = not has_pq and self.mode.value == "exact"
+        self.mode.tooltips = ["all stored vectors", "PQ codes, then re-rank" if has_pq
+                              else "the index has no PQ codes yet (index.train(), or streamk index train)"]
+
+    def _follow_the_index(self):
+        """k's maximum and the picker's list as the index is now (len is O(1): the list is read when it changed)."""
+        n = len(self.index)
+        if n == self._size:
+            return
+        self._size = n
+        self._suspended = True
+        try:
+            capped = self.k.value == self.k.max  # (an index empty at first kept k at 1: the k asked for now)
+            self.k.max = max(1, min(100, n))
+            if capped:
+                self.k.value = min(self._k_asked, self.k.max)
+            picked = self.picker.value
+            self.picker.options = self._pick_options()
+            if any(v == picked for _, v in self.picker.options):
+                self.picker.value = picked
+        finally:
+            self._suspended = False
+
     def _update_sliders(self):
         self.gamma.disabled = self.method.value != "democratic"
         self.lam.disabled = self.method.value != "gmp"
+
+    def _snapshot(self):
+        """The query and the controls' values (the box fields' bounds too) a ranking is made with."""
+        return {"query": self.query, "box_max": [f.max for f in self.box_fields],
+                "values": [w.value for w in self._ranking_widgets()]}
+
+    def _ranking_widgets(self):
+        return (self.use_box, *self.box_fields, self.method, self.gamma, self.lam, self.power, self.k, self.mode,
+                self.verify, self.bar)
+
+    def _restore(self, snap):
+        """Put the query and the controls back as ``snap`` has them, searching nothing."""
+        self._suspended = True
+        try:
+            self.query = snap["query"]
+            for f, m in zip(self.box_fields, snap["box_max"]):
+                f.max = m
+            for w, v in zip(self._ranking_widgets(), snap["values"]):
+                w.value = v
+        finally:
+            self._suspended = False
+        self._update_sliders()
+        self.box_note.value = ""
 
     def _run(self, fn, *args):
         """Every control goes through here: an error is shown in the app, never raised."""
         return guarded(self.errors, fn, *args)
 
     def _on_control(self, change):
-        if not self._suspended:
-            self._run(self.rerank)
+        if self._suspended or (change["owner"] in self.box_fields and not self.use_box.value):
+            return  # (a box not used changes no ranking)
+        if self.use_box.value:
+            try:
+                check_box(tuple(float(f.value) for f in self.box_fields))
+            except ConfigError:  # typing a box passes through such boxes: no search until it is valid
+                self.box_note.value = ('<span style="color:#777">searched once x1 &lt; x2 and y1 &lt; y2; '
+                                       "the results are of the last box searched</span>")
+                return
+        self.box_note.value = ""
+        self._run(self._rerank_or_restore)
+
+    def _rerank_or_restore(self):
+        """Rank under the controls' values; on error put them back as the results shown were made."""
+        shown = self._shown
+        try:
+            return self.rerank()
+        except Exception:
+            self._restore(shown)
+            raise
 
     def _pick_options(self):
         opts = []
@@ -235,7 +308,7 @@ class SearchApp(W.VBox):
             self.method.value, self.gamma.value, self.lam.value, self.power.value = s.method, s.gamma, s.lam, s.power
         finally:
             self._suspended = False
-        return self.rerank()
+        return self._rerank_or_restore()
 
     # ---------------------------------------------------------------- queries
     def _features_of_file(self, path):
@@ -245,14 +318,16 @@ class SearchApp(W.VBox):
         return found[path]
 
     def _set_query(self, query, box=None):
-        """Take a new query (features already extracted) and rank; nothing changes on error."""
+        """Take a new query (features already extracted) and rank; nothing changes on error
+        (the query shown, its box and the controls stay as they were)."""
         if len(query.features) == 0:
             raise EmptyDescriptorSetError(f"{query.label}: no local features in this image")
         w, h = query.features.image_size
         old = self.query
+        shown = self._shown
         self.query = query
-        self._suspended = True
         try:
+            self._suspended = True
             try:
                 for f, m in zip(self.box_fields, (w, h, w, h)):
                     f.max = float(m)
@@ -263,7 +338,7 @@ class SearchApp(W.VBox):
                 self._suspended = False
             self.rerank()
         except Exception:
-            self.query = old
+            self._restore(shown)
             raise
         # only the current query's upload is kept: a session of many uploads does not fill the disk
         if old is not None and old.path != query.path and os.path.dirname(old.path) == self._upload_dir:
@@ -365,6 +440,8 @@ class SearchApp(W.VBox):
     def rerank(self):
         """Encode the query under the current settings and rank; redraws the grid."""
         self._update_sliders()
+        self._update_mode()
+        self._follow_the_index()
         if self.query is None:
             return []
         s = self.settings()
@@ -462,6 +539,8 @@ class SearchApp(W.VBox):
                                                                  if self.timings["database_s"] else "") + ")")
             + f" · query {1000 * self.timings['encode_s']:.0f} ms, search {1000 * self.timings['search_s']:.0f} ms"
             + ("" if n_pos is None else f" · {n_pos} positive(s) shown of {len(q.positives)}"))
+        self._shown = self._snapshot()  # the grid and status now show these (the weights view below may fail)
+        self.box_note.value = ""
         ids = [h.id for h in self.hits]
         keep = self.explain.value if self.explain.value in ids else (ids[0] if ids else None)
         self._suspended = True

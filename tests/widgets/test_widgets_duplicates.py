@@ -91,8 +91,7 @@ def test_one_image(index):
     assert groups(view) == [] and "0 group(s) of copies" in view.status.value
 
 
-def test_errors_are_shown_and_the_last_answer_kept(index, tmp_path, encoder_for_errors):
-    from streamk.index import StreamingIndex
+def test_errors_are_shown_and_the_last_answer_kept(index):
     from streamk.widgets import DuplicatesView
 
     idx, original, _ = index
@@ -102,11 +101,72 @@ def test_errors_are_shown_and_the_last_answer_kept(index, tmp_path, encoder_for_
     assert "UnknownIdError" in view.errors.text and rows(view) == before and view.searches == 1
     view.image.value = "half"
     assert view.errors.text == "" and rows(view) == before
+
+
+def test_neighbours_out_of_bounds_are_refused_and_the_half_built_view_goes_quietly(index):
+    import gc
+    import sys
+
+    from streamk.errors import ConfigError
+    from streamk.widgets import DuplicatesView
+
+    idx, _, _ = index
+    seen = []
+    hook, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        for bad in (0, -3, 1001):
+            with pytest.raises(ConfigError, match="neighbours"):
+                DuplicatesView(idx, neighbours=bad, run=False)
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert seen == []
+
+
+def test_a_redraw_that_fails_is_shown_and_the_toggle_goes_back(index):
+    """The copies / every-pair toggle redraws: its error (here: the index closed meanwhile, so
+    no thumbnail can be read) stays in the widget, with the table and the toggle as they were."""
+    from streamk.index import open_index
+    from streamk.widgets import DuplicatesView
+
+    idx, _, _ = index
+    handle = open_index(idx.path)
+    try:
+        view = DuplicatesView(handle, neighbours=5)
+        assert view.errors.text == "" and view.show.value is False
+        table = view.pairs_view.value
+    finally:
+        handle.close()
+    view.show.value = True  # the same-scene pairs need thumbnails not read yet
+    assert "IndexClosedError" in view.errors.text
+    assert view.pairs_view.value == table and view.show.value is False
+
+
+def test_an_index_without_local_geometry_groups_by_vector_with_a_note(tmp_path, encoder_for_errors):
+    """As `streamk duplicates` does: the vector rule (the user asked for no verification), said."""
+    from streamk.index import StreamingIndex
+    from streamk.widgets import DuplicatesView
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(encoder_for_errors.dim).astype(np.float32)
     with StreamingIndex.create(tmp_path / "plain", encoder_for_errors, vector_dtype="float32") as plain:
-        plain.add("x", vector=np.ones(encoder_for_errors.dim, np.float32))
-        bare = DuplicatesView(plain)  # no local geometry: said in the widget, with what to do
-        assert "ConfigError" in bare.errors.text and "add-local-features" in bare.errors.text
-        assert bare.pairs == [] and bare.pairs_view.value == ""
+        assert plain.vocabulary is None
+        plain.add("x", vector=x)
+        plain.add("x2", vector=x + 0.01 * rng.standard_normal(x.size).astype(np.float32))
+        plain.add("y", vector=rng.standard_normal(x.size).astype(np.float32))
+        want = plain.duplicates(neighbours=5, progress=False)
+        view = DuplicatesView(plain, neighbours=5)
+        assert view.errors.text == "" and view.rule == "vector"
+        assert groups(view) == [list(g["ids"]) for g in want] == [["x", "x2"]]
+        assert rows(view) == [("x", "x2", "similar vector")]
+        note = view.note_view.value
+        assert "other photos of the same scene" in note and "add-local-features" in note and str(plain.path) in note
+        assert view.show.disabled and "1 group(s) of near-duplicates" in view.status.value
+        view.image.value = "x2"  # one image: its near-duplicates by vector, said alike
+        assert view.errors.text == "" and rows(view) == [("x2", "x", "similar vector")]
+        assert groups(view) == [["x", "x2"]] and view.note_view.value == note
+        view.image.value = "y"
+        assert rows(view) == [] and "no near-duplicates found" in view.pairs_view.value
 
 
 def test_a_thumbnail_falls_back_to_the_source_then_to_a_placeholder(index, tmp_path):

@@ -13,6 +13,8 @@ from streamk.pipeline import extract_many  # noqa: E402
 from streamk.demo.examples import open_example  # noqa: E402
 from streamk.config import default_cache_dir  # noqa: E402
 
+METHOD_OPTIONS = (("sum", "sum"), ("democratic", "democratic"), ("GMP", "gmp"))
+
 
 @pytest.fixture(scope="module")
 def example(small_example_dir):
@@ -127,6 +129,32 @@ def test_crop_box_changes_the_query(app):
     assert app.errors.text == "" and len(app.query_features()) == n_all
 
 
+def test_a_failed_new_query_keeps_the_query_its_box_and_the_controls(example):
+    """A new query that cannot be ranked (here: its index closed meanwhile) leaves the query
+    shown with its crop box and the controls as they were."""
+    from streamk.index import open_index
+    from streamk.widgets import SearchApp
+
+    idx = open_index(example.index.path)
+    try:
+        app = SearchApp(idx, dataset=example.dataset, k=5, workers=1)
+        app.verify.value = False
+        w, h = app.query.features.image_size
+        for f, v in zip(app.box_fields, (0, 0, w / 2, h / 2)):
+            f.value = v
+        app.use_box.value = True
+        assert app.errors.text == ""
+        query, box, html = app.query, app.box(), app.results.value
+    finally:
+        idx.close()
+    other = example.dataset.query_image_path(1)
+    assert app.query.path != str(other)
+    app.path_text.value = str(other)
+    assert "IndexClosedError" in app.errors.text and app.results.value == html
+    assert app.query is query and app.use_box.value and app.box() == box
+    assert [f.max for f in app.box_fields] == [w, h, w, h]
+
+
 @pytest.mark.parametrize("data, reason", [(b"", "empty file"), (b"this is not an image", "not a recognised"),
                                           (b"\x89PNG\r\n\x1a\n\x00\x00", "")])
 def test_bad_upload_shows_an_error_and_changes_nothing(app, data, reason):
@@ -230,6 +258,57 @@ def test_upload_folder_goes_at_exit_without_close(small_example_dir, tmp_path):
     assert folder and "streamk-upload-" in folder and not os.path.exists(folder)
 
 
+def unraisable_during(fn):
+    """What Python would print as 'Exception ignored in ...' while ``fn`` runs and its garbage is collected."""
+    import gc
+    import sys
+
+    seen = []
+    hook, sys.unraisablehook = sys.unraisablehook, lambda u: seen.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    try:
+        fn()
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    return seen
+
+
+def test_an_app_whose_constructor_raised_is_collected_quietly(example):
+    """A closed index is refused by the constructor, and nothing more is said when the
+    half-built app is collected (ipywidgets closes every widget then)."""
+    from streamk.errors import IndexClosedError
+    from streamk.index import open_index
+    from streamk.widgets import SearchApp
+
+    closed = open_index(example.index.path)
+    closed.close()
+
+    def refused():
+        with pytest.raises(IndexClosedError):
+            SearchApp(closed, workers=1)
+
+    assert unraisable_during(refused) == []
+
+
+def test_k_and_the_picker_follow_an_index_that_grows(example, tmp_path):
+    """An app opened on an empty index: k is capped at 1 until the index has images; the next
+    search lifts the cap to the k asked for and lists the new images."""
+    from streamk.index import StreamingIndex
+    from streamk.widgets import SearchApp
+
+    with StreamingIndex.create(tmp_path / "grows", example.index.encoder,
+                               extractor=example.index.extractor()) as idx:
+        app = SearchApp(idx, k=5, workers=1)
+        assert app.k.max == 1 and app.k.value == 1 and app.picker.options == ()
+        ids = example.index.ids()[:3]
+        for i in ids:
+            idx.add(i, image_path=example.index.info(i)["source"])
+        app.path_text.value = str(example.dataset.query_image_path(0))
+        assert app.errors.text == "" and app.k.max == 3 and app.k.value == 3 and len(app.hits) == 3
+        assert [v for _, v in app.picker.options] == [("id", i) for i in idx.ids()]
+        assert app.query.path == str(example.dataset.query_image_path(0))  # the picker's refresh searched nothing
+
+
 def test_picker_covers_queries_and_index_images(app, example):
     labels = [label for label, _ in app.picker.options]
     assert sum(lbl.startswith("query: ") for lbl in labels) == example.dataset.n_queries
@@ -249,9 +328,47 @@ def test_weights_view_explains_a_result(app):
     assert app.weights_box.layout.display == "none"
 
 
-def test_pq_mode_without_codes_is_reported(app):
-    app.mode.value = "pq"
+def test_pq_mode_without_codes_is_reported_and_the_toggle_goes_back(app):
+    assert app.index.codec_params() is None and app.mode.disabled  # nothing to choose: offered once trained
+    html, state = app.results.value, app.state
+    app.mode.value = "pq"  # (a program can still ask)
     assert "NotFittedError" in app.errors.text
+    assert app.mode.value == "exact" and app.state == state and app.results.value == html  # as the grid shows
+    app.k.value = 3  # the next change searches as usual
+    assert app.errors.text == "" and app.state == state + 1 and grid(app)[0]["mode"] == "exact"
+
+
+def test_a_failed_reaggregation_puts_the_method_back(app):
+    shown = app.method.value
+    other = next(v for _, v in METHOD_OPTIONS if v != shown)
+    app.reaggregator.max_images = 1  # other settings than the index's own are refused on a larger index
+    html, state = app.results.value, app.state
+    app.method.value = other
+    assert "ConfigError" in app.errors.text and "aggregation settings" in app.errors.text
+    assert app.method.value == shown and app.state == state and app.results.value == html
+    assert f" · {shown}" in app.status.value and app.progress.layout.display == "none"
+    app.reaggregator.max_images = 10**6
+    app.reset_button.click()  # the index's settings (already shown): searched again, no error
+    assert app.errors.text == "" and app.method.value == shown and app.state == state + 1
+
+
+def test_a_box_typed_field_by_field_searches_once_it_is_valid(app):
+    w, h = app.query.features.image_size
+    state = app.state
+    for f, v in zip(app.box_fields, (0, 0, w / 4, h / 4)):
+        f.value = v  # the box is off: nothing to search
+    assert app.state == state
+    app.use_box.value = True
+    assert app.errors.text == "" and app.state == state + 1
+    html = app.results.value
+    # to (w/2, h/2, w, h) through boxes with x1 >= x2 or y1 >= y2: said quietly, not searched
+    for f, v in zip(app.box_fields[:3], (w / 2, h / 2, w)):
+        f.value = v
+        assert app.errors.text == "" and app.state == state + 1 and app.results.value == html
+        assert "x1 &lt; x2" in app.box_note.value
+    app.box_fields[3].value = h  # valid: one search, with that box
+    assert app.errors.text == "" and app.state == state + 2 and app.box_note.value == ""
+    assert "in the box" in app.query_view.value and app.box() == (w / 2, h / 2, w, h)
 
 
 def test_reaggregation_shows_progress_then_hides_it(app, example, monkeypatch):
