@@ -305,21 +305,11 @@ class _stale_codec_noted:
                 print(f"streamk: note: {note}", file=sys.stderr, flush=True)
 
 
-VECTOR_ONLY_NOTE = ("groups by vector similarity only{why}: a group may hold other photos of the same scene, not "
-                    "copies; {how}")
-
-
 def _vector_only_note(idx, args):
     """Why these groups are by the vector alone, and what gives the copy classes instead."""
-    if idx.vocabulary is not None:  # local geometry, single or sharded
-        return VECTOR_ONLY_NOTE.format(why=" (asked with --threshold or --dask)",
-                                       how="leave them out to have each pair classed exact / copy / same scene")
-    if not hasattr(idx, "has_local_features"):  # a sharded index made without visual words
-        return VECTOR_ONLY_NOTE.format(why=" (a sharded index without local geometry)",
-                                       how="the copy classes need an index created with visual words")
-    return VECTOR_ONLY_NOTE.format(why=" (this index keeps no local geometry)",
-                                   how=f"give it some with `streamk index add-local-features {args.dir}` to have "
-                                       "each pair classed exact / copy / same scene")
+    from ..index import vector_only_note
+
+    return "groups " + vector_only_note(idx, args.dir, "--threshold or --dask")
 
 
 def _duplicates(args):

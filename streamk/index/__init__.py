@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     from .duplicates import (
         DEFAULT_DUPLICATE_THRESHOLD as DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES as DUPLICATE_POLICIES,
         nearest_of_vectors as nearest_of_vectors, DuplicatePair as DuplicatePair, copies_of as copies_of,
-        copies_of_new as copies_of_new, copy_report as copy_report,
+        copies_of_new as copies_of_new, copy_report as copy_report, vector_only_note as vector_only_note,
     )
     from .metadata import (
         GRAMMAR as FILTER_GRAMMAR, MAX_METADATA_BYTES as MAX_METADATA_BYTES, RowFilter as RowFilter,  # noqa: F401

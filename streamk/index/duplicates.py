@@ -681,6 +681,26 @@ def copy_groups(pairs):
     return sorted(groups.values(), key=lambda g: (-len(g["ids"]), g["ids"]))
 
 
+VECTOR_ONLY = "by vector similarity only{why}: they may be other photos of the same scene, not copies; {how}"
+
+
+def vector_only_note(index, where=None, asked=None):
+    """What every frontend says of near-duplicates found by the vector alone: why (``asked``:
+    the option that asked for them on an index with local geometry, e.g. "--threshold"), and
+    what gives the copy classes instead (``where``: the index as the user names it; None:
+    its path)."""
+    if index.vocabulary is not None:  # local geometry: the vector rule was asked for
+        return VECTOR_ONLY.format(why=f" (asked with {asked})" if asked else "",
+                                  how=(f"leave {asked} out" if asked else "ask for the copy classes")
+                                  + " to have each pair classed exact / copy / same scene")
+    if not hasattr(index, "has_local_features"):  # a sharded index made without visual words
+        return VECTOR_ONLY.format(why=" (a sharded index without local geometry)",
+                                  how="the copy classes need an index created with visual words")
+    return VECTOR_ONLY.format(why=" (this index keeps no local geometry)",
+                              how=f"give it some with `streamk index add-local-features {where or index.path}` to "
+                                  "have each pair classed exact / copy / same scene")
+
+
 __all__ = [
     "DEFAULT_COPY_NEIGHBOURS",
     "DEFAULT_DUPLICATE_THRESHOLD",
@@ -690,6 +710,7 @@ __all__ = [
     "DuplicatePair",
     "check_threshold",
     "copies_of",
+    "vector_only_note",
     "copy_groups",
     "copy_pairs",
     "copy_report",

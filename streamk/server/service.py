@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 
 from .. import errors
-from ..index import ImageRecord, checked_vector, encoded_image_file, encoded_vector, open_index
+from ..index import ImageRecord, checked_vector, encoded_image_file, encoded_vector, open_index, vector_only_note
 from .pool import EncodingPool
 from .tasks import describe_upload, thumbnail_task
 
@@ -57,10 +57,6 @@ def raise_worker_error(out):
 # Metadata fields in which ingestion records where each file lies on this machine: not
 # shown to clients unless the server is told (--show-paths); filters may still use them.
 SERVER_PATH_FIELDS = ("path", "folder")
-VECTOR_ONLY_NOTE = ("near-duplicates by vector similarity only: they may be other photos of the same scene, not "
-                    "copies")
-VECTOR_ONLY_HOW = ("; this index keeps no local geometry: give it some (streamk index add-local-features) to have "
-                   "each pair classed exact / copy / same scene")
 
 
 class Service:
@@ -201,7 +197,7 @@ class Service:
             classes = bool(verify) or self.local_features_now()
         if not classes:
             hits = self.index.duplicates(image_id, threshold=threshold, max_results=max_results)
-            note = VECTOR_ONLY_NOTE + ("" if self.local_features_now() else VECTOR_ONLY_HOW)
+            note = "near-duplicates " + vector_only_note(self.index, "IDX", "classes=false")
             return {"id": image_id, "threshold": threshold, "verify": False, "rule": "vector", "note": note,
                     "duplicates": self._hits(hits, {})["results"]}
         from ..index import copies_of

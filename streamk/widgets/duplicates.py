@@ -30,8 +30,6 @@ DEFAULT_NEIGHBOURS = 10  # as streamk.index.DEFAULT_COPY_NEIGHBOURS (not importe
 MAX_NEIGHBOURS = 1000  # as the library's bound (streamk.index.duplicates.MAX_NEIGHBOURS)
 KIND_COLOUR = {"exact": "#2a2", "copy": "#28a", "same scene": "#999"}
 VECTOR_CLASS = "similar vector"  # a pair of the vector rule: a copy, or maybe another photo of the same scene
-VECTOR_ONLY_NOTE = ("groups by vector similarity only{why}: a group may hold other photos of the same scene, not "
-                    "copies; {how}")  # as streamk duplicates says it
 THUMB_PX = 120  # the thumbnails' side in the table
 
 
@@ -82,11 +80,11 @@ class DuplicatesView(W.VBox):
         return guarded(self.errors, self._find)
 
     def _find(self):
-        from ..index import copies_of, copy_report
+        from ..index import copies_of, copy_report, vector_only_note
 
         image_id = self.image.value.strip() or None
         if self.index.vocabulary is None:  # no second stage: the vector rule, said
-            rule, note = "vector", vector_only_note(self.index)
+            rule, note = "vector", "groups " + vector_only_note(self.index)
             pairs, groups = vector_answer(self.index, image_id, self.neighbours.value)
         elif image_id is None:
             rule, note = "classes", ""
@@ -194,16 +192,6 @@ class DuplicatesView(W.VBox):
             except (ImageReadError, OSError):  # moved or changed since: said, not raised
                 return placeholder_svg("source unreadable")
         return placeholder_svg("no thumbnail")
-
-
-def vector_only_note(index):
-    """Why the groups are by the vector alone, and what gives the copy classes instead (as the CLI says it)."""
-    if not hasattr(index, "has_local_features"):  # a sharded index made without visual words
-        return VECTOR_ONLY_NOTE.format(why=" (a sharded index without local geometry)",
-                                       how="the copy classes need an index created with visual words")
-    return VECTOR_ONLY_NOTE.format(why=" (this index keeps no local geometry)",
-                                   how=f"give it some with `streamk index add-local-features {index.path}` to have "
-                                       "each pair classed exact / copy / same scene")
 
 
 def vector_answer(index, image_id, neighbours):

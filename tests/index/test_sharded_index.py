@@ -326,3 +326,22 @@ def test_too_few_images_to_train_is_said_alike(tmp_path, encoder):
                 idx.train(nlist=1, M=16)
             said.append(str(e.value))
     assert said[0] == said[1] and said[0].endswith("training needs at least 256 images, the index has 9"), said
+
+
+def test_the_vector_rule_is_explained_alike_by_every_frontend(tmp_path, encoder, random_vocabulary):
+    """One note for near-duplicates by the vector alone (the CLI, the server and the notebook
+    each had their own words): why, and what gives the copy classes."""
+    from streamk.index import vector_only_note
+
+    with StreamingIndex.create(tmp_path / "one", encoder) as one, \
+            ShardedIndex.create(tmp_path / "many", encoder, shards=2) as many, \
+            StreamingIndex.create(tmp_path / "words", encoder, vocabulary=random_vocabulary) as words:
+        assert vector_only_note(one, "my-index") == (
+            "by vector similarity only (this index keeps no local geometry): they may be other photos of the same "
+            "scene, not copies; give it some with `streamk index add-local-features my-index` to have each pair "
+            "classed exact / copy / same scene")
+        assert f"add-local-features {one.path}`" in vector_only_note(one)
+        assert "(a sharded index without local geometry)" in vector_only_note(many)
+        assert vector_only_note(words, asked="--threshold").endswith(
+            "(asked with --threshold): they may be other photos of the same scene, not copies; leave --threshold out "
+            "to have each pair classed exact / copy / same scene")
