@@ -58,12 +58,20 @@ _ELLIPSE_POINTS = 20
 
 
 # ---------------------------------------------------------------- weights
+def _number(name, value):
+    """A parameter as a float, or the ConfigError that names it (its range is the encoder's check)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {value!r}") from None
+
+
 def _weights_encoder(encoder, gamma=None, lam=None):
     """``encoder`` itself, or a variant sharing its fitted embedding with other gamma / lam
     (without RN: the weights come before post-processing, and RN would need refitting)."""
     c = encoder.config
-    gamma = c.gamma if gamma is None else float(gamma)
-    lam = c.lam if lam is None else float(lam)
+    gamma = c.gamma if gamma is None else _number("gamma", gamma)
+    lam = c.lam if lam is None else _number("lam", lam)
     if gamma == c.gamma and lam == c.lam:
         return encoder
     return encoder.derive(gamma=gamma, lam=lam, rn=False, dim=None)

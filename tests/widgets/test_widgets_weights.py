@@ -369,3 +369,15 @@ def test_view_parameters(encoder, photos):
     assert isinstance(view.error.last, ConfigError) and view.gamma == 0.5 and view.redraws == 2
 
 # The notebook (notebooks/weights.ipynb) runs headless in tests/test_notebooks.py.
+
+
+def test_parameters_that_are_not_numbers_are_named(encoder):
+    """WeightsView(encoder, gamma="x") raised Python's bare "could not convert string to float"."""
+    from streamk.errors import ConfigError
+    from streamk.widgets import WeightsView
+
+    for kw in ({"gamma": "x"}, {"lam": [1]}):
+        with pytest.raises(ConfigError, match=f"{next(iter(kw))} must be a number"):
+            WeightsView(encoder, **kw)
+    with pytest.raises(ConfigError, match="gamma must be in"):
+        WeightsView(encoder, gamma=2.0)  # a number out of range: the encoder's own check
