@@ -681,8 +681,9 @@ def test_download_command_failures_are_named_checked_first_and_leave_no_empty_fo
     afile.write_text("mine\n")
     requests = len(server.log)
     assert main(["datasets", "download", "oxford5k", "--dir", str(afile), "--mirror", server.url]) == 2
-    assert capsys.readouterr().err.strip() == (f"streamk: error: cannot write the dataset oxford5k to {afile}: it is "
-                                               f"a file, not a folder; give a folder (a new one, or an existing folder)")
+    assert capsys.readouterr().err.strip() == (
+        f"streamk: error: cannot write the dataset oxford5k to {afile}: it is a file, not a folder; give a folder "
+        f"(a new one, or an existing folder)")
     assert afile.read_text() == "mine\n" and len(server.log) == requests
     assert main(["datasets", "download", "oxford5k", "--dir", str(dest), "--mirror", "notaurl"]) == 2
     assert capsys.readouterr().err.strip().startswith(
