@@ -166,7 +166,7 @@ def test_a_fit_that_cannot_fit_in_memory_is_refused_before_it_starts(monkeypatch
     assert cost.peak_bytes == fit_cost.WHITENING_PEAK_ARRAYS * 8 * (64 * 128) ** 2
     assert "of memory" in cost.describe(fit_cost.MachineRates(1e11, 1e11, 1e9, 512))
     fit_cost.check_fits_in_memory(cost, limit=cost.peak_bytes)  # exactly enough: fits
-    with pytest.raises(ConfigError, match=r"needs about 3\.0 GiB of memory .* more than the 953\.7 MiB here.* k <= 35 fits"):
+    with pytest.raises(ConfigError, match=r"needs about 3\.0 GiB of memory .* than the 953\.7 MiB here.* k <= 35 fits"):
         fit_cost.check_fits_in_memory(cost, limit=10**9)
     peak = [Encoder(embedding="temb", k=k).fit_cost(40_000).peak_bytes for k in (35, 36)]
     assert peak[0] <= 10**9 < peak[1]  # the k it names is the largest that fits
