@@ -47,6 +47,9 @@ def check_output_folder(path, what="the folder"):
     a read-only mount's neighbours and to /proc. Else OutputFileError (DiskFullError for a
     full disk), naming ``path``; nothing is left behind."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputFileError(f"cannot write {what} to {path}: it is a file, not a folder; give a folder (a new "
+                              f"one, or an existing folder)", path)
     base = path if path.is_dir() else path.parent
     while not base.exists() and base != base.parent:  # the folders that would be made above it
         base = base.parent

@@ -5,6 +5,7 @@ traceback. Run in child processes, as a user runs ``streamk``."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -667,7 +668,17 @@ def test_index_info_shows_the_encoder_extractor_local_features_and_disk_size(wor
     du = subprocess.run(["du", "-s", "-B1", str(work / "ix")], capture_output=True, text=True, timeout=60, check=True)
     dir_blocks = sum(os.lstat(r).st_blocks * 512 for r, _, _ in os.walk(work / "ix"))
     assert info["disk_bytes"] == int(du.stdout.split()[0]) - dir_blocks
-    assert lines["disk size"].endswith(("KB", "MB")) and info["disk_bytes"] > 0
+    assert lines["disk size"].endswith((" KiB", " MiB")) and info["disk_bytes"] > 0  # binary, as the README's
+    assert re.fullmatch(r"[\d,]+(\.\d)? (B|KiB|MiB)", lines["reader memory"]), lines["reader memory"]
+    # the vectors' type, as `index create` said it
+    assert info["vector_dtype"] == "float32" and lines["vectors"] == f"float32, {enc.dim:,} values an image"
+
+
+def test_byte_size_is_said_in_binary_units():
+    from streamk.units import byte_size
+
+    assert [byte_size(n) for n in (0, 812, 1023, 1024, 1536, 20 * 2**20, 5 * 2**30, 3 * 2**50, 2**60)] == [
+        "0 B", "812 B", "1,023 B", "1.0 KiB", "1.5 KiB", "20.0 MiB", "5.0 GiB", "3.0 PiB", "1,024.0 PiB"]
 
 
 def test_index_info_names_the_vocabulary_of_the_second_stage(work, tmp_path, capsys):
@@ -722,11 +733,14 @@ def test_cache_info_and_trim(tmp_path, capsys, monkeypatch):
         os.utime(p, (1e6 + i, 1e6 + i))
     monkeypatch.setenv("STREAMK_FEATURE_CACHE_MAX_BYTES", "0")
     assert main(["cache", "info", "--cache", str(cache)]) == 0
-    assert "10 images' features, 0.0 MB (no bound;" in capsys.readouterr().out
+    assert "10 images' features, 9.8 KiB (no bound;" in capsys.readouterr().out  # was 0.0 MB
     assert main(["cache", "trim", "--cache", str(cache)]) == 0  # no bound: nothing is over it
-    assert capsys.readouterr().out.startswith("removed 0 images' features (0.0 MB); 10 left")
+    assert capsys.readouterr().out.startswith("removed 0 images' features (0 B); 10 left (9.8 KiB)")
     assert main(["cache", "trim", "--cache", str(cache), "--max-bytes", "5000"]) == 0
-    assert capsys.readouterr().out.startswith("removed 6 images' features (0.0 MB); 4 left")
+    assert capsys.readouterr().out.startswith("removed 6 images' features (5.9 KiB); 4 left (3.9 KiB)")
+    monkeypatch.delenv("STREAMK_FEATURE_CACHE_MAX_BYTES")
+    assert main(["cache", "info", "--cache", str(cache)]) == 0  # the default bound, as the README says it
+    assert "(bound 5.0 GiB;" in capsys.readouterr().out  # was 5,368.7 MB
     assert sorted(p.name[-6:-4] for p in (cache / "0123456789abcdef" / "ab").iterdir()) == ["06", "07", "08", "09"]
     assert main(["cache", "trim", "--cache", str(cache), "--max-bytes", "0"]) == 0
     assert "; 0 left" in capsys.readouterr().out

@@ -1,10 +1,7 @@
 """``streamk cache``: what the feature cache holds, and trimming it."""
 
+from ..units import byte_size
 from .options import non_negative_int
-
-
-def _mb(nbytes):
-    return f"{nbytes / 1e6:,.1f} MB"
 
 
 def _cache(args):
@@ -26,8 +23,8 @@ def _info(args):
     cache = _cache(args)
     if cache is not None:
         entries, nbytes = cache.size()
-        bound = f"bound {_mb(cache.max_bytes)}" if cache.max_bytes else "no bound"
-        print(f"{cache.directory}: {entries:,} images' features, {_mb(nbytes)} ({bound}; "
+        bound = f"bound {byte_size(cache.max_bytes)}" if cache.max_bytes else "no bound"
+        print(f"{cache.directory}: {entries:,} images' features, {byte_size(nbytes)} ({bound}; "
               f"STREAMK_FEATURE_CACHE_MAX_BYTES sets it; the least recently used go first)")
     return 0
 
@@ -37,7 +34,7 @@ def _trim(args):
     if cache is not None:
         removed, freed = cache.trim(args.max_bytes)
         entries, nbytes = cache.size()
-        print(f"removed {removed:,} images' features ({_mb(freed)}); {entries:,} left ({_mb(nbytes)})")
+        print(f"removed {removed:,} images' features ({byte_size(freed)}); {entries:,} left ({byte_size(nbytes)})")
     return 0
 
 

@@ -6,6 +6,7 @@ import json
 import sys
 
 from ..schema import with_schema_version
+from ..units import byte_size
 from .defaults import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
 from .options import add_cache_options, add_limit_options, add_vocab_size_option, positive_int
 
@@ -142,14 +143,6 @@ def disk_bytes(path):
     return total
 
 
-def _size(n):
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} TB"
-
-
 def info_lines(info):
     """``index info`` for a person: one line per thing, in words (the JSON has the raw values)."""
     enc, ex, voc = info["encoder"], info["extractor"], info["vocabulary"]
@@ -165,12 +158,13 @@ def info_lines(info):
                                 else "pixels as stored (made before streamk applied the EXIF orientation)"))),
               ("local features", "no (no second stage: streamk index add-local-features adds it)" if voc is None
                else f"yes, a vocabulary of {voc['words']:,} visual words ({voc['coarse']} coarse cells)"),
+              ("vectors", f"{info['vector_dtype']}, {enc['dimension']:,} values an image"),
               ("codec", info["codec"] or "none (exact search; streamk index train fits a PQ codec)")]
     if "codec_trained_on" in info:  # named as the JSON's keys (the README and the stale-codec note use them)
         trained, added = info["codec_trained_on"], info["added_since_training"]
         lines.append(("codec_trained_on", "?" if trained is None else f"{trained:,} images"))
         lines.append(("added_since_training", "?" if added is None else f"{added:,} images"))
-    lines += [("reader memory", _size(info["reader_memory"])), ("disk size", _size(info["disk_bytes"]))]
+    lines += [("reader memory", byte_size(info["reader_memory"])), ("disk size", byte_size(info["disk_bytes"]))]
     return [f"{name:>14}: {value}" for name, value in lines]
 
 
@@ -200,7 +194,7 @@ def _index_backup(args):
     from ..index import backup
 
     r = backup(args.dir, args.dest, progress=None if sys.stderr.isatty() else False)
-    print(f"backed up {args.dir} to {args.dest}: {r.images:,} images, {r.bytes / 1e6:,.1f} MB in "
+    print(f"backed up {args.dir} to {args.dest}: {r.images:,} images, {byte_size(r.bytes)} in "
           f"{len(r.shards)} environment(s), verified, {r.seconds:.1f} s")
     return 0
 

@@ -26,8 +26,13 @@ def _ingest(args):
     except IngestInterruptedError as exc:
         print(f"streamk: {exc}", file=sys.stderr, flush=True)
         return exc.exit_code
-    print(stats.summary(), flush=True)
-    return 1 if stats.n_failed else 0
+    if args.watch:  # the poll lines said each poll's own counts: this one says the whole watch's
+        print(f"total, all polls: {stats.summary(updates=True)}", flush=True)
+    else:
+        print(stats.summary(), flush=True)
+    # a watch stopped on request (Ctrl-C, a service manager's SIGTERM) is a clean stop: its failures were said
+    # per file and in the last line, and a supervisor must not take the stop for a crash
+    return 1 if stats.n_failed and stats.stopped_by is None else 0
 
 
 def add_ingest_command(sub):
@@ -35,7 +40,9 @@ def add_ingest_command(sub):
     ing.add_argument("dir", help="index directory")
     ing.add_argument("images", nargs="+", help="image files and folders (walked recursively)")
     ing.add_argument("--watch", action="store_true",
-                     help="keep polling the folders for new files (a line for each poll that found any)")
+                     help="keep polling the folders for new files and files changed since (a changed file's "
+                          "image is updated; a deleted file's stays); a line for each poll that found any, with "
+                          "that poll's own counts; Ctrl-C or SIGTERM ends it with exit status 0")
     ing.add_argument("--interval", type=positive_float, default=5.0, help="seconds between polls (--watch)")
     ing.add_argument("--max-polls", type=positive_int, default=None,
                      help="with --watch: stop after this many passes (default: until Ctrl-C)")

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 
 from ..errors import (ChecksumError, ConfigError, DownloadError, StreamkError,
                       UnknownDatasetError, UnsafeArchiveError)
+from ..files import check_output_folder
 from .benchmarks import dataset_key
 
 
@@ -102,9 +103,15 @@ class ResumingDownloader:
 
     def __call__(self, url, output_file, pooch_=None, check_only=False):
         if url.lower().startswith("ftp://"):
+            import ftplib
+
             import pooch
 
-            pooch.FTPDownloader(progressbar=self.progress, timeout=self.timeout)(url, self.part, pooch_)
+            try:
+                pooch.FTPDownloader(progressbar=self.progress, timeout=self.timeout)(url, self.part, pooch_)
+            except (OSError, EOFError, *ftplib.all_errors) as exc:  # named as an HTTP failure is, with its URL
+                raise DownloadError(f"{url}: {type(exc).__name__}: {exc}; check the network (or give a mirror: "
+                                    f"--mirror URL)") from exc
             total = None
         else:
             total = self._http(url)
@@ -135,7 +142,7 @@ class ResumingDownloader:
         try:
             resp = requests.get(url, headers=headers, stream=True, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise DownloadError(f"{url}: {exc}") from exc
+            raise DownloadError(f"{url}: {exc}; check the network (or give a mirror: --mirror URL)") from exc
         with resp:
             if resp.status_code == 416 and offset:
                 # range not satisfiable: the part is complete if the server's size is its size, else start over
@@ -330,8 +337,32 @@ def _remotes_for(name: str, base_url: str | None, remotes) -> tuple[Remote, ...]
         raise UnknownDatasetError(f"{key} has no published download (paris6k-subset ships with the shared data)")
     base_url = base_url or os.environ.get("STREAMK_DATASETS_MIRROR")
     if base_url:
+        _check_mirror(base_url)
         table = tuple(replace(r, url=base_url.rstrip("/") + "/" + r.filename) for r in table)
     return table
+
+
+MIRROR_SCHEMES = ("http", "https", "ftp")  # what the downloader fetches
+
+
+def _check_mirror(base_url):
+    """ConfigError unless ``base_url`` is an http(s):// or ftp:// URL with a host: said before
+    anything is fetched or made, not as the HTTP library's complaint about a file's URL."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    if parts.scheme.lower() not in MIRROR_SCHEMES or not parts.netloc:
+        raise ConfigError(f"the mirror {base_url!r} (--mirror or $STREAMK_DATASETS_MIRROR) is not a URL: give its "
+                          f"address with the scheme, e.g. https://example.org/datasets/ (http, https or ftp)")
+
+
+def _made_folders(dest: Path) -> list[Path]:
+    """The folders that making ``dest`` (with its parents) creates, deepest first."""
+    made, p = [], dest.absolute()
+    while not p.exists() and p != p.parent:
+        made.append(p)
+        p = p.parent
+    return made
 
 
 def download(name: str, dest_dir, progress: bool = True, *, base_url: str | None = None, remotes=None,
@@ -355,11 +386,26 @@ def download(name: str, dest_dir, progress: bool = True, *, base_url: str | None
     """
     key = dataset_key(name)
     dest = Path(dest_dir)
+    table = _remotes_for(key, base_url, remotes)  # an unknown name or a bad mirror: nothing made
+    check_output_folder(dest, f"the dataset {key}")
+    made = _made_folders(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    table = _remotes_for(key, base_url, remotes)
+    try:
+        _download_into(key, dest, table, remotes, progress, keep_archives, timeout)
+    except BaseException:
+        for folder in made:  # a failed try leaves no empty folder it made (a partial download is kept)
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
+    return dest
+
+
+def _download_into(key, dest, table, remotes, progress, keep_archives, timeout):
     if key in ("oxford105k", "paris106k") and remotes is None:
         warnings.warn(f"{key}: only the {key[:-4]}k images and ground truth are fetched; put the 100k Flickr "
-                      f"distractor images in {dest / 'jpg'} yourself", stacklevel=2)
+                      f"distractor images in {dest / 'jpg'} yourself", stacklevel=3)
     for r in table:
         stamp = dest / f".{r.filename}.extracted"
         if r.extract is not None and stamp.exists():
@@ -370,7 +416,6 @@ def download(name: str, dest_dir, progress: bool = True, *, base_url: str | None
                         timeout=timeout, processor=processor)
         if r.extract is not None and not keep_archives:
             archive.unlink()
-    return dest
 
 
 __all__ = ["REMOTES", "Remote", "ResumingDownloader", "download", "extract_archive", "fetch"]

@@ -465,44 +465,49 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
         skipped.append((str(path), reason))
         report(path, reason)
 
-    source = _source_of(images, photos)  # before anything is written
+    source = _source_of(images, photos, out_dir)  # before anything is written (or an earlier output deleted)
     extractor = feat.make_extractor(None, max_side=max_side, max_features=max_features)
+    made = _what_a_run_makes(out_dir)
     out_path = _prepare_out(out_dir)
-    database, scene_originals, related = _collection(out_path, images, photos, n_variants, scenes, seed, skip)
-    t0 = time.perf_counter()
-    cache = default_cache_dir() if cache_dir is None else cache_dir
-    database, fs, shas = extract_database(database, extractor, cache, workers, progress, skip)
-    timings["features"] = time.perf_counter() - t0
-    if len(database) < 2:
-        raise TooFewImagesError(f"{source}: {len(database)} usable image(s); the demo needs at least 2")
-    n_desc = sum(len(f) for f in fs)
-    if n_desc < k:
-        raise TooFewImagesError(f"{n_desc} local features in all, fewer than k={k}")
+    try:
+        database, scene_originals, related = _collection(out_path, images, photos, n_variants, scenes, seed, skip)
+        t0 = time.perf_counter()
+        cache = default_cache_dir() if cache_dir is None else cache_dir
+        database, fs, shas = extract_database(database, extractor, cache, workers, progress, skip)
+        timings["features"] = time.perf_counter() - t0
+        if len(database) < 2:
+            raise TooFewImagesError(f"{source}: {len(database)} usable image(s); the demo needs at least 2")
+        n_desc = sum(len(f) for f in fs)
+        if n_desc < k:
+            raise TooFewImagesError(f"{n_desc} local features in all, fewer than k={k}")
 
-    t0 = time.perf_counter()
-    queries = make_queries(database, out_path, transforms, int(max_queries), seed, skip)
-    kept = {im.id for im in database}
-    queries += scene_queries([im for im in scene_originals if im.id in kept], out_path, transforms, seed, skip,
-                             first=len(queries) // len(transforms))
-    timings["query views"] = time.perf_counter() - t0
-    positives, junk = ground_truth(database, related)
-    _print_collection(out, database, queries, transforms, source, images, n_variants, extractor, n_desc, out_path)
-    searched = _encode_index_search(out_path, database, fs, shas, extractor, queries, int(k),
-                                    (cache, workers, progress), skip, timings, out)
-    methods = [_evaluate(m, rankings, sec, queries, positives, junk, transforms, show)
-               for m, (rankings, sec) in searched.items()]
-    result = DemoResult(out_path, out_path / "index.html", len(database), len(queries), transforms,
-                        methods, skipped, timings)
+        t0 = time.perf_counter()
+        queries = make_queries(database, out_path, transforms, int(max_queries), seed, skip)
+        kept = {im.id for im in database}
+        queries += scene_queries([im for im in scene_originals if im.id in kept], out_path, transforms, seed, skip,
+                                 first=len(queries) // len(transforms))
+        timings["query views"] = time.perf_counter() - t0
+        positives, junk = ground_truth(database, related)
+        _print_collection(out, database, queries, transforms, source, images, n_variants, extractor, n_desc, out_path)
+        searched = _encode_index_search(out_path, database, fs, shas, extractor, queries, int(k),
+                                        (cache, workers, progress), skip, timings, out)
+        methods = [_evaluate(m, rankings, sec, queries, positives, junk, transforms, show)
+                   for m, (rankings, sec) in searched.items()]
+        result = DemoResult(out_path, out_path / "index.html", len(database), len(queries), transforms,
+                            methods, skipped, timings)
 
-    t0 = time.perf_counter()
-    info = [(f"Database: {len(database)} images from {_page_source(images, photos, scene_originals)}. "
-             f"Queries: {len(queries)} views ({', '.join(transforms)}). Encoder: T-emb k={k}, learned on the "
-             f"database images (unsupervised). One streaming index per aggregation method, exact search.")]
-    write_page(out_path, result, database, queries, positives, junk, info, show)
-    timings["page"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_start
-    _print_table(result, out)
-    return result
+        t0 = time.perf_counter()
+        info = [(f"Database: {len(database)} images from {_page_source(images, photos, scene_originals)}. "
+                 f"Queries: {len(queries)} views ({', '.join(transforms)}). Encoder: T-emb k={k}, learned on the "
+                 f"database images (unsupervised). One streaming index per aggregation method, exact search.")]
+        write_page(out_path, result, database, queries, positives, junk, info, show)
+        timings["page"] = time.perf_counter() - t0
+        timings["total"] = time.perf_counter() - t_start
+        _print_table(result, out)
+        return result
+    except BaseException:
+        made()  # a failed run leaves nothing it made (an empty skeleton of database/, queries/, thumbs/ was left)
+        raise
 
 
 def _collection(out_path, images, photos, n_variants, scenes, seed, skip):
@@ -527,15 +532,50 @@ def _print_collection(out, database, queries, transforms, source, images, n_vari
         + ("the database images of the same scene" if images is None else "the source image only"))
 
 
-def _source_of(images, photos):
+def _source_of(images, photos, out_dir):
     """Where the database images come from, in words: ConfigError when ``images`` is not a
-    folder, DatasetImageError for the built-in photos without scikit-image."""
+    folder or lies in the output folder ``out_dir`` (whose content a run replaces and does not
+    read as images), DatasetImageError for the built-in photos without scikit-image."""
     if images is None:
         skimage_photo_dir()
         return f"scikit-image's {len(photos)} bundled photographs"
     if not Path(images).is_dir():
         raise ConfigError(f"--images {images}: not a folder")
+    found, out = Path(images).resolve(), Path(out_dir).resolve()
+    if found == out or found.is_relative_to(out):
+        raise ConfigError(f"--images {images} is inside --out {out_dir}, the demo's output folder, which a run "
+                          f"replaces and whose files it does not read as images; move the images out of it, or "
+                          f"give another --out")
     return f"the images under {images}"
+
+
+def _what_a_run_makes(out_dir):
+    """A function that removes what :func:`_prepare_out` and the run after it make in
+    ``out_dir``: the folder itself (and the parents made for it) when it did not exist, else
+    the demo's outputs, and the marker if it was not there."""
+    out = Path(out_dir)
+    made, p = [], out.absolute()
+    while not p.exists() and p != p.parent:
+        made.append(p)
+        p = p.parent
+    had_marker = (out / MARKER).exists()
+
+    def remove():
+        if made:
+            shutil.rmtree(made[0], ignore_errors=True)
+            for folder in made[1:]:
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+            return
+        for name in _OUTPUTS + (() if had_marker else (MARKER,)):
+            p = out / name
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.exists():
+                p.unlink()
+    return remove
 
 
 def _page_source(images, photos, scene_originals):

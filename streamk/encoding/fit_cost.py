@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ConfigError
+from ..units import byte_size
 
 KMEANS_ITERATIONS = 30
 EIGH_FLOPS_PER_N3 = 9.0  # syevd with eigenvectors: tridiagonal reduction, divide and conquer, back-transform
@@ -104,14 +105,6 @@ def _measure_rates(gemm_rows, gemm_cols, eigh_order):
                         eigh_order=eigh_order)
 
 
-def _mb(nbytes):
-    return f"{nbytes / 1e6:,.1f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:,.1f} kB"
-
-
-def _gb(nbytes):
-    return f"{nbytes / 1e9:,.1f} GB"
-
-
 def format_seconds(seconds):
     if seconds < 90:
         return f"{seconds:.0f} s"
@@ -166,14 +159,14 @@ class FitCost:
         parts = [f"{self.flops / 1e9:,.0f} GFLOP"]
         if self.eigh_order:
             parts.append(f"covariance and eigendecomposition of {self.eigh_order:,} x {self.eigh_order:,} "
-                         f"(about {_gb(self.peak_bytes)} of memory)")
+                         f"(about {byte_size(self.peak_bytes)} of memory)")
         if self.rn_flops:
             parts.append("RN learning vectors")
         f16 = "" if self.encoder_bytes_float16 == self.encoder_bytes else \
-            f" ({_mb(self.encoder_bytes_float16)} with save(..., storage='float16'))"
+            f" ({byte_size(self.encoder_bytes_float16)} with save(..., storage='float16'))"
         return (f"fitting {self.what}: {', '.join(parts)}; estimated {format_seconds(self.seconds(r))} on this "
                 f"machine (GEMM {r.gemm64 / 1e9:.0f} GFLOP/s float64, measured); the encoder takes "
-                f"{_mb(self.encoder_bytes)} on disk{f16}")
+                f"{byte_size(self.encoder_bytes)} on disk{f16}")
 
 
 def memory_limit_bytes():
@@ -212,8 +205,8 @@ def check_fits_in_memory(cost, limit=None):
     if limit is None or cost.peak_bytes <= limit:
         return
     k_fits = whitening_k_limit(128, limit)
-    raise ConfigError(f"fitting {cost.model} needs about {_gb(cost.peak_bytes)} of memory (a {cost.eigh_order:,} x "
-                      f"{cost.eigh_order:,} whitening in float64), more than the {_gb(limit)} here: use a smaller "
+    raise ConfigError(f"fitting {cost.model} needs about {byte_size(cost.peak_bytes)} of memory (a {cost.eigh_order:,} x "
+                      f"{cost.eigh_order:,} whitening in float64), more than the {byte_size(limit)} here: use a smaller "
                       f"vocabulary (with 128-dimensional descriptors k <= {k_fits} fits; the paper's is 64)")
 
 
@@ -265,9 +258,9 @@ class FitProgress:
             return
         self.bar.close()
         self.bar = None
-        size = "" if encoder_bytes is None else f"; the encoder takes {_mb(encoder_bytes)} on disk" + (
+        size = "" if encoder_bytes is None else f"; the encoder takes {byte_size(encoder_bytes)} on disk" + (
             "" if encoder_bytes_float16 in (None, encoder_bytes)
-            else f" ({_mb(encoder_bytes_float16)} with storage='float16')")
+            else f" ({byte_size(encoder_bytes_float16)} with storage='float16')")
         self.write(f"streamk: fitted {self.cost.what} in {format_seconds(time.monotonic() - self.t0)} "
                    f"(estimated {format_seconds(self.cost.seconds(self.rates))}){size}")
 

@@ -70,13 +70,25 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
                 f"(all methods, one Gram)" + (f"; mean of {len(seeds)} seeds" if len(seeds) > 1 else ""))
             for note in eval_notes(info, rn, pq_bytes):
                 log(f"note: {note}")
-            log(f"{'method':<64}{'mAP':>14}{'2nd stage ms/query':>20}")
+            table = []
             for label, runs in rows:
                 m = [100 * r.map for r in runs]
                 cost = info["query_ms"].get(label)
-                log(f"{label:<64}" + (f"{np.mean(m):8.1f} ± {np.std(m):3.1f}" if len(m) > 1 else f"{m[0]:8.1f}      ")
-                    + (f"{cost:20.1f}" if cost is not None else ""))
+                table.append([label, f"{np.mean(m):.1f} ± {np.std(m):.1f}" if len(m) > 1 else f"{m[0]:.1f}",
+                              "" if cost is None else f"{cost:.1f}"])
+            for line in table_lines(["method", "mAP", "2nd stage ms/query"], table):
+                log(line)
     return report
+
+
+def table_lines(header, rows, gap=2):
+    """The lines of a text table: the first column left-aligned, the others right-aligned, each
+    as wide as its widest cell or header (so values end under their header, whatever the rows
+    hold), ``gap`` spaces apart; trailing blanks dropped."""
+    cells = [[str(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return [(" " * gap).join([row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]).rstrip()
+            for row in cells]
 
 
 def eval_notes(info, rn, pq_bytes):
@@ -101,13 +113,13 @@ def asmk_report(dataset, learning, extractor, cache, workers, n_words, multiple_
         f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); codebook "
         f"{info['n_words']} words (fit {info['fit_s']:.1f} s); alpha {info['alpha']:g}, tau {info['tau']:g}; "
         f"aggregation {1000 * info['aggregate_s_per_image']:.0f} ms per database image")
-    log(f"{'method':<32}{'mAP':>7}{'bytes/image':>13}{'entries/image':>15}{'query: aggregate ms':>21}"
-        f"{'search ms':>11}")
-    for label, res, c in rows:
-        log(f"{label:<32}{100 * res.map:7.1f}{c['bytes_per_image']:13,.0f}{c['entries_per_image']:15.0f}"
-            f"{c['query_aggregate_ms']:21.1f}{c['query_search_ms']:11.2f}")
+    table = [[label, f"{100 * res.map:.1f}", f"{c['bytes_per_image']:,.0f}", f"{c['entries_per_image']:.0f}",
+              f"{c['query_aggregate_ms']:.1f}", f"{c['query_search_ms']:.2f}"] for label, res, c in rows]
+    for line in table_lines(["method", "mAP", "bytes/image", "entries/image", "query: aggregate ms", "search ms"],
+                            table):
+        log(line)
     return {"dataset": dataset.name, "method": "asmk", **info,
             "rows": [{"method": label, **res.to_dict(), **costs} for label, res, costs in rows]}
 
 
-__all__ = ["asmk_report", "eval_notes", "learning_set", "run_eval"]
+__all__ = ["asmk_report", "eval_notes", "learning_set", "run_eval", "table_lines"]

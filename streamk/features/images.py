@@ -43,6 +43,7 @@ import warnings
 import numpy as np
 
 from ..errors import ExtractorUnavailableError, ImageReadError, ImageTooLargeError
+from ..units import byte_size
 
 #: Largest image file read, in bytes (50 MiB). ``max_file_size=`` / ``--max-file-size`` change it.
 MAX_FILE_SIZE = 50 * 2**20
@@ -59,10 +60,6 @@ def _check_limit(value, name):
 
         raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
-
-
-def _mib(n):
-    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
 def read_image_bytes(path, max_file_size=MAX_FILE_SIZE):
@@ -98,7 +95,7 @@ def read_image_bytes(path, max_file_size=MAX_FILE_SIZE):
 
 def _file_too_large(path, size, limit):
     return ImageTooLargeError(
-        path, f"file of {_mib(size)} is over the limit of {_mib(limit)} (max_file_size; "
+        path, f"file of {byte_size(size)} is over the limit of {byte_size(limit)} (max_file_size; "
               f"raise it with --max-file-size BYTES or max_file_size=)", limit="max_file_size")
 
 
@@ -263,7 +260,7 @@ def check_decoded_bytes(img, path, limit=None):
     if n > limit:
         w, h = img.size
         raise ImageTooLargeError(path, f"{w} x {h} pixels of {img.mode} ({len(img.getbands())} channels) decode to "
-                                       f"{_mib(n)}, over the limit of {_mib(limit)}: send it at 8 bits per channel "
+                                       f"{byte_size(n)}, over the limit of {byte_size(limit)}: send it at 8 bits per channel "
                                        f"or fewer pixels", limit="max_decoded_bytes")
 
 

@@ -215,7 +215,8 @@ class Index(ABC):
 
     @abstractmethod
     def stats(self) -> dict[str, Any]:
-        """Counts and sizes: images, codec, reader memory, and the codec's staleness."""
+        """Counts and sizes: images, codec, vector dtype, reader memory (``reader_memory``: bytes;
+        every size key holds a number of bytes), and the codec's staleness."""
 
     # ------------------------------------------------------------ search
     # an image (a path, the file's bytes, a PIL image): [Hit]; an array (an (H, W, 3) image, a descriptor

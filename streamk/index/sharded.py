@@ -812,7 +812,8 @@ class ShardedIndex(Index):
     def stats(self) -> dict[str, Any]:
         per = self._scatter(ShardActor.stats, {s: () for s in range(self.shards)})
         out = {"images": sum(p["images"] for p in per.values()), "shards": self.shards,
-               "codec": per[0]["codec"], "reader_memory": sum(p["reader_memory"] for p in per.values())}
+               "codec": per[0]["codec"], "vector_dtype": per[0].get("vector_dtype"),
+               "reader_memory": sum(p["reader_memory"] for p in per.values())}
         for key in ("codec_trained_on", "added_since_training"):  # every shard's codec is trained at once
             values = [per[s].get(key) for s in range(self.shards)]
             if any(key in per[s] for s in range(self.shards)):

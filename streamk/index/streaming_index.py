@@ -606,12 +606,15 @@ class StreamingIndex(Index):
 
     # ------------------------------------------------------------ facts
     def stats(self) -> dict[str, Any]:
-        """Counts and sizes: images, rows, codec, reader memory (bytes); with a codec, the
-        images it was trained on and the images added since (``codec_trained_on``,
-        ``added_since_training``; None for a codec trained before streamk recorded them)."""
+        """Counts and sizes: ``images``, ``next_row``, ``codec``, ``vector_dtype`` ("float16" or
+        "float32", the stored vectors'), ``reader_memory`` (bytes a reader holds in memory) and
+        ``map_size`` (bytes: the LMDB map's current size, what the file may grow to before the map
+        is enlarged); with a codec, the images it was trained on and the images added since
+        (``codec_trained_on``, ``added_since_training``; None for a codec trained before streamk
+        recorded them). Sizes are numbers of bytes (the CLI shows them in KiB / MiB / GiB)."""
         codec = self.codec()
         out = {"images": len(self), "next_row": self._store.get_int(b"next_row"),
-               "codec": None if codec is None else codec.describe(),
+               "codec": None if codec is None else codec.describe(), "vector_dtype": str(self.vector_dtype),
                "reader_memory": self.view.memory_bytes(), "map_size": self._store.map_size}
         st = self.codec_staleness()
         if st is not None:

@@ -31,7 +31,9 @@ sent to the workers as they are found, a bounded number at a time):
    up in one short read transaction. A file whose id is already stored is only
    *hashed* by its worker (no extraction): same content (the stored sha256) is
    counted as *skipped existing*, other content is reported as failed
-   (IdExistsError) -- nothing already stored is ever touched. This is what
+   (IdExistsError) -- nothing already stored is ever touched, except by a watch: a
+   file it found in the index and saw change since (size, mtime) is described again and,
+   when its bytes differ, replaces its image's content (``updated``). This is what
    makes a resumed run cheap; it keeps no state outside the index and sees a
    file whose content changed under its old name.
 4. **Read, hash, extract, encode** in a worker (the local crash-isolating
@@ -61,7 +63,8 @@ commits what was already encoded and raises
 :class:`~streamk.errors.IngestInterruptedError`, which says what was added and how
 many files were not ingested (the rest of the walk is counted for at most
 :data:`COUNT_LEFT_SECONDS`); the same command resumes. In watch mode either signal
-ends the watch cleanly, after committing what was encoded. A signal takes effect
+ends the watch cleanly, after committing what was encoded (:attr:`Ingester.stopped_left`:
+the files of a poll it cut short that were not ingested). A signal takes effect
 between images (:class:`_SafePoints`): at once while waiting on worker processes,
 after the image in hand when encoding runs in this process (``workers=1``).
 
@@ -212,17 +215,21 @@ class IngestStats:
     near_duplicates: list[tuple[str, str, str, float]] = field(default_factory=list)  # (path, id, existing id, score)
     skipped_near_duplicates: int = 0
     same_content: int = 0  # files not added: their bytes are already indexed under another id (each reported)
+    updated: int = 0  # watch: files overwritten while watched, their image's content replaced
+    stopped_by: str | None = None  # watch: "SIGINT" or "SIGTERM" when a signal ended it (a clean stop)
 
     @property
     def n_failed(self) -> int:
         return len(self.failed)
 
-    def summary(self) -> str:
+    def summary(self, updates: bool = False) -> str:
+        """One line of counts; ``updates``: say the updated count even when it is 0 (a watch)."""
         rate = self.processed / self.seconds if self.seconds > 0 else 0.0
         near = (f", {self.skipped_near_duplicates} near-duplicates skipped" if self.skipped_near_duplicates
                 else f", {len(self.near_duplicates)} near-duplicates" if self.near_duplicates else "")
         same = f" and {self.same_content} with the bytes of another id" if self.same_content else ""
-        return (f"added {self.added}, skipped {self.existing} existing{same}{near}, failed {self.n_failed} "
+        updated = f", updated {self.updated}" if updates or self.updated else ""
+        return (f"added {self.added}{updated}, skipped {self.existing} existing{same}{near}, failed {self.n_failed} "
                 f"({self.seconds:.1f} s, {rate:.2f} images/s)")
 
 
@@ -409,12 +416,15 @@ class Ingester:
                                                       flush=True))
         self.progress = progress
         self.cache = None if cache_dir is None else FeatureCache(cache_dir)
-        self.stats = IngestStats()
+        self.stats = IngestStats()  # every pass of this Ingester
+        self.pass_stats = IngestStats()  # the last (or current) pass alone: a watch's poll
         self._seen: dict[str, Any] = {}  # path -> stat signature when last handled (for --watch)
+        self._held: set[str] = set()  # paths whose bytes the index holds under their id, as this Ingester found
+        self._updates: list[tuple[str, Any]] = []  # (path, EncodedImage) replacing the content of a watched file
         self._walk = None  # this pass's walk (iter_scan), to count what is left after an interruption
         self._pass_found = 0  # entries of this pass's walk handed on (not skipped as already seen)
-        self._pass_start = 0  # stats.processed when this pass began
         self.stopped_by: str | None = None  # watch: "SIGINT" or "SIGTERM" when a signal ended it
+        self.stopped_left: tuple[int, bool] | None = None  # watch ended mid-poll: that poll's (not ingested, exact?)
         self._batch: list[tuple[str, Any]] = []  # (path, EncodedImage)
         self._last_commit = time.monotonic()
         self._bar: Any = None
@@ -451,26 +461,39 @@ class Ingester:
             self._bar.clear()
         self.report(str(path), reason)
 
+    def _counts(self):
+        """The running totals and this pass's own: each outcome is counted in both."""
+        return self.stats, self.pass_stats
+
     def _fail(self, path, reason):
-        self.stats.failed[str(path)] = reason
-        self.stats.processed += 1
+        for st in self._counts():
+            st.failed[str(path)] = reason
+            st.processed += 1
         self._seen[str(path)] = _stat_sig(path)
+        self._held.discard(str(path))
         self._say(path, reason)
         self._tick()
 
     def _ok(self, path, status, image_id=None):
-        """``status``: "added", "exists" (this id, these bytes) or "same content" (these bytes
-        under another id: not added)."""
-        self.stats.failed.pop(str(path), None)
-        self.stats.processed += 1
+        """``status``: "added", "updated" (a watched file's new bytes replaced its image's), "exists"
+        (this id, these bytes) or "same content" (these bytes under another id: not added)."""
+        for st in self._counts():
+            st.failed.pop(str(path), None)
+            st.processed += 1
+            if status == "added":
+                st.added += 1
+                st.added_ids.append(image_id)
+            elif status == "updated":
+                st.updated += 1
+            elif status == "same content":
+                st.same_content += 1
+            else:
+                st.existing += 1
         self._seen[str(path)] = _stat_sig(path)
-        if status == "added":
-            self.stats.added += 1
-            self.stats.added_ids.append(image_id)
-        elif status == "same content":
-            self.stats.same_content += 1
+        if status == "same content":
+            self._held.discard(str(path))
         else:
-            self.stats.existing += 1
+            self._held.add(str(path))
         self._tick()
 
     def _tick(self):
@@ -513,9 +536,10 @@ class Ingester:
                 pending[len(kept)] = (near[0], near[1], why)
                 kept.append(i)
                 continue
-            self.stats.near_duplicates.append((str(path), enc.key.decode(), near[0], round(near[1], 4)))
-            self.stats.skipped_near_duplicates += 1
-            self.stats.processed += 1
+            for st in self._counts():
+                st.near_duplicates.append((str(path), enc.key.decode(), near[0], round(near[1], 4)))
+                st.skipped_near_duplicates += 1
+                st.processed += 1
             self._seen[str(path)] = _stat_sig(path)
             self._tick()
             self._say(path, f"near-duplicate of {near[0]!r} ({why}); not added")
@@ -523,7 +547,14 @@ class Ingester:
 
     def _flush(self):
         batch, self._batch = self._batch, []
+        updates, self._updates = self._updates, []
         self._last_commit = time.monotonic()
+        if updates:
+            with _signals_deferred():
+                # Index.update's semantics: the stored metadata kept, updated with the file's
+                for (path, enc), out in zip(updates, self.index.write_encoded([enc for _, enc in updates],
+                                                                              replace=True)):
+                    self._written(path, enc, "updated" if out == "added" else out)
         pending = {}
         if batch and self.on_duplicate != "keep":
             batch, pending = self._near_duplicates(batch)
@@ -532,33 +563,40 @@ class Ingester:
         with _signals_deferred():  # a commit and its account are one step: the count said is the count stored
             outcomes = self.index.write_encoded([enc for _, enc in batch])
             for pos, ((path, enc), out) in enumerate(zip(batch, outcomes)):
-                exc = out if isinstance(out, Exception) else None
-                if exc is None:
-                    if out == "added" and pos in pending:
-                        existing, score, why = pending[pos]
-                        self.stats.near_duplicates.append((str(path), enc.key.decode(), existing, round(score, 4)))
-                        if self._bar is not None:
-                            self._bar.clear()
-                        self.note(str(path), f"added; a near-duplicate of {existing!r} ({why})")
-                    self._ok(path, out, enc.key.decode())
-                elif isinstance(exc, DuplicateError):  # same content under another id: said, not added
-                    self._say(path, f"the same bytes are already indexed as {exc.existing_id!r}; not added as "
-                                    f"{exc.id!r}")
-                    self._ok(path, "same content")
-                else:
-                    self._fail(path, describe(exc))
+                if out == "added" and pos in pending:
+                    existing, score, why = pending[pos]
+                    for st in self._counts():
+                        st.near_duplicates.append((str(path), enc.key.decode(), existing, round(score, 4)))
+                    if self._bar is not None:
+                        self._bar.clear()
+                    self.note(str(path), f"added; a near-duplicate of {existing!r} ({why})")
+                self._written(path, enc, out)
+
+    def _written(self, path, enc, out):
+        """Count (and say) the outcome of writing one image: a status or the named error."""
+        if not isinstance(out, Exception):
+            self._ok(path, out, enc.key.decode())
+        elif isinstance(out, DuplicateError):  # same content under another id: said, not added
+            self._say(path, f"the same bytes are already indexed as {out.existing_id!r}; not added as {out.id!r}")
+            self._ok(path, "same content")
+        else:
+            self._fail(path, describe(out))
 
     # ------------------------------------------------------------------ one pass
     def ingest(self, roots: Iterable[PathLike], only_new: bool = False) -> IngestStats:
-        """One pass over ``roots``; returns the cumulative :class:`IngestStats`.
+        """One pass over ``roots``; returns the cumulative :class:`IngestStats` (this pass's
+        own: :attr:`pass_stats`).
 
         only_new: skip files already handled in an earlier pass of this Ingester
-        whose size and mtime are unchanged (used by watch mode).
+        whose size and mtime are unchanged (used by watch mode); a file whose bytes this
+        Ingester found in the index, overwritten since, has its image's content replaced
+        (as :meth:`~streamk.index.StreamingIndex.update`: its metadata kept, updated with the file's).
         """
         from tqdm.auto import tqdm
 
         t0 = time.monotonic()
-        self._pass_found, self._pass_start, self._walk = 0, self.stats.processed, None
+        self.pass_stats = IngestStats()
+        self._pass_found, self._walk = 0, None
         self._bar = tqdm(total=0, unit="img", desc="ingest", file=sys.stderr,
                          disable=True if self.progress is False else (None if self.progress is None
                                                                       else False),
@@ -593,7 +631,8 @@ class Ingester:
                 executor.close()
             self._bar.close()
             self._bar = None
-            self.stats.seconds += time.monotonic() - t0
+            for st in self._counts():
+                st.seconds += time.monotonic() - t0
         return self.stats
 
     def _tasks(self, roots, only_new):
@@ -634,8 +673,10 @@ class Ingester:
         # one short read per chunk (per shard), never held across tasks
         known = self.index.records([image_id for _, image_id in chunk])
         known = [None if raw is None else _stored_file_sha(raw) for raw in known]
-        # the worker reads the absolute path: a Dask worker's working folder is not ours
-        return [(path, image_id, sha, os.path.abspath(path)) for (path, image_id), sha in zip(chunk, known)], pulled
+        # the worker reads the absolute path: a Dask worker's working folder is not ours; a file held and seen
+        # again in a watch changed (size or mtime): its worker describes it if its bytes differ
+        return [(path, image_id, sha, os.path.abspath(path), bool(only_new and sha and path in self._held))
+                for (path, image_id), sha in zip(chunk, known)], pulled
 
     def unmatched_metadata(self) -> list[str]:
         """The keys of the metadata given (ids, absolute paths) that named no file found so far,
@@ -648,6 +689,15 @@ class Ingester:
             self._fail(path, str(r["error"]))
             return
         given = self.metadata.get(r["id"]) or self.metadata.get(os.path.abspath(path))
+        if r.get("stored_sha256") is not None and r.get("description") is not None:  # a watched file changed
+            try:
+                enc = r["description"].encoded(r["id"], path, metadata=dict(r.get("metadata") or {}, **(given or {})))
+            except StreamkError as exc:
+                self._fail(path, describe(exc))
+                return
+            self._updates.append((path, enc))
+            self._flush_if_due()
+            return
         if r.get("stored_sha256") is not None:  # the id was stored: only hashed
             if r["sha256"] == r["stored_sha256"]:
                 if given:
@@ -667,7 +717,10 @@ class Ingester:
             self._fail(path, describe(exc))
             return
         self._batch.append((path, enc))
-        if (len(self._batch) >= self.batch_size
+        self._flush_if_due()
+
+    def _flush_if_due(self):
+        if (len(self._batch) + len(self._updates) >= self.batch_size
                 or time.monotonic() - self._last_commit >= self.commit_interval):
             self._flush()
 
@@ -675,7 +728,7 @@ class Ingester:
         """(files of the current pass not handled, exact?): those found and not yet
         handled, plus the rest of the walk counted for at most ``seconds`` (not exact
         when the walk was not finished by then)."""
-        left = max(0, self._pass_found - (self.stats.processed - self._pass_start))
+        left = max(0, self._pass_found - self.pass_stats.processed)
         if self._walk is None:
             return left, True
         deadline = time.monotonic() + seconds
@@ -688,17 +741,24 @@ class Ingester:
     # ------------------------------------------------------------------ watch
     def watch(self, roots: Iterable[PathLike], interval: float = 5.0, max_polls: int | None = None,
               on_poll: Callable[[int, IngestStats], object] | None = None) -> IngestStats:
-        """Ingest, then poll ``roots`` every ``interval`` seconds for new or changed files.
+        """Ingest, then poll ``roots`` every ``interval`` seconds for new or changed files
+        (a file changed since this watch found it in the index gets its image's content
+        replaced; a file deleted stays in the index).
 
         Stops after ``max_polls`` passes (None: until KeyboardInterrupt or
         :class:`~streamk.errors.Terminated`, which end it cleanly after committing what
-        was already encoded; :attr:`stopped_by` then names the signal). on_poll(n,
-        stats) is called after each pass.
+        was already encoded; :attr:`stopped_by` then names the signal and, when it came
+        during a pass, :attr:`stopped_left` says how many files of that pass were not
+        ingested). on_poll(n, stats) is called after each pass with the running totals;
+        :attr:`pass_stats` holds that pass's own counts.
         """
         n = 0
+        polling = False
         try:
             while True:
+                polling = True
                 self.ingest(roots, only_new=n > 0)
+                polling = False
                 n += 1
                 if on_poll is not None:
                     on_poll(n, self.stats)
@@ -706,8 +766,10 @@ class Ingester:
                     break
                 time.sleep(interval)
         except (KeyboardInterrupt, Terminated) as exc:
-            self.stopped_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            self.stopped_by = self.stats.stopped_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
             self._flush()
+            if polling:
+                self.stopped_left = self.not_ingested()
         return self.stats
 
 
@@ -754,18 +816,15 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
                              progress=progress, max_file_size=max_file_size, max_pixels=max_pixels, metadata=given,
                              on_duplicate=on_duplicate, duplicate_threshold=duplicate_threshold) as ing:
             if watch:
-                last = {"processed": None}
-
                 def on_poll(n, stats):
                     if n == 1:
                         log(f"watching {len(images)} path(s) every {interval:g} s (Ctrl-C to stop)")
-                    if stats.processed != last["processed"]:  # a poll that found nothing says nothing
-                        log(f"poll {n}: {stats.summary()}")
-                    last["processed"] = stats.processed
+                    if ing.pass_stats.processed:  # a poll that found nothing says nothing
+                        log(f"poll {n}, this poll: {ing.pass_stats.summary(updates=True)}")
                     retrain_if_stale(index, retrain_at, log)
                 stats = ing.watch(images, interval=interval, max_polls=max_polls, on_poll=on_poll)
                 if ing.stopped_by is not None:
-                    log(f"stopped by {ing.stopped_by}")
+                    log(_stopped_line(ing))
                 return stats
             try:
                 stats = ing.ingest(images)
@@ -818,6 +877,18 @@ def retrain_if_stale(index, ratio, log=print):
         return False
     log(f"retrained the codec on {len(index):,} images in {time.monotonic() - t0:.1f} s")
     return True
+
+
+def _stopped_line(ing):
+    """What a watch stopped by a signal says: the signal, and the files of the poll it cut
+    short that were not ingested (the next run takes them)."""
+    if ing.stopped_left is None or ing.stopped_left[0] == 0:
+        return f"stopped by {ing.stopped_by}"
+    left, exact = ing.stopped_left
+    st = ing.pass_stats
+    return (f"stopped by {ing.stopped_by} during a poll: that poll added {st.added}, updated {st.updated}, "
+            f"failed {st.n_failed}; {'' if exact else 'at least '}{left} not ingested; run the same command "
+            f"again to take them")
 
 
 def _interrupted(ing, exc):

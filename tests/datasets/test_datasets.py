@@ -493,7 +493,7 @@ def test_download_checksum_mismatch_extracts_nothing(server, tmp_path, bad):
     with pytest.raises(ChecksumError, match=bad.replace("sha256", "SHA-256")) as info:
         download("oxford5k", dest, progress=False, remotes=[remote])
     assert isinstance(info.value, DownloadError) and isinstance(info.value, StreamkError)
-    assert sorted(p.name for p in dest.iterdir()) == []                 # no archive, no .part, no jpg/
+    assert not dest.exists()  # no archive, no .part, no jpg/: and the empty folder it made removed
 
 
 def test_existing_file_is_checked_against_its_hash(server, tmp_path):
@@ -650,3 +650,42 @@ def test_paris6k_subset_boxes_inside_images(shared_data):
             w, h = im.size
         x1, y1, x2, y2 = q.box
         assert 0 <= x1 < x2 <= w and 0 <= y1 < y2 <= h, (q.name, q.box, (w, h))
+
+
+def _closed_port():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_download_command_failures_are_named_checked_first_and_leave_no_empty_folder(server, tmp_path, capsys):
+    """An FTP failure is a DownloadError naming the URL (exit 7; it was a bare gaierror, exit 1),
+    as an HTTP one is; --dir naming a file and a --mirror that is no URL are said before anything
+    is fetched (they were FileExistsError and requests' "No scheme supplied"); a failed try leaves
+    no empty folder it made."""
+    from streamk.cli import main
+
+    port = _closed_port()
+    dest = tmp_path / "new" / "holidays"
+    assert main(["datasets", "download", "holidays", "--dir", str(dest), "--mirror", f"ftp://127.0.0.1:{port}/"]) == 7
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"streamk: error: ftp://127.0.0.1:{port}/jpg1.tar.gz: "), err
+    assert "check the network" in err[0]
+    assert not (tmp_path / "new").exists()
+    assert main(["datasets", "download", "oxford5k", "--dir", str(dest), "--mirror", server.url]) == 7  # 404
+    assert "HTTP 404" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    requests = len(server.log)
+    assert main(["datasets", "download", "oxford5k", "--dir", str(afile), "--mirror", server.url]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"streamk: error: cannot write the dataset oxford5k to {afile}: it is a file, not a folder; give a folder "
+        f"(a new one, or an existing folder)")
+    assert afile.read_text() == "mine\n" and len(server.log) == requests
+    assert main(["datasets", "download", "oxford5k", "--dir", str(dest), "--mirror", "notaurl"]) == 2
+    assert capsys.readouterr().err.strip().startswith(
+        "streamk: error: the mirror 'notaurl' (--mirror or $STREAMK_DATASETS_MIRROR) is not a URL: give its address")
+    assert not (tmp_path / "new").exists()

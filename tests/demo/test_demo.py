@@ -241,6 +241,39 @@ def test_cli_demo_folder_without_usable_images(tmp_path, capsys):
     assert main(argv) == 4  # TooFewImagesError
     err = capsys.readouterr().err
     assert "broken.png" in err and "usable image" in err
+    # nothing the failed run made is left (it left an empty database/, queries/, thumbs/ and the marker)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_demo_failed_in_an_earlier_demos_folder_leaves_only_what_was_there(tmp_path, capsys):
+    """A failed run in an existing folder removes what it made, the marker too when it made it."""
+    pytest.importorskip("pyhesaff")
+    skimage = pytest.importorskip("skimage")
+    (tmp_path / "photos").mkdir()
+    shutil.copy(Path(skimage.__file__).parent / "data" / "camera.png", tmp_path / "photos" / "one.png")
+    (tmp_path / "out").mkdir()
+    argv = ["demo", "--images", str(tmp_path / "photos"), "--out", str(tmp_path / "out"), "--workers", "1",
+            "--cache", str(tmp_path / "cache"), "--no-progress"]
+    assert main(argv) == 4  # one photo: TooFewImagesError
+    assert "1 usable image(s)" in capsys.readouterr().err
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_cli_demo_images_inside_out_said_before_anything_is_deleted(tmp_path, capsys):
+    """--images inside --out: the earlier demo output was wiped, then its images skipped in silence
+    ("0 usable image(s)"); now refused first, saying why, with the folder untouched."""
+    out = tmp_path / "demo-out"
+    (out / "mine").mkdir(parents=True)
+    (out / ".streamk-demo").write_text("written by streamk demo\n")
+    (out / "index.html").write_text("an earlier demo's page\n")
+    (out / "mine" / "a.jpg").write_bytes(b"any bytes: never read")
+    for images in (out / "mine", out):
+        assert main(["demo", "--images", str(images), "--out", str(out), "--no-progress"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"streamk: error: --images {images} is inside --out {out}, the demo's output folder")
+        assert "move the images out of it, or give another --out" in err
+    assert sorted(p.name for p in out.iterdir()) == [".streamk-demo", "index.html", "mine"]
+    assert (out / "index.html").read_text() == "an earlier demo's page\n"
 
 
 @pytest.mark.parametrize("argv", [["--max-queries", "0"], ["--scenes", "-1"]])

@@ -78,7 +78,7 @@ def test_long_fit_states_its_cost_when_stderr_is_not_a_terminal(monkeypatch, cap
     err = capsys.readouterr().err  # captured: not a terminal
     assert "streamk: fitting T-emb k=3 on 480 descriptors" in err and "estimated" in err
     assert "GFLOP" in err and "eigendecomposition 384 x 384" in err
-    assert f"the encoder takes {enc.stored_bytes() / 1e6:.1f} MB on disk" in err
+    assert f"the encoder takes {enc.stored_bytes() / 1024:.1f} KiB on disk" in err  # binary units, as the CLI's
     Encoder(embedding="temb", k=3).fit(sets, verbose=False)
     assert capsys.readouterr().err == ""
 
@@ -166,7 +166,7 @@ def test_a_fit_that_cannot_fit_in_memory_is_refused_before_it_starts(monkeypatch
     assert cost.peak_bytes == fit_cost.WHITENING_PEAK_ARRAYS * 8 * (64 * 128) ** 2
     assert "of memory" in cost.describe(fit_cost.MachineRates(1e11, 1e11, 1e9, 512))
     fit_cost.check_fits_in_memory(cost, limit=cost.peak_bytes)  # exactly enough: fits
-    with pytest.raises(ConfigError, match=r"needs about 3\.2 GB of memory .* k <= 35 fits"):
+    with pytest.raises(ConfigError, match=r"needs about 3\.0 GiB of memory .* than the 953\.7 MiB here.* k <= 35 fits"):
         fit_cost.check_fits_in_memory(cost, limit=10**9)
     peak = [Encoder(embedding="temb", k=k).fit_cost(40_000).peak_bytes for k in (35, 36)]
     assert peak[0] <= 10**9 < peak[1]  # the k it names is the largest that fits
@@ -178,7 +178,7 @@ def test_a_fit_that_cannot_fit_in_memory_is_refused_before_it_starts(monkeypatch
     monkeypatch.setattr(fit_cost, "memory_limit_bytes", lambda: 10**6)
     err = io.StringIO()
     monkeypatch.setattr("sys.stderr", err)
-    with pytest.raises(ConfigError, match="more than the 0.0 GB here"):
+    with pytest.raises(ConfigError, match="more than the 976.6 KiB here"):
         Encoder(embedding="temb", k=8).fit(sets, verbose=True)
     assert err.getvalue() == ""  # refused before the estimate and the progress bar
 

@@ -186,3 +186,44 @@ def test_eval_without_the_benchmark_s_images_says_where_before_learning(tmp_path
     err = capsys.readouterr().err
     assert f"{tmp_path / 'jpg'} is not a folder" in err and "--root DIR" in err
     assert "streamk datasets download ukbench --dir DIR" in err and not learned
+
+
+def test_eval_table_columns_line_up(shared_data, tmp_path, capsys, monkeypatch):
+    """The header ended at column 78 above mAP values ending at 72, and the "2nd stage ms/query"
+    values sat under the gap: each value now ends where its header does, whatever the rows
+    hold (a label of any length, a mean ± std, a row with no second stage). A 30-photo slice."""
+    import re
+
+    from streamk.evaluation import report as eval_report
+
+    ds = load_dataset("paris6k-subset")
+    small = ds.restrict([i for i in ds.image_ids if "defense" in i or "eiffel" in i][:30])
+    real = eval_report.evaluate_dataset
+    monkeypatch.setattr(eval_report, "evaluate_dataset", lambda dataset, *a, **kw: real(small, *a, **kw))
+    assert main(["eval", "--dataset", "paris6k-subset", "--embedding", "vlad", "--vocab-size", "4",
+                 "--aggregation", "sum,gmp", "--rn", "off", "--verify", "10", "--expand", "2",
+                 "--cache", str(tmp_path / "cache"), "--workers", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("method "))
+    header, rows = lines[at], [line for line in lines[at + 1:] if line.startswith("VLAD")]
+    map_end, cost_end = header.index("mAP") + len("mAP"), len(header)
+    assert header.endswith("2nd stage ms/query") and len(rows) >= 3
+    costs = 0
+    for row in rows:
+        value = re.search(r" (\d+\.\d(?: ± \d+\.\d)?)(?: |$)", row)  # the first number: the mAP
+        assert value and value.end(1) == map_end, (header, row)
+        if len(row) > map_end:
+            assert re.fullmatch(r" +\d+\.\d", row[map_end:]) and len(row) == cost_end, (header, row)
+            costs += 1
+    assert 0 < costs < len(rows)  # rows with and without a second stage
+
+
+def test_table_lines_fit_their_widest_cell():
+    """A label longer than the old fixed 64 columns pushed its row's values right of the rest."""
+    from streamk.evaluation.report import table_lines
+
+    long = "T-emb k=64 + democratic + RN -> 512 + PQ 64 B + re-rank 50 + SP + QE (recursive-centred)"
+    lines = table_lines(["method", "mAP", "2nd stage ms/query"], [[long, "85.0 ± 0.8", "26.1"], ["short", "7.5", ""]])
+    assert lines == [f"{'method':<{len(long)}}         mAP  2nd stage ms/query",
+                     f"{long}  85.0 ± 0.8                26.1",
+                     f"{'short':<{len(long)}}         7.5"]

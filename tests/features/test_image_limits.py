@@ -78,7 +78,7 @@ except ImageTooLargeError as exc:
 """
     r = run_python("-c", code, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "refused:" in r.stdout and "4,096.0 MiB is over the limit of 50.0 MiB" in r.stdout, r.stdout
+    assert "refused:" in r.stdout and "file of 4.0 GiB is over the limit of 50.0 MiB" in r.stdout, r.stdout
     assert "MemoryError" not in r.stderr
 
 

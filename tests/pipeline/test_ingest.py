@@ -468,7 +468,8 @@ def test_watch_picks_up_new_files_and_ctrl_c_ends_cleanly(work, tmp_path, sig, i
         deadline = time.monotonic() + 40
         assert _read_line_until(proc, sel, lambda ln: ln.startswith("watching"), deadline, seen), seen
         textured(str(folder / "later" / "second.png"), 12)
-        assert _read_line_until(proc, sel, lambda ln: "added 2," in ln, deadline, seen), seen
+        assert _read_line_until(proc, sel, lambda ln: ", this poll: added 1," in ln and not ln.startswith("poll 1,"),
+                                deadline, seen), seen
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -476,7 +477,7 @@ def test_watch_picks_up_new_files_and_ctrl_c_ends_cleanly(work, tmp_path, sig, i
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     assert out.strip().splitlines()[-2] == f"stopped by {signal.Signals(sig).name}"
-    assert out.strip().splitlines()[-1].startswith("added 2, skipped 0 existing, failed 0")
+    assert out.strip().splitlines()[-1].startswith("total, all polls: added 2, updated 0, skipped 0 existing, failed 0")
     with StreamingIndex.open(ix) as idx:
         assert sorted(idx.ids()) == ["first.png", "later__second.png"]
 
@@ -489,8 +490,132 @@ def test_watch_max_polls(work, tmp_path, capsys):
                  "--workers", "1", "--no-progress"]) == 0
     out = capsys.readouterr().out
     # a poll that found nothing new says nothing (a line every interval, for hours, was noise)
-    assert "poll 1:" in out and "poll 2:" not in out and "poll 3:" not in out
-    assert out.strip().splitlines()[-1].startswith("added 1, skipped 0 existing")
+    assert "poll 1," in out and "poll 2," not in out and "poll 3," not in out
+    assert out.strip().splitlines()[-1].startswith("total, all polls: added 1, updated 0, skipped 0 existing")
+
+
+class _Lines:
+    """A process's stdout lines as they come, read raw from its descriptor: a buffered readline
+    may hold the next line (printed in the same burst) while select() says there is nothing to read."""
+
+    def __init__(self, stream):
+        self.fd, self.buf, self.seen = stream.fileno(), b"", []
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.fd, selectors.EVENT_READ)
+
+    def until(self, predicate, deadline):
+        """The next line for which predicate(line) holds (the lines before it consumed), or None
+        at the deadline or the end of the output."""
+        while True:
+            while b"\n" in self.buf:
+                raw, self.buf = self.buf.split(b"\n", 1)
+                self.seen.append(line := raw.decode())
+                if predicate(line):
+                    return line
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if self.sel.select(timeout=min(1.0, left)):
+                data = os.read(self.fd, 65536)
+                if not data:
+                    return None
+                self.buf += data
+
+    def rest(self):
+        """What was read and not yet consumed as lines (to put before what communicate() reads)."""
+        return self.buf.decode()
+
+
+def _stored_sha(ix, image_id):
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        return json.loads(idx.records([image_id])[0])["sha256"]
+
+
+def test_watch_says_each_polls_own_counts_updates_a_changed_file_and_a_stop_with_failures_is_clean(work, tmp_path):
+    """Each poll line counts that poll alone (a running "added" beside a per-poll "failed" read as
+    new files that were not), the last line the whole watch, labelled apart. A watched file
+    overwritten with another photo gets its image's content replaced (its metadata kept,
+    updated with the file's), said as "updated" (it was IdExistsError, never updated). SIGTERM
+    ends the watch with exit 0 although a file failed: a supervisor's stop is no crash."""
+    import hashlib
+
+    ix = tmp_path / "ix"
+    create(ix, work)
+    folder = tmp_path / "watched"
+    textured(str(folder / "first.png"), 31)
+    proc = start_python("-m", "streamk.cli", "ingest", str(ix), str(folder), "--watch", "--interval", "0.2",
+                        "--max-polls", "1000", "--workers", "1", "--no-progress",
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = _Lines(proc.stdout)
+    try:
+        deadline = time.monotonic() + 60
+        polled = lines.until(lambda ln: ln.startswith("poll 1,"), deadline)
+        assert polled and ", this poll: added 1, updated 0, skipped 0 existing, failed 0" in polled, lines.seen
+        textured(str(tmp_path / "staging" / "second.png"), 32)
+        (tmp_path / "staging" / "bad.jpg").write_text("not an image\n")
+        os.rename(tmp_path / "staging", folder / "later")  # both in one poll
+        assert lines.until(lambda ln: ", this poll: added 1, updated 0, skipped 0 existing, failed 1 " in ln,
+                           deadline), lines.seen
+        with StreamingIndex.open(ix) as idx:
+            idx.set_metadata("first.png", {"album": "kept"}, merge=True)
+        textured(str(tmp_path / "other.png"), 33)
+        os.replace(tmp_path / "other.png", folder / "first.png")  # another photo under the same name, whole
+        assert lines.until(lambda ln: ", this poll: added 0, updated 1, skipped 0 existing, failed 0 " in ln,
+                           deadline), lines.seen
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        out = lines.rest() + out
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, (lines.seen, out, err)
+    assert "IdExistsError" not in err and "Traceback" not in err
+    lines = out.strip().splitlines()
+    assert lines[-2] == "stopped by SIGTERM"
+    assert lines[-1].startswith("total, all polls: added 2, updated 1, skipped 0 existing, failed 1 "), lines
+    assert _stored_sha(ix, "first.png") == hashlib.sha256((folder / "first.png").read_bytes()).hexdigest()
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        meta = idx.metadata("first.png")
+        assert meta["album"] == "kept" and meta["size"] == (folder / "first.png").stat().st_size
+        assert sorted(idx.ids()) == ["first.png", "later__second.png"]
+
+
+def test_watch_with_failures_ended_by_max_polls_exits_1(work, tmp_path, capsys):
+    """A bounded watch (--max-polls) ends as a one-shot run does: 1 when a file failed."""
+    ix = tmp_path / "ix"
+    create(ix, work)
+    textured(str(tmp_path / "w" / "a.png"), 21)
+    (tmp_path / "w" / "bad.jpg").write_text("not an image\n")
+    assert main(["ingest", str(ix), str(tmp_path / "w"), "--watch", "--interval", "0.05", "--max-polls", "2",
+                 "--workers", "1", "--no-progress"]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith(
+        "total, all polls: added 1, updated 0, skipped 0 existing, failed 1")
+
+
+def test_a_watch_stopped_mid_poll_says_what_it_left(work, tmp_path, wait_until):
+    """SIGTERM during a poll: what was encoded is committed, and the line says how many files of
+    that poll were not ingested, as a one-shot run does; exit 0 (a stop on request)."""
+    n = 20
+    ix = tmp_path / "ix"
+    create(ix, work)
+    folder = tmp_path / "many"
+    for i in range(n):
+        textured(str(folder / f"p{i:02d}.png"), 200 + i, size=384)
+    proc = start_python("-m", "streamk.cli", "ingest", str(ix), str(folder), "--watch", "--workers", "1",
+                        "--batch-size", "1", "--no-progress", "--no-cache",
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: _committed(ix) >= 2, 120, "two images committed")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, (out, err)
+    said = [ln for ln in out.splitlines() if ln.startswith("stopped by")]
+    m = re.fullmatch(r"stopped by SIGTERM during a poll: that poll added (\d+), updated 0, failed 0; (\d+) not "
+                     r"ingested; run the same command again to take them", said[0]) if said else None
+    assert m, out
+    added, left = int(m[1]), int(m[2])
+    assert _committed(ix) == added >= 2 and left >= 1 and added + left == n
 
 
 def test_train_pq_then_pq_search(work, tmp_path, capsys):

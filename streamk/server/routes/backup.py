@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from ...errors import ConfigError, DiskFullError, IndexCorruptError, describe
 from ...index import backup
+from ...units import byte_size
 from ..dependencies import may_write, service_of
 from ..http_errors import ApiError, error_responses
 
@@ -80,7 +81,7 @@ async def take_backup(request: Request, service=Depends(service_of)):
                                              "may be damaged (the server's log says where)") from None
     finally:
         lock.release()
-    log.info("backup %s: %d images, %.1f MB in %.1f s", name, report.images, report.bytes / 1e6, report.seconds)
+    log.info("backup %s: %d images, %s in %.1f s", name, report.images, byte_size(report.bytes), report.seconds)
     return {"backup": name, "images": report.images, "bytes": report.bytes, "shards": len(report.shards),
             "seconds": round(report.seconds, 3), "verified": True}
 
