@@ -260,8 +260,8 @@ def check_decoded_bytes(img, path, limit=None):
     if n > limit:
         w, h = img.size
         raise ImageTooLargeError(path, f"{w} x {h} pixels of {img.mode} ({len(img.getbands())} channels) decode to "
-                                       f"{byte_size(n)}, over the limit of {byte_size(limit)}: send it at 8 bits per channel "
-                                       f"or fewer pixels", limit="max_decoded_bytes")
+                                       f"{byte_size(n)}, over the limit of {byte_size(limit)}: send it at 8 bits per "
+                                       f"channel or fewer pixels", limit="max_decoded_bytes")
 
 
 def check_pixels(size, path, max_pixels=MAX_PIXELS):
@@ -518,8 +518,8 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
         raise ImageReadError(name, f"cannot make a thumbnail ({str(exc) or type(exc).__name__})") from exc
 
 
-__all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes",
-           "check_pixels", "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date",
-           "exif_orientation", "file_metadata", "in_memory_image_bytes", "is_heif", "is_image_in_memory",
-           "orient_array", "orient_image", "oriented_size",
-           "load_gray", "memory_image_metadata", "pil_image", "read_image_bytes", "resize_gray", "scaled_size", "thumbnail_jpeg"]
+__all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes", "check_pixels",
+           "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date", "exif_orientation",
+           "file_metadata", "in_memory_image_bytes", "is_heif", "is_image_in_memory", "orient_array", "orient_image",
+           "oriented_size", "load_gray", "memory_image_metadata", "pil_image", "read_image_bytes", "resize_gray",
+           "scaled_size", "thumbnail_jpeg"]

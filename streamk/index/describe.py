@@ -213,4 +213,3 @@ def encode_item(image_id, image_path=None, descriptors=None, vector=None, box=No
 
 __all__ = ["ImageDescription", "ImageFailure", "describe_context", "describe_image", "describe_task_context",
            "encode_item", "geometry_record", "warm_encoder"]
-

@@ -311,5 +311,5 @@ def check_room(path, needed):
 
 
 __all__ = ["CORRUPTION", "CRC_BYTES", "RESTORE_COPY", "UNREPAIRABLE_META", "advice", "check_lmdb_file", "check_room",
-           "checksum_ok", "corrupt", "crc32c", "describe_rows", "disk_full", "get_checked_meta", "header_faults", "open_error",
-           "put_checked_meta", "read_lmdb_meta", "seal", "unseal"]
+           "checksum_ok", "corrupt", "crc32c", "describe_rows", "disk_full", "get_checked_meta", "header_faults",
+           "open_error", "put_checked_meta", "read_lmdb_meta", "seal", "unseal"]

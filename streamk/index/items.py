@@ -191,5 +191,6 @@ def encoded_vector(image_id, vector, dim, metadata=None):
                         metadata=metadata)
 
 
-__all__ = ["ITEM_FIELDS", "PIXEL_KINDS", "AddResult", "EncodedImage", "add_items", "checked_vector", "encoded_image_file", "encoded_vector",
-           "image_content_key", "normalise_box", "not_there_to_update", "npz_bytes", "one_source", "unit_vector"]
+__all__ = ["ITEM_FIELDS", "PIXEL_KINDS", "AddResult", "EncodedImage", "add_items", "checked_vector",
+           "encoded_image_file", "encoded_vector", "image_content_key", "normalise_box", "not_there_to_update",
+           "npz_bytes", "one_source", "unit_vector"]

@@ -557,7 +557,7 @@ def matches(metadata, clauses):
 
 
 __all__ = ["GRAMMAR", "MAX_FILTER_FIELDS", "MAX_INDEXED_FIELDS", "MAX_IN_VALUES", "MAX_METADATA_BYTES",
-           "MAX_FIELD_VALUES", "Clause", "RowFilter", "add_indexed_field", "allowed_rows", "column_fields", "decode_metadata",
-           "decode_value", "field_values", "values_limit", "delete_metadata",
-           "encode_metadata", "encode_value", "expected_columns", "indexed_fields", "matches", "metadata_of_rows", "parse_filter",
+           "MAX_FIELD_VALUES", "Clause", "RowFilter", "add_indexed_field", "allowed_rows", "column_fields",
+           "decode_metadata", "decode_value", "field_values", "values_limit", "delete_metadata", "encode_metadata",
+           "encode_value", "expected_columns", "indexed_fields", "matches", "metadata_of_rows", "parse_filter",
            "prepare_metadata", "put_metadata", "rebuild_columns"]

@@ -591,7 +591,8 @@ class ShardedIndex(Index):
         if stale:  # does the holder still hold that content?
             recs = self.records([holders[p] for p in stale])
             for p, raw in zip(stale, recs):
-                if raw is not None and ImageRecord.from_json(raw, self.path, holders[p]).content_key == encoded[p].content:
+                held = None if raw is None else ImageRecord.from_json(raw, self.path, holders[p]).content_key
+                if held == encoded[p].content:
                     out[p] = DuplicateError(ids[p], holders[p], "update" if replace else "add")
             self._claims(ShardActor.claim, [pairs[p] for p in stale if out[p] is None], True)
         todo = [p for p in range(len(encoded)) if out[p] is None]

@@ -292,7 +292,8 @@ def test_numpy_values_are_stored_and_filtered_as_the_json_they_hold(tmp_path, en
     a numpy array too, while `where={"stars": np.int64(3)}` was taken. Stored as the JSON
     numbers, booleans and lists they hold, posted as those are when a field is indexed later."""
     V = vectors(51, 3)
-    with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32", indexed_fields=["stars", "tags"]) as idx:
+    with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32",
+                               indexed_fields=["stars", "tags"]) as idx:
         idx.add("a", vector=V[0], metadata={"stars": np.int64(4), "w": np.float32(0.5), "ok": np.bool_(True),
                                             "tags": np.array([1, 2]), "also": np.array([7, 8])})
         idx.add("b", vector=V[1], metadata={"stars": 2, "tags": [3], "also": [8]})
