@@ -386,6 +386,17 @@ def _sigint_ignored():  # as a shell leaves a background job: SIGINT ignored, SI
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def index_and_many_photos(work, tmp_path, n, seed):
+    """A new index and a folder of ``n`` textured photos large enough that a stop finds some
+    not yet ingested: (index path, folder)."""
+    ix = tmp_path / "ix"
+    create(ix, work)
+    folder = tmp_path / "many"
+    for i in range(n):
+        textured(str(folder / f"p{i:02d}.png"), seed + i, size=384)
+    return ix, folder
+
+
 @pytest.mark.parametrize("sig, status, inherited, workers", [
     (signal.SIGINT, 130, "default", "1"), (signal.SIGTERM, 143, "default", "1"),
     (signal.SIGINT, 130, "SIGINT ignored", "1"), (signal.SIGTERM, 143, "default", "2")])
@@ -398,11 +409,7 @@ def test_interrupted_one_shot_ingest_says_what_is_left_and_a_rerun_resumes(work,
     image in hand (raised inside a Numba kernel it became a SystemError, a "failed" image);
     with two it stops the wait on the workers at once."""
     n = 20
-    ix = tmp_path / "ix"
-    create(ix, work)
-    folder = tmp_path / "many"
-    for i in range(n):
-        textured(str(folder / f"p{i:02d}.png"), 100 + i, size=384)
+    ix, folder = index_and_many_photos(work, tmp_path, n, seed=100)
     args = ["-m", "streamk.cli", "ingest", str(ix), str(folder), "--workers", workers, "--batch-size", "1",
             "--no-progress", "--no-cache"]
     if inherited == "default":
@@ -595,11 +602,7 @@ def test_a_watch_stopped_mid_poll_says_what_it_left(work, tmp_path, wait_until):
     """SIGTERM during a poll: what was encoded is committed, and the line says how many files of
     that poll were not ingested, as a one-shot run does; exit 0 (a stop on request)."""
     n = 20
-    ix = tmp_path / "ix"
-    create(ix, work)
-    folder = tmp_path / "many"
-    for i in range(n):
-        textured(str(folder / f"p{i:02d}.png"), 200 + i, size=384)
+    ix, folder = index_and_many_photos(work, tmp_path, n, seed=200)
     proc = start_python("-m", "streamk.cli", "ingest", str(ix), str(folder), "--watch", "--workers", "1",
                         "--batch-size", "1", "--no-progress", "--no-cache",
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
