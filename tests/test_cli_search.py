@@ -296,7 +296,7 @@ LIBRARIES = ("numpy", "numba", "llvmlite", "scipy", "sklearn", "tqdm", "lmdb", "
              "uvicorn", "dask", "distributed", "ipywidgets", "matplotlib")
 # streamk's modules that the parser and the helps may load: the CLI and the bottom layer
 PARSER_MODULES = ("streamk", "streamk.cli", "streamk.errors", "streamk.exports", "streamk.schema", "streamk.checks",
-                  "streamk.config")
+                  "streamk.config", "streamk.units")  # the bottom layer: no library, no kernel
 
 LOADED = ("import json, sys\n"
           "from numba.core.dispatcher import Dispatcher\n" "{run}\n"
