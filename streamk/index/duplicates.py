@@ -54,6 +54,7 @@ from ..features import MAX_FILE_SIZE
 from .queries import MAX_BATCH
 from .search_params import check_count
 from .second_stage import Hit, warn_damaged
+from .store import DAMAGED_RECORD
 
 # Measured by bench/duplicates.py (T-emb k = 16, GMP, the demo's extractor; 80 Paris photos,
 # the encoder learned on 60 others): a photo's copies re-encoded (JPEG q = 12, q = 50), resized
@@ -487,7 +488,7 @@ GEOMETRY_BATCH = 32  # images whose geometry records, and their candidates', are
 
 def _is_record_damage(exc):
     """Whether an IndexCorruptError is one record's damage (Store.damaged_geometry), not the store's."""
-    return (getattr(exc, "what", None) or "").startswith("the local-geometry record of")
+    return (getattr(exc, "what", None) or "").startswith(DAMAGED_RECORD)
 
 
 def _readable_geometries(index, ids):

@@ -643,8 +643,7 @@ class ShardedIndex(Index):
         if image_id not in self:  # before the image is described
             raise not_there_to_update(image_id)
         enc = self.encode_item(image_id, image_path, descriptors, vector, box, metadata)
-        merged = dict(self.metadata(image_id), **(enc.metadata or {}))
-        out = self.write_encoded([enc._replace(metadata=merged)], replace=True)[0]
+        out = self.write_encoded([enc], replace=True)[0]  # the shard keeps the stored metadata, updated with enc's
         if isinstance(out, Exception):
             raise out
         return image_id
@@ -893,8 +892,8 @@ def _old_vector_form(what, image_path, descriptors, vector):
     """(image_path, vector) of a sharded index's add / update: ``add(id, vector)`` (0.2's
     form, the vector second, when the index took vectors only) is taken with a
     DeprecationWarning; an image held in memory in that place is an image."""
-    if image_path is not None and not isinstance(image_path, (str, bytes, bytearray, memoryview, os.PathLike)) \
-            and vector is None and descriptors is None and not is_image_in_memory(image_path):
+    if image_path is not None and not isinstance(image_path, (str, os.PathLike)) and not is_image_in_memory(image_path) \
+            and vector is None and descriptors is None:
         warnings.warn(f"ShardedIndex.{what}(image_id, vector) is deprecated and will be removed after streamk 0.3: "
                       f"give vector= by name (the same signature as StreamingIndex.{what})", DeprecationWarning,
                       stacklevel=3)

@@ -128,6 +128,7 @@ SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "
 # a writer creates them at open, a read-only reader sees them as empty.
 OPTIONAL_SUBDBS = ("geometry", "thumbnails", "metadata", "postings", "columns", "code_runs")
 SUBDB_FLAGS = {"postings": {"dupsort": True, "dupfixed": True}}  # (streamk.index.metadata)
+DAMAGED_RECORD = "the local-geometry record of"  # how the damage of stored records is named (duplicates tells it)
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
 CREATE_ROOM = 1 << 20  # free bytes a new index needs on its disk, beyond its metadata
@@ -944,7 +945,7 @@ class Store:
         """The IndexCorruptError naming, by image id and row, those of ``rows`` whose geometry
         record (``records``, as :meth:`geometry_records` read them) fails its checks."""
         bad = [int(rows[i]) for i in self.failing_geometry(records)] or [int(r) for r in rows]
-        return corrupt(self.path, f"the local-geometry record of {self.images_of_rows(bad)} fails its checks "
+        return corrupt(self.path, f"{DAMAGED_RECORD} {self.images_of_rows(bad)} fails its checks "
                        "(checksum or layout)", rows=bad)
 
     def images_of_rows(self, rows):

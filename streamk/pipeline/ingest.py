@@ -423,7 +423,6 @@ class Ingester:
         self._updates: list[tuple[str, Any]] = []  # (path, EncodedImage) replacing the content of a watched file
         self._walk = None  # this pass's walk (iter_scan), to count what is left after an interruption
         self._pass_found = 0  # entries of this pass's walk handed on (not skipped as already seen)
-        self.stopped_by: str | None = None  # watch: "SIGINT" or "SIGTERM" when a signal ended it
         self.stopped_left: tuple[int, bool] | None = None  # watch ended mid-poll: that poll's (not ingested, exact?)
         self._batch: list[tuple[str, Any]] = []  # (path, EncodedImage)
         self._last_commit = time.monotonic()
@@ -436,10 +435,15 @@ class Ingester:
         self.executor = executor if executor is not None else (
             make_executor(dask=dask) if dask is not None else None)  # local: made per pass
 
+    @property
+    def stopped_by(self) -> str | None:
+        """Watch: "SIGINT" or "SIGTERM" when a signal ended it (``stats.stopped_by``), else None."""
+        return self.stats.stopped_by
+
     def _vocabulary(self):
         """The index's vocabulary of local geometry (None: it keeps none); once per Ingester."""
         if not hasattr(self, "_voc"):
-            self._voc = getattr(self.index, "vocabulary", None)
+            self._voc = self.index.vocabulary
         return self._voc
 
     def close(self) -> None:
@@ -509,7 +513,7 @@ class Ingester:
         import numpy as np
 
         classed = S = None  # with local geometry: a near-duplicate is a copy (or exact), never a same-scene photo
-        if self.index.vocabulary is not None and all(enc.geometry is not None for _, enc in batch):
+        if self._vocabulary() is not None and all(enc.geometry is not None for _, enc in batch):
             from ..index import copies_of_new
             classed = copies_of_new(self.index, [(path, enc.key.decode(), enc.vector, enc.geometry,
                                                   enc.record.get("sha256")) for path, enc in batch],
@@ -766,7 +770,7 @@ class Ingester:
                     break
                 time.sleep(interval)
         except (KeyboardInterrupt, Terminated) as exc:
-            self.stopped_by = self.stats.stopped_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+            self.stats.stopped_by = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
             self._flush()
             if polling:
                 self.stopped_left = self.not_ingested()
