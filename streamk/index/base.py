@@ -45,7 +45,7 @@ from ..errors import EncoderMismatchError
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, vector_duplicate_groups,
                          vector_duplicates_of, verified_duplicates)
 from .search_params import DEFAULT_EXPANSION, SearchParams
-from .second_stage import Hit
+from .second_stage import Hit, cosine_scores
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -253,7 +253,9 @@ class Index(ABC):
         ``pairs=True``, the inlier ``pairs``. A batch of vectors (nq, D) (a (1, D) array
         too): ``(scores, ids)``, arrays of shape (nq, k) -- float32 and object (str) --
         best first, as faiss returns them; slots past the number of images hold -inf
-        and None (first stage only).
+        and None (first stage only). A score is the cosine of the query and the image's
+        vector, in [-1, 1]: an inner product that rounding (float16 vectors, PQ codes) took
+        past it is clipped once ranked (:func:`~streamk.index.second_stage.cosine_score`).
 
         Bounded cost: k, rerank, verify, expand and a batch's size are checked against
         streamk's maxima (MAX_K = 10,000 results, MAX_RERANK = 10,000 candidates,
@@ -295,7 +297,7 @@ class Index(ABC):
             return self._second_stage(prepared.Q[0], prepared.qrec, params)
         scores, ids = self.first_stage(prepared.Q, params.k, params=params)
         if prepared.batch:
-            return scores, ids
+            return cosine_scores(scores), ids  # clipped to [-1, 1] as a Hit's score is (ranked before)
         return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
 
     @abstractmethod

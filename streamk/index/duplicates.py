@@ -53,7 +53,7 @@ from ..errors import ConfigError, IndexCorruptError
 from ..features import MAX_FILE_SIZE
 from .queries import MAX_BATCH
 from .search_params import check_count
-from .second_stage import Hit, warn_damaged
+from .second_stage import Hit, cosine_scores, warn_damaged
 from .store import DAMAGED_RECORD
 
 # Measured by bench/duplicates.py (T-emb k = 16, GMP, the demo's extractor; 80 Paris photos,
@@ -178,7 +178,7 @@ def _page_pairs(queries, cand, scores, found, threshold):
     found neighbour other than the query itself, at or above the threshold."""
     hit = found & (cand != queries[:, None]) & (scores >= threshold)
     a, b = np.broadcast_to(queries[:, None], cand.shape)[hit], cand[hit]
-    return np.where(a < b, a, b), np.where(a < b, b, a), scores[hit]
+    return np.where(a < b, a, b), np.where(a < b, b, a), cosine_scores(scores[hit])  # as a Hit's, in [-1, 1]
 
 
 def _unique_pairs(pa, pb, ps):

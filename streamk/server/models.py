@@ -245,7 +245,7 @@ class ErrorAnswer(Answer):
 
 class HitAnswer(Answer):
     id: str
-    score: float
+    score: float = Field(description="the cosine of the query's vector and the image's, in [-1, 1] (rounding clipped)")
     stage: Literal["first", "verified", "expanded"]
     inliers: int | None = None
     verified: bool

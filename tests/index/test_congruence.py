@@ -588,3 +588,54 @@ def test_images_descriptors_and_vectors_are_added_alike(index, reference, tmp_pa
     finally:
         index.remove([i for i in added if i in index])
     assert len(index) == n
+
+
+# ---------------------------------------------------------------- scores shown are cosines
+@pytest.fixture(scope="module")
+def float16_built(tmp_path_factory):
+    """{kind: index} of N_VECTORS vectors stored as float16 (and a near copy of v000 that
+    float16 stores as the same vector), one PQ codec: rounding takes inner products of a
+    stored vector with itself past 1."""
+    tmp = tmp_path_factory.mktemp("cosines")
+    V = vectors(1, N_VECTORS)
+    enc = [encoded_vector(f"v{i:03d}", v, DIM) for i, v in enumerate(V)]
+    enc.append(encoded_vector("v000-same", V[0] + 1e-6 * np.ones(DIM, np.float32), DIM))  # other float32 bytes
+    out = {"one": StreamingIndex.create(tmp / "one", make_encoder(), vector_dtype="float16"),
+           "sharded-local": ShardedIndex.create(tmp / "local", make_encoder(), shards=3, vector_dtype="float16")}
+    for idx in out.values():
+        assert idx.write_encoded(enc) == ["added"] * len(enc)
+    out["sharded-local"].train(codec=out["one"].train(nlist=1, M=8, seed=0, progress=False))
+    yield out
+    for kind in ("one", "sharded-local"):
+        out[kind].close()
+
+
+@pytest.mark.parametrize("kind", ["one", "sharded-local"])
+def test_a_score_shown_is_a_cosine_in_minus_one_to_one(float16_built, kind):
+    """float16 vectors and PQ codes scored 1.0001 and 1.03 against themselves; a result's
+    score (a Hit's, a batch's, a near-duplicate pair's) is the cosine, clipped to [-1, 1]
+    once ranked: the first stage's own scores (the scans, the merge of shards) are not."""
+    index = float16_built[kind]
+    Q = index.query_vectors(np.stack([index.vector(f"v{i:03d}") for i in range(0, N_VECTORS, 3)]))  # as searched
+    for mode, rerank in [("exact", None), ("pq", 0), ("pq", None)]:
+        p = SearchParams(k=20, mode=mode, rerank=rerank)
+        raw, raw_ids = index.first_stage(Q, 20, params=p)
+        assert raw.max() > 1.0001 if rerank == 0 else raw.max() > 1  # rounding, as ranked
+        scores, ids = index.search(Q, params=p)
+        assert ids.tolist() == raw_ids.tolist() and (scores == np.clip(raw, -1, 1)).all()
+        for q, row, row_ids in zip(Q, raw, raw_ids):
+            hits = index.search(q, params=p)
+            shown = np.array([h.score for h in hits])
+            assert [h.id for h in hits] == list(row_ids) and np.allclose(shown, np.clip(row, -1, 1), atol=1e-6)
+            assert -1 <= shown.min() and shown.max() <= 1
+    assert [(h.id, h.score) for h in index.duplicates("v000", threshold=0.999)] == [("v000-same", 1.0)]
+    groups = index.duplicates(threshold=0.999, progress=False)
+    assert [g["pairs"] for g in groups] == [[["v000", "v000-same", 1.0, None]]]
+
+
+def test_cosine_scores_keep_the_empty_slots():
+    from streamk.index.second_stage import cosine_score, cosine_scores
+
+    got = cosine_scores(np.array([[1.03, 0.5, -np.inf], [-1.0002, -0.25, -np.inf]], np.float32))
+    assert got.dtype == np.float32 and got.tolist() == [[1.0, 0.5, -np.inf], [-1.0, -0.25, -np.inf]]
+    assert (cosine_score(1.0001), cosine_score(-1.5), cosine_score(0.25)) == (1.0, -1.0, 0.25)
