@@ -99,6 +99,13 @@ class Index(ABC):
         """The stored JSON records (bytes) of ``image_ids``, None for an absent id."""
 
     @abstractmethod
+    def stored_id(self, image_id: str) -> str:
+        """``image_id`` as this index stores it, found in either Unicode normal form: new ids
+        are stored NFC (:func:`~streamk.index.keys.normal_id`), an index written before holds
+        them as their files named them (``café`` typed finds ``cafe`` + U+0301 from macOS);
+        UnknownIdError when absent. Every lookup of a user's id falls back the same way."""
+
+    @abstractmethod
     def info(self, image_id: str) -> dict[str, Any]:
         """The stored record of an image (source, sha256, n_descriptors, row, ...), or UnknownIdError."""
 

@@ -104,7 +104,7 @@ from ..features import FeatureCache
 from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
                      image_content_key, nearest_of_vectors)
 from ..parallel import make_executor
-from ..index import MAX_ID_CHARS, MAX_KEY_BYTES, validate_id
+from ..index import MAX_ID_CHARS, MAX_KEY_BYTES, normal_form, validate_id
 from .tasks import ingest_task, results, task_context
 
 if TYPE_CHECKING:
@@ -124,12 +124,13 @@ def is_image_name(name):
 
 def id_for(path, root=None):
     """The image id of ``path`` found under folder ``root`` (None: given explicitly);
-    undecodable bytes and control characters as ``%XX`` (see the module doc)."""
+    undecodable bytes and control characters as ``%XX`` (see the module doc), in Unicode's
+    composed form (NFC: a name macOS wrote decomposed is the id typed)."""
     path = os.fsdecode(path)
     if root is None:
-        return _fitted_id(_text_id(os.path.basename(os.path.normpath(path))))
+        return _fitted_id(normal_form(_text_id(os.path.basename(os.path.normpath(path)))))
     rel = os.path.relpath(path, os.fsdecode(root))
-    return _fitted_id(_text_id(rel.replace(os.sep, "__").replace("/", "__")))
+    return _fitted_id(normal_form(_text_id(rel.replace(os.sep, "__").replace("/", "__"))))
 
 
 def _fitted_id(image_id):
@@ -344,6 +345,7 @@ def read_metadata_file(path):
             key = rec.pop("id") if "id" in rec else os.path.abspath(str(rec.pop("path")))
             if not isinstance(key, str):
                 raise MetadataError(f'{path}:{n}: "id" must be a string, got {key!r}')
+            key = key if os.path.isabs(key) else normal_form(key)  # an id as ingestion makes it (NFC)
             try:
                 encode_metadata(rec)
             except MetadataError as exc:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamk.errors import ConfigError, DuplicateError, UnknownIdError
+from streamk.errors import ConfigError, DuplicateError, IdExistsError, UnknownIdError
 from streamk.features import Features
 from streamk.index import (Index, SearchParams, ShardedIndex, StreamingIndex, copies_of, copy_report, encoded_vector,
                            shard_of)
@@ -639,3 +639,81 @@ def test_cosine_scores_keep_the_empty_slots():
     got = cosine_scores(np.array([[1.03, 0.5, -np.inf], [-1.0002, -0.25, -np.inf]], np.float32))
     assert got.dtype == np.float32 and got.tolist() == [[1.0, 0.5, -np.inf], [-1.0, -0.25, -np.inf]]
     assert (cosine_score(1.0001), cosine_score(-1.5), cosine_score(0.25)) == (1.0, -1.0, 0.25)
+
+
+# ---------------------------------------------------------------- ids in either Unicode normal form
+NFC_ID, NFD_ID = "caf\u00e9.jpg", "cafe\u0301.jpg"  # typed; as macOS names the file (e + combining acute)
+
+
+def _legacy_ids(shards=3):
+    """(NFC, NFD) forms of an id whose two forms route to different shards (sha256 of the
+    id's bytes, as before ids were normalised), so that a sharded index must look on both."""
+    import hashlib
+    import unicodedata
+
+    def route(text):
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % shards
+
+    for i in range(100):
+        nfc = f"old-cr\u00e8me-{i}.jpg"
+        nfd = unicodedata.normalize("NFD", nfc)
+        assert nfd != nfc
+        if route(nfc) != route(nfd):
+            return nfc, nfd, route(nfd)
+    raise AssertionError("no such id in 100")  # pragma: no cover
+
+
+@pytest.fixture(scope="module")
+def unicode_built(tmp_path_factory):
+    """{kind: index} each holding "café.jpg" added under its NFD name (stored NFC), and an
+    id written NFD as an index made before streamk normalised ids holds it (on a sharded
+    index: on the shard of its NFD bytes), and vectors around them."""
+    from streamk.index.sharded import read_manifest
+
+    tmp = tmp_path_factory.mktemp("unicode-ids")
+    V = vectors(3, 12)
+    old_nfc, old_nfd, old_shard = _legacy_ids()
+    legacy = encoded_vector(old_nfd, V[1], DIM, {"n": 1})._replace(key=old_nfd.encode())  # its bytes as stored before
+    out = {"one": StreamingIndex.create(tmp / "one", make_encoder(), vector_dtype="float32"),
+           "sharded-local": ShardedIndex.create(tmp / "local", make_encoder(), shards=3, vector_dtype="float32")}
+    assert out["one"].write_encoded([legacy]) == ["added"]
+    out["sharded-local"].close()
+    with StreamingIndex.open(tmp / "local" / read_manifest(tmp / "local")["dirs"][old_shard]) as shard:
+        assert shard.write_encoded([legacy]) == ["added"]
+    out["sharded-local"] = ShardedIndex.open(tmp / "local")
+    for idx in out.values():
+        assert idx.add(NFD_ID, vector=V[0], metadata={"n": 0}) == NFC_ID
+        assert idx.add_many([{"id": f"v{i}", "vector": V[i]} for i in range(2, 12)])
+    out["old"] = (old_nfc, old_nfd, V)
+    yield out
+    for kind in ("one", "sharded-local"):
+        out[kind].close()
+
+
+@pytest.mark.parametrize("kind", ["one", "sharded-local"])
+def test_an_id_is_found_in_either_unicode_normal_form(unicode_built, kind):
+    """A new id is stored NFC, whatever form it was given in; a lookup of an id given in the
+    other form finds it, and an id stored NFD by an older index is found typed (NFC)."""
+    index = unicode_built[kind]
+    old_nfc, old_nfd, V = unicode_built["old"]
+    assert NFC_ID in index.ids() and NFD_ID not in index.ids() and old_nfd in index.ids()
+    for given, stored, v in [(NFD_ID, NFC_ID, V[0]), (NFC_ID, NFC_ID, V[0]), (old_nfc, old_nfd, V[1]),
+                             (old_nfd, old_nfd, V[1])]:
+        assert given in index and index.stored_id(given) == stored
+        assert np.allclose(index.vector(given), v, atol=1e-6)
+        assert index.info(given)["kind"] == "vector" and index.records([given])[0] is not None
+        assert index.metadata(given)["n"] == int(stored == old_nfd)
+        assert index.search(index.vector(given), k=1)[0].id == stored
+        assert [h.id for h in index.duplicates(given, threshold=0.01)].count(stored) == 0  # itself left out
+    assert index.add(NFC_ID, vector=V[0]) == NFC_ID  # the same content under the same id: nothing written
+    with pytest.raises(IdExistsError):
+        index.add(old_nfc, vector=V[5] + V[6])  # the older index's id, typed: the same id
+    index.set_metadata(old_nfc, {"n": 7}, merge=True)
+    assert index.metadata(old_nfd)["n"] == 7
+    assert index.update(old_nfc, vector=V[7] - V[8]) and index.stored_id(old_nfc) == old_nfd
+    assert np.allclose(index.vector(old_nfd), (V[7] - V[8]) / np.linalg.norm(V[7] - V[8]), atol=1e-6)
+    n = len(index)
+    assert index.remove([NFD_ID, old_nfc]) == 2 and len(index) == n - 2
+    assert NFC_ID not in index and old_nfd not in index
+    with pytest.raises(UnknownIdError):
+        index.stored_id(NFD_ID)
