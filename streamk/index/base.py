@@ -106,6 +106,13 @@ class Index(ABC):
         UnknownIdError when absent. Every lookup of a user's id falls back the same way."""
 
     @abstractmethod
+    def content_holders(self, content_keys: Sequence[bytes]) -> list[str | None]:
+        """The id that holds each content key (:func:`~streamk.index.image_content_key` of an
+        image file's sha256, ...), None where no image does: one short read (per shard).
+        Ingestion asks it before describing a file, so that bytes stored under another id
+        are not described again."""
+
+    @abstractmethod
     def info(self, image_id: str) -> dict[str, Any]:
         """The stored record of an image (source, sha256, n_descriptors, row, ...), or UnknownIdError."""
 

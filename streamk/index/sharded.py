@@ -203,6 +203,10 @@ class ShardActor:
         with self._lock:
             return self.index.stored_id(image_id)
 
+    def content_holders(self, content_keys):
+        with self._lock:
+            return self.index.content_holders(content_keys)
+
     def search(self, Q, k, params):
         with self._lock:
             return self.index.first_stage(Q, k, params=params)
@@ -518,6 +522,16 @@ class ShardedIndex(Index):
 
     def stored_id(self, image_id: str) -> str:
         return self._owner_of(image_id).call(ShardActor.stored_id, image_id)
+
+    def content_holders(self, content_keys: Sequence[bytes]) -> list[str | None]:
+        """As :meth:`StreamingIndex.content_holders`: each shard asked for all the keys at once
+        (an image's content lives on the shard of its id)."""
+        content_keys = [bytes(k) for k in content_keys]
+        if not content_keys:
+            return []
+        per = self._scatter(ShardActor.content_holders, {s: (content_keys,) for s in range(self.shards)})
+        return [next((per[s][i] for s in range(self.shards) if per[s][i] is not None), None)
+                for i in range(len(content_keys))]
 
     def info(self, image_id: str) -> dict[str, Any]:
         return self._owner_of(image_id).call(ShardActor.info, image_id)

@@ -305,6 +305,11 @@ class StreamingIndex(Index):
             V = self.view.vectors_of(txn, rows) if rows else np.zeros((0, self.dim), np.float32)
         return ids, np.asarray(V, np.float32), rows[-1] if rows else -1
 
+    def content_holders(self, content_keys: Sequence[bytes]) -> list[str | None]:
+        with self._store.read() as txn:
+            held = [txn.get(bytes(k), db=self._store.hashes_db) for k in content_keys]
+            return [None if h is None else bytes(h).decode() for h in held]
+
     def stored_id(self, image_id: str) -> str:
         with self._store.read() as txn:
             return self._store.require_key(txn, image_id).decode()

@@ -442,6 +442,14 @@ def test_duplicates_with_verify_gives_the_copy_classes(index, reference):
         assert hits_of(index.duplicates("scene2-view1", verify=True)) == []  # verified views, but no copies
 
 
+def test_the_id_holding_each_content(index, built):
+    """Ingestion asks which id holds a file's bytes before describing it (any shard's)."""
+    enc = built["enc"]
+    assert index.content_holders([enc[1].content, enc[-1].content, b"\0" * 32]) == \
+        [enc[1].key.decode(), enc[-1].key.decode(), None]
+    assert index.content_holders([]) == []
+
+
 def test_metadata(index, reference):
     assert index.metadata("v010") == reference.metadata("v010") == {"group": "g2", "n": 10}
     assert index.metadata_many(["v011", "nope"]) == [{"group": "g3", "n": 11}, None]
