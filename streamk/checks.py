@@ -73,3 +73,23 @@ def check_box(box, what="box"):
     if not (x1 < x2 and y1 < y2):
         raise ConfigError(f"{what} must have x1 < x2 and y1 < y2 (pixels of the query image), got {box!r}")
     return x1, y1, x2, y2
+
+
+def clip_box(box, image_size, what="box"):
+    """``box`` checked (:func:`check_box`) and clipped to the image of ``image_size`` =
+    (width, height): the tuple of 4 floats searched, the one rule of every front end (the
+    Python API, the CLI, the server, the widgets) for a box out of the image's bounds.
+
+    The image spans [-0.5, width - 0.5] x [-0.5, height - 0.5] (pixel centres from (0, 0)):
+    a box reaching past it is clipped to it (its features are the same; its matched region
+    is what the image shows), and a box with nothing of the image inside is a ConfigError
+    naming the image's size."""
+    x1, y1, x2, y2 = check_box(box, what)
+    w, h = (int(v) for v in image_size)
+    lo_x, lo_y, hi_x, hi_y = -0.5, -0.5, w - 0.5, h - 0.5
+    clipped = max(x1, lo_x), max(y1, lo_y), min(x2, hi_x), min(y2, hi_y)
+    if not (clipped[0] < clipped[2] and clipped[1] < clipped[3]):
+        raise ConfigError(f"{what} ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside the image, which is {w} x {h} "
+                          f"pixels: give a box that overlaps x from 0 to {w - 1} and y from 0 to {h - 1} "
+                          f"(pixels of the image as viewers show it)")
+    return clipped

@@ -902,3 +902,30 @@ def test_index_remove_takes_images_out_all_or_none(work, tmp_path, capsys, shard
     with pytest.raises(SystemExit) as exit_:
         main(["index", "remove", ix])
     assert exit_.value.code == 2 and "give the ids to remove" in capsys.readouterr().err
+
+
+def test_a_file_named_in_nfd_is_found_by_its_name_typed(work, tmp_path, capsys):
+    """macOS names ``café.png`` decomposed (NFD: e + U+0301); the id typed is composed
+    (NFC). Ingestion stores the id NFC, ``--id`` finds it in either form, and a second
+    ingest of the folder skips it as stored."""
+    import shutil
+
+    nfd, nfc = "cafe\u0301.png", "caf\u00e9.png"
+    (tmp_path / "imgs").mkdir()
+    shutil.copy(work / "imgs" / "img0.png", tmp_path / "imgs" / nfd)
+    shutil.copy(work / "imgs" / "img1.png", tmp_path / "imgs" / "other.png")
+    assert os.listdir(tmp_path / "imgs").count(nfd) == 1  # the file's name is the NFD one
+    ix = str(tmp_path / "ix")
+    assert main(["index", "create", ix, "--encoder", str(work / "enc.npz"), "--extractor", "sift"]) == 0
+    (tmp_path / "albums.jsonl").write_text(json.dumps({"id": nfd, "album": "paris"}) + "\n")  # named as listed
+    ingest = ["ingest", ix, str(tmp_path / "imgs"), "--workers", "1", "--no-progress", "--no-cache"]
+    assert main([*ingest, "--metadata", str(tmp_path / "albums.jsonl")]) == 0
+    assert "matched no file" not in capsys.readouterr().err
+    from streamk.index import open_index
+    with open_index(ix, readonly=True) as idx:
+        assert sorted(idx.ids()) == [nfc, "other.png"] and idx.metadata(nfd)["album"] == "paris"
+    for given in (nfc, nfd):
+        assert main(["search", ix, "--id", given, "-k", "1", "--json", "--verify", "0"]) == 0
+        assert json.loads(capsys.readouterr().out)[0]["id"] == nfc
+    assert main(ingest) == 0
+    assert "added 0, skipped 2 existing" in capsys.readouterr().out

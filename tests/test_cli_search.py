@@ -169,6 +169,34 @@ def test_an_indexed_image_as_the_query(ix, sharded, which, capsys):
     assert status == 2 and "false_alarms_per_pair must be a number in (0, 1)" in err and len(err.splitlines()) == 1
 
 
+def test_photos_after_an_id_are_queries_too(photos, ix, capsys):
+    """``search IDX --id X q.jpg``: the photo after --id is a query as one before it is
+    (argparse alone called it unrecognised); photos first, then the ids, as documented."""
+    p0, p1 = photos["paths"][:2]
+    status, out, err = run(capsys, "search", ix, "--id", "p2", p0, "-k", "2", "--jsonl", "--", p1)
+    assert status == 0 and err == "", err
+    answers = [json.loads(line) for line in out.splitlines()]
+    assert [a["query"] for a in answers] == [{"kind": "image", "path": p0}, {"kind": "image", "path": p1},
+                                             {"kind": "id", "id": "p2"}]
+    assert [a["results"][0]["id"] for a in answers] == ["p0", "p1", "p2"]
+    with pytest.raises(SystemExit) as e:  # an unknown option is still one line naming it (not the photos)
+        main(["search", str(ix), "--id", "p2", p0, "--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus (" in capsys.readouterr().err
+
+
+def test_a_box_past_the_photo_is_clipped_and_one_outside_it_is_one_line(photos, ix, capsys):
+    """As the server and the Python API: the box reaching past the photo searches its part
+    inside (p1 verified, its region inside the 256 px photo); a box outside is exit 2."""
+    status, out, _ = run(capsys, "search", ix, photos["paths"][1], "-k", "1", "--box", "32", "40", "9000", "9000",
+                         "--json")
+    top = json.loads(out)[0]
+    assert status == 0 and top["id"] == "p1" and top["verified"], top
+    assert np.allclose(top["region"], [[32, 40], [255.5, 40], [255.5, 255.5], [32, 255.5]], atol=1.0)
+    status, out, err = run(capsys, "search", ix, photos["paths"][1], "--box", "300", "0", "400", "100")
+    assert status == 2 and out == "" and len(err.splitlines()) == 1
+    assert err.startswith("streamk: error: box (300, 0, 400, 100) lies outside the image, which is 256 x 256 pixels")
+
+
 def test_box_does_not_apply_to_an_id_and_a_query_is_needed(ix, capsys):
     assert run(capsys, "search", ix, "--id", "p1", "--box", "0", "0", "9", "9")[0] == 2
     with pytest.raises(SystemExit) as e:

@@ -16,9 +16,24 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
+            extras = self._late_positionals(namespace, extras)
+        if extras and not any(isinstance(a, argparse._SubParsersAction) for a in self._actions):
             # a command's own leftovers: said by it (with its --help), not by `streamk` above it
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return namespace, extras
+
+    def _late_positionals(self, namespace, extras):
+        """Positional arguments given after an option (``search IDX --id X q.jpg``) join the
+        command's list of them (its one ``nargs="*"`` positional), as before the option:
+        argparse fills a ``*`` list from the first run of positionals alone (empty here) and
+        would call the later ones unrecognised. What is left (unknown options) is returned."""
+        lists = [a for a in self._actions if not a.option_strings and a.nargs == argparse.ZERO_OR_MORE]
+        if len(lists) != 1:
+            return extras
+        cut = extras.index("--") if "--" in extras else len(extras)  # after "--": positionals, whatever they hold
+        late = [a for a in extras[:cut] if a == "-" or not a.startswith("-")] + extras[cut + 1:]
+        setattr(namespace, lists[0].dest, list(getattr(namespace, lists[0].dest) or []) + late)
+        return [a for a in extras[:cut] if a not in late]
 
     def error(self, message):
         text = "; ".join(line.strip() for line in str(message).splitlines() if line.strip())

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import check_box
+from ..checks import clip_box
 from ..errors import DescriptorFileError, DimensionError
 from .descriptor_files import atomic_write
 
@@ -96,13 +96,15 @@ class Features:
 
 
 def crop_to_box(features, box):
-    """Keep the features whose centre lies inside ``box`` = (x1, y1, x2, y2), edges included.
+    """Keep the features whose centre lies inside ``box`` = (x1, y1, x2, y2), edges included
+    (a box reaching past the image is clipped to it; one wholly outside it is a ConfigError
+    that says the image's size: :func:`streamk.checks.clip_box`).
 
     The box is in original-image pixel coordinates, as the Oxford/Paris
     ground-truth ``bbx`` (query protocol: the query is described by the
     features of the full image that fall inside its box).
     """
-    x1, y1, x2, y2 = check_box(box)  # streamk's one box rule: finite, x1 < x2, y1 < y2
+    x1, y1, x2, y2 = clip_box(box, features.image_size)  # streamk's one box rule, clipped to the image
     x, y = features.keypoints[:, 0], features.keypoints[:, 1]
     return features.subset((x >= x1) & (x <= x2) & (y >= y1) & (y <= y2))
 

@@ -45,7 +45,7 @@ from ..errors import EncoderMismatchError
 from .duplicates import (DEFAULT_DUPLICATE_THRESHOLD, DEFAULT_NEIGHBOURS, MAX_DUPLICATES, vector_duplicate_groups,
                          vector_duplicates_of, verified_duplicates)
 from .search_params import DEFAULT_EXPANSION, SearchParams
-from .second_stage import Hit
+from .second_stage import Hit, cosine_scores
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -97,6 +97,20 @@ class Index(ABC):
     @abstractmethod
     def records(self, image_ids: Iterable[str]) -> list[Any]:
         """The stored JSON records (bytes) of ``image_ids``, None for an absent id."""
+
+    @abstractmethod
+    def stored_id(self, image_id: str) -> str:
+        """``image_id`` as this index stores it, found in either Unicode normal form: new ids
+        are stored NFC (:func:`~streamk.index.keys.normal_id`), an index written before holds
+        them as their files named them (``café`` typed finds ``cafe`` + U+0301 from macOS);
+        UnknownIdError when absent. Every lookup of a user's id falls back the same way."""
+
+    @abstractmethod
+    def content_holders(self, content_keys: Sequence[bytes]) -> list[str | None]:
+        """The id that holds each content key (:func:`~streamk.index.image_content_key` of an
+        image file's sha256, ...), None where no image does: one short read (per shard).
+        Ingestion asks it before describing a file, so that bytes stored under another id
+        are not described again."""
 
     @abstractmethod
     def info(self, image_id: str) -> dict[str, Any]:
@@ -253,7 +267,9 @@ class Index(ABC):
         ``pairs=True``, the inlier ``pairs``. A batch of vectors (nq, D) (a (1, D) array
         too): ``(scores, ids)``, arrays of shape (nq, k) -- float32 and object (str) --
         best first, as faiss returns them; slots past the number of images hold -inf
-        and None (first stage only).
+        and None (first stage only). A score is the cosine of the query and the image's
+        vector, in [-1, 1]: an inner product that rounding (float16 vectors, PQ codes) took
+        past it is clipped once ranked (:func:`~streamk.index.second_stage.cosine_score`).
 
         Bounded cost: k, rerank, verify, expand and a batch's size are checked against
         streamk's maxima (MAX_K = 10,000 results, MAX_RERANK = 10,000 candidates,
@@ -295,7 +311,7 @@ class Index(ABC):
             return self._second_stage(prepared.Q[0], prepared.qrec, params)
         scores, ids = self.first_stage(prepared.Q, params.k, params=params)
         if prepared.batch:
-            return scores, ids
+            return cosine_scores(scores), ids  # clipped to [-1, 1] as a Hit's score is (ranked before)
         return [Hit(i, s) for i, s in zip(ids[0], scores[0]) if i is not None]
 
     @abstractmethod

@@ -53,7 +53,7 @@ from ..errors import ConfigError, IndexCorruptError
 from ..features import MAX_FILE_SIZE
 from .queries import MAX_BATCH
 from .search_params import check_count
-from .second_stage import Hit, warn_damaged
+from .second_stage import Hit, cosine_scores, warn_damaged
 from .store import DAMAGED_RECORD
 
 # Measured by bench/duplicates.py (T-emb k = 16, GMP, the demo's extractor; 80 Paris photos,
@@ -120,6 +120,7 @@ def vector_duplicates_of(index, image_id, threshold=DEFAULT_DUPLICATE_THRESHOLD,
 
     threshold = check_threshold(threshold)
     max_results = check_count("max_results", max_results, 1, MAX_DUPLICATES * 10)
+    image_id = index.stored_id(image_id)  # (given in either Unicode normal form): itself left out below
     hits = index.search(index.vector(image_id), k=min(max_results + 1, MAX_K), verify=0, expand=0)
     return [h for h in hits if h.id != image_id and h.score >= threshold][:max_results]
 
@@ -178,7 +179,7 @@ def _page_pairs(queries, cand, scores, found, threshold):
     found neighbour other than the query itself, at or above the threshold."""
     hit = found & (cand != queries[:, None]) & (scores >= threshold)
     a, b = np.broadcast_to(queries[:, None], cand.shape)[hit], cand[hit]
-    return np.where(a < b, a, b), np.where(a < b, b, a), scores[hit]
+    return np.where(a < b, a, b), np.where(a < b, b, a), cosine_scores(scores[hit])  # as a Hit's, in [-1, 1]
 
 
 def _unique_pairs(pa, pb, ps):
@@ -473,6 +474,7 @@ def copies_of(index, image_id, neighbours=DEFAULT_COPY_NEIGHBOURS, rotations=Fal
     neighbours = check_count("neighbours", neighbours, 1, MAX_NEIGHBOURS)
     _need_geometry(index)
     pixels = _Pixels(index, source_filter)
+    image_id = index.stored_id(image_id)  # (given in either Unicode normal form): itself left out below
     hits = index.search(index.vector(image_id), k=neighbours + 1, verify=0, expand=0)
     cand = [h for h in hits if h.id != image_id]
     out = _classified_pairs(index, pixels, np.array([image_id] * len(cand), object),

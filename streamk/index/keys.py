@@ -39,8 +39,40 @@ def validate_id(image_id):
     return image_id
 
 
+def normal_form(text):
+    """``text`` in Unicode's composed form (NFC), the form of every new id: ``café.jpg``
+    named by macOS (decomposed, NFD: ``e`` + U+0301) and the same name typed (composed,
+    NFC: U+00E9) are one id. The one normalisation of ids (:func:`normal_id`, and
+    ingestion's ids of file names before they are shortened to the store's length)."""
+    return unicodedata.normalize("NFC", text)
+
+
+def normal_id(image_id):
+    """``image_id`` checked (:func:`validate_id`) and in its :func:`normal_form`: what every
+    new id is stored as (``add``, ``update``, ingestion, the server, a shard's route)."""
+    return validate_id(normal_form(validate_id(image_id)))
+
+
 def id_key(image_id):
-    return validate_id(image_id).encode("utf-8")
+    """The key of a new id (:func:`normal_id`), as stored."""
+    return normal_id(image_id).encode("utf-8")
+
+
+def lookup_keys(image_id):
+    """The keys a lookup of ``image_id`` (an id a user gave) tries, in order: the id as
+    given, then its NFC and NFD forms (one key when they are the same, as for any ASCII id):
+    an index written before ids were normalised holds them as their files named them."""
+    validate_id(image_id)
+    forms = (image_id, normal_form(image_id), unicodedata.normalize("NFD", image_id))
+    return list(dict.fromkeys(f.encode("utf-8") for f in forms if _valid(f)))
+
+
+def _valid(image_id):
+    try:
+        validate_id(image_id)
+    except InvalidIdError:
+        return False
+    return True
 
 
 _U64 = struct.Struct(">Q")
@@ -81,5 +113,6 @@ def rows_from_keys(keys):
     return np.frombuffer(b"".join(keys), dtype=">u8").astype(np.int64)
 
 
-__all__ = ["MAX_ID_CHARS", "MAX_KEY_BYTES", "epoch_key", "epoch_key_split", "id_key", "row_from_key", "row_key",
-           "rows_from_keys", "rows_of_epoch_keys", "seq_from_key", "seq_key", "validate_id"]
+__all__ = ["MAX_ID_CHARS", "MAX_KEY_BYTES", "epoch_key", "epoch_key_split", "id_key", "lookup_keys", "normal_form",
+           "normal_id", "row_from_key", "row_key", "rows_from_keys", "rows_of_epoch_keys", "seq_from_key", "seq_key",
+           "validate_id"]

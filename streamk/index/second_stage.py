@@ -18,7 +18,8 @@ Unverified images never enter the expansion (Chum et al. 2007: they would drift 
 row without a geometry record (an image added as a vector or descriptors, or before the
 index had local features) is never verified and keeps its first-stage order among the
 unverified. Scores stay inner products: a verified row's is its first-stage score, a row
-from the second search its score against the expanded query.
+from the second search its score against the expanded query (each clipped to [-1, 1] as
+its Hit is made, after every ranking: :func:`cosine_score`).
 """
 
 import math
@@ -46,6 +47,24 @@ DAMAGED = "damaged"  # the why of a candidate whose stored record fails its chec
 RECURSIVE_VERIFICATIONS = 0.1
 
 
+def cosine_score(score):
+    """A score as a result shows it: the cosine of the unit query and stored vectors, in
+    [-1, 1]. Rounding takes an inner product a little past 1 (a vector stored as float16
+    against itself: 1.0001) and PQ's approximate scores further (an image's code against
+    its own vector: up to ~1.03); the ranking is made before, on the scores as computed
+    (the scans and their merges never clip), and the result says the cosine it
+    approximates. Every result of one query is a :class:`Hit`, which clips its score here."""
+    return min(1.0, max(-1.0, float(score)))
+
+
+def cosine_scores(scores):
+    """:func:`cosine_score` of an array of scores (a batch search's (nq, k), a page's
+    pairs), a new array; the -inf of an empty slot (past the number of images) kept."""
+    out = np.minimum(scores, 1)
+    np.maximum(out, -1, out=out, where=np.isfinite(out))
+    return out
+
+
 class Hit(tuple):
     """One result: ``(id, score)`` as before (it unpacks and compares as that pair), and
     why it is there: ``inliers`` (None: not verified, e.g. no local geometry), ``verified``,
@@ -55,7 +74,7 @@ class Hit(tuple):
     ("first", "verified" or "expanded"), ``why`` (checked and not verified: a key of
     :data:`streamk.verification.WHY_NOT_VERIFIED`; else None) and ``log10_nfa`` (the
     inliers' log10 number of false alarms, the decision's statistic; None when no model
-    was tested)."""
+    was tested). The score is clipped to [-1, 1] (:func:`cosine_score`)."""
 
     # set on each instance by __new__; declared here for type checkers (no class attribute is made)
     inliers: int | None
@@ -68,7 +87,7 @@ class Hit(tuple):
     log10_nfa: float | None
 
     def __new__(cls, image_id, score, **explanation):
-        hit = super().__new__(cls, (image_id, float(score)))
+        hit = super().__new__(cls, (image_id, cosine_score(score)))
         hit.__dict__.update({"inliers": None, "verified": False, "region": None, "affine": None, "pairs": None,
                              "stage": "first", "why": None, "log10_nfa": None}, **explanation)
         return hit

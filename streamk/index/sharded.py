@@ -56,7 +56,7 @@ from .second_stage import (Candidate, Hit, collection_mean, damaged_ids, expande
                            vectors_on_shard, verified_first, verify_on_shard, warn_damaged)
 from .metadata import check_field, encode_value, values_limit
 from .integrity import corrupt
-from .store import ImageRecord, id_key, validate_id
+from .store import ImageRecord, id_key, lookup_keys, normal_id, validate_id
 from .streaming_index import StreamingIndex
 from .retraining import check_trainable, staleness_of
 
@@ -67,8 +67,13 @@ ROUTE = "sha256-u64-mod"
 
 
 def shard_of(image_id, shards):
-    """The shard of an image id: the first 8 bytes of sha256(id), modulo the shard count."""
-    return int.from_bytes(hashlib.sha256(id_key(image_id)).digest()[:8], "big") % int(shards)
+    """The shard of an image id: the first 8 bytes of sha256(id), modulo the shard count
+    (the id in its NFC form, as stored: :func:`~streamk.index.keys.normal_id`)."""
+    return _shard_of_key(id_key(image_id), shards)
+
+
+def _shard_of_key(key, shards):
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % int(shards)
 
 
 def is_sharded(path):
@@ -168,7 +173,9 @@ class ShardActor:
                 for content, image_id in pairs:
                     owner = txn.get(content, db=db)
                     key = image_id.encode("utf-8")
-                    if owner is None or bytes(owner) == key or take_over:
+                    if owner is not None and not take_over and normal_id(bytes(owner).decode()) == normal_id(image_id):
+                        out.append(None)  # this id's already (maybe in the other normal form: an older index)
+                    elif owner is None or take_over:
                         txn.put(content, key, db=db)
                         out.append(None)
                     else:
@@ -191,6 +198,14 @@ class ShardActor:
     def records(self, image_ids):
         with self._lock:
             return self.index.records(image_ids)
+
+    def stored_id(self, image_id):
+        with self._lock:
+            return self.index.stored_id(image_id)
+
+    def content_holders(self, content_keys):
+        with self._lock:
+            return self.index.content_holders(content_keys)
 
     def search(self, Q, k, params):
         with self._lock:
@@ -472,8 +487,21 @@ class ShardedIndex(Index):
     def _by_shard(self, image_ids):
         groups = {}
         for pos, i in enumerate(image_ids):
-            groups.setdefault(shard_of(i, self.shards), []).append(pos)
+            groups.setdefault(self._shard_holding(i), []).append(pos)
         return groups
+
+    def _shard_holding(self, image_id):
+        """The shard of ``image_id``: that of its NFC form (:func:`shard_of`, where every new
+        id goes), unless the id is held in another Unicode normal form on that form's shard
+        (an index written before ids were normalised). An id whose forms are one (any ASCII
+        id) costs nothing; another asks the shards of its other forms only when absent."""
+        first = shard_of(image_id, self.shards)
+        others = [s for s in dict.fromkeys(_shard_of_key(k, self.shards) for k in lookup_keys(image_id)) if s != first]
+        if others and self._owners[first].call(ShardActor.records, [image_id])[0] is None:
+            for s in others:
+                if self._owners[s].call(ShardActor.records, [image_id])[0] is not None:
+                    return s
+        return first
 
     def _scatter(self, method, per_shard):
         """Run ``method`` (of ShardActor) on the shards given {shard: args} at once; {shard: result}."""
@@ -492,11 +520,24 @@ class ShardedIndex(Index):
     def records(self, image_ids: Iterable[str]) -> list[Any]:
         return self._by_id(ShardActor.records, image_ids)
 
+    def stored_id(self, image_id: str) -> str:
+        return self._owner_of(image_id).call(ShardActor.stored_id, image_id)
+
+    def content_holders(self, content_keys: Sequence[bytes]) -> list[str | None]:
+        """As :meth:`StreamingIndex.content_holders`: each shard asked for all the keys at once
+        (an image's content lives on the shard of its id)."""
+        content_keys = [bytes(k) for k in content_keys]
+        if not content_keys:
+            return []
+        per = self._scatter(ShardActor.content_holders, {s: (content_keys,) for s in range(self.shards)})
+        return [next((per[s][i] for s in range(self.shards) if per[s][i] is not None), None)
+                for i in range(len(content_keys))]
+
     def info(self, image_id: str) -> dict[str, Any]:
-        return self._owners[shard_of(image_id, self.shards)].call(ShardActor.info, image_id)
+        return self._owner_of(image_id).call(ShardActor.info, image_id)
 
     def vector(self, image_id: str) -> NDArray[np.float32]:
-        return self._owners[shard_of(image_id, self.shards)].call(ShardActor.vector, image_id)
+        return self._owner_of(image_id).call(ShardActor.vector, image_id)
 
     def vectors_page(self, after: Any = None, n: int = 256, *old: Any) -> tuple[list[str], NDArray[np.float32], Any]:
         """As :meth:`StreamingIndex.vectors_page` over every shard in turn, each page read
@@ -525,7 +566,7 @@ class ShardedIndex(Index):
 
     def geometry(self, image_id: str) -> bytes | None:
         """The stored local-geometry record of an image (bytes), or None (see StreamingIndex.geometry)."""
-        return self._owners[shard_of(image_id, self.shards)].call(ShardActor.geometry, image_id)
+        return self._owner_of(image_id).call(ShardActor.geometry, image_id)
 
     def geometries(self, image_ids: Sequence[str]) -> list[bytes | None]:
         """The stored local-geometry records of ``image_ids`` (bytes, or None), in their order:
@@ -534,7 +575,7 @@ class ShardedIndex(Index):
 
     def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image, or None (see StreamingIndex.thumbnail)."""
-        return self._owners[shard_of(image_id, self.shards)].call(ShardActor.thumbnail, image_id)
+        return self._owner_of(image_id).call(ShardActor.thumbnail, image_id)
 
     def ids(self) -> list[str]:
         return sorted(i for ids in self._scatter(ShardActor.ids, {s: () for s in range(self.shards)}).values() for i in ids)
@@ -629,10 +670,11 @@ class ShardedIndex(Index):
         ``add(id, vector)`` (0.2's form, the vector second) still works, with a
         DeprecationWarning."""
         image_path, vector = _old_vector_form("add", image_path, descriptors, vector)
-        out = self.write_encoded([self.encode_item(image_id, image_path, descriptors, vector, box, metadata)])[0]
+        enc = self.encode_item(image_id, image_path, descriptors, vector, box, metadata)
+        out = self.write_encoded([enc])[0]
         if isinstance(out, Exception):
             raise out
-        return image_id
+        return enc.key.decode()  # the id as stored: NFC (keys.normal_id)
 
     def update(self, image_id: str, image_path: str | os.PathLike[str] | None = None,
                descriptors: NDArray[Any] | None = None, vector: NDArray[Any] | None = None,
@@ -646,7 +688,7 @@ class ShardedIndex(Index):
         out = self.write_encoded([enc], replace=True)[0]  # the shard keeps the stored metadata, updated with enc's
         if isinstance(out, Exception):
             raise out
-        return image_id
+        return enc.key.decode()
 
     def add_many(self, items: Iterable[Mapping[str, Any]], batch_size: int | None = None) -> list[Any]:
         """As :meth:`StreamingIndex.add_many`, ``batch_size`` per round of shard
@@ -674,7 +716,7 @@ class ShardedIndex(Index):
 
     # ------------------------------------------------------------ metadata
     def _owner_of(self, image_id):
-        return self._owners[shard_of(validate_id(image_id), self.shards)]
+        return self._owners[self._shard_holding(validate_id(image_id))]
 
     def metadata(self, image_id: str) -> dict[str, Any]:
         """As :meth:`StreamingIndex.metadata`, from the image's shard."""

@@ -115,8 +115,9 @@ from ..errors import (DiskFullError, GeometryRecordError, IndexClosedError, Inde
 from ..verification import unpack as unpack_geometry
 from .blocks import mark_removed
 from .lmdb_pages import big_values, free_db_root, map_base, will_need
-from .keys import (MAX_ID_CHARS, MAX_KEY_BYTES, epoch_key, epoch_key_split, id_key, row_from_key, row_key,  # noqa: F401
-                   rows_from_keys, rows_of_epoch_keys, seq_from_key, seq_key, validate_id)
+from .keys import (MAX_ID_CHARS, MAX_KEY_BYTES, epoch_key, epoch_key_split, id_key, lookup_keys,  # noqa: F401
+                   normal_form, normal_id, row_from_key, row_key, rows_from_keys, rows_of_epoch_keys, seq_from_key,
+                   seq_key, validate_id)
 from .metadata import delete_metadata
 from .vector_store import VectorStore
 
@@ -806,11 +807,31 @@ class Store:
             return txn.stat(self._dbs[name])["entries"]
 
     # ------------------------------------------------------------ images: records, ids, removal
+    def image_key(self, txn, image_id):
+        """The key under which ``image_id`` (an id a user gave: str) is stored, or None: the
+        id as given, else its other Unicode normal form (:func:`~streamk.index.keys.lookup_keys`:
+        new ids are stored NFC, an index written before holds them as their files named them).
+        The one lookup of a user's id; key bytes are exact."""
+        if isinstance(image_id, bytes):
+            return image_id if txn.get(image_id, db=self.images_db) is not None else None
+        for key in lookup_keys(image_id):
+            if txn.get(key, db=self.images_db) is not None:
+                return key
+        return None
+
+    def require_key(self, txn, image_id):
+        """:meth:`image_key`, or :meth:`unknown_id`'s error."""
+        key = self.image_key(txn, image_id)
+        if key is None:
+            raise self.unknown_id(txn, image_id)
+        return key
+
     def image(self, txn, image_id):
-        """The :class:`ImageRecord` of ``image_id`` (str, or its key bytes) as ``txn`` sees it,
-        or None when no image has that id; an unreadable record is an IndexCorruptError."""
-        key = image_id if isinstance(image_id, bytes) else id_key(image_id)
-        raw = txn.get(key, db=self.images_db)
+        """The :class:`ImageRecord` of ``image_id`` (str, found in either normal form:
+        :meth:`image_key`; or its key bytes, exact) as ``txn`` sees it, or None when no image
+        has that id; an unreadable record is an IndexCorruptError."""
+        key = self.image_key(txn, image_id)
+        raw = None if key is None else txn.get(key, db=self.images_db)
         return None if raw is None else ImageRecord.decode(raw, self.path, key)
 
     def images(self, txn, image_ids):
@@ -821,7 +842,8 @@ class Store:
         """The JSON bytes of ``image_id``'s record, checked against its CRC32C but not parsed
         (None when absent; IndexCorruptError naming the id when the checksum fails): what
         ``Index.records`` gives and :meth:`ImageRecord.from_json` reads."""
-        raw = txn.get(id_key(image_id), db=self.images_db)
+        key = self.image_key(txn, image_id)
+        raw = None if key is None else txn.get(key, db=self.images_db)
         if raw is None:
             return None
         if not checksum_ok(raw):
@@ -829,9 +851,8 @@ class Store:
         return bytes(raw[:-CRC_BYTES])
 
     def has_image(self, txn, image_id):
-        """Whether an image has id ``image_id`` (str or key bytes)."""
-        key = image_id if isinstance(image_id, bytes) else id_key(image_id)
-        return txn.get(key, db=self.images_db) is not None
+        """Whether an image has id ``image_id`` (str, in either normal form, or key bytes)."""
+        return self.image_key(txn, image_id) is not None
 
     def require_image(self, txn, image_id):
         """The :class:`ImageRecord` of ``image_id``, or :meth:`unknown_id`'s error."""

@@ -39,7 +39,8 @@ from numpy.typing import NDArray
 
 from ..encoding import Encoder
 from ..errors import (ConfigError, EncoderFileError, IgnoredSearchParameterWarning, IndexFormatError,
-                      GeometryRecordError, NotFittedError, StaleCodecWarning, StreamkError, VocabularyFileError)
+                      GeometryRecordError, InvalidIdError, NotFittedError, StaleCodecWarning,
+                      VocabularyFileError)
 from ..verification import Vocabulary, parse_header
 from .duplicates import duplicate_groups, duplicates_of
 from .items import unit_vector
@@ -244,10 +245,8 @@ class StreamingIndex(Index):
     def thumbnail(self, image_id: str) -> bytes | None:
         """The small JPEG stored with an image (bytes), or None when it has none (only images
         whose writer made one: the HTTP server's uploads)."""
-        key = id_key(image_id)
         with self._store.read() as txn:
-            self._store.require_image(txn, key.decode())
-            return self._store.get_blob(txn, "thumbnails", key)
+            return self._store.get_blob(txn, "thumbnails", self._store.require_key(txn, image_id))
 
     @property
     def path(self) -> Any:
@@ -265,12 +264,13 @@ class StreamingIndex(Index):
         return self._store.count("images")
 
     def __contains__(self, image_id: object) -> bool:
-        try:
-            key = id_key(image_id)
-        except StreamkError:
+        if not isinstance(image_id, str):
             return False
-        with self._store.read() as txn:
-            return self._store.has_image(txn, key)
+        try:
+            with self._store.read() as txn:
+                return self._store.has_image(txn, image_id)  # (in either Unicode normal form)
+        except InvalidIdError:
+            return False
 
     def records(self, image_ids: Iterable[str]) -> list[Any]:
         """The stored JSON records (bytes, checked against their CRC32C) of ``image_ids``, None
@@ -305,6 +305,15 @@ class StreamingIndex(Index):
             V = self.view.vectors_of(txn, rows) if rows else np.zeros((0, self.dim), np.float32)
         return ids, np.asarray(V, np.float32), rows[-1] if rows else -1
 
+    def content_holders(self, content_keys: Sequence[bytes]) -> list[str | None]:
+        with self._store.read() as txn:
+            held = [txn.get(bytes(k), db=self._store.hashes_db) for k in content_keys]
+            return [None if h is None else bytes(h).decode() for h in held]
+
+    def stored_id(self, image_id: str) -> str:
+        with self._store.read() as txn:
+            return self._store.require_key(txn, image_id).decode()
+
     def info(self, image_id: str) -> dict[str, Any]:
         """The stored JSON record of an image (source, sha256, n_descriptors, added, row, ...)."""
         with self._store.read() as txn:
@@ -312,10 +321,8 @@ class StreamingIndex(Index):
 
     def extras(self, image_id: str) -> dict[str, Any]:
         """{"keypoints": (n, 6), "weights": (n,)} stored for display (may be empty)."""
-        key = id_key(image_id)
         with self._store.read() as txn:
-            raw = self._store.get_blob(txn, "extras", key)
-            self._store.require_image(txn, key.decode())
+            raw = self._store.get_blob(txn, "extras", self._store.require_key(txn, image_id))
         if raw is None:
             return {}
         with np.load(io.BytesIO(raw), allow_pickle=False) as npz:
@@ -355,7 +362,7 @@ class StreamingIndex(Index):
         out = self.writer.write_encoded([enc])[0]
         if isinstance(out, Exception):
             raise out
-        return image_id
+        return enc.key.decode()  # the id as stored: NFC (keys.normal_id)
 
     def add_many(self, items: Iterable[Mapping[str, Any]], batch_size: int | None = None) -> list[Any]:
         """Add many images, ``batch_size`` per transaction (None: 64); one AddResult per item
@@ -374,7 +381,7 @@ class StreamingIndex(Index):
         is kept, updated with ``metadata`` (and an image file's own fields)."""
         enc = self.writer.encode_item(image_id, image_path, descriptors, vector, box, metadata)
         self.writer.update(enc)
-        return image_id
+        return enc.key.decode()
 
     def remove(self, image_ids: str | Iterable[str]) -> int:
         """Remove one image (an id) or many (a list of ids), all or none: UnknownIdError

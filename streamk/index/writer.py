@@ -38,7 +38,7 @@ from .describe import encode_item
 from .blocks import RUN_BLOCKS, pack_codes, seal_block, seal_row_codes, write_run
 from .items import PIXEL_KINDS, add_items, not_there_to_update
 from .metadata import delete_metadata, encode_metadata, metadata_of_rows, prepare_metadata, put_metadata
-from .store import epoch_key, id_key, row_key
+from .store import epoch_key, row_key, validate_id
 
 
 class IndexWriter:
@@ -99,6 +99,9 @@ class IndexWriter:
         with the codec in use) or None; returns "added" or "exists". Every check runs
         before anything is written."""
         s = self.store
+        stored = s.image_key(txn, enc.key.decode())  # its id as stored (an older index: maybe not NFC)
+        if stored is not None and stored != enc.key:
+            enc = enc._replace(key=stored)
         old = s.image(txn, enc.key)
         owner = txn.get(enc.content, db=s.hashes_db)
         image_id = enc.key.decode()
@@ -188,11 +191,11 @@ class IndexWriter:
     def remove(self, image_ids):
         """Remove images, all or none: UnknownIdError (naming them) if any is absent.
         Returns the number removed."""
-        keys = list(dict.fromkeys(id_key(i) for i in image_ids))
+        image_ids = list(dict.fromkeys(validate_id(i) for i in image_ids))
 
         def run(txn):
-            records = self.store.images(txn, keys)
-            missing = [k.decode() for k, record in zip(keys, records) if record is None]
+            records = list({r.row: r for r in self.store.images(txn, image_ids) if r is not None}.values())
+            missing = [i for i in image_ids if not self.store.has_image(txn, i)]
             if missing:
                 shown = ", ".join(repr(m) for m in missing[:5]) + (" ..." if len(missing) > 5 else "")
                 raise UnknownIdError(f"no image {shown} in the index ({len(missing)} unknown id(s); "
@@ -205,12 +208,12 @@ class IndexWriter:
     def set_metadata(self, image_id, metadata, merge=False):
         """Replace (or, ``merge``, update) the metadata of a stored image, with its
         postings, in one transaction; returns the metadata now stored."""
-        key = id_key(image_id)
+        validate_id(image_id)
         if not isinstance(metadata, dict):
             encode_metadata(metadata)  # raises MetadataError
 
         def run(txn):
-            row = self.store.require_image(txn, key).row
+            row = self.store.require_image(txn, image_id).row  # (in either Unicode normal form)
             new = dict(metadata_of_rows(txn, self.store, [row])[0], **metadata) if merge else dict(metadata)
             prepared = prepare_metadata(txn, self.store, new)
             delete_metadata(txn, self.store, row)

@@ -27,9 +27,12 @@ sent to the workers as they are found, a bounded number at a time):
    1..200 characters, no control characters, ...); a file whose id is invalid is
    reported and skipped. Two files mapping to the same id (``a/b.jpg`` and
    ``a__b.jpg``) cannot both be stored: the second is reported (IdExistsError).
-3. **Known ids (resumable).** The ids of each group of found files are looked
-   up in one short read transaction. A file whose id is already stored is only
-   *hashed* by its worker (no extraction): same content (the stored sha256) is
+3. **Known ids and known bytes (resumable).** The ids of each group of found files
+   are looked up in one short read transaction. A file whose id is new is hashed
+   here and its content looked up too (:meth:`~streamk.index.Index.content_holders`):
+   bytes stored under another id (a copy of a stored file) are reported as such
+   (counted in ``same_content``) without being described. A file whose id is already
+   stored is only *hashed* by its worker (no extraction): same content (the stored sha256) is
    counted as *skipped existing*, other content is reported as failed
    (IdExistsError) -- nothing already stored is ever touched, except by a watch: a
    file it found in the index and saw change since (size, mtime) is described again and,
@@ -104,7 +107,7 @@ from ..features import FeatureCache
 from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
                      image_content_key, nearest_of_vectors)
 from ..parallel import make_executor
-from ..index import MAX_ID_CHARS, MAX_KEY_BYTES, validate_id
+from ..index import MAX_ID_CHARS, MAX_KEY_BYTES, normal_form, validate_id
 from .tasks import ingest_task, results, task_context
 
 if TYPE_CHECKING:
@@ -124,12 +127,13 @@ def is_image_name(name):
 
 def id_for(path, root=None):
     """The image id of ``path`` found under folder ``root`` (None: given explicitly);
-    undecodable bytes and control characters as ``%XX`` (see the module doc)."""
+    undecodable bytes and control characters as ``%XX`` (see the module doc), in Unicode's
+    composed form (NFC: a name macOS wrote decomposed is the id typed)."""
     path = os.fsdecode(path)
     if root is None:
-        return _fitted_id(_text_id(os.path.basename(os.path.normpath(path))))
+        return _fitted_id(normal_form(_text_id(os.path.basename(os.path.normpath(path)))))
     rel = os.path.relpath(path, os.fsdecode(root))
-    return _fitted_id(_text_id(rel.replace(os.sep, "__").replace("/", "__")))
+    return _fitted_id(normal_form(_text_id(rel.replace(os.sep, "__").replace("/", "__"))))
 
 
 def _fitted_id(image_id):
@@ -344,6 +348,7 @@ def read_metadata_file(path):
             key = rec.pop("id") if "id" in rec else os.path.abspath(str(rec.pop("path")))
             if not isinstance(key, str):
                 raise MetadataError(f'{path}:{n}: "id" must be a string, got {key!r}')
+            key = key if os.path.isabs(key) else normal_form(key)  # an id as ingestion makes it (NFC)
             try:
                 encode_metadata(rec)
             except MetadataError as exc:
@@ -679,8 +684,26 @@ class Ingester:
         known = [None if raw is None else _stored_file_sha(raw) for raw in known]
         # the worker reads the absolute path: a Dask worker's working folder is not ours; a file held and seen
         # again in a watch changed (size or mtime): its worker describes it if its bytes differ
-        return [(path, image_id, sha, os.path.abspath(path), bool(only_new and sha and path in self._held))
-                for (path, image_id), sha in zip(chunk, known)], pulled
+        tasks = [(path, image_id, sha, os.path.abspath(path), bool(only_new and sha and path in self._held))
+                 for (path, image_id), sha in zip(chunk, known)]
+        return self._less_stored_bytes(tasks), pulled
+
+    def _less_stored_bytes(self, tasks):
+        """``tasks`` less those of the files of a new id whose exact bytes the index holds under
+        another id (a copy of a stored file): each such file is hashed here (one read, which
+        its worker would make next; page-cached), the chunk's content keys looked up in one
+        short read, and it is reported as the write would report it (the same bytes as that
+        id; not added) without being described: its features are not extracted again."""
+        new = [p for p, task in enumerate(tasks) if task[2] is None]
+        shas = {p: _file_sha256(tasks[p][3], self._extractor.max_file_size) for p in new}
+        asked = [p for p in new if shas[p] is not None]  # (one that cannot be read here: its worker says why)
+        holders = self.index.content_holders([image_content_key(shas[p]) for p in asked]) if asked else []
+        stored = {p: holder for p, holder in zip(asked, holders) if holder is not None}
+        for p, holder in stored.items():
+            path, image_id = tasks[p][0], tasks[p][1]
+            self._say(path, f"the same bytes are already indexed as {holder!r}; not added as {image_id!r}")
+            self._ok(path, "same content")
+        return [task for p, task in enumerate(tasks) if p not in stored]
 
     def unmatched_metadata(self) -> list[str]:
         """The keys of the metadata given (ids, absolute paths) that named no file found so far,
@@ -775,6 +798,21 @@ class Ingester:
             if polling:
                 self.stopped_left = self.not_ingested()
         return self.stats
+
+
+def _file_sha256(path, max_bytes=None):
+    """The sha256 (hex) of a file's bytes, or None when it cannot be read or is over
+    ``max_bytes`` (left to its worker, which reports why)."""
+    try:
+        with open(path, "rb") as f:
+            if max_bytes is not None and os.fstat(f.fileno()).st_size > max_bytes:
+                return None
+            digest = hashlib.sha256()
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 def _stored_file_sha(raw_record):

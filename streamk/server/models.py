@@ -183,7 +183,8 @@ class SearchForm(SearchOptions, FormBody):
     """A search by photo ('image'), within its region 'box' when given."""
 
     image: UploadFile = Field(description="the photo")
-    box: str | None = Field(None, description="x1,y1,x2,y2 in the photo's pixels")
+    box: str | None = Field(None, description="x1,y1,x2,y2 in the photo's pixels (clipped to the photo; "
+                                               "outside it: 400 'config', with its size)")
     where: JsonObject | None = Field(None, description="a metadata filter as JSON text")
 
     @field_validator("box")
@@ -244,7 +245,7 @@ class ErrorAnswer(Answer):
 
 class HitAnswer(Answer):
     id: str
-    score: float
+    score: float = Field(description="the cosine of the query's vector and the image's, in [-1, 1] (rounding clipped)")
     stage: Literal["first", "verified", "expanded"]
     inliers: int | None = None
     verified: bool

@@ -165,7 +165,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from . import _ransac_kernels as _k
-from ..checks import check_box
+from ..checks import clip_box
 from ..errors import ConfigError, EncoderMismatchError, GeometryRecordError
 from .matching import DEFAULT_HAMMING_THRESHOLD, DEFAULT_MAX_PAIRS_PER_WORD, check_match_params, match_arrays
 from .ransac import (DEFAULT_CONFIDENCE, DEFAULT_ERROR_THRESHOLD, DEFAULT_LO_ITERATIONS, DEFAULT_MAX_ANISOTROPY,
@@ -309,7 +309,8 @@ def _box_polygon(query_box, image_size):
         w, h = image_size
         x1, y1, x2, y2 = -0.5, -0.5, w - 0.5, h - 0.5
     else:
-        x1, y1, x2, y2 = check_box(query_box, "query_box")  # streamk's one box rule (streamk.checks)
+        # streamk's one box rule, clipped to the query image: the region is what the image shows
+        x1, y1, x2, y2 = clip_box(query_box, image_size, "query_box")
     return np.array([(x1, y1), (x2, y1), (x2, y2), (x1, y2)], np.float64)
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamk.errors import ConfigError, DuplicateError, UnknownIdError
+from streamk.errors import ConfigError, DuplicateError, IdExistsError, UnknownIdError
 from streamk.features import Features
 from streamk.index import (Index, SearchParams, ShardedIndex, StreamingIndex, copies_of, copy_report, encoded_vector,
                            shard_of)
@@ -442,6 +442,14 @@ def test_duplicates_with_verify_gives_the_copy_classes(index, reference):
         assert hits_of(index.duplicates("scene2-view1", verify=True)) == []  # verified views, but no copies
 
 
+def test_the_id_holding_each_content(index, built):
+    """Ingestion asks which id holds a file's bytes before describing it (any shard's)."""
+    enc = built["enc"]
+    assert index.content_holders([enc[1].content, enc[-1].content, b"\0" * 32]) == \
+        [enc[1].key.decode(), enc[-1].key.decode(), None]
+    assert index.content_holders([]) == []
+
+
 def test_metadata(index, reference):
     assert index.metadata("v010") == reference.metadata("v010") == {"group": "g2", "n": 10}
     assert index.metadata_many(["v011", "nope"]) == [{"group": "g3", "n": 11}, None]
@@ -588,3 +596,132 @@ def test_images_descriptors_and_vectors_are_added_alike(index, reference, tmp_pa
     finally:
         index.remove([i for i in added if i in index])
     assert len(index) == n
+
+
+# ---------------------------------------------------------------- scores shown are cosines
+@pytest.fixture(scope="module")
+def float16_built(tmp_path_factory):
+    """{kind: index} of N_VECTORS vectors stored as float16 (and a near copy of v000 that
+    float16 stores as the same vector), one PQ codec: rounding takes inner products of a
+    stored vector with itself past 1."""
+    tmp = tmp_path_factory.mktemp("cosines")
+    V = vectors(1, N_VECTORS)
+    enc = [encoded_vector(f"v{i:03d}", v, DIM) for i, v in enumerate(V)]
+    enc.append(encoded_vector("v000-same", V[0] + 1e-6 * np.ones(DIM, np.float32), DIM))  # other float32 bytes
+    out = {"one": StreamingIndex.create(tmp / "one", make_encoder(), vector_dtype="float16"),
+           "sharded-local": ShardedIndex.create(tmp / "local", make_encoder(), shards=3, vector_dtype="float16")}
+    for idx in out.values():
+        assert idx.write_encoded(enc) == ["added"] * len(enc)
+    out["sharded-local"].train(codec=out["one"].train(nlist=1, M=8, seed=0, progress=False))
+    yield out
+    for kind in ("one", "sharded-local"):
+        out[kind].close()
+
+
+@pytest.mark.parametrize("kind", ["one", "sharded-local"])
+def test_a_score_shown_is_a_cosine_in_minus_one_to_one(float16_built, kind):
+    """float16 vectors and PQ codes scored 1.0001 and 1.03 against themselves; a result's
+    score (a Hit's, a batch's, a near-duplicate pair's) is the cosine, clipped to [-1, 1]
+    once ranked: the first stage's own scores (the scans, the merge of shards) are not."""
+    index = float16_built[kind]
+    Q = index.query_vectors(np.stack([index.vector(f"v{i:03d}") for i in range(0, N_VECTORS, 3)]))  # as searched
+    for mode, rerank in [("exact", None), ("pq", 0), ("pq", None)]:
+        p = SearchParams(k=20, mode=mode, rerank=rerank)
+        raw, raw_ids = index.first_stage(Q, 20, params=p)
+        assert raw.max() > 1.0001 if rerank == 0 else raw.max() > 1  # rounding, as ranked
+        scores, ids = index.search(Q, params=p)
+        assert ids.tolist() == raw_ids.tolist() and (scores == np.clip(raw, -1, 1)).all()
+        for q, row, row_ids in zip(Q, raw, raw_ids):
+            hits = index.search(q, params=p)
+            shown = np.array([h.score for h in hits])
+            assert [h.id for h in hits] == list(row_ids) and np.allclose(shown, np.clip(row, -1, 1), atol=1e-6)
+            assert -1 <= shown.min() and shown.max() <= 1
+    assert [(h.id, h.score) for h in index.duplicates("v000", threshold=0.999)] == [("v000-same", 1.0)]
+    groups = index.duplicates(threshold=0.999, progress=False)
+    assert [g["pairs"] for g in groups] == [[["v000", "v000-same", 1.0, None]]]
+
+
+def test_cosine_scores_keep_the_empty_slots():
+    from streamk.index.second_stage import cosine_score, cosine_scores
+
+    got = cosine_scores(np.array([[1.03, 0.5, -np.inf], [-1.0002, -0.25, -np.inf]], np.float32))
+    assert got.dtype == np.float32 and got.tolist() == [[1.0, 0.5, -np.inf], [-1.0, -0.25, -np.inf]]
+    assert (cosine_score(1.0001), cosine_score(-1.5), cosine_score(0.25)) == (1.0, -1.0, 0.25)
+
+
+# ---------------------------------------------------------------- ids in either Unicode normal form
+NFC_ID, NFD_ID = "caf\u00e9.jpg", "cafe\u0301.jpg"  # typed; as macOS names the file (e + combining acute)
+
+
+def _legacy_ids(shards=3):
+    """(NFC, NFD) forms of an id whose two forms route to different shards (sha256 of the
+    id's bytes, as before ids were normalised), so that a sharded index must look on both."""
+    import hashlib
+    import unicodedata
+
+    def route(text):
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % shards
+
+    for i in range(100):
+        nfc = f"old-cr\u00e8me-{i}.jpg"
+        nfd = unicodedata.normalize("NFD", nfc)
+        assert nfd != nfc
+        if route(nfc) != route(nfd):
+            return nfc, nfd, route(nfd)
+    raise AssertionError("no such id in 100")  # pragma: no cover
+
+
+@pytest.fixture(scope="module")
+def unicode_built(tmp_path_factory):
+    """{kind: index} each holding "café.jpg" added under its NFD name (stored NFC), and an
+    id written NFD as an index made before streamk normalised ids holds it (on a sharded
+    index: on the shard of its NFD bytes), and vectors around them."""
+    from streamk.index.sharded import read_manifest
+
+    tmp = tmp_path_factory.mktemp("unicode-ids")
+    V = vectors(3, 12)
+    old_nfc, old_nfd, old_shard = _legacy_ids()
+    legacy = encoded_vector(old_nfd, V[1], DIM, {"n": 1})._replace(key=old_nfd.encode())  # its bytes as stored before
+    out = {"one": StreamingIndex.create(tmp / "one", make_encoder(), vector_dtype="float32"),
+           "sharded-local": ShardedIndex.create(tmp / "local", make_encoder(), shards=3, vector_dtype="float32")}
+    assert out["one"].write_encoded([legacy]) == ["added"]
+    out["sharded-local"].close()
+    with StreamingIndex.open(tmp / "local" / read_manifest(tmp / "local")["dirs"][old_shard]) as shard:
+        assert shard.write_encoded([legacy]) == ["added"]
+    out["sharded-local"] = ShardedIndex.open(tmp / "local")
+    for idx in out.values():
+        assert idx.add(NFD_ID, vector=V[0], metadata={"n": 0}) == NFC_ID
+        assert idx.add_many([{"id": f"v{i}", "vector": V[i]} for i in range(2, 12)])
+    out["old"] = (old_nfc, old_nfd, V)
+    yield out
+    for kind in ("one", "sharded-local"):
+        out[kind].close()
+
+
+@pytest.mark.parametrize("kind", ["one", "sharded-local"])
+def test_an_id_is_found_in_either_unicode_normal_form(unicode_built, kind):
+    """A new id is stored NFC, whatever form it was given in; a lookup of an id given in the
+    other form finds it, and an id stored NFD by an older index is found typed (NFC)."""
+    index = unicode_built[kind]
+    old_nfc, old_nfd, V = unicode_built["old"]
+    assert NFC_ID in index.ids() and NFD_ID not in index.ids() and old_nfd in index.ids()
+    for given, stored, v in [(NFD_ID, NFC_ID, V[0]), (NFC_ID, NFC_ID, V[0]), (old_nfc, old_nfd, V[1]),
+                             (old_nfd, old_nfd, V[1])]:
+        assert given in index and index.stored_id(given) == stored
+        assert np.allclose(index.vector(given), v, atol=1e-6)
+        assert index.info(given)["kind"] == "vector" and index.records([given])[0] is not None
+        assert index.metadata(given)["n"] == int(stored == old_nfd)
+        assert index.search(index.vector(given), k=1)[0].id == stored
+        assert [h.id for h in index.duplicates(given, threshold=0.01)].count(stored) == 0  # itself left out
+    assert index.add(NFC_ID, vector=V[0]) == NFC_ID  # the same content under the same id: nothing written
+    with pytest.raises(IdExistsError):
+        index.add(old_nfc, vector=V[5] + V[6])  # the older index's id, typed: the same id
+    index.set_metadata(old_nfc, {"n": 7}, merge=True)
+    assert index.metadata(old_nfd)["n"] == 7
+    assert index.update(old_nfc, vector=V[7] - V[8]) and index.stored_id(old_nfc) == old_nfd
+    assert np.allclose(index.vector(old_nfd), (V[7] - V[8]) / np.linalg.norm(V[7] - V[8]), atol=1e-6)
+    n = len(index)
+    assert index.remove([NFD_ID, old_nfc]) == 2 and len(index) == n - 2
+    assert NFC_ID not in index and old_nfd not in index
+    with pytest.raises(UnknownIdError):
+        index.stored_id(NFD_ID)

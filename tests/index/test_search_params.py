@@ -1,5 +1,6 @@
 """SearchParams: one frozen object per search, checked once against one set of limits;
-the HTTP server's limits derived from the index's; one box rule (streamk.checks.check_box)."""
+the HTTP server's limits derived from the index's; one box rule (streamk.checks.check_box), clipped
+to the image (clip_box)."""
 
 import dataclasses
 import pickle
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 import streamk
-from streamk.checks import check_box
+from streamk.checks import check_box, clip_box
 from streamk.errors import ConfigError, FilterError
 from streamk.features import Features, crop_to_box
 from streamk.index import (INDEX_LIMITS, MAX_BATCH, MAX_EXPAND, MAX_K, MAX_RERANK, MAX_VERIFY, SERVER_LIMITS,
@@ -160,6 +161,23 @@ def test_an_empty_reversed_or_malformed_box_is_refused_everywhere(box):
         crop_to_box(Features.empty((10, 10)), box)
     with pytest.raises(ConfigError, match="query_box must"):
         verify_geometry(EMPTY_QUERY, [], query_box=box) if box is not None else check_box(None, "query_box")
+
+
+def test_a_box_past_the_image_is_clipped_to_it_and_one_outside_it_refused_with_its_size():
+    """The image of 400 x 400 pixels spans [-0.5, 399.5]: a box reaching past it searches
+    (and maps as its region) the part of the image inside it; one with nothing of the
+    image inside is one ConfigError that says the image's size, wherever it is given."""
+    assert clip_box((-50, 10, 1000, 20.5), (400, 300)) == (-0.5, 10.0, 399.5, 20.5)
+    assert clip_box((1, 2, 3, 4), (400, 400)) == (1.0, 2.0, 3.0, 4.0)  # inside: as given
+    kp = np.array([[0, 0, 1, 0, 1, 0], [399, 399, 1, 0, 1, 0]], np.float32)
+    assert len(crop_to_box(Features(kp, np.zeros((2, 128), np.uint8), (400, 400)), (-9, -9, 1e6, 1e6))) == 2
+    for outside in [(400, 0, 500, 10), (0, -20, 10, -1), (-1e6, -1e6, -1, -1)]:
+        with pytest.raises(ConfigError, match="outside the image, which is 400 x 400 pixels"):
+            clip_box(outside, (400, 400))
+        with pytest.raises(ConfigError, match="box .* outside the image, which is 400 x 400 pixels"):
+            crop_to_box(Features.empty((400, 400)), outside)
+        with pytest.raises(ConfigError, match="query_box .* outside the image, which is 400 x 400 pixels"):
+            verify_geometry(EMPTY_QUERY, [], query_box=outside)
 
 
 # ---------------------------------------------------------------- search takes it whole

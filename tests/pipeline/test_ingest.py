@@ -281,8 +281,19 @@ def test_ingest_same_id_other_content_and_duplicates(work, tmp_path, capsys):
     assert "added 1, skipped 0 existing and 1 with the bytes of another id, failed 0" in cap.out
     assert f"streamk: skipped {a / 'z_copy.png'}: the same bytes are already indexed as 'x.png'; not added as " \
            f"'z_copy.png'" in cap.err  # said: a search by its name would find nothing
-    assert main(["ingest", str(ix), str(a), "--workers", "1", "--no-progress"]) == 0  # a rerun: the same account
-    assert "added 0, skipped 1 existing and 1 with the bytes of another id, failed 0" in capsys.readouterr().out
+    # a rerun: the same account, and the copy, whose bytes are stored as x.png, is not described again (it was,
+    # and then refused): its features are not extracted (an empty feature cache stays empty)
+    from streamk.features import FeatureCache
+    cache = tmp_path / "cache"
+    assert main(["ingest", str(ix), str(a), "--workers", "1", "--no-progress", "--cache", str(cache)]) == 0
+    cap = capsys.readouterr()
+    assert "added 0, skipped 1 existing and 1 with the bytes of another id, failed 0" in cap.out
+    assert f"streamk: skipped {a / 'z_copy.png'}: the same bytes are already indexed as 'x.png'; not added as " \
+           f"'z_copy.png'" in cap.err
+    assert FeatureCache(cache).size()[0] == 0
+    assert main(["ingest", str(ix), str(tmp_path), "--workers", "1", "--no-progress", "--cache", str(cache)]) == 0
+    assert "added 0, skipped 0 existing and 2 with the bytes of another id" in capsys.readouterr().out  # a__x.png
+    assert FeatureCache(cache).size()[0] == 0
     b = tmp_path / "b"
     textured(str(b / "x.png"), 2)  # same id, other content: reported, stored one untouched
     with StreamingIndex.open(ix) as idx:

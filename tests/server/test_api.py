@@ -63,6 +63,14 @@ def test_search_by_upload_is_verified_with_its_region(served, photos):
         top = r.json()["results"][0]
         assert top["id"] == "p1" and top["verified"]
         assert np.allclose(np.array(top["region"]), [[32, 40], [200, 40], [200, 220], [32, 220]], atol=1.0)
+        # a box past the image: clipped to it (searched, verified and mapped as the image's part
+        # inside it), as the Python API and the CLI do; one wholly outside: refused with the image's size
+        r = upload(c, photos["paths"][1], k=1, box="32,40,9000,9000")
+        top = r.json()["results"][0]
+        assert r.json()["query"]["box"] == [32, 40, 255.5, 255.5] and top["id"] == "p1" and top["verified"]
+        assert np.allclose(np.array(top["region"]), [[32, 40], [255.5, 40], [255.5, 255.5], [32, 255.5]], atol=1.0)
+        msg = assert_error(upload(c, photos["paths"][1], k=1, box="300,0,400,100"), 400, "config")
+        assert "outside the image, which is 256 x 256 pixels" in msg
         # the verification's bar, as a form field and in JSON: only what clears it is verified
         for r in (upload(c, photos["paths"][1], k=5, false_alarms_per_pair="1e-12"),
                   c.post("/search", json={"id": "p1", "k": 5, "false_alarms_per_pair": 1e-12})):

@@ -77,7 +77,7 @@ async def add_image(got: Received = Depends(ADD_BODY), service=Depends(service_o
     image_id = got.fields.id
     enc = await _encoded(service, image_id, got, got.fields.metadata)
     status = await service.call(service.write, enc)
-    return JSONResponse(WriteAnswer(id=image_id, status=status).model_dump(),
+    return JSONResponse(WriteAnswer(id=enc.key.decode(), status=status).model_dump(),  # as stored (NFC)
                         status_code=201 if status == "added" else 200)
 
 

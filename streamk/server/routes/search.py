@@ -5,6 +5,7 @@ import time
 
 from fastapi import APIRouter, Depends
 
+from ...checks import clip_box
 from ..dependencies import JsonOrForm, Received, may_read, service_of
 from ..http_errors import error_responses
 from ..models import SearchAnswer, SearchForm, SearchJson
@@ -22,7 +23,8 @@ async def search(got: Received = Depends(SEARCH_BODY), service=Depends(service_o
     params = q.search_params()
     if got.kind == "multipart":
         described = await service.describe(got.data, params.box, "query", got.name)
-        query = {"kind": "image", "box": params.box, "image_size": described["image_size"],
+        box = None if params.box is None else list(clip_box(params.box, described["image_size"]))  # as searched
+        query = {"kind": "image", "box": box, "image_size": described["image_size"],
                  "features": described["n"]}
         out = await service.call(service.search, described["vector"], params, described["features"], query)
     elif q.id is not None:
