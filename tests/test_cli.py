@@ -262,6 +262,10 @@ def test_the_defaults_in_help_are_the_packages_own():
     assert defaults.DEFAULT_MAX_IMAGES == pipeline.DEFAULT_MAX_IMAGES
     assert defaults.DEFAULT_DESCRIPTORS_PER_IMAGE == pipeline.DEFAULT_DESCRIPTORS_PER_IMAGE
     assert defaults.DEMO_TRANSFORMS == tuple(demo.TRANSFORMS)
+    from streamk.encoding import EMBEDDINGS, METHODS, embedding_spec
+
+    assert defaults.AGGREGATIONS == tuple(METHODS)
+    assert {embedding_spec(name)[0] for name in defaults.EVAL_EMBEDDINGS} == set(EMBEDDINGS)
     from streamk.datasets.download import REMOTES
 
     assert defaults.DOWNLOADABLE_DATASETS == tuple(sorted(REMOTES))
@@ -322,6 +326,34 @@ def test_help_is_plain_text():
 
     for text in every_help(build_parser()):
         assert "``" not in text and ":func:" not in text and ":class:" not in text, text
+
+
+@pytest.mark.parametrize("option, value, said", [
+    ("--rn", "maybe", "argument --rn: 'maybe' is not one of off, on"),
+    ("--aggregation", "sum,max", "argument --aggregation: 'max' is not one of sum, democratic, gmp"),
+    ("--embedding", "temb,tmeb", "argument --embedding: 'tmeb' is not one of temb, fv, fv-hard, vlad, bow"),
+    ("--embedding", ",", "argument --embedding: no value in ','"),
+    ("--vocab-size", "16,abc", "argument --vocab-size: not an integer: 'abc'"),
+    ("--dim", "128,0", "argument --dim: must be >= 1, got 0"),
+    ("--pq-bytes", "x", "argument --pq-bytes: not an integer: 'x'"),
+    ("--rerank", "-5", "argument --rerank: must be >= 0, got -5"),
+])
+def test_eval_lists_are_checked_when_parsed(option, value, said, capsys):
+    """`streamk eval --rn maybe` was an internal error (KeyError) after the parse;
+    `--aggregation max` ran the encoder's fit (20 s at k = 16, minutes at 64) before saying
+    it; `--vocab-size abc` said "invalid <lambda> value"; `--embedding ,` ran nothing and
+    exited 0; `--rerank -5` made a row "re-rank -5". Each is now one usage line, exit 2."""
+    from streamk.cli import build_parser
+
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["eval", "--dataset", "paris6k-subset", option, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err and "<lambda>" not in err, err
+    args = build_parser().parse_args(["eval", "--dataset", "paris6k-subset", "--rn", " on", "--aggregation",
+                                      "gmp,sum", "--embedding", "fv-hard", "--vocab-size", "8,16", "--dim", "64"])
+    assert (args.rn, args.aggregation, args.embedding, args.vocab_size, args.dim) == (
+        ["on"], ["gmp", "sum"], ["fv-hard"], [8, 16], [64])
 
 
 @pytest.mark.parametrize("argv", [["demo"], ["eval", "--dataset", "holidays"], ["index", "create", "ix"]])

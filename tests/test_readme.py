@@ -63,11 +63,13 @@ PLAN = {
     "Serve #1": Plan(SLOW, timeout=900),  # open_example() builds the demo collection: 1-2 min
     "Serve #2": Plan(SLOW, needs=("Serve #1",)),
     "Use from Python #1": Plan(RUN),
+    "Use from Python #2": Plan(RUN, needs=("Use from Python #1",)),
     "Notebooks #1": Plan("jupyter lab is an interactive server; tests/widgets/test_notebooks.py executes the "
                          "notebooks top to bottom on the demo collection"),
     "Evaluate on a benchmark #1": Plan(SLOW, timeout=1800),  # needs ../shared/data: a few minutes
     "Evaluate on a benchmark #2": Plan("the paper's grid takes hours on two cores, and the other benchmarks "
                                        "download their archives (gigabytes) from the publishers"),
+    "Evaluate on a benchmark #3": Plan(SLOW, timeout=1800),  # needs ../shared/data: a few minutes (the extraction)
     "Ingest on a Dask cluster #1": Plan("a Dask scheduler and workers on other machines (dask scheduler runs "
                                         "until stopped); tests/parallel runs the same code on a LocalCluster"),
     "Ingest on a Dask cluster #2": Plan(SLOW, needs=("Index and search your photos #1",)),

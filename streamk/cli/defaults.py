@@ -32,6 +32,10 @@ DEFAULT_MAX_IMAGES = 1000
 DEFAULT_DESCRIPTORS_PER_IMAGE = 500
 #: the keys of streamk.demo.transforms.TRANSFORMS: the demo's photo changes, in order
 DEMO_TRANSFORMS = ("crop", "rotate", "scale", "persp", "jpeg", "light")
+#: streamk.encoding.METHODS: the aggregation methods, in the paper's order
+AGGREGATIONS = ("sum", "democratic", "gmp")
+#: streamk.encoding.EMBEDDINGS' names, and fv-hard (streamk.encoding.embedding_spec): streamk eval's embeddings
+EVAL_EMBEDDINGS = ("temb", "fv", "fv-hard", "vlad", "bow")
 #: the keys of streamk.datasets.download.REMOTES, sorted: the benchmarks `streamk datasets download` fetches
 DOWNLOADABLE_DATASETS = ("holidays", "oxford105k", "oxford5k", "paris106k", "paris6k", "roxford5k", "rparis6k",
                          "ukbench")

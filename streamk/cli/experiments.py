@@ -4,7 +4,7 @@ experiments on real photographs and on the benchmarks."""
 import json
 
 from ..schema import with_schema_version
-from .defaults import DEMO_TRANSFORMS, DOWNLOADABLE_DATASETS
+from .defaults import AGGREGATIONS, DEMO_TRANSFORMS, DOWNLOADABLE_DATASETS, EVAL_EMBEDDINGS
 from .options import add_vocab_size_option, csv, max_side, non_negative_int, positive_int
 
 
@@ -95,22 +95,25 @@ def _add_eval_command(sub):
                          "(the paper's multiple assignment; 1: none)")
     ev.add_argument("--root", help="dataset directory (images in ROOT/jpg); default for paris6k-subset: "
                                    "../shared/data or $STREAMK_SHARED_DATA")
-    ev.add_argument("--embedding", type=csv(), default=["temb"], help="temb, fv, fv-hard, vlad, bow (comma list)")
+    ev.add_argument("--embedding", type=csv(choices=EVAL_EMBEDDINGS), default=["temb"],
+                    help=f"{', '.join(EVAL_EMBEDDINGS)} (comma list; default temb)")
     ev.add_argument("--fv-pca", type=int, default=64, metavar="P",
                     help="fv / fv-hard: PCA of the descriptors to P dimensions before the GMM (0: none)")
-    add_vocab_size_option(ev, type=csv(int), default=[64], metavar="K[,K...]",
+    add_vocab_size_option(ev, type=csv(positive_int), default=[64], metavar="K[,K...]",
                           help="vocabulary sizes (comma list; default 64)")
-    ev.add_argument("--aggregation", type=csv(), default=["sum", "democratic", "gmp"],
-                    help="sum, democratic, gmp (comma list; default all three)")
-    ev.add_argument("--rn", type=csv(), default=["off", "on"], help="off,on")
-    ev.add_argument("--dim", type=csv(int), default=None, help="D' after RN (comma list)")
+    ev.add_argument("--aggregation", type=csv(choices=AGGREGATIONS), default=list(AGGREGATIONS),
+                    help=f"{', '.join(AGGREGATIONS)} (comma list; default all three)")
+    ev.add_argument("--rn", type=csv(choices=("off", "on")), default=["off", "on"],
+                    help="rows without and / or with RN: off, on (comma list; default off,on)")
+    ev.add_argument("--dim", type=csv(positive_int), default=None,
+                    help="D' after RN (comma list; needs --rn on)")
     ev.add_argument("--seeds", type=positive_int, default=1,
                     help="re-run every learning stage (k-means / GMM, RN, PQ) with seeds 0..N-1 and print "
                          "mAP as mean ± std, as the paper averages three vocabularies (default 1)")
-    ev.add_argument("--pq-bytes", type=csv(int), default=None,
+    ev.add_argument("--pq-bytes", type=csv(positive_int), default=None,
                     help="also rows of PQ codes of these sizes (e.g. 16,32,64; ADC) for each --dim vector "
                          "(or the full vectors)")
-    ev.add_argument("--rerank", type=int, default=50,
+    ev.add_argument("--rerank", type=non_negative_int, default=50,
                     help="with --pq-bytes: rows with the ADC top R re-ranked by the float vectors (0: none)")
     ev.add_argument("--verify", type=non_negative_int, default=100, metavar="R",
                     help="second-stage rows (+QE, +SP, +SP+QE) beside each method: the first R results spatially "

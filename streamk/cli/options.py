@@ -41,9 +41,21 @@ class Parser(argparse.ArgumentParser):
 
 
 # ---------------------------------------------------------------- argument types
-def csv(cast=str):
-    """A comma list: ``16,64`` -> [16, 64] (empty items dropped)."""
-    return lambda text: [cast(x) for x in text.split(",") if x]
+def csv(cast=str, choices=None):
+    """A comma list: ``16,64`` -> [16, 64] (empty items dropped). ``cast``: str or an
+    argument type of this module (whose ArgumentTypeError names the bad item); ``choices``:
+    the names allowed. A list with no item is an error (it would run nothing), as is a
+    name not in ``choices`` (``--rn maybe`` was a KeyError after the parse)."""
+    def parse(text):
+        items = [x.strip() for x in text.split(",") if x.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"no value in {text!r}: give one or more, comma separated")
+        if choices is not None:
+            for x in items:
+                if x not in choices:
+                    raise argparse.ArgumentTypeError(f"{x!r} is not one of {', '.join(choices)}")
+        return [cast(x) for x in items]
+    return parse
 
 
 def int_at_least(minimum):

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..config import default_cache_dir
 from ..datasets import load_dataset
-from ..encoding import embedding_spec
+from ..encoding import DEFAULT_GAMMA, DEFAULT_LAMBDA, DEFAULT_N_ITER, check_params, embedding_spec, make_embedding
 from ..errors import ConfigError
 from ..features import make_extractor
 from .experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset, evaluate_dataset_asmk
@@ -39,6 +39,8 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
              expand=DEFAULT_EXPAND, expansion=DEFAULT_EXPANSION, log=print, progress=True):
     """What ``streamk eval`` prints (through ``log``), as a report dict."""
     dataset = load_dataset(dataset, root)
+    if method != "asmk":  # before minutes of extraction and learning
+        check_eval_params(embeddings, ks, aggregations, rn, dims, pq_bytes, fv_pca, gamma, lam)
     if dataset.image_dir is None or not Path(dataset.image_dir).is_dir():  # before minutes of learning
         where = "no image folder given" if dataset.image_dir is None else f"{dataset.image_dir} is not a folder"
         raise ConfigError(f"{dataset.name}: {where}: pass --root DIR (root=), the folder that 'streamk datasets "
@@ -49,7 +51,12 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
     if method == "asmk":
         return asmk_report(dataset, learning, extractor, cache, workers, asmk_words, asmk_ma, log, progress, verify)
     aggregation_params = {name: value for name, value in (("gamma", gamma), ("lam", lam)) if value is not None}
-    report = {"dataset": dataset.name, "configs": []}
+    params = {"power": power, "gamma": DEFAULT_GAMMA if gamma is None else gamma, "n_iter": DEFAULT_N_ITER,
+              "lam": DEFAULT_LAMBDA if lam is None else lam}
+    report = {"dataset": dataset.name, "protocol": protocol_text(dataset), "params": params, "configs": []}
+    log(f"protocol: {report['protocol']}")
+    log(f"parameters: power-law {params['power']:g} then L2; democratic gamma {params['gamma']:g}, "
+        f"{params['n_iter']} Sinkhorn iterations on max(K, 0); GMP lambda {params['lam']:g}")
     seeds = list(range(seeds))
     dims = dims or (None,)
     for embedding_name in embeddings:
@@ -68,7 +75,7 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
                 f"{info['descriptors_per_image']:.0f} descriptors per image ({extractor.name}); "
                 f"fit {info['fit_s']:.1f} s; encoding {info['encode_s_per_image']:.2f} s per image "
                 f"(all methods, one Gram)" + (f"; mean of {len(seeds)} seeds" if len(seeds) > 1 else ""))
-            for note in eval_notes(info, rn, pq_bytes):
+            for note in eval_notes(info, rn, pq_bytes, dims):
                 log(f"note: {note}")
             table = []
             for label, runs in rows:
@@ -76,9 +83,54 @@ def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,)
                 cost = info["query_ms"].get(label)
                 table.append([label, f"{np.mean(m):.1f} ± {np.std(m):.1f}" if len(m) > 1 else f"{m[0]:.1f}",
                               "" if cost is None else f"{cost:.1f}"])
-            for line in table_lines(["method", "mAP", "2nd stage ms/query"], table):
+            if not any(row[2] for row in table):  # no second-stage rows: no empty column
+                table = [row[:2] for row in table]
+            for line in table_lines(["method", "mAP", "2nd stage ms/query"][:len(table[0])], table):
                 log(line)
     return report
+
+
+def check_eval_params(embeddings, ks, aggregations, rn, dims, pq_bytes, fv_pca, gamma, lam):
+    """A ConfigError for what ``run_eval`` would refuse (or silently skip) only after
+    minutes of extraction and learning: an unknown aggregation (``max`` was refused once the
+    encoder was fitted), D' without RN (its rows were left out without a word), a D'
+    above an embedding's dimension, an empty list."""
+    for what, values in (("embeddings", embeddings), ("vocabulary sizes", ks), ("aggregations", aggregations),
+                         ("rn", rn)):
+        if not list(values):
+            raise ConfigError(f"no {what} to evaluate: give at least one")
+    for method in aggregations:
+        check_params(method, DEFAULT_GAMMA if gamma is None else gamma, DEFAULT_N_ITER,
+                     DEFAULT_LAMBDA if lam is None else lam)
+    if any(v not in (False, True) for v in rn):
+        raise ConfigError(f"rn: expected False (off) and / or True (on), got {list(rn)}")
+    dims = [d for d in (dims or ()) if d is not None]
+    if dims and True not in rn:
+        raise ConfigError("D' (--dim) keeps the first components after RN: add RN (--rn on, or off,on)")
+    if any(int(d) < 1 for d in dims) or any(int(m) < 1 for m in (pq_bytes or ())):
+        raise ConfigError(f"D' and PQ bytes must be >= 1, got {dims} and {list(pq_bytes or ())}")
+    for name in embeddings:
+        embedding, params = embedding_spec(name, fv_pca)
+        for k in ks:
+            dim = make_embedding(embedding, k, **params).output_dim()
+            if dims and max(dims) > dim:
+                raise ConfigError(f"D' = {max(dims)} exceeds the dimension of {name} with k = {k} ({dim}): "
+                                  f"choose D' <= {dim}")
+
+
+def protocol_text(dataset):
+    """How a dataset's queries are run and scored, in one line (what ``evaluate`` does)."""
+    query = "the features inside its official box" if dataset.crop_query else "the whole image"
+    if dataset.exclude_query:
+        query += ", removed from its own ranking"
+    if dataset.protocol == "revisited":
+        scoring = ("AP as revisitop's compute_map on the Medium ground truth (Easy and Hard in --json), "
+                   "junk images skipped; queries without positives not counted")
+    elif dataset.protocol == "ukbench":
+        scoring = "AP with the 4 images of the query's group as positives (and the N-S score in --json)"
+    else:
+        scoring = "AP as the official compute_ap (positives: good + ok; junk images skipped: they take no rank)"
+    return f"each query described by {query}; {scoring}; mAP = mean AP over the {dataset.n_queries} queries"
 
 
 def table_lines(header, rows, gap=2):
@@ -91,9 +143,15 @@ def table_lines(header, rows, gap=2):
             for row in cells]
 
 
-def eval_notes(info, rn, pq_bytes):
-    """What makes a row differ from the paper's protocol, said next to the table."""
+def eval_notes(info, rn, pq_bytes, dims=(None,)):
+    """What makes a row differ from the paper's protocol, or a row asked for that is not
+    there, said next to the table."""
     n, dim = info["rn_learning_images"], info["dim"]
+    coded = [d for d in (dims or ()) if d is not None] or [dim]
+    for m in pq_bytes or ():
+        if dim is not None and any(d % m for d in coded):
+            yield (f"no PQ {m} B rows for D' = {', '.join(str(d) for d in coded if d % m)}: "
+                   f"a PQ code of M bytes splits the vector into M equal parts (D' a multiple of M)")
     if True in rn and dim is not None and n <= dim:
         yield (f"RN is learned on {n} images for D = {dim}: only {n - 1} principal components exist, the "
                f"components past them are an arbitrary basis of the rest, so D' >= {n - 1} keeps all of the "
@@ -122,4 +180,5 @@ def asmk_report(dataset, learning, extractor, cache, workers, n_words, multiple_
             "rows": [{"method": label, **res.to_dict(), **costs} for label, res, costs in rows]}
 
 
-__all__ = ["asmk_report", "eval_notes", "learning_set", "run_eval", "table_lines"]
+__all__ = ["asmk_report", "check_eval_params", "eval_notes", "learning_set", "protocol_text", "run_eval",
+           "table_lines"]

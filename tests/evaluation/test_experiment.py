@@ -1,5 +1,7 @@
 """Experiments and `streamk eval`: the paper's table on real and synthetic data."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -227,3 +229,57 @@ def test_table_lines_fit_their_widest_cell():
     assert lines == [f"{'method':<{len(long)}}         mAP  2nd stage ms/query",
                      f"{long}  85.0 ± 0.8                26.1",
                      f"{'short':<{len(long)}}         7.5"]
+
+
+@pytest.mark.parametrize("kwargs, said", [
+    ({"aggregations": ("sum", "max")}, "unknown aggregation 'max'"),
+    ({"rn": (False,), "dims": (128,)}, "add RN (--rn on"),
+    ({"ks": (16,), "rn": (True,), "dims": (4096,)}, "D' = 4096 exceeds the dimension of temb with k = 16 (1920)"),
+    ({"aggregations": ()}, "no aggregations to evaluate"),
+    ({"gamma": 2.0}, "gamma must be in (0, 1]"),
+])
+def test_eval_refuses_what_it_cannot_run_before_learning(shared_data, monkeypatch, kwargs, said):
+    """`streamk eval --aggregation max` (or run_eval from Python) said so only once the
+    encoder was fitted (20 s at k = 16, minutes at 64); `--dim 128 --rn off` ran and left the
+    D' rows out without a word; a D' above the embedding's dimension failed after every image
+    was aggregated. Now a ConfigError before any feature is read or learned."""
+    from streamk.errors import ConfigError
+    from streamk.evaluation import report
+
+    learned = []
+    monkeypatch.setattr(report, "learning_set", lambda *a, **k: learned.append(1))
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        report.run_eval("paris6k-subset", **{"ks": (16,), **kwargs}, log=lambda *a: None, progress=False)
+    assert not learned
+
+
+def test_eval_says_its_protocol_and_parameters(shared_data, tmp_path, capsys, monkeypatch):
+    """The output did not say how queries were run and scored (the box, junk, the AP) nor the
+    aggregation's parameters, showed an empty "2nd stage ms/query" column with --verify 0, and
+    left out PQ rows whose M does not divide D' without a word. A 30-photo slice."""
+    import json
+
+    from streamk.evaluation import report as eval_report
+
+    ds = load_dataset("paris6k-subset")
+    small = ds.restrict([i for i in ds.image_ids if "defense" in i or "eiffel" in i][:30])
+    real = eval_report.evaluate_dataset
+    monkeypatch.setattr(eval_report, "evaluate_dataset", lambda dataset, *a, **kw: real(small, *a, **kw))
+    argv = ["eval", "--dataset", "paris6k-subset", "--embedding", "vlad", "--vocab-size", "4", "--aggregation",
+            "sum,gmp", "--rn", "off", "--verify", "0", "--pq-bytes", "3", "--lam", "2",
+            "--cache", str(tmp_path / "cache"), "--workers", "1"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    protocol = ("protocol: each query described by the features inside its official box; AP as the official "
+                "compute_ap (positives: good + ok; junk images skipped: they take no rank); mAP = mean AP over "
+                f"the {ds.n_queries} queries")
+    assert protocol in lines
+    assert ("parameters: power-law 0.5 then L2; democratic gamma 0.5, 10 Sinkhorn iterations on max(K, 0); "
+            "GMP lambda 2") in lines
+    assert any(line.startswith("note: no PQ 3 B rows for D' = 512") for line in lines)
+    header = next(line for line in lines if line.startswith("method "))
+    assert header.split() == ["method", "mAP"]
+    assert main(argv + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["protocol"] == protocol.removeprefix("protocol: ")
+    assert out["params"] == {"power": 0.5, "gamma": 0.5, "n_iter": 10, "lam": 2.0}
