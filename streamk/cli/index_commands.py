@@ -299,7 +299,8 @@ def _add_create_command(ix_sub):
     cr.add_argument("--train-descriptors", type=positive_int, default=DEFAULT_DESCRIPTORS_PER_IMAGE,
                     help=f"with --train: at most this many descriptors of each image, a seeded sample "
                          f"(default {DEFAULT_DESCRIPTORS_PER_IMAGE})")
-    cr.add_argument("--seed", type=int, default=0, help="with --train: seed of the samples")
+    cr.add_argument("--seed", type=int, default=0,
+                    help="with --train: seed of the samples and k-means (default 0)")
     add_cache_options(cr)
     cr.add_argument("--save-encoder", default=None, help="with --train: also save the encoder here")
     cr.add_argument("--index-field", action="append", default=None, metavar="NAME",

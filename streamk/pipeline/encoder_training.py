@@ -20,7 +20,8 @@ as ingestion (in this process, the local pool, or a Dask cluster).
    It is drawn only where that is more than ``descriptors_per_image``, so it adds at
    most about 131,072 rows (16.8 MB) in all.
 3. **Embedding** (here). :meth:`Encoder.fit` on the sample, in the sampled
-   images' order: k-means or the GMM, and for T-emb the whitening, exactly as
+   images' order: k-means or the GMM (seeded by ``seed`` too, unless the config's
+   ``embedding_params`` name their own), and for T-emb the whitening, exactly as
    for descriptors gathered in one process (they subsample further to their
    ``max_fit_descriptors``).
 4. **RN** (workers, then here), when the config asks for it: RN is learned on
@@ -201,6 +202,10 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
 
     t0 = time.monotonic()
     config = EncoderConfig(**config) if isinstance(config, dict) else (config or EncoderConfig())
+    if int(seed) != 0 and "seed" not in config.embedding_params:
+        # one seed for the whole fit: the samples, the words and the k-means (the embedding's default is 0:
+        # seed 0 leaves the config as given, and its fingerprint with it)
+        config = replace(config, embedding_params={**config.embedding_params, "seed": int(seed)})
     if not (auto_k and config.embedding == "temb"):  # a k the user chose: said before minutes of extraction
         check_fits_in_memory(Encoder(config).fit_cost(config.k))
     if descriptors_per_image is not None and int(descriptors_per_image) < 1:

@@ -183,6 +183,28 @@ def test_the_automatic_vocabulary_fits_the_machine_s_memory(work, monkeypatch):
     assert free.config.k > 2 and capped.config.k == 2
 
 
+def test_the_training_seed_seeds_the_k_means_too(work):
+    """`index create --train --seed N` seeds the embedding's k-means as well as the samples: with every image and
+    every descriptor learned on (the same sample whatever the seed), seeds 0 and 1 give other centroids; seed 0
+    leaves the config as given (its fingerprint unchanged), and a seed the config names itself is kept."""
+    from streamk.features import make_extractor
+    from streamk.pipeline import encoder_training
+    from streamk.pipeline.ingest import collect_images
+
+    paths, _ = collect_images(work / "imgs")
+
+    def fit(seed, params=None):
+        config = {"embedding": "vlad", "k": 8, "aggregation": "sum", "embedding_params": params or {}}
+        enc, _ = encoder_training.train_encoder(paths, config, make_extractor("sift"), workers=1, seed=seed,
+                                                descriptors_per_image=None)
+        return enc
+
+    zero, one, named = fit(0), fit(1), fit(1, {"seed": 0})
+    assert zero.config.embedding_params == {} and one.config.embedding_params == {"seed": 1}
+    assert not np.allclose(zero.embedding.centroids_, one.embedding.centroids_)
+    assert np.array_equal(zero.embedding.centroids_, named.embedding.centroids_)
+
+
 def test_create_with_train(work, tmp_path, capsys):
     ix = tmp_path / "ix"
     assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift",
