@@ -110,8 +110,8 @@ import numpy as np
 from .integrity import (CORRUPTION, CRC_BYTES, check_lmdb_file, check_room, checksum_ok, corrupt, describe_rows,
                         disk_full, get_checked_meta, open_error, put_checked_meta, seal, unseal)
 
-from ..errors import (DiskFullError, GeometryRecordError, IndexClosedError, IndexExistsError, IndexFormatError,
-                      NotAnIndexError, ReadOnlyIndexError, StreamkError, UnknownIdError)
+from ..errors import (DiskFullError, GeometryRecordError, IndexClosedError, IndexCorruptError, IndexExistsError,
+                      IndexFormatError, NotAnIndexError, ReadOnlyIndexError, StreamkError, UnknownIdError)
 from ..verification import unpack as unpack_geometry
 from .blocks import mark_removed
 from .lmdb_pages import big_values, free_db_root, map_base, will_need
@@ -551,13 +551,16 @@ class Store:
             store = cls(path, env, readonly, max_map_size=max_map_size, env_key=key)
             store.reader_check()
             store.block_rows = store.get_int(b"block_rows", default=BLOCK_ROWS)
-        except (NotAnIndexError, IndexFormatError):
+        except (NotAnIndexError, IndexFormatError, IndexCorruptError):
             _SHARED.release(key)
             raise
         except CORRUPTION as exc:
             _SHARED.release(key)
             raise corrupt(path, f"LMDB: {exc}") from exc
-        except (lmdb.NotFoundError, lmdb.Error) as exc:
+        except lmdb.NotFoundError as exc:  # its format said streamk's: a sub-database lost is damage
+            _SHARED.release(key)
+            raise corrupt(path, f"a sub-database cannot be found (LMDB: {exc})", repairable=False) from exc
+        except lmdb.Error as exc:
             _SHARED.release(key)
             raise NotAnIndexError(f"{path} is not a streamk index ({exc})") from exc
         except ValueError as exc:
@@ -566,11 +569,24 @@ class Store:
         return store
 
     @staticmethod
+    def _has_subdbs(env, txn):
+        """Whether the environment holds one of streamk's sub-databases other than meta."""
+        for name in SUBDBS[1:]:
+            try:
+                env.open_db(name.encode(), txn=txn, create=False)
+                return True
+            except lmdb.NotFoundError:
+                continue
+        return False
+
+    @staticmethod
     def _check_format(path, env):
         with _opening_dbs(env) as txn:
             try:
                 meta = env.open_db(b"meta", txn=txn, create=False)
             except lmdb.NotFoundError:
+                if Store._has_subdbs(env, txn):  # streamk's other sub-databases: damage, not another database
+                    raise corrupt(path, "its sub-database meta cannot be found", repairable=False) from None
                 raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index") from None
         with env.begin() as txn:
             raw = txn.get(b"format", db=meta)

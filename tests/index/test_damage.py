@@ -161,6 +161,40 @@ def test_one_flipped_byte_of_the_lmdb_header_is_damage_to_restore(tmp_path, buil
     assert not report.ok and report.unrepairable == ["the LMDB file itself"]
 
 
+def rename_subdb(data_file, name, new_name):
+    """Rename the sub-database ``name`` in the main B-tree's leaves of ``data_file`` in place
+    (same length, same sort order: LMDB's lookup of ``name`` finds nothing). Its node: flags
+    F_SUBDATA (2) and the key's size (little-endian u16) just before the key; every copy of the
+    leaf (the live one and those of earlier transactions, free pages) is changed."""
+    data = bytearray(data_file.read_bytes())
+    node = (2).to_bytes(2, "little") + len(name).to_bytes(2, "little") + name
+    at = data.find(node)
+    assert at > 0
+    while at >= 0:
+        data[at + 4:at + 4 + len(name)] = new_name
+        at = data.find(node, at + 1)
+    data_file.write_bytes(bytes(data))
+
+
+# one sub-database, or meta itself, lost from the main B-tree (a flipped byte of its leaf's name or pointers)
+@pytest.mark.parametrize("name, new_name", [(b"vectors", b"vectorz"), (b"meta", b"meSa")])
+def test_a_sub_database_lost_is_damage_to_restore_not_another_database(tmp_path, built, name, new_name):
+    """A flipped byte in the main B-tree that lost a sub-database said "IX is not a streamk index
+    (mdb_dbi_open: MDB_NOTFOUND ...)", exit 4, in search and in verify: an operator told to give another
+    folder; it is damage (exit 5), to restore."""
+    path, _ = built
+    ix = copy_of(path, tmp_path / "ix")
+    rename_subdb(ix / "data.mdb", name, new_name)
+    with pytest.raises(IndexCorruptError, match="the index is damaged: .*sub-database.*restore a copy"):
+        StreamingIndex.open(ix, readonly=True)
+    proc = run_python("-m", "streamk.cli", "index", "info", ix, timeout=120)
+    assert proc.returncode == 5 and len(proc.stderr.splitlines()) == 1, proc
+    report = check_index(ix, repair=True, progress=False)
+    assert not report.ok and report.unrepairable == ["the LMDB file itself"]
+    with pytest.raises(IndexCorruptError):  # writable too: nothing made in its place
+        StreamingIndex.open(ix)
+
+
 def test_repair_is_offered_only_for_damage_it_repairs(tmp_path, built):
     """One place (integrity.advice) says what to do: a damaged encoder or a truncated file said "... or run
     `streamk index verify --repair`", which then said "cannot repair in place"."""
