@@ -2,17 +2,16 @@
 report, never a signal, never a silent wrong answer; a full disk (failure 4) is a
 DiskFullError with nothing half-written."""
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from helpers.disks import remount_read_only, tmpfs
 from helpers.index import make_encoder, vectors
 from helpers.processes import run_python
 from streamk.errors import DiskFullError, IndexCorruptError
@@ -285,29 +284,12 @@ def test_an_index_folder_that_cannot_be_written_says_what_still_works(tmp_path, 
     assert isinstance(reading, ReadOnlyIndexError) and "lock.mdb" in str(reading)
 
 
-@contextlib.contextmanager
-def tmpfs(folder, size):
-    """A tmpfs of ``size`` mounted on the new ``folder`` (root only: the test is skipped with
-    the reason otherwise), unmounted after."""
-    folder.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip() or proc.returncode}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
-
-
 @pytest.fixture
 def read_only_disk(tmp_path, built):
     """A copy of ``built`` on a tmpfs remounted read-only."""
     with tmpfs(tmp_path / "ro", "64m") as disk:
         copy_of(built[0], disk / "ix")
-        proc = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"cannot remount read-only: {proc.stderr.strip()}")
+        remount_read_only(disk)
         yield disk / "ix"
 
 
@@ -402,6 +384,7 @@ def test_a_map_that_may_not_grow_is_a_disk_full_error(tmp_path, encoder):
 FILE_LIMIT = """
 import resource, signal, sys
 import numpy as np
+from helpers.disks import remount_read_only, tmpfs
 from helpers.index import make_encoder, vectors
 from streamk.errors import DiskFullError
 from streamk.index import StreamingIndex
