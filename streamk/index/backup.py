@@ -34,9 +34,9 @@ from pathlib import Path
 
 import lmdb
 
-from ..errors import ConfigError, IndexCorruptError, IndexExistsError
+from ..errors import ConfigError, DiskFullError, IndexCorruptError, IndexExistsError
 from ..files import check_output_folder
-from .integrity import CORRUPTION, corrupt, disk_full
+from .integrity import CORRUPTION, corrupt, disk_full, free_bytes
 from .integrity_check import check_index
 from .store import Store, not_an_index
 
@@ -158,10 +158,23 @@ def backup(path, dest, progress=None):
         report.seconds = time.time() - started
         (tmp / BACKUP_FILE).write_text(json.dumps(report.to_dict(), indent=1))
         os.rename(tmp, dest)  # atomic: dest is whole or absent (refused if a folder appeared there)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, DiskFullError) and exc.needed and "ulimit" not in str(exc):
+            raise _no_room(dest, exc.needed) from exc  # said of dest, with the room there is without the copy
         raise
     return report
+
+
+def _no_room(dest, needed):
+    """The DiskFullError of a backup to ``dest`` whose copy (about ``needed`` bytes: the size
+    of the index's data file, or of a shard's) found no room: what the disk has free once the
+    partial copy is removed (it said "0 bytes free" of the removed partial folder)."""
+    free = free_bytes(dest.parent)
+    has = f"has {free:,} bytes free" if free is not None else "is full"
+    return DiskFullError(f"no room for the backup {dest}: the disk holding {dest.parent} {has}, and a copy "
+                         f"takes up to about {needed:,} bytes (the index's data file); nothing was kept: free "
+                         f"space there, or back up to another disk, and run it again", path=dest, needed=needed)
 
 
 def read_backup_info(path):

@@ -134,3 +134,29 @@ def test_the_cli_backs_up_and_the_copy_verifies(tmp_path, encoder):
     proc = run_python("-m", "streamk.cli", "index", "backup", tmp_path / "ix", tmp_path / "b", timeout=120)
     assert proc.returncode != 0 and "exists" in proc.stderr, proc
     assert np.isfinite(json.loads((tmp_path / "b" / "backup.json").read_text())["seconds"])
+
+
+def test_a_backup_onto_a_full_disk_names_dest_and_the_room_there(tmp_path, encoder):
+    """A backup onto a disk without room said "no space left on the disk holding
+    .../.b.partial-1f2e3d4c (0 bytes free)": a folder that no longer exists, and the room its
+    partial copy had taken. It names dest, the room the disk has once the copy is removed, and
+    the copy's size; nothing is left there, exit 6."""
+    from helpers.disks import tmpfs
+
+    from streamk.errors import DiskFullError
+
+    with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32") as idx:
+        idx.add_many([{"id": f"i{i}", "vector": v} for i, v in enumerate(vectors(7, 2000))])
+    size = (tmp_path / "ix" / "data.mdb").stat().st_size
+    with tmpfs(tmp_path / "disk", "512k") as disk:
+        assert size > 2 * 512 * 1024
+        with pytest.raises(DiskFullError) as info:
+            backup(tmp_path / "ix", disk / "b")
+        message = str(info.value)
+        assert message.startswith(f"no room for the backup {disk / 'b'}: the disk holding {disk} has ")
+        free = int(message.split(" has ")[1].split(" bytes free")[0].replace(",", ""))
+        assert free > 400 * 1024 and f"up to about {size:,} bytes" in message and "partial" not in message
+        assert not list(disk.iterdir())
+        proc = run_python("-m", "streamk.cli", "index", "backup", tmp_path / "ix", disk / "b", timeout=120)
+        assert proc.returncode == 6 and proc.stderr.startswith("streamk: error: no room for the backup "), proc
+        assert len(proc.stderr.splitlines()) == 1 and not list(disk.iterdir())
