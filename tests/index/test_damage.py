@@ -175,17 +175,39 @@ def rename_subdb(data_file, name, new_name):
     data_file.write_bytes(bytes(data))
 
 
-# one sub-database, or meta itself, lost from the main B-tree (a flipped byte of its leaf's name or pointers)
-@pytest.mark.parametrize("name, new_name", [(b"vectors", b"vectorz"), (b"meta", b"meSa")])
-def test_a_sub_database_lost_is_damage_to_restore_not_another_database(tmp_path, built, name, new_name):
-    """A flipped byte in the main B-tree that lost a sub-database said "IX is not a streamk index
-    (mdb_dbi_open: MDB_NOTFOUND ...)", exit 4, in search and in verify: an operator told to give another
-    folder; it is damage (exit 5), to restore."""
+def main_leaf(data_file):
+    """The offset in ``data_file`` of its main B-tree's root page, as its current LMDB meta names
+    it (the meta with the larger txnid: mm_txnid at 144, the main DB's md_root at 128 of a meta
+    page); a leaf (P_LEAF) in a small index: the one page that names the sub-databases."""
+    import struct
+
+    data = data_file.read_bytes()
+    txnid, root = max(struct.unpack_from("<QQ", data, at + 136)[1:] + struct.unpack_from("<Q", data, at + 128)
+                      for at in (0, 4096))
+    assert struct.unpack_from("<H", data, root * 4096 + 10)[0] == 0x02  # P_LEAF
+    return root * 4096
+
+
+# the main B-tree's leaf, which names the sub-databases, damaged: one sub-database or meta renamed, the
+# page's flags, its bound of the node pointers (mp_lower), the last byte of the page (meta's record, the
+# first node written)
+@pytest.mark.parametrize("damage", ["vectors-renamed", "meta-renamed", "flags", "lower", "last-byte"])
+def test_a_damaged_main_b_tree_is_damage_to_restore_not_another_database(tmp_path, built, damage):
+    """A flipped byte in the main B-tree said "IX is not a streamk index (mdb_dbi_open: MDB_NOTFOUND ...)",
+    "IX is an LMDB database but not a streamk index" or "... (mdb_get: MDB_BAD_TXN ...)", exit 4, in search
+    and in verify (an operator told to give another folder), or offered `verify --repair`, which cannot
+    rebuild it; it is damage (exit 5), to restore."""
     path, _ = built
     ix = copy_of(path, tmp_path / "ix")
-    rename_subdb(ix / "data.mdb", name, new_name)
-    with pytest.raises(IndexCorruptError, match="the index is damaged: .*sub-database.*restore a copy"):
+    if damage.endswith("-renamed"):
+        name = damage.split("-")[0].encode()
+        rename_subdb(ix / "data.mdb", name, {b"vectors": b"vectorz", b"meta": b"meSa"}[name])
+    else:
+        at = {"flags": 10, "lower": 12, "last-byte": 4095}[damage]
+        flip_file_byte(ix / "data.mdb", main_leaf(ix / "data.mdb") + at)
+    with pytest.raises(IndexCorruptError, match="the index is damaged: .*restore a copy") as info:
         StreamingIndex.open(ix, readonly=True)
+    assert "run `streamk index verify --repair" not in str(info.value)
     proc = run_python("-m", "streamk.cli", "index", "info", ix, timeout=120)
     assert proc.returncode == 5 and len(proc.stderr.splitlines()) == 1, proc
     report = check_index(ix, repair=True, progress=False)
@@ -384,7 +406,6 @@ def test_a_map_that_may_not_grow_is_a_disk_full_error(tmp_path, encoder):
 FILE_LIMIT = """
 import resource, signal, sys
 import numpy as np
-from helpers.disks import remount_read_only, tmpfs
 from helpers.index import make_encoder, vectors
 from streamk.errors import DiskFullError
 from streamk.index import StreamingIndex
