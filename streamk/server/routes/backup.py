@@ -95,6 +95,9 @@ async def take_backup(request: Request, service=Depends(service_of)):
                                              "may be damaged (the server's log says where)") from None
     finally:
         lock.release()
+    if report.removed:
+        log.info("backup %s: removed %d partial backup(s) left by a killed backup: %s", name, len(report.removed),
+                 ", ".join(report.removed))
     log.info("backup %s: %d images, %s in %.1f s", name, report.images, byte_size(report.bytes), report.seconds)
     return {"backup": name, "images": report.images, "bytes": report.bytes, "shards": len(report.shards),
             "seconds": round(report.seconds, 3), "verified": True}
