@@ -194,6 +194,9 @@ def _index_backup(args):
     from ..index import backup
 
     r = backup(args.dir, args.dest, progress=None if sys.stderr.isatty() else False)
+    if r.removed:
+        print(f"removed {len(r.removed)} partial copy(ies) of backups killed before they finished, beside "
+              f"{args.dest}: {', '.join(r.removed)}", file=sys.stderr)
     print(f"backed up {args.dir} to {args.dest}: {r.images:,} images, {byte_size(r.bytes)} in "
           f"{len(r.shards)} environment(s), verified, {r.seconds:.1f} s")
     return 0

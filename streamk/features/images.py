@@ -37,6 +37,7 @@ raise it):
 
 import io
 import os
+import re
 import stat
 import warnings
 
@@ -216,9 +217,11 @@ def _open(data, path, max_pixels):
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             img = Image.open(io.BytesIO(data))
     except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
-        raise ImageTooLargeError(path, f"over the limit of {max_pixels:,} pixels ({exc}; "
-                                       f"max_pixels: raise it with --max-pixels N or max_pixels=)",
-                                 limit="max_pixels") from exc
+        # Pillow's own text names its own limit (twice ours for the error): say the image's pixels, and ours
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        pixels = f"{int(found.group(1)):,} pixels is over" if found else "over"
+        raise ImageTooLargeError(path, f"{pixels} the limit of {max_pixels:,} pixels (max_pixels; raise it "
+                                       f"with --max-pixels N or max_pixels=)", limit="max_pixels") from exc
     except UnidentifiedImageError as exc:
         if is_heif(data):
             raise ImageReadError(path, "a HEIC / HEIF photo (an iPhone's): reading it needs pillow-heif: "

@@ -17,12 +17,17 @@ then on this machine), encoder and vocabulary.
 The copy is written into a new folder beside ``dest`` (``.NAME.partial-XXXX``), checked with
 :func:`~streamk.index.integrity_check.check_index`, then renamed to ``dest``: ``dest`` either
 does not exist or is a whole, verified backup. ``dest/backup.json`` records when the backup
-was taken and each shard's point (seq), images and bytes.
+was taken and each shard's point (seq), images and bytes. While it is written, its writer holds
+an flock on ``.partial.lock`` in it (placed there locked); the kernel drops it when the process
+dies, however it dies, so a backup finds the partial folders beside its own whose writer was
+killed (SIGKILL, a crash, a reboot: they were left for good, hidden, as large as the index)
+and removes them first (``BackupReport.removed``).
 
 Restore: a backup is an index. Open it (``open_index(dest)``), serve it (``streamk serve
 dest``), or move it where the index was while nothing has it open.
 """
 
+import fcntl
 import json
 import os
 import secrets
@@ -34,9 +39,9 @@ from pathlib import Path
 
 import lmdb
 
-from ..errors import ConfigError, IndexCorruptError, IndexExistsError
+from ..errors import ConfigError, DiskFullError, IndexCorruptError, IndexExistsError
 from ..files import check_output_folder
-from .integrity import CORRUPTION, corrupt, disk_full
+from .integrity import CORRUPTION, corrupt, disk_full, free_bytes
 from .integrity_check import check_index
 from .store import Store, not_an_index
 
@@ -57,6 +62,7 @@ class BackupReport:
     seconds: float = 0.0
     copy_seconds: float = 0.0
     shards: list = field(default_factory=list)
+    removed: list = field(default_factory=list)  # partial folders of killed backups removed beside it
 
     @property
     def images(self):
@@ -140,11 +146,15 @@ def backup(path, dest, progress=None):
         raise ConfigError(f"{dest}: a backup cannot go inside the index it copies")
     check_output_folder(dest, "the backup")  # before the copy, and named: not the temporary folder's OSError
     dest.parent.mkdir(parents=True, exist_ok=True)
+    removed = remove_abandoned_partials(dest.parent)
     tmp = dest.parent / f".{dest.name}.partial-{secrets.token_hex(4)}"
     tmp.mkdir()
     started = time.time()
-    report = BackupReport(str(dest), str(path.resolve()), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)))
+    report = BackupReport(str(dest), str(path.resolve()), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                          removed=removed)
+    lock = None
     try:
+        lock = _lock_partial(tmp)
         if sharded:
             report.shards = _copy_sharded(path, tmp, progress)
         else:
@@ -157,11 +167,76 @@ def backup(path, dest, progress=None):
                                     f"placed at {dest}; run `streamk index verify {path}`", path=path)
         report.seconds = time.time() - started
         (tmp / BACKUP_FILE).write_text(json.dumps(report.to_dict(), indent=1))
+        os.unlink(tmp / PARTIAL_LOCK)  # (still held: no other backup takes the folder for abandoned)
         os.rename(tmp, dest)  # atomic: dest is whole or absent (refused if a folder appeared there)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
+            lock = None
+        if isinstance(exc, DiskFullError) and exc.needed and "ulimit" not in str(exc):
+            raise _no_room(dest, exc.needed) from exc  # said of dest, with the room there is without the copy
         raise
+    finally:
+        if lock is not None:
+            os.close(lock)
     return report
+
+
+PARTIAL_LOCK = ".partial.lock"  # in a backup being written: flocked by its writer until the backup is in place
+
+
+def _lock_partial(tmp):
+    """The fd of the flock that marks ``tmp`` as being written: made under another name and
+    locked, then renamed to PARTIAL_LOCK, so that no one finds the lock file unlocked."""
+    making = tmp / f"{PARTIAL_LOCK}.{os.getpid()}"
+    fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(making, tmp / PARTIAL_LOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_abandoned_partials(folder):
+    """Remove the partial folders (``.NAME.partial-XXXX``) in ``folder`` of backups whose
+    writer died before finishing: those holding a PARTIAL_LOCK nobody holds. A backup being
+    written holds its lock, and a folder without one is left (not a backup's, or one being
+    renamed into place). Returns the names removed."""
+    removed = []
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(".") and ".partial-" in e.name]
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            fd = os.open(os.path.join(entry.path, PARTIAL_LOCK), os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # its writer is alive
+            continue
+        try:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.name)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _no_room(dest, needed):
+    """The DiskFullError of a backup to ``dest`` whose copy (about ``needed`` bytes: the size
+    of the index's data file, or of a shard's) found no room: what the disk has free once the
+    partial copy is removed (it said "0 bytes free" of the removed partial folder)."""
+    free = free_bytes(dest.parent)
+    has = f"has {free:,} bytes free" if free is not None else "is full"
+    return DiskFullError(f"no room for the backup {dest}: the disk holding {dest.parent} {has}, and a copy "
+                         f"takes up to about {needed:,} bytes (the index's data file); nothing was kept: free "
+                         f"space there, or back up to another disk, and run it again", path=dest, needed=needed)
 
 
 def read_backup_info(path):
@@ -172,4 +247,5 @@ def read_backup_info(path):
         return None
 
 
-__all__ = ["BACKUP_FILE", "BackupReport", "backup", "read_backup_info"]
+__all__ = ["BACKUP_FILE", "BackupReport", "PARTIAL_LOCK", "backup", "read_backup_info",
+           "remove_abandoned_partials"]

@@ -98,6 +98,7 @@ LMDB keys, never file names: nothing is written outside the index directory.
 
 import contextlib
 import ctypes
+import itertools
 import json
 import os
 import threading
@@ -110,8 +111,8 @@ import numpy as np
 from .integrity import (CORRUPTION, CRC_BYTES, check_lmdb_file, check_room, checksum_ok, corrupt, describe_rows,
                         disk_full, get_checked_meta, open_error, put_checked_meta, seal, unseal)
 
-from ..errors import (DiskFullError, GeometryRecordError, IndexClosedError, IndexExistsError, IndexFormatError,
-                      NotAnIndexError, ReadOnlyIndexError, StreamkError, UnknownIdError)
+from ..errors import (DiskFullError, GeometryRecordError, IndexClosedError, IndexCorruptError, IndexExistsError,
+                      IndexFormatError, NotAnIndexError, ReadOnlyIndexError, StreamkError, UnknownIdError)
 from ..verification import unpack as unpack_geometry
 from .blocks import mark_removed
 from .lmdb_pages import big_values, free_db_root, map_base, will_need
@@ -129,6 +130,9 @@ SUBDBS = ("meta", "images", "extras", "vectors", "row_ids", "hashes", "codes", "
 # a writer creates them at open, a read-only reader sees them as empty.
 OPTIONAL_SUBDBS = ("geometry", "thumbnails", "metadata", "postings", "columns", "code_runs")
 SUBDB_FLAGS = {"postings": {"dupsort": True, "dupfixed": True}}  # (streamk.index.metadata)
+# LMDB's errors that, in an environment holding streamk's meta, say its B-trees are damaged
+OPEN_DAMAGE = CORRUPTION + (lmdb.NotFoundError, lmdb.BadTxnError, lmdb.BadDbiError, lmdb.IncompatibleError)
+MAX_SUBDB_SCAN = 4096  # keys of the main B-tree read when looking for streamk's sub-databases by name
 DAMAGED_RECORD = "the local-geometry record of"  # how the damage of stored records is named (duplicates tells it)
 VECTOR_DTYPES = ("float16", "float32")
 DEFAULT_MAP_SIZE = 64 << 20  # grows by doubling when full
@@ -552,13 +556,16 @@ class Store:
             store = cls(path, env, readonly, max_map_size=max_map_size, env_key=key)
             store.reader_check()
             store.block_rows = store.get_int(b"block_rows", default=BLOCK_ROWS)
-        except (NotAnIndexError, IndexFormatError):
+        except (NotAnIndexError, IndexFormatError, IndexCorruptError):
             _SHARED.release(key)
             raise
-        except CORRUPTION as exc:
+        except CORRUPTION as exc:  # (verify --repair opens it the same way: nothing it can rebuild)
             _SHARED.release(key)
-            raise corrupt(path, f"LMDB: {exc}") from exc
-        except (lmdb.NotFoundError, lmdb.Error) as exc:
+            raise corrupt(path, f"LMDB: {exc}", repairable=False) from exc
+        except OPEN_DAMAGE as exc:  # it has streamk's meta: a sub-database lost or unreadable is damage
+            _SHARED.release(key)
+            raise corrupt(path, f"its sub-databases cannot be opened (LMDB: {exc})", repairable=False) from exc
+        except lmdb.Error as exc:
             _SHARED.release(key)
             raise NotAnIndexError(f"{path} is not a streamk index ({exc})") from exc
         except ValueError as exc:
@@ -567,11 +574,31 @@ class Store:
         return store
 
     @staticmethod
+    def _has_subdbs(env, txn):
+        """Whether the environment holds one of streamk's sub-databases other than meta: found
+        by name, or listed in its main B-tree (a damaged leaf may list a name that a lookup
+        misses); a main B-tree that LMDB cannot walk counts (damage, not another database)."""
+        names = [name.encode() for name in SUBDBS[1:] + OPTIONAL_SUBDBS]
+        try:
+            for name in names:
+                try:
+                    env.open_db(name, txn=txn, create=False)
+                    return True
+                except lmdb.NotFoundError:
+                    continue
+            with env.begin() if txn is None else contextlib.nullcontext(txn) as reading:
+                return any(key in names for key, _ in itertools.islice(reading.cursor(), MAX_SUBDB_SCAN))
+        except OPEN_DAMAGE:
+            return True
+
+    @staticmethod
     def _check_format(path, env):
         with _opening_dbs(env) as txn:
             try:
                 meta = env.open_db(b"meta", txn=txn, create=False)
             except lmdb.NotFoundError:
+                if Store._has_subdbs(env, txn):  # streamk's other sub-databases: damage, not another database
+                    raise corrupt(path, "its sub-database meta cannot be found", repairable=False) from None
                 raise NotAnIndexError(f"{path} is an LMDB database but not a streamk index") from None
         with env.begin() as txn:
             raw = txn.get(b"format", db=meta)

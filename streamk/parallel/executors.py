@@ -144,6 +144,12 @@ def parse_dask_address(text):
             raise ConfigError(f"--dask local:N needs a number of workers, got {text!r}") from None
         if n < 1:
             raise ConfigError(f"--dask local:N needs N >= 1, got {text!r}")
+        from .make import MAX_WORKERS, max_workers  # (make imports this module)
+
+        if n > max_workers():  # processes on this machine, as --workers
+            raise ConfigError(f"--dask local:{n:,} is over streamk's limit of {max_workers():,} local processes "
+                              f"(4 per core, at least {MAX_WORKERS}); start workers on other machines "
+                              f"(dask worker tcp://HOST:8786) and give the scheduler's address")
         return "local", n
     if not text:
         raise ConfigError("--dask needs a scheduler address (tcp://host:8786) or local:N")

@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from .http_errors import ApiError, bad_request, invalid
-from .models import loads
+from .models import MAX_JSON_VALUES, TooManyValues, loads
 
 MAX_FORM_FIELDS = 20
 
@@ -108,8 +108,12 @@ class JsonOrForm:
         raise ApiError(415, "unsupported_media_type", "send multipart/form-data (an image upload) or application/json")
 
     def _json(self, body, request):
-        try:
-            values = loads(body)
+        dim = request.app.state.service.dim
+        try:  # a vector of the index's dimension, and room for metadata and a filter
+            values = loads(body, max_values=MAX_JSON_VALUES + dim)
+        except TooManyValues as exc:
+            raise bad_request(f"{exc} (a vector of the index's {dim:,} numbers, metadata and a filter hold "
+                              f"fewer): send one vector at a time, of {dim:,} numbers") from None
         except ValueError as exc:
             raise bad_request(f"the body is not valid JSON ({exc})") from None
         if not isinstance(values, dict):

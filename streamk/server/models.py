@@ -34,25 +34,40 @@ def id_field(*default):
 # ---------------------------------------------------------------- JSON, strictly
 MAX_JSON_DEPTH = 8  # arrays and objects nested in a JSON body, the body itself counted
 MAX_NUMBER_DIGITS = 300  # digits of a JSON integer: 1e300 and below convert to a float without overflow
-_STRUCTURE = np.zeros(256, np.int8)  # the bytes that matter to nesting: +1 [ {, -1 ] }, 2 a quote
+# values in a JSON body beside a vector of the index's dimension: metadata (64 KiB of JSON) and a filter
+# (16 fields of up to 1,024 values) hold fewer. A parsed value costs ~50 bytes of Python objects, so a
+# body of 20 MB of numbers was ~270 MB of memory for one request (a server answers 64 at once).
+MAX_JSON_VALUES = 65_536
+_STRUCTURE = np.zeros(256, np.int8)  # the bytes that matter: +1 [ {, -1 ] }, 2 a quote, 3 a comma
 _STRUCTURE[[ord("["), ord("{")]], _STRUCTURE[[ord("]"), ord("}")]], _STRUCTURE[ord('"')] = 1, -1, 2
+_STRUCTURE[ord(",")] = 3
 
 
-def json_depth(raw):
-    """How deep the arrays and objects of JSON text nest (0 for a scalar), scanned over
-    its bytes before any parser recurses, at C speed (under 0.1 s for 20 MB): escaped
-    backslashes and quotes removed, then only brackets and quotes kept; brackets inside
-    strings (after an odd count of quotes) ignored; the depth is the largest running sum
-    of the brackets left."""
+class TooManyValues(ValueError):
+    """JSON text holding more values than a body may (:data:`MAX_JSON_VALUES`)."""
+
+
+def json_shape(raw):
+    """(depth, values) of JSON text, scanned over its bytes before any parser recurses or
+    allocates, at C speed (under 0.1 s for 20 MB): escaped backslashes and quotes removed,
+    then only brackets, quotes and commas kept; those inside strings (after an odd count of
+    quotes) ignored. depth: how deep its arrays and objects nest (0 for a scalar), the
+    largest running sum of the brackets; values: an upper bound on the values it holds
+    (elements and members, containers included), 1 + its commas and opening brackets."""
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogatepass")
     bare = bytes(raw).replace(b"\\\\", b"").replace(b'\\"', b"")
     kind = _STRUCTURE[np.frombuffer(bare, np.uint8)]
     kind = kind[kind != 0]
-    quote = kind == 2
-    outside = (np.cumsum(quote, dtype=np.int64) & 1) == 0
-    step = np.where(outside & ~quote, kind, 0)
-    return max(0, int(np.cumsum(step, dtype=np.int64).max())) if step.size else 0
+    kind = kind[np.bitwise_xor.accumulate((kind == 2).view(np.uint8)) == 0]  # outside strings (a byte each)
+    brackets = kind[(kind == 1) | (kind == -1)]
+    depth = max(0, int(np.cumsum(brackets, dtype=np.int64).max())) if brackets.size else 0
+    return depth, 1 + int(np.count_nonzero((kind == 3) | (kind == 1)))
+
+
+def json_depth(raw):
+    """How deep the arrays and objects of JSON text nest (0 for a scalar): see :func:`json_shape`."""
+    return json_shape(raw)[0]
 
 
 def _no_constant(name):
@@ -72,13 +87,16 @@ def _finite_float(text):
     return value
 
 
-def loads(text, max_depth=MAX_JSON_DEPTH):
+def loads(text, max_depth=MAX_JSON_DEPTH, max_values=None):
     """JSON, strictly: NaN and Infinity refused, numbers bounded (an integer of at most
     MAX_NUMBER_DIGITS digits, a float that is finite), nested at most ``max_depth``
-    deep (checked before parsing); ValueError otherwise."""
-    depth = json_depth(text)
+    deep and, with ``max_values``, holding at most that many values (both checked before
+    parsing: TooManyValues); ValueError otherwise."""
+    depth, values = json_shape(text)
     if depth > max_depth:
         raise ValueError(f"nested {depth} deep; at most {max_depth} (arrays and objects in one another)")
+    if max_values is not None and values > max_values:
+        raise TooManyValues(f"the body holds {values:,} JSON values; at most {max_values:,}")
     return json.loads(text, parse_constant=_no_constant, parse_int=_bounded_int, parse_float=_finite_float)
 
 
@@ -343,6 +361,5 @@ class HealthAnswer(Answer):
 
 
 __all__ = ["AddForm", "AddJson", "DuplicatesAnswer", "ErrorAnswer", "HealthAnswer", "ImageAnswer", "LIMITS",
-           "MAX_JSON_DEPTH", "SearchAnswer", "SearchForm", "SearchJson", "StatsAnswer", "UpdateForm",
-           "UpdateJson", "WriteAnswer",
-           "json_depth", "loads"]
+           "MAX_JSON_DEPTH", "MAX_JSON_VALUES", "SearchAnswer", "SearchForm", "SearchJson", "StatsAnswer",
+           "TooManyValues", "UpdateForm", "UpdateJson", "WriteAnswer", "json_depth", "json_shape", "loads"]

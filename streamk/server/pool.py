@@ -23,7 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from ..errors import ConfigError
 from ..index import ImageFailure
-from ..parallel import CRASHED, TaskFailure, WorkerPool, retry_alone
+from ..parallel import CRASHED, MAX_WORKERS, TaskFailure, WorkerPool, max_workers, retry_alone
 from .tasks import index_task_context
 
 SUBMIT_TIMEOUT = 30.0  # s: a submit (it may start a worker process) that takes longer is a crashed start
@@ -40,6 +40,9 @@ class EncodingPool:
         workers = int(workers)
         if workers < 1:
             raise ConfigError(f"--workers must be >= 1, got {workers}")
+        if workers > max_workers():  # ingestion's bound: each is a process with the encoder loaded
+            raise ConfigError(f"--workers {workers:,} is over streamk's limit of {max_workers():,} local processes "
+                              f"(4 per core, at least {MAX_WORKERS})")
         self.workers = workers
         self.submit_timeout = float(submit_timeout)
         self._pool = WorkerPool(workers, index_task_context(index_path, extractor, fingerprint, local_features))

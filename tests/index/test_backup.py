@@ -134,3 +134,78 @@ def test_the_cli_backs_up_and_the_copy_verifies(tmp_path, encoder):
     proc = run_python("-m", "streamk.cli", "index", "backup", tmp_path / "ix", tmp_path / "b", timeout=120)
     assert proc.returncode != 0 and "exists" in proc.stderr, proc
     assert np.isfinite(json.loads((tmp_path / "b" / "backup.json").read_text())["seconds"])
+
+
+def test_a_backup_onto_a_full_disk_names_dest_and_the_room_there(tmp_path, encoder):
+    """A backup onto a disk without room said "no space left on the disk holding
+    .../.b.partial-1f2e3d4c (0 bytes free)": a folder that no longer exists, and the room its
+    partial copy had taken. It names dest, the room the disk has once the copy is removed, and
+    the copy's size; nothing is left there, exit 6."""
+    from helpers.disks import tmpfs
+
+    from streamk.errors import DiskFullError
+
+    with StreamingIndex.create(tmp_path / "ix", encoder, vector_dtype="float32") as idx:
+        idx.add_many([{"id": f"i{i}", "vector": v} for i, v in enumerate(vectors(7, 2000))])
+    size = (tmp_path / "ix" / "data.mdb").stat().st_size
+    with tmpfs(tmp_path / "disk", "512k") as disk:
+        assert size > 2 * 512 * 1024
+        with pytest.raises(DiskFullError) as info:
+            backup(tmp_path / "ix", disk / "b")
+        message = str(info.value)
+        assert message.startswith(f"no room for the backup {disk / 'b'}: the disk holding {disk} has ")
+        free = int(message.split(" has ")[1].split(" bytes free")[0].replace(",", ""))
+        assert free > 400 * 1024 and f"up to about {size:,} bytes" in message and "partial" not in message
+        assert not list(disk.iterdir())
+        proc = run_python("-m", "streamk.cli", "index", "backup", tmp_path / "ix", disk / "b", timeout=120)
+        assert proc.returncode == 6 and proc.stderr.startswith("streamk: error: no room for the backup "), proc
+        assert len(proc.stderr.splitlines()) == 1 and not list(disk.iterdir())
+
+
+KILLED_MID_BACKUP = r"""
+import importlib, os, signal, sys
+b = importlib.import_module("streamk.index.backup")  # the module (streamk.index.backup is also the function)
+copy = b._copy_environment
+
+def copy_then_die(src, dest_dir):  # the real copy, then SIGKILL before the verification and the rename
+    copy(src, dest_dir)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+b._copy_environment = copy_then_die
+b.backup(sys.argv[1], sys.argv[2], progress=False)
+"""
+
+
+def test_the_partial_copy_of_a_killed_backup_is_removed_by_the_next_one(tmp_path, encoder):
+    """A backup killed (SIGKILL, a crash, a reboot) left its hidden .NAME.partial-XXXX folder, as large as
+    the index, for good: nightly backups on a disk whose runs were killed filled it. The next backup beside
+    it removes the partial folders whose writer is dead (their flock free), never one being written."""
+    import fcntl
+    import os
+    import signal
+
+    from streamk.index.backup import PARTIAL_LOCK
+
+    with StreamingIndex.create(tmp_path / "ix", encoder) as idx:
+        idx.add_many([{"id": f"i{i}", "vector": v} for i, v in enumerate(vectors(8, 50))])
+    (tmp_path / "killed.py").write_text(KILLED_MID_BACKUP)
+    proc = run_python(tmp_path / "killed.py", tmp_path / "ix", tmp_path / "backups" / "monday", timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc
+    left = [p.name for p in (tmp_path / "backups").iterdir()]
+    assert len(left) == 1 and left[0].startswith(".monday.partial-"), left
+    assert (tmp_path / "backups" / left[0] / "data.mdb").stat().st_size > 0
+    running = tmp_path / "backups" / ".wednesday.partial-0000"  # a backup being written: its lock held
+    running.mkdir()
+    fd = os.open(running / PARTIAL_LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        proc = run_python("-m", "streamk.cli", "index", "backup", tmp_path / "ix", tmp_path / "backups" / "tuesday",
+                          timeout=120)
+        assert proc.returncode == 0, proc
+        assert "removed 1 partial copy(ies) of backups killed before they finished" in proc.stderr
+        assert left[0] in proc.stderr
+        assert sorted(p.name for p in (tmp_path / "backups").iterdir()) == [".wednesday.partial-0000", "tuesday"]
+        assert not (tmp_path / "backups" / "tuesday" / PARTIAL_LOCK).exists()
+        assert check_index(tmp_path / "backups" / "tuesday", progress=False).ok
+    finally:
+        os.close(fd)

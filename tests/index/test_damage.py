@@ -2,17 +2,16 @@
 report, never a signal, never a silent wrong answer; a full disk (failure 4) is a
 DiskFullError with nothing half-written."""
 
-import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from helpers.disks import remount_read_only, tmpfs
 from helpers.index import make_encoder, vectors
 from helpers.processes import run_python
 from streamk.errors import DiskFullError, IndexCorruptError
@@ -161,6 +160,62 @@ def test_one_flipped_byte_of_the_lmdb_header_is_damage_to_restore(tmp_path, buil
     assert not report.ok and report.unrepairable == ["the LMDB file itself"]
 
 
+def rename_subdb(data_file, name, new_name):
+    """Rename the sub-database ``name`` in the main B-tree's leaves of ``data_file`` in place
+    (same length, same sort order: LMDB's lookup of ``name`` finds nothing). Its node: flags
+    F_SUBDATA (2) and the key's size (little-endian u16) just before the key; every copy of the
+    leaf (the live one and those of earlier transactions, free pages) is changed."""
+    data = bytearray(data_file.read_bytes())
+    node = (2).to_bytes(2, "little") + len(name).to_bytes(2, "little") + name
+    at = data.find(node)
+    assert at > 0
+    while at >= 0:
+        data[at + 4:at + 4 + len(name)] = new_name
+        at = data.find(node, at + 1)
+    data_file.write_bytes(bytes(data))
+
+
+def main_leaf(data_file):
+    """The offset in ``data_file`` of its main B-tree's root page, as its current LMDB meta names
+    it (the meta with the larger txnid: mm_txnid at 144, the main DB's md_root at 128 of a meta
+    page); a leaf (P_LEAF) in a small index: the one page that names the sub-databases."""
+    import struct
+
+    data = data_file.read_bytes()
+    txnid, root = max(struct.unpack_from("<QQ", data, at + 136)[1:] + struct.unpack_from("<Q", data, at + 128)
+                      for at in (0, 4096))
+    assert struct.unpack_from("<H", data, root * 4096 + 10)[0] == 0x02  # P_LEAF
+    return root * 4096
+
+
+# the main B-tree's leaf, which names the sub-databases, damaged: one sub-database or meta renamed, the
+# page's flags, its bound of the node pointers (mp_lower), the last byte of the page (meta's record, the
+# first node written)
+@pytest.mark.parametrize("damage", ["vectors-renamed", "meta-renamed", "flags", "lower", "last-byte"])
+def test_a_damaged_main_b_tree_is_damage_to_restore_not_another_database(tmp_path, built, damage):
+    """A flipped byte in the main B-tree said "IX is not a streamk index (mdb_dbi_open: MDB_NOTFOUND ...)",
+    "IX is an LMDB database but not a streamk index" or "... (mdb_get: MDB_BAD_TXN ...)", exit 4, in search
+    and in verify (an operator told to give another folder), or offered `verify --repair`, which cannot
+    rebuild it; it is damage (exit 5), to restore."""
+    path, _ = built
+    ix = copy_of(path, tmp_path / "ix")
+    if damage.endswith("-renamed"):
+        name = damage.split("-")[0].encode()
+        rename_subdb(ix / "data.mdb", name, {b"vectors": b"vectorz", b"meta": b"meSa"}[name])
+    else:
+        at = {"flags": 10, "lower": 12, "last-byte": 4095}[damage]
+        flip_file_byte(ix / "data.mdb", main_leaf(ix / "data.mdb") + at)
+    with pytest.raises(IndexCorruptError, match="the index is damaged: .*restore a copy") as info:
+        StreamingIndex.open(ix, readonly=True)
+    assert "run `streamk index verify --repair" not in str(info.value)
+    proc = run_python("-m", "streamk.cli", "index", "info", ix, timeout=120)
+    assert proc.returncode == 5 and len(proc.stderr.splitlines()) == 1, proc
+    report = check_index(ix, repair=True, progress=False)
+    assert not report.ok and report.unrepairable == ["the LMDB file itself"]
+    with pytest.raises(IndexCorruptError):  # writable too: nothing made in its place
+        StreamingIndex.open(ix)
+
+
 def test_repair_is_offered_only_for_damage_it_repairs(tmp_path, built):
     """One place (integrity.advice) says what to do: a damaged encoder or a truncated file said "... or run
     `streamk index verify --repair`", which then said "cannot repair in place"."""
@@ -251,29 +306,12 @@ def test_an_index_folder_that_cannot_be_written_says_what_still_works(tmp_path, 
     assert isinstance(reading, ReadOnlyIndexError) and "lock.mdb" in str(reading)
 
 
-@contextlib.contextmanager
-def tmpfs(folder, size):
-    """A tmpfs of ``size`` mounted on the new ``folder`` (root only: the test is skipped with
-    the reason otherwise), unmounted after."""
-    folder.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip() or proc.returncode}")
-    try:
-        yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
-
-
 @pytest.fixture
 def read_only_disk(tmp_path, built):
     """A copy of ``built`` on a tmpfs remounted read-only."""
     with tmpfs(tmp_path / "ro", "64m") as disk:
         copy_of(built[0], disk / "ix")
-        proc = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.skip(f"cannot remount read-only: {proc.stderr.strip()}")
+        remount_read_only(disk)
         yield disk / "ix"
 
 

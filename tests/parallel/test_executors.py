@@ -56,6 +56,16 @@ def test_bad_dask_addresses(text):
         parse_dask_address(text)
 
 
+def test_a_local_cluster_is_bounded_as_the_local_pool_is():
+    """`--dask local:100000` started a LocalCluster of 100,000 worker processes on this machine (until
+    killed); it is refused as `--workers 100000` is, before Dask is loaded."""
+    from streamk.parallel import max_workers
+
+    assert parse_dask_address(f"local:{max_workers()}") == ("local", max_workers())
+    with pytest.raises(ConfigError, match=f"local:{max_workers() + 1:,} is over streamk's limit of "):
+        parse_dask_address(f"local:{max_workers() + 1}")
+
+
 def _pid(ctx, item):
     import os
 

@@ -63,3 +63,33 @@ def test_without_a_backup_dir_backups_are_off(photos, tmp_path, make_server):
         message = error_of(c.post("/backup", headers={"Authorization": f"Bearer {srv.token}"}), 404, "backups_off")
         assert str(tmp_path) not in message
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("srv")) == ["idx"]
+
+
+def test_a_backup_dir_that_takes_no_files_is_said_at_start_and_never_named_to_a_client(photos, tmp_path,
+                                                                                         make_server):
+    """A --backup-dir on a read-only disk started a server whose every POST /backup answered 400
+    output_file "cannot write the backup to /srv/.../backup-...: ... does not take new files": a client
+    told it sent something wrong, and shown the server's path. It is said at start (one line, exit 2);
+    a folder that turns read-only later answers 500 backup_failed, the reason in the server's log."""
+    from helpers.disks import remount_read_only, tmpfs
+    from helpers.processes import run_python
+
+    from streamk.errors import ConfigError
+    from streamk.server.routes.backup import backup_folder
+
+    index = make_index(tmp_path / "idx", photos, n=1, local_features=False)
+    with tmpfs(tmp_path / "disk", "16m") as disk:
+        srv = make_server(index, args=["--workers", "1", "--backup-dir", str(disk)])
+        remount_read_only(disk)
+        with pytest.raises(ConfigError, match="--backup-dir .*does not take new files"):
+            backup_folder(disk, index)
+        proc = run_python("-m", "streamk.cli", "serve", index, "--port", "0", "--workers", "1", "--backup-dir",
+                          disk, timeout=120)
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc
+        assert proc.stderr.startswith("streamk: error: --backup-dir ") and "Read-only file system" in proc.stderr
+        with httpx.Client(base_url=srv.url, timeout=120) as c:
+            r = c.post("/backup", headers={"Authorization": f"Bearer {srv.token}"})
+            message = error_of(r, 500, "backup_failed")
+            assert str(tmp_path) not in r.text and "log" in message
+            assert c.get("/health").status_code == 200
+        assert "Read-only file system" in srv.log() and not list(disk.iterdir())

@@ -11,7 +11,7 @@ from helpers.server import running_server
 
 httpx = pytest.importorskip("httpx")
 
-from streamk.server.models import MAX_JSON_DEPTH, json_depth  # noqa: E402
+from streamk.server.models import MAX_JSON_DEPTH, MAX_JSON_VALUES, json_depth, json_shape  # noqa: E402
 
 DIM = 512
 
@@ -58,6 +58,55 @@ def test_json_depth_scan_agrees_with_the_parser():
         text = json.dumps(value)
         assert json_depth(text) == depth
         assert json_depth(json.dumps({"x": value, "s": "]]]" * int(rng.integers(1, 5))})) == depth + 1
+
+
+def values_and_empties(value):
+    """(values, empty containers) of a parsed JSON value, the value itself counted."""
+    if isinstance(value, (list, dict)):
+        items = list(value.values()) if isinstance(value, dict) else value
+        counts = [values_and_empties(v) for v in items]
+        return 1 + sum(c[0] for c in counts), (not items) + sum(c[1] for c in counts)
+    return 1, 0
+
+
+def test_json_shape_counts_the_values_the_parser_builds():
+    """1 + commas + opening brackets outside strings: each value once, an empty container twice."""
+    rng = np.random.default_rng(2)
+
+    def random_value(depth):
+        pick = int(rng.integers(0, 6 if depth < 5 else 3))
+        if pick == 0:
+            return float(rng.standard_normal())
+        if pick == 1:
+            return "".join(rng.choice(list('ab,[]{}"\\:'), int(rng.integers(0, 6))))
+        if pick == 2:
+            return None
+        if pick in (3, 4):
+            return [random_value(depth + 1) for _ in range(int(rng.integers(0, 4)))]
+        return {f"k{i},[": random_value(depth + 1) for i in range(int(rng.integers(0, 4)))}
+    for _ in range(300):
+        value = random_value(0)
+        values, empties = values_and_empties(value)
+        for text in (json.dumps(value), json.dumps(value, indent=1)):
+            assert json_shape(text) == (json_depth(text), values + empties), text
+
+
+def test_a_body_of_more_values_than_a_vector_and_metadata_is_refused_before_parsing(served):
+    """A /search body of 20 MB of numbers was parsed whole (~270 MB of Python floats) before its length
+    was found wrong; 12 at once took a server to 3.1 GB. A body holds at most the index's dimension +
+    MAX_JSON_VALUES values, counted before parsing; metadata of 64 KiB of numbers still fits."""
+    too_many = DIM + MAX_JSON_VALUES + 1
+    with served.client() as c:
+        for route, body in (("/search", {"vector": [0.5] * too_many}),
+                            ("/images", {"id": "many", "vector": [0.5] * DIM, "metadata": {"a": [1] * too_many}})):
+            message = assert_error(c.post(route, json=body), 400, "bad_request")
+            assert f"holds {values_and_empties(body)[0]:,} JSON values; at most {too_many - 1:,}" in message
+            assert "send one vector at a time" in message
+        full = {"id": "many", "vector": [0.5] * DIM, "metadata": {"a": [1] * 30_000}}  # 60 KB of metadata
+        assert c.post("/images", json=full).status_code == 201
+        r = c.post("/search", json={"vector": [0.5] * DIM, "where": {"name": {"in": ["x"] * 1024}}})
+        assert r.status_code == 200 or r.json()["error"]["code"] == "filter", r.text  # past the count
+        assert c.delete("/images/many").status_code == 200
 
 
 def test_json_nested_deeper_than_the_limit_is_refused_before_parsing(served):

@@ -119,3 +119,20 @@ def test_submit_runs_off_the_event_loop_thread(photos, served, monkeypatch):
         assert isinstance(pid, int) and threads and all(t is not loop_thread for t in threads)
     finally:
         pool.close()
+
+
+def test_more_workers_than_streamk_starts_anywhere_is_refused_before_one_starts(photos, served):
+    """`streamk serve IDX --workers 100000` began spawning 100,000 processes (a load of 64 on two cores
+    within a minute, until killed); ingestion refuses more than max_workers(), and so does the server, at
+    once (exit 2)."""
+    from helpers.processes import run_python
+
+    from streamk.errors import ConfigError
+    from streamk.parallel import max_workers
+
+    with pytest.raises(ConfigError, match=f"--workers {max_workers() + 1:,} is over streamk's limit of "):
+        encoding_pool(photos, served, workers=max_workers() + 1)
+    encoding_pool(photos, served, workers=max_workers()).close()  # at the limit: taken (started lazily)
+    proc = run_python("-m", "streamk.cli", "serve", served, "--port", "0", "--workers", "100000", timeout=120)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc
+    assert proc.stderr.startswith("streamk: error: --workers 100,000 is over streamk's limit of "), proc

@@ -15,7 +15,8 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from ...errors import ConfigError, DiskFullError, IndexCorruptError, describe
+from ...errors import ConfigError, DiskFullError, IndexCorruptError, OutputFileError, describe
+from ...files import check_output_folder
 from ...index import backup
 from ...units import byte_size
 from ..dependencies import may_write, service_of
@@ -39,7 +40,9 @@ class BackupAnswer(BaseModel):
 
 def backup_folder(backup_dir, index_path):
     """The backup folder of ``streamk serve --backup-dir`` made ready at start: created when
-    absent; ConfigError when it is not a folder or lies inside the index."""
+    absent; ConfigError when it is not a folder, lies inside the index or takes no new folder
+    (read-only, no permission: said at start, not by the first POST /backup); a disk without
+    room now is only logged (there may be room by the time a backup is asked)."""
     folder = Path(backup_dir).resolve()
     if folder == Path(index_path).resolve() or Path(index_path).resolve() in folder.parents:
         raise ConfigError(f"--backup-dir {backup_dir}: a backup folder cannot lie inside the index it backs up")
@@ -47,6 +50,12 @@ def backup_folder(backup_dir, index_path):
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--backup-dir {backup_dir}: cannot make it a folder ({exc})") from exc
+    try:
+        check_output_folder(folder, "backups")
+    except OutputFileError as exc:
+        raise ConfigError(f"--backup-dir {backup_dir}: {exc}") from None
+    except DiskFullError as exc:
+        log.warning("--backup-dir %s: %s", backup_dir, describe(exc))
     return folder
 
 
@@ -75,12 +84,20 @@ async def take_backup(request: Request, service=Depends(service_of)):
     except DiskFullError as exc:
         log.error("backup %s: %s", name, describe(exc))
         raise ApiError(507, "disk_full", f"no room for backup {name}: nothing of it was kept") from None
+    except OutputFileError as exc:  # the folder became read-only or not ours since the start: no path said
+        log.error("backup %s: %s", name, describe(exc))
+        raise ApiError(500, "backup_failed", f"backup {name} could not be written: the server's backup folder "
+                                             "takes no new files (the server's log says why); nothing of it was "
+                                             "kept") from None
     except IndexCorruptError as exc:
         log.error("backup %s: %s", name, describe(exc))
         raise ApiError(500, "index_corrupt", f"backup {name} did not verify and was not kept: the index "
                                              "may be damaged (the server's log says where)") from None
     finally:
         lock.release()
+    if report.removed:
+        log.info("backup %s: removed %d partial backup(s) left by a killed backup: %s", name, len(report.removed),
+                 ", ".join(report.removed))
     log.info("backup %s: %d images, %s in %.1f s", name, report.images, byte_size(report.bytes), report.seconds)
     return {"backup": name, "images": report.images, "bytes": report.bytes, "shards": len(report.shards),
             "seconds": round(report.seconds, 3), "verified": True}
