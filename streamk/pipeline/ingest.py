@@ -847,6 +847,11 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
     if retrain_at is not None and not (isinstance(retrain_at, (int, float)) and retrain_at > 0):
         raise ConfigError(f"retrain_at must be a ratio > 0, got {retrain_at!r}")
     images = as_roots(images)
+    missing = [os.fsdecode(root) for root in images if not os.path.lexists(root)]
+    if missing:  # a typo or a disk not mounted: said of the run before it starts, not as one bad file among many
+        more = f" (and {len(missing) - 1} more of the paths given)" if len(missing) > 1 else ""
+        raise ConfigError(f"{missing[0]} does not exist{more}: check the path (a folder on a disk not mounted?); "
+                          f"nothing was ingested")
     given = read_metadata_file(metadata) if metadata is not None else None
     executor = make_executor(dask=dask) if dask is not None else None
     try:

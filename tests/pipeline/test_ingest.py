@@ -247,6 +247,22 @@ def test_save_encoder_to_a_bad_path_is_refused_before_the_fit(work, tmp_path, ca
     assert not ix.exists() and not (tmp_path / "e.npz").exists()
 
 
+def test_a_path_that_does_not_exist_stops_the_run_before_it_starts(work, tmp_path, capsys):
+    """`streamk ingest IDX missing/` (a typo, a disk not mounted) is one usage line naming the path, not
+    "failed 1" beside a file's read error; nothing is ingested, not even the paths that exist."""
+    ix = tmp_path / "ix"
+    create(ix, work)
+    capsys.readouterr()
+    for watch in ([], ["--watch", "--max-polls", "1"]):
+        assert main(["ingest", str(ix), str(work / "imgs"), str(tmp_path / "missing"), str(tmp_path / "gone"),
+                     "--workers", "1", *watch]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{tmp_path / 'missing'} does not exist (and 1 more" in err
+        assert "nothing was ingested" in err
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        assert len(idx) == 0
+
+
 def test_ingest_resume_and_search(work, tmp_path, capsys):
     ix = tmp_path / "ix"
     create(ix, work)
