@@ -20,7 +20,7 @@ from .errors import DiskFullError, OutputFileError
 
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
-__all__ = ["atomic_write", "check_output_file", "check_output_folder"]
+__all__ = ["atomic_write", "check_output_file", "check_output_folder", "make_folders", "remove_made_folders"]
 
 
 def check_output_file(path, what="the file"):
@@ -67,6 +67,38 @@ def check_output_folder(path, what="the folder"):
                               f"({exc.strerror or exc}); give a path in a folder you can write to", path) from None
     os.rmdir(probe)
     return path
+
+
+def make_folders(path):
+    """``mkdir -p path``; returns the folders it made, the deepest last, for
+    :func:`remove_made_folders` to take away again when what was to go there failed."""
+    path = Path(path)
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    made = []
+    try:
+        for folder in reversed(missing):
+            try:
+                folder.mkdir()
+            except FileExistsError:  # made meanwhile by someone else: theirs
+                continue
+            made.append(folder)
+    except BaseException:
+        remove_made_folders(made)
+        raise
+    return made
+
+
+def remove_made_folders(made):
+    """Remove the folders :func:`make_folders` made, deepest first, each only while it is
+    empty (what another process put there stays, and the folders above it)."""
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def atomic_write(path, write, what="the file"):

@@ -40,7 +40,7 @@ from pathlib import Path
 import lmdb
 
 from ..errors import ConfigError, DiskFullError, IndexCorruptError, IndexExistsError
-from ..files import check_output_folder
+from ..files import check_output_folder, make_folders, remove_made_folders
 from .integrity import CORRUPTION, corrupt, disk_full, free_bytes
 from .integrity_check import check_index
 from .store import Store, not_an_index
@@ -145,10 +145,14 @@ def backup(path, dest, progress=None):
     if dest.resolve() == path.resolve() or path.resolve() in dest.resolve().parents:
         raise ConfigError(f"{dest}: a backup cannot go inside the index it copies")
     check_output_folder(dest, "the backup")  # before the copy, and named: not the temporary folder's OSError
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    made = make_folders(dest.parent)  # as mkdir -p; taken away again if the backup fails
     removed = remove_abandoned_partials(dest.parent)
     tmp = dest.parent / f".{dest.name}.partial-{secrets.token_hex(4)}"
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+    except BaseException:
+        remove_made_folders(made)
+        raise
     started = time.time()
     report = BackupReport(str(dest), str(path.resolve()), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
                           removed=removed)
@@ -171,6 +175,7 @@ def backup(path, dest, progress=None):
         os.rename(tmp, dest)  # atomic: dest is whole or absent (refused if a folder appeared there)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_made_folders(made)  # a failed backup leaves no folder behind, not even those made for it
         if lock is not None:
             os.close(lock)
             lock = None

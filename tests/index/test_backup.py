@@ -160,6 +160,11 @@ def test_a_backup_onto_a_full_disk_names_dest_and_the_room_there(tmp_path, encod
         proc = run_python("-m", "streamk.cli", "index", "backup", tmp_path / "ix", disk / "b", timeout=120)
         assert proc.returncode == 6 and proc.stderr.startswith("streamk: error: no room for the backup "), proc
         assert len(proc.stderr.splitlines()) == 1 and not list(disk.iterdir())
+        # the folders made for it (as mkdir -p) go with it: a failed backup leaves nothing behind
+        (disk / "nightly").mkdir()
+        with pytest.raises(DiskFullError):
+            backup(tmp_path / "ix", disk / "nightly" / "2026" / "11" / "b")
+        assert [p.name for p in disk.iterdir()] == ["nightly"] and not list((disk / "nightly").iterdir())
 
 
 KILLED_MID_BACKUP = r"""
