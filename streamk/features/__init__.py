@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     )
     from .images import (
         MAX_DECODED_BYTES as MAX_DECODED_BYTES, MAX_FILE_SIZE as MAX_FILE_SIZE, MAX_PIXELS as MAX_PIXELS,
-        THUMBNAIL_SIDE as THUMBNAIL_SIDE, decode_gray as decode_gray, decode_gray_scaled as decode_gray_scaled,
+        THUMBNAIL_SIDE as THUMBNAIL_SIDE, advice_for_clients as advice_for_clients, decode_gray as decode_gray, decode_gray_scaled as decode_gray_scaled,
         decoded_bytes as decoded_bytes, eight_bit as eight_bit, exif_date as exif_date,
         exif_orientation as exif_orientation, in_memory_image_bytes as in_memory_image_bytes,
         is_image_in_memory as is_image_in_memory, memory_image_metadata as memory_image_metadata,

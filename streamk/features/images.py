@@ -94,17 +94,35 @@ def read_image_bytes(path, max_file_size=MAX_FILE_SIZE):
     return data
 
 
+_RAISE_IT = {"max_file_size": "--max-file-size BYTES", "max_pixels": "--max-pixels N"}
+
+
+def _advice(limit):
+    return f"({limit}; raise it with {_RAISE_IT[limit]} or {limit}=)"
+
+
+def over_limit(path, fact, limit):
+    """ImageTooLargeError saying ``fact`` and how to raise ``limit``."""
+    return ImageTooLargeError(path, f"{fact} {_advice(limit)}", limit=limit)
+
+
+def advice_for_clients(message):
+    """``message`` (of an image over a limit) as a server's client reads it: the limit is the
+    server's, which a client cannot raise with a flag of its own; it can send less, or ask."""
+    for limit in _RAISE_IT:
+        message = message.replace(_advice(limit), f"(this server's {limit}: send a smaller image, or ask the "
+                                                  f"server's operator to raise it with streamk serve "
+                                                  f"--{limit.replace('_', '-')})")
+    return message
+
+
 def _file_too_large(path, size, limit):
-    return ImageTooLargeError(
-        path, f"file of {byte_size(size)} is over the limit of {byte_size(limit)} (max_file_size; "
-              f"raise it with --max-file-size BYTES or max_file_size=)", limit="max_file_size")
+    return over_limit(path, f"file of {byte_size(size)} is over the limit of {byte_size(limit)}", "max_file_size")
 
 
 def _pixels_too_large(path, size, limit):
     w, h = size
-    return ImageTooLargeError(
-        path, f"{w} x {h} = {w * h:,} pixels is over the limit of {limit:,} pixels "
-              f"(max_pixels; raise it with --max-pixels N or max_pixels=)", limit="max_pixels")
+    return over_limit(path, f"{w} x {h} = {w * h:,} pixels is over the limit of {limit:,} pixels", "max_pixels")
 
 
 def pil_image(data=None):
@@ -220,8 +238,7 @@ def _open(data, path, max_pixels):
         # Pillow's own text names its own limit (twice ours for the error): say the image's pixels, and ours
         found = re.search(r"\((\d+) pixels\)", str(exc))
         pixels = f"{int(found.group(1)):,} pixels is over" if found else "over"
-        raise ImageTooLargeError(path, f"{pixels} the limit of {max_pixels:,} pixels (max_pixels; raise it "
-                                       f"with --max-pixels N or max_pixels=)", limit="max_pixels") from exc
+        raise over_limit(path, f"{pixels} the limit of {max_pixels:,} pixels", "max_pixels") from exc
     except UnidentifiedImageError as exc:
         if is_heif(data):
             raise ImageReadError(path, "a HEIC / HEIF photo (an iPhone's): reading it needs pillow-heif: "
@@ -521,7 +538,7 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
         raise ImageReadError(name, f"cannot make a thumbnail ({str(exc) or type(exc).__name__})") from exc
 
 
-__all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "check_decoded_bytes", "check_pixels",
+__all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "advice_for_clients", "check_decoded_bytes", "check_pixels",
            "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date", "exif_orientation",
            "file_metadata", "in_memory_image_bytes", "is_heif", "is_image_in_memory", "orient_array", "orient_image",
            "oriented_size", "load_gray", "memory_image_metadata", "pil_image", "read_image_bytes", "resize_gray",

@@ -15,6 +15,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from .. import errors
+from ..features import advice_for_clients
 from ..errors import error_code
 from .models import ErrorAnswer
 from .service import WorkerError
@@ -107,6 +108,8 @@ def public_message(exc, status, index_path):
     if getattr(exc, "needs", None) == "codec":  # the library's words name a Python method
         return NO_CODEC
     message = str(exc)
+    if isinstance(exc, errors.ImageTooLargeError):
+        message = advice_for_clients(message)
     for path in sorted({str(index_path), os.path.realpath(index_path)}, key=len, reverse=True):
         message = message.replace(path, "the index")
     return message
@@ -151,7 +154,8 @@ def install_error_handlers(app):
         if exc.http_status >= 500:
             log.error("%s %s: a worker: %s", request.method, request.url.path, exc)
             return error_response(exc.http_status, error_code(exc.name), SERVER_SIDE.get(exc.name, GENERIC_SERVER_SIDE))
-        return error_response(exc.http_status, error_code(exc.name), exc.message)
+        message = advice_for_clients(exc.message) if exc.name == "ImageTooLargeError" else exc.message
+        return error_response(exc.http_status, error_code(exc.name), message)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, exc):

@@ -250,8 +250,11 @@ def test_limits_and_bad_input_answer_json_codes(served, photos):
         huge = io.BytesIO()
         Image.new("1", (12000, 12000)).save(huge, "PNG")
         assert len(huge.getvalue()) < 200_000
-        assert_error(c.post("/search", files={"image": ("huge.png", huge.getvalue(), "image/png")}), 413,
-                     "image_too_large")
+        msg = assert_error(c.post("/search", files={"image": ("huge.png", huge.getvalue(), "image/png")}), 413,
+                           "image_too_large")
+        # the limit is the server's: a client is told to send less or ask its operator, not to pass a flag
+        assert "144,000,000 pixels is over the limit" in msg and "--max-pixels N or max_pixels=" not in msg, msg
+        assert "ask the server's operator to raise it with streamk serve --max-pixels" in msg, msg
         msg = assert_error(c.post("/search", files={"image": ("x.jpg", b"not an image at all", "image/jpeg")}),
                            422, "image_read")
         assert "not a recognised image" in msg
