@@ -128,7 +128,9 @@ class Trainer:
                 if _alive(record):
                     raise TrainingInProgressError(
                         f"{s.path}: a training is already running (pid {record.get('pid')} on "
-                        f"{record.get('host')}, since {time.ctime(record.get('started', 0))})")
+                        f"{record.get('host')}, since {time.ctime(record.get('started', 0))}): wait for it to "
+                        f"finish, then run this again (searches go on meanwhile; a training whose process has "
+                        f"died on this machine is taken over by the next)")
                 stale = int(record["epoch"])
             in_use = s.get_int(b"codec_epoch", txn)
             epoch = max(s.get_int(b"next_epoch", txn, default=1), in_use + 1)

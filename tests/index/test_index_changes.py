@@ -363,8 +363,9 @@ def test_one_training_at_a_time_and_a_dead_trainers_leftovers_are_cleared(tmp_pa
                 txn.put(epoch_key(epoch, 5), b"leftover", db=s.codes_db)  # its half-written codes
             s.write(run)
         put_training(os.getpid(), 7)  # a live process is training
-        with pytest.raises(TrainingInProgressError, match=str(os.getpid())):
+        with pytest.raises(TrainingInProgressError, match=str(os.getpid())) as info:
             idx.train(M=4)
+        assert "wait for it to finish, then run this again" in str(info.value)  # what to do, not only what is
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
         put_training(dead.pid, 7)  # it died mid-training: taken over, its codes dropped
