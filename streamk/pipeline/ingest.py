@@ -101,8 +101,8 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 
-from ..errors import (ConfigError, DuplicateError, IngestInterruptedError, MetadataError, StreamkError, Terminated,
-                      TooFewImagesError, TrainingInProgressError, describe, printable)
+from ..errors import (ConfigError, DiskFullError, DuplicateError, IngestInterruptedError, MetadataError, StreamkError,
+                      Terminated, TooFewImagesError, TrainingInProgressError, describe, printable)
 from ..features import FeatureCache
 from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
                      image_content_key, nearest_of_vectors)
@@ -869,7 +869,10 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
                     if ing.pass_stats.processed:  # a poll that found nothing says nothing
                         log(f"poll {n}, this poll: {ing.pass_stats.summary(updates=True)}")
                     retrain_if_stale(index, retrain_at, log)
-                stats = ing.watch(images, interval=interval, max_polls=max_polls, on_poll=on_poll)
+                try:
+                    stats = ing.watch(images, interval=interval, max_polls=max_polls, on_poll=on_poll)
+                except DiskFullError as exc:
+                    raise _disk_full(ing, exc) from exc
                 if ing.stopped_by is not None:
                     log(_stopped_line(ing))
                 return stats
@@ -878,6 +881,8 @@ def run_ingest(path, images, watch=False, interval=5.0, max_polls=None, workers=
             except (KeyboardInterrupt, Terminated) as exc:
                 ing._flush()  # what was encoded is committed (a second signal here: nothing half-written)
                 raise _interrupted(ing, exc) from None
+            except DiskFullError as exc:
+                raise _disk_full(ing, exc) from exc
             _warn_unmatched(metadata, ing.unmatched_metadata())
             retrain_if_stale(index, retrain_at, log)
             return stats
@@ -947,6 +952,14 @@ def _interrupted(ing, exc):
         f"interrupted by {name}: added {st.added}, skipped {st.existing} existing{same}, failed {st.n_failed}; "
         f"{'' if exact else 'at least '}{left} not ingested; run the same command again to resume",
         stats=st, left=left, left_exact=exact, exit_code=code)
+
+
+def _disk_full(ing, exc):
+    """The DiskFullError of a write during a run, with what the run had stored before it: the
+    images reported added are durable, and the same command resumes after them."""
+    st = ing.stats
+    return DiskFullError(f"{exc}; this run added {st.added:,} image(s) before it (stored: the same command resumes "
+                         f"after them)", exc.path, exc.needed)
 
 
 def collect_images(roots):

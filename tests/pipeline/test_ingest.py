@@ -263,6 +263,27 @@ def test_a_path_that_does_not_exist_stops_the_run_before_it_starts(work, tmp_pat
         assert len(idx) == 0
 
 
+def test_a_full_disk_says_what_the_run_stored_before_it(work, tmp_path, capsys):
+    """An ingestion that fills the disk ends with one line (exit 6) that says, beside the room it wanted, how many
+    images this run stored before it: those are durable, and the same command resumes after them."""
+    from helpers.disks import tmpfs
+
+    imgs = tmp_path / "many"
+    for i in range(60):
+        textured(str(imgs / f"m{i:02d}.png"), 100 + i, size=256)  # ~16 KB of index each
+    with tmpfs(tmp_path / "disk", "2m") as disk:
+        create(disk / "ix", work)  # (a new index asks for 1 MiB free), then a disk with room for ~30 images
+        (disk / "ballast").write_bytes(bytes(1 << 20) + bytes(512 << 10))
+        capsys.readouterr()
+        assert main(["ingest", str(disk / "ix"), str(imgs), "--workers", "1", "--batch-size", "4",
+                     "--no-progress"]) == 6
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "no space left" in err, err
+        added = int(re.search(r"this run added ([\d,]+) image\(s\) before it \(stored", err).group(1).replace(",", ""))
+        with StreamingIndex.open(disk / "ix", readonly=True) as idx:
+            assert 0 < added == len(idx) < 60
+
+
 def test_ingest_resume_and_search(work, tmp_path, capsys):
     ix = tmp_path / "ix"
     create(ix, work)
