@@ -46,14 +46,38 @@ def check_token(request, token, write):
                        {"WWW-Authenticate": "Bearer"})
 
 
+def _query_names(dependant):
+    """The query parameters a route (its endpoint and every dependency of it) declares."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def check_query(request):
+    """400 for a query parameter the route does not take, as for a body field it does not
+    know: a misspelt ``?treshold=0.3`` would otherwise answer with the default, unsaid."""
+    route = request.scope.get("route")
+    if route is None or not request.query_params:
+        return
+    known = _query_names(route.dependant)
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        takes = f"it takes {', '.join(sorted(known))}" if known else "it takes none"
+        raise bad_request(f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(repr(name[:64]) for name in unknown[:5])}: {takes}")
+
+
 def may_read(request: Request):
-    """A read: the token when the server has one."""
+    """A read: the token when the server has one; no query parameter the route does not take."""
     check_token(request, request.app.state.token, write=False)
+    check_query(request)
 
 
 def may_write(request: Request):
-    """A write: the token, on a server that has one."""
+    """A write: the token, on a server that has one; no query parameter the route does not take."""
     check_token(request, request.app.state.token, write=True)
+    check_query(request)
 
 
 # ---------------------------------------------------------------- bodies

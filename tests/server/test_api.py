@@ -198,6 +198,11 @@ def test_near_duplicates(served, photos):
             assert_error(c.get("/images/p1/duplicates", params={"classes": "false", "verify": "true"}), 400,
                          "config")
             assert [d["id"] for d in c.get("/images/p1-copy/duplicates").json()["duplicates"]] == ["p1"]
+            # a misspelt query parameter is refused, as an unknown body field is (not answered with the default)
+            msg = assert_error(c.get("/images/p1/duplicates", params={"treshold": "0.3"}), 400, "bad_request")
+            assert "unknown query parameter 'treshold'" in msg and "threshold" in msg, msg
+            msg = assert_error(c.post("/search?k=1", json={"id": "p1"}), 400, "bad_request")
+            assert "unknown query parameter 'k': it takes none" in msg, msg
             # a search by id is verified with the image's stored local geometry
             hits = c.post("/search", json={"id": "p1-copy", "k": 2}).json()["results"]
             assert [h["id"] for h in hits] == ["p1-copy", "p1"] and all(h["verified"] for h in hits), hits
