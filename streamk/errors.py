@@ -276,6 +276,15 @@ class TrainingInProgressError(StreamkError, RuntimeError):
     http_status = 503
 
 
+class IndexChangedError(StreamkError, RuntimeError):
+    """The index took or lost images during a pass over all of it that must see one state
+    (``streamk index export``): nothing was written; run it again when no one writes to the
+    index, or on a backup of it (``streamk index backup``: one consistent copy)."""
+
+    exit_code = 4
+    http_status = 409
+
+
 
 # --------------------------------------------------------------- second stage (streamk.verification)
 class GeometryRecordError(StreamkError, ValueError):

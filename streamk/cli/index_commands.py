@@ -1,6 +1,6 @@
 """``streamk index create | field | train | train-pq | info | add-local-features |
-upgrade | verify | backup | remove``: make an index, give it what it lacks, look at it,
-check it, copy it, take images out of it."""
+upgrade | verify | backup | remove | export``: make an index, give it what it lacks, look at
+it, check it, copy it, take images out of it, hand its vectors to other tools."""
 
 import json
 import sys
@@ -11,6 +11,8 @@ from .defaults import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
 from .options import add_cache_options, add_limit_options, add_vocab_size_option, positive_int
 
 DASK_OWNERS_HELP = "a sharded index: its shards' owners on this Dask cluster"
+EXPORT_FORMATS = (".npy", ".fvecs")
+EXPORT_PAGE = 256  # vectors read (and held) at a time by ``index export``
 
 
 def open_from_args(args, readonly):
@@ -225,6 +227,72 @@ def _index_remove(args):
     return 0
 
 
+def _index_export(args):
+    """``index export IDX OUT``: every vector of the index, page by page (Index.vectors_page,
+    bounded memory), into OUT (.npy: an (N, D) float32 array; .fvecs: TEXMEX records) and
+    its ids, one a line in page order, into OUT with .ids.txt for its extension. Both are
+    written to temporary files beside them and renamed at the end (the ids file first, OUT
+    last), so a killed export leaves no partial file. N is len(idx) when the export starts:
+    an index that takes or loses images meanwhile is refused (IndexChangedError, nothing
+    written) rather than exported half old, half new."""
+    from pathlib import Path
+
+    from ..errors import OutputFileError
+    from ..files import atomic_write, check_output_file
+
+    out = Path(args.out)
+    if out.suffix.lower() not in EXPORT_FORMATS:
+        args.parser.error(f"OUT must end in .npy (an (N, D) float32 array) or .fvecs (TEXMEX vectors), "
+                          f"got {args.out!r}")
+    ids_path = out.with_suffix(".ids.txt")
+    for path, what in ((out, "the vectors"), (ids_path, "the ids")):
+        check_output_file(path, what)
+        if path.exists() and not args.force:
+            raise OutputFileError(f"cannot write {what} to {path}: it exists; give --force to replace it, or "
+                                  f"another path", path)
+    with open_from_args(args, readonly=True) as idx:
+        n, dim = len(idx), int(idx.dim)
+        atomic_write(out, lambda vectors_fh: atomic_write(
+            ids_path, lambda ids_fh: _export_pages(idx, n, dim, out.suffix.lower(), vectors_fh, ids_fh, args),
+            "the ids"), "the vectors")
+    print(f"exported {n:,} vectors of dimension {dim:,} to {args.out} (ids: {ids_path})")
+    return 0
+
+
+def _export_pages(idx, n, dim, kind, vectors_fh, ids_fh, args):
+    """Write the index's n vectors and ids page by page; IndexChangedError when the pass
+    finds more or fewer than n."""
+    import numpy as np
+    from tqdm import tqdm
+
+    from ..errors import IndexChangedError
+    from ..features import fvecs_bytes
+
+    def changed(seen):
+        return IndexChangedError(f"the index {args.dir} changed during the export ({n:,} images when it began, "
+                                 f"{seen} read): nothing was written; run it again when no one adds or removes "
+                                 f"images, or export a backup of it (streamk index backup)")
+
+    if kind == ".npy":
+        np.lib.format.write_array_header_1_0(vectors_fh, {"descr": np.lib.format.dtype_to_descr(np.dtype("<f4")),
+                                                          "fortran_order": False, "shape": (n, dim)})
+    done, after = 0, None
+    with tqdm(total=n, unit="vec", desc="export", file=sys.stderr, disable=True if args.no_progress else None) as bar:
+        while True:
+            ids, V, after = idx.vectors_page(after, EXPORT_PAGE)
+            if not ids:
+                break
+            if done + len(ids) > n:
+                raise changed(f"more than {n:,}")
+            V = np.ascontiguousarray(V, "<f4")
+            vectors_fh.write(V.tobytes() if kind == ".npy" else fvecs_bytes(V))
+            ids_fh.write("".join(f"{i}\n" for i in ids).encode("utf-8"))
+            done += len(ids)
+            bar.update(len(ids))
+    if done != n or len(idx) != n:
+        raise changed(f"{done:,}")
+
+
 # ---------------------------------------------------------------- their arguments
 def add_index_commands(sub):
     ix = sub.add_parser("index", help="create a streaming index, train its product quantiser")
@@ -264,6 +332,15 @@ def add_index_commands(sub):
     rm.add_argument("--from-file", default=None, metavar="FILE", help="also the ids in this file, one per line")
     rm.add_argument("--dask", default=None, metavar="ADDRESS", help=DASK_OWNERS_HELP)
     rm.set_defaults(func=_index_remove, parser=rm)
+    ex = ix_sub.add_parser("export", help="write every vector of an index to a .npy array or an .fvecs file, "
+                                          "and its ids, one a line, to OUT with .ids.txt for its extension")
+    ex.add_argument("dir", help="index directory (single or sharded)")
+    ex.add_argument("out", metavar="OUT", help="the file to write: NAME.npy ((N, D) float32, numpy.load) or "
+                                               "NAME.fvecs (TEXMEX: faiss, INRIA tools); the ids go to NAME.ids.txt")
+    ex.add_argument("--force", action="store_true", help="replace OUT and its ids file when they exist")
+    ex.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ex.add_argument("--dask", default=None, metavar="ADDRESS", help=DASK_OWNERS_HELP)
+    ex.set_defaults(func=_index_export, parser=ex)
 
 
 def _add_create_command(ix_sub):

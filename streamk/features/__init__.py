@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         image_features as image_features,
     )
     from .descriptor_files import (
-        atomic_write as atomic_write, read_bvecs as read_bvecs, read_descriptors as read_descriptors,
+        atomic_write as atomic_write, fvecs_bytes as fvecs_bytes, read_bvecs as read_bvecs, read_descriptors as read_descriptors,
         read_fvecs as read_fvecs, read_ivecs as read_ivecs, read_npy as read_npy, read_siftgeo as read_siftgeo,
         write_bvecs as write_bvecs, write_descriptors as write_descriptors, write_fvecs as write_fvecs,
         write_ivecs as write_ivecs, write_npy as write_npy, write_siftgeo as write_siftgeo,

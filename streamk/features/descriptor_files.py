@@ -45,7 +45,7 @@ FORMATS = (".siftgeo", ".fvecs", ".bvecs", ".ivecs", ".npy")
 
 __all__ = [
     "FORMATS", "MAX_DIM", "SIFTGEO_DIM", "SIFTGEO_GEOMETRY_FIELDS", "SIFTGEO_RECORD_BYTES",
-    "atomic_write", "keypoints_to_siftgeo", "read_bvecs", "read_descriptors", "read_fvecs",
+    "atomic_write", "fvecs_bytes", "keypoints_to_siftgeo", "read_bvecs", "read_descriptors", "read_fvecs",
     "read_ivecs", "read_npy", "read_siftgeo", "siftgeo_to_keypoints", "write_bvecs",
     "write_descriptors", "write_fvecs", "write_ivecs", "write_npy", "write_siftgeo",
 ]
@@ -301,17 +301,37 @@ def _write_xvecs(path, X, kind):
         V = _as_integers(X, 0, 255, dtype, what)
     else:
         V = _as_integers(X, -(2 ** 31), 2 ** 31 - 1, dtype, what)
+    data = _xvecs_records(V)
+    atomic_write(path, lambda fh: fh.write(data), "the descriptor file")
+
+
+def _xvecs_records(V):
+    """The bytes of the rows of ``V`` (already of its file's dtype) as xvecs records: per
+    row its dimension (int32) then its values."""
     n, d = V.shape
-    out = np.empty((n, 4 + d * dtype.itemsize), np.uint8)
+    out = np.empty((n, 4 + d * V.dtype.itemsize), np.uint8)
     if n:
         out[:, :4] = np.full(n, d, "<i4").view(np.uint8).reshape(n, 4)
         out[:, 4:] = np.ascontiguousarray(V).view(np.uint8).reshape(n, -1)
-    atomic_write(path, lambda fh: fh.write(out.tobytes()), "the descriptor file")
+    return out.tobytes()
 
 
 def write_fvecs(path, X):
     """Write an ``(n, d)`` array as ``.fvecs`` (float32; non-finite values are refused)."""
     _write_xvecs(path, X, "fvecs")
+
+
+def fvecs_bytes(X):
+    """The ``.fvecs`` records of the rows of an ``(n, d)`` array (the bytes
+    :func:`write_fvecs` writes), for a file written a part at a time: appended one after
+    another they make one ``.fvecs`` file (``streamk index export`` writes so, page by page)."""
+    what = "fvecs writer"
+    X = _as_2d(X, what)
+    with np.errstate(over="ignore"):
+        V = X.astype(_XVECS_DTYPES["fvecs"])
+    if not np.isfinite(V).all():
+        raise DescriptorFileError(f"{what}: NaN, infinite or float32-overflowing values cannot be stored")
+    return _xvecs_records(V)
 
 
 def write_bvecs(path, X):
