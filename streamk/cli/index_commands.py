@@ -8,7 +8,7 @@ import sys
 from ..schema import with_schema_version
 from ..units import byte_size
 from .defaults import DEFAULT_DESCRIPTORS_PER_IMAGE, DEFAULT_MAX_IMAGES
-from .options import add_cache_options, add_limit_options, add_vocab_size_option, positive_int
+from .options import add_cache_options, add_limit_options, add_vocab_size_option, positive_int, unit_float
 
 DASK_OWNERS_HELP = "a sharded index: its shards' owners on this Dask cluster"
 EXPORT_FORMATS = (".npy", ".fvecs")
@@ -46,7 +46,9 @@ def _index_create(args):
                  train_descriptors=args.train_descriptors, seed=args.seed,
                  cache_dir=feature_cache_dir(args.cache, args.no_cache), save_encoder=args.save_encoder,
                  shards=args.shards, store_extras=not args.no_extras, local_features=not args.no_local_features,
-                 vocabulary=args.vocabulary, indexed_fields=args.index_field or ())
+                 vocabulary=args.vocabulary, indexed_fields=args.index_field or (),
+                 rn=None if args.rn is None else {"off": False, "on": True}[args.rn], dim=args.dim,
+                 power=args.power, gamma=args.gamma, lam=args.lam)
     return 0
 
 
@@ -370,6 +372,20 @@ def _add_create_command(ix_sub):
                           help="with --train: vocabulary size (default 64; with T-emb, less when the learning "
                                "sample is small: the largest power of two k with k x 128 <= its descriptors)")
     cr.add_argument("--aggregation", default="gmp", help="with --train: sum, democratic, gmp")
+    cr.add_argument("--rn", choices=("off", "on"), default=None,
+                    help="with --train: RN, the rotation + whitening learned on the learning images' aggregated "
+                         "vectors (default off; needs many images: RN learned on few hurts)")
+    cr.add_argument("--dim", type=positive_int, default=None, metavar="D",
+                    help="with --train and --rn on: keep the first D' components after RN (default: all)")
+    cr.add_argument("--power", type=unit_float, default=None, metavar="A",
+                    help="with --train: power-law exponent on the aggregated vectors, in (0, 1] (default 0.5, "
+                         "the paper's)")
+    cr.add_argument("--gamma", type=float, default=None, metavar="G",
+                    help="with --train and --aggregation democratic: its damping exponent, in (0, 1] "
+                         "(default 0.5, the paper's)")
+    cr.add_argument("--lam", type=float, default=None, metavar="L",
+                    help="with --train and --aggregation gmp: generalised max pooling's ridge regulariser lambda, "
+                         "> 0 (default 1.0)")
     cr.add_argument("--workers", type=positive_int, default=None, help="with --train: extraction processes")
     cr.add_argument("--dask", default=None, metavar="ADDRESS",
                     help="with --train: extract on a Dask cluster (tcp://host:8786, or local:N)")

@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     from .embeddings import (
         EMBEDDINGS as EMBEDDINGS, BagOfWords as BagOfWords, BlockEmbedding as BlockEmbedding,
         Embedding as Embedding, FisherVector as FisherVector, TriangulationEmbedding as TriangulationEmbedding,
-        VLAD as VLAD, embedding_spec as embedding_spec, make_embedding as make_embedding, rootsift as rootsift,
+        VLAD as VLAD, check_reduced_dim as check_reduced_dim, embedding_spec as embedding_spec,
+        make_embedding as make_embedding, rootsift as rootsift,
         subsample_rows as subsample_rows,
     )
     from .encoder import Encoder as Encoder, EncoderConfig as EncoderConfig

@@ -550,6 +550,18 @@ def embedding_spec(name, fv_pca=64):
     return name, {}
 
 
+def check_reduced_dim(name, k, fv_pca, dim):
+    """A ConfigError when D' = ``dim`` (the components kept after RN; None: all) exceeds the
+    dimension of the embedding ``name`` ('temb', 'fv', 'fv-hard', 'vlad', 'bow') with
+    vocabulary size ``k``: said before minutes of extraction and learning, not after."""
+    if dim is None:
+        return
+    embedding, params = embedding_spec(name, fv_pca)
+    full = make_embedding(embedding, k, **params).output_dim()
+    if int(dim) > full:
+        raise ConfigError(f"D' = {dim} exceeds the dimension of {name} with k = {k} ({full}): choose D' <= {full}")
+
+
 def make_embedding(name, k, **params):
     """Embedding by name: 'temb', 'fv', 'vlad' or 'bow'."""
     try:

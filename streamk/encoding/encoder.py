@@ -234,7 +234,8 @@ class Encoder:
                 f"{asked} components RN rotates onto (the rest is an arbitrary completion), and a rotation learned "
                 f"on few images flattens the directions that tell them apart (paris6k-subset, RN learned on its "
                 f"250 images: 14 to 22 mAP points lost, bench/README.md section 3). Learn RN on at least "
-                f"{asked + 1} images of a distinct collection, or keep rn=False."), stacklevel=stacklevel)
+                f"{asked + 1} images of a distinct collection, or keep RN off (rn=False, --rn off)."),
+                stacklevel=stacklevel)
         self.rn.fit(l2_normalize(A))
         self.__dict__.pop("_fingerprint", None)
         return self

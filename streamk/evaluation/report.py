@@ -7,7 +7,9 @@ import numpy as np
 
 from ..config import default_cache_dir
 from ..datasets import load_dataset
-from ..encoding import DEFAULT_GAMMA, DEFAULT_LAMBDA, DEFAULT_N_ITER, check_params, embedding_spec, make_embedding
+from ..encoding import (
+    DEFAULT_GAMMA, DEFAULT_LAMBDA, DEFAULT_N_ITER, check_params, check_reduced_dim, embedding_spec,
+)
 from ..errors import ConfigError
 from ..features import make_extractor
 from .experiment import DEFAULT_LEARNING, dataset_descriptors, evaluate_dataset, evaluate_dataset_asmk
@@ -110,12 +112,8 @@ def check_eval_params(embeddings, ks, aggregations, rn, dims, pq_bytes, fv_pca, 
     if any(int(d) < 1 for d in dims) or any(int(m) < 1 for m in (pq_bytes or ())):
         raise ConfigError(f"D' and PQ bytes must be >= 1, got {dims} and {list(pq_bytes or ())}")
     for name in embeddings:
-        embedding, params = embedding_spec(name, fv_pca)
         for k in ks:
-            dim = make_embedding(embedding, k, **params).output_dim()
-            if dims and max(dims) > dim:
-                raise ConfigError(f"D' = {max(dims)} exceeds the dimension of {name} with k = {k} ({dim}): "
-                                  f"choose D' <= {dim}")
+            check_reduced_dim(name, k, fv_pca, max(dims) if dims else None)
 
 
 def protocol_text(dataset):

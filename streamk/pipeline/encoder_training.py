@@ -229,6 +229,12 @@ def train_encoder(paths: Iterable[str | os.PathLike[str]], config: Any = None,
             fits = whitening_k_limit()
             largest = config.k if fits is None else min(config.k, 1 << max(1, fits.bit_length() - 1))
             config = replace(config, k=auto_vocab_size(info.descriptors, largest=largest))
+            full = Encoder(config).embedding.output_dim()
+            if config.rn and config.dim is not None and config.dim > full:
+                raise ConfigError(f"D' = {config.dim} exceeds the dimension of temb with k = {config.k} ({full}), the "
+                                  f"vocabulary size that these {info.descriptors:,} learning descriptors can whiten: "
+                                  f"choose D' <= {full}, or learn on more descriptors (more images, "
+                                  f"--train-descriptors) with --vocab-size")
         if info.descriptors < config.k:
             raise ConfigError(f"{info.descriptors} learning descriptors in {len(sets)} images, "
                               f"fewer than k={config.k}")

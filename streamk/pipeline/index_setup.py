@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from ..encoding import Encoder, embedding_spec
+from ..encoding import Encoder, EncoderConfig, check_reduced_dim, embedding_spec
 from ..errors import ConfigError, EmptyDescriptorSetError, IndexExistsError
 from ..files import check_output_file, check_output_folder
 from ..features import DEFAULT_MAX_FEATURES, DEFAULT_MAX_SIDE, MAX_FILE_SIZE, MAX_PIXELS, make_extractor
@@ -37,7 +37,9 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
                  cache_dir: PathArg | None = None, save_encoder: PathArg | None = None, shards: int | None = None,
                  store_extras: bool = True, local_features: bool = True, vocabulary: PathArg | None = None,
                  log: Callable[[str], object] = print, report: Callable[[str, str], object] = _stderr_report,
-                 progress: bool | None = None, indexed_fields: Iterable[str] = ()) -> Path:
+                 progress: bool | None = None, indexed_fields: Iterable[str] = (), rn: bool | None = None,
+                 dim: int | None = None, power: float | None = None, gamma: float | None = None,
+                 lam: float | None = None) -> Path:
     """Create an index at ``path`` (new or empty) with the saved encoder at ``encoder``, or
     one trained on the images under ``train`` (files and folders), or with neither,
     streamk's default encoder and visual words (:mod:`streamk.pipeline.bundled_encoder`).
@@ -53,6 +55,11 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
     k: the encoder's vocabulary size when it is trained; None: 64 (AUTO_VOCAB_SIZE), and
     for T-emb at most what the learning sample can fill
     (:func:`streamk.pipeline.encoder_training.auto_vocab_size`: a few photos get a small one).
+
+    rn, dim, power, gamma, lam: the trained encoder's options (:class:`EncoderConfig`; None:
+    its default): RN learned on the learning images' aggregated vectors, D' components kept
+    after it, the power-law exponent, democratic's gamma, GMP's lambda. Only with ``train``
+    and no ``encoder``; gamma only for the democratic aggregation, lam only for gmp.
 
     max_side, max_features: the extractor's (stored with the index, so that its queries
     are described alike; None: full resolution, every feature). max_file_size,
@@ -71,6 +78,9 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
         check_output_file(save_encoder, "the encoder")  # before the fit, not after it
     if shards is not None:
         check_shards(shards)
+    options = {name: value for name, value in (("rn", rn), ("dim", dim), ("power", power), ("gamma", gamma),
+                                                ("lam", lam)) if value is not None}
+    config = _encoder_config(options, train is not None and encoder is None, embedding, fv_pca, k, aggregation)
     check_output_folder(path, "the index")  # before the encoder is loaded or fitted, and its note printed
     ex = make_extractor(extractor, max_side=max_side, max_features=max_features,
                         max_file_size=max_file_size, max_pixels=max_pixels)
@@ -90,9 +100,6 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
             words = _train_vocabulary(train, ex, **training)
     else:
         assert train is not None
-        name, params = embedding_spec(embedding, fv_pca)
-        config = {"embedding": name, "k": AUTO_VOCAB_SIZE if k is None else k, "embedding_params": params,
-                  "aggregation": aggregation}
         enc, learned = _train_encoder(train, config, embedding, ex, local_features and words is None,
                                       auto_k=k is None, **training)
         words = words or learned
@@ -104,9 +111,53 @@ def create_index(path: PathArg, encoder: PathArg | None = None, train: PathArg |
     second = (f"local geometry for spatial verification ({words.n_words} visual words)" if words is not None
               else "no local geometry (first stage only; streamk index add-local-features adds it)")
     log(f"created index {path}{where}: {enc.config.embedding} k={enc.config.k} "
-        f"({enc.config.aggregation}), dim {enc.dim}, {vector_dtype} vectors, extractor {ex.name}; "
+        f"({', '.join([enc.config.aggregation, *_non_default_options(enc.config)])}), dim {enc.dim}, "
+        f"{vector_dtype} vectors, extractor {ex.name}; "
         f"{second}")
     return path
+
+
+def _encoder_config(options: dict[str, Any], training: bool, embedding: str, fv_pca: int, k: int | None,
+                    aggregation: str) -> dict[str, Any]:
+    """The config dict of the encoder trained with --train, its ``options`` (rn, dim, power,
+    gamma, lam: those given) checked with the rest before any feature is extracted; {} when
+    nothing is trained (then no option may be given)."""
+    flags = ", ".join(f"--{name}" for name in options)
+    if not training:
+        if options:
+            raise ConfigError(f"{flags} set{'s' if len(options) == 1 else ''} the encoder trained with --train: "
+                              f"give --train IMAGES without --encoder (a given encoder, or the default one, keeps "
+                              f"its own)")
+        return {}
+    for name, method, what in (("gamma", "democratic", "democratic aggregation's damping exponent"),
+                               ("lam", "gmp", "generalised max pooling's ridge regulariser lambda")):
+        if name in options and aggregation != method:
+            raise ConfigError(f"--{name} is {what}: it needs --aggregation {method} (this encoder's is "
+                              f"{aggregation})")
+    if options.get("dim") is not None and not options.get("rn"):
+        raise ConfigError("--dim D' keeps the first D' components after RN: add --rn on")
+    name, params = embedding_spec(embedding, fv_pca)
+    config = {"embedding": name, "k": AUTO_VOCAB_SIZE if k is None else k, "embedding_params": params,
+              "aggregation": aggregation, **options}
+    EncoderConfig(**config).validate()  # the aggregation, gamma, lambda, power: now, not after the extraction
+    check_reduced_dim(embedding, config["k"], fv_pca, options.get("dim"))
+    return config
+
+
+def _non_default_options(config: EncoderConfig) -> list[str]:
+    """The encoder options of ``config`` that differ from :class:`EncoderConfig`'s defaults
+    (RN, D', the power-law exponent, its aggregation's gamma or lambda), as the
+    ``created index`` line names them: ``rn, D'=512``."""
+    default, out = EncoderConfig(), []
+    if config.rn:
+        out.append("rn" if config.dim is None else f"rn, D'={config.dim}")
+    if config.power != default.power:
+        out.append(f"power {config.power:g}")
+    if config.aggregation == "democratic" and config.gamma != default.gamma:
+        out.append(f"gamma {config.gamma:g}")
+    if config.aggregation == "gmp" and config.lam != default.lam:
+        out.append(f"lambda {config.lam:g}")
+    return out
 
 
 def _train_encoder(train: Any, config: dict[str, Any], embedding: str, extractor: Any, learn_words: bool, *,

@@ -247,6 +247,111 @@ def test_save_encoder_to_a_bad_path_is_refused_before_the_fit(work, tmp_path, ca
     assert not ix.exists() and not (tmp_path / "e.npz").exists()
 
 
+@pytest.mark.parametrize("options, config, said", [
+    (["--rn", "on", "--dim", "64", "--power", "0.3", "--lam", "2"], {"rn": True, "dim": 64, "power": 0.3, "lam": 2.0},
+     "(gmp, rn, D'=64, power 0.3, lambda 2)"),
+    (["--aggregation", "democratic", "--gamma", "0.7", "--power", "0.8"],
+     {"aggregation": "democratic", "gamma": 0.7, "power": 0.8}, "(democratic, power 0.8, gamma 0.7)"),
+])
+def test_create_with_train_takes_the_encoders_options(work, tmp_path, capsys, options, config, said):
+    """`index create --train` takes RN, D', the power-law exponent, gamma and lambda (once only from
+    Python): the index's encoder has them and encodes as an Encoder fitted with them in Python on the
+    same descriptors; the created line names them, and RN on few photos says so in one line."""
+    from dataclasses import asdict
+
+    from streamk.errors import FewRNImagesWarning
+    from streamk.features import make_extractor
+    from streamk.pipeline import extract_many
+
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--vocab-size", "4",
+                 "--embedding", "vlad", "--workers", "1", "--no-local-features", "--vector-dtype", "float32",
+                 "--train-descriptors", "100000", *options]) == 0  # every descriptor: the Python fit's sets
+    out, err = capsys.readouterr()
+    assert said in out.splitlines()[-1] and out.splitlines()[-1].startswith("created index")
+    rn = config.get("rn", False)
+    warned = [line for line in err.splitlines() if "warning" in line]
+    if rn:  # 6 learning images for 512 components: one line, saying what to do
+        assert len(warned) == 1 and warned[0].startswith("streamk: warning: RN learned on 6 image vectors"), err
+        assert "--rn off" in warned[0]
+    else:
+        assert warned == [], err
+    feats, _ = extract_many(sorted(str(p) for p in (work / "imgs").rglob("*.png")), make_extractor("sift"),
+                            workers=1, progress=False)
+    sets = [f.descriptors for f in feats.values()]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewRNImagesWarning)
+        expected = Encoder(embedding="vlad", k=4, **config).fit(sets)
+    with StreamingIndex.open(ix) as idx:
+        assert asdict(idx.encoder.config) == asdict(expected.config)
+        assert idx.encoder.dim == (64 if rn else 512)
+        np.testing.assert_allclose(idx.encoder.encode(sets[0]), expected.encode(sets[0]), atol=1e-5)
+
+
+def test_the_encoders_options_are_refused_before_the_fit(work, tmp_path, capsys, monkeypatch):
+    """Each bad or misplaced encoder option is one line, exit 2, before any feature is extracted:
+    D' without RN or above the embedding's dimension, gamma / lambda for another aggregation or out
+    of range, a power outside (0, 1], and any of them without --train (a given or the default
+    encoder keeps its own)."""
+    from streamk.pipeline import index_setup
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the encoder was fitted before its options were checked")
+
+    monkeypatch.setattr(index_setup, "train_encoder", no_fit)
+    ix = tmp_path / "ix"
+    base = ["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--vocab-size", "4",
+            "--embedding", "vlad", "--workers", "1"]
+    usage = "streamk index create: error: argument "
+
+    def run(argv):  # a usage error leaves the parser by SystemExit
+        try:
+            return main(argv)
+        except SystemExit as exit:
+            return exit.code
+
+    for extra, said in (
+            (["--dim", "64"], "streamk: error: --dim D' keeps the first D' components after RN: add --rn on"),
+            (["--rn", "off", "--dim", "64"], "add --rn on"),
+            (["--rn", "on", "--dim", "600"],
+             "D' = 600 exceeds the dimension of vlad with k = 4 (512): choose D' <= 512"),
+            (["--gamma", "0.7"], "--gamma is democratic aggregation's damping exponent: it needs --aggregation "
+                                 "democratic (this encoder's is gmp)"),
+            (["--lam", "2", "--aggregation", "democratic"], "--lam is generalised max pooling's ridge regulariser "
+                                                             "lambda: it needs --aggregation gmp"),
+            (["--gamma", "1.5", "--aggregation", "democratic"], "gamma must be in (0, 1], got 1.5"),
+            (["--lam", "0"], "lambda must be > 0, got 0.0"),
+            (["--aggregation", "max"], "unknown aggregation 'max'"),
+            (["--power", "0"], usage + "--power: expected a number in (0, 1], got '0'"),
+            (["--power", "1.5"], usage + "--power: expected a number in (0, 1], got '1.5'"),
+            (["--dim", "0", "--rn", "on"], usage + "--dim: must be >= 1, got 0"),
+            (["--rn", "maybe"], usage + "--rn: invalid choice")):
+        assert run([*base, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err, (extra, err)
+        assert not ix.exists()
+    for given in (["--encoder", str(work / "enc.npz")], ["--encoder", str(work / "enc.npz"), "--train",
+                                                        str(work / "imgs")], []):
+        for extra, flags in ((["--rn", "on", "--dim", "64"], "--rn, --dim set"), (["--power", "0.3"], "--power sets"),
+                             (["--rn", "off"], "--rn sets")):
+            assert run(["index", "create", str(ix), *given, *extra]) == 2, (given, extra)
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and err.startswith(f"streamk: error: {flags} the encoder trained with "
+                                                           f"--train: give --train IMAGES without --encoder"), err
+            assert not ix.exists()
+
+
+def test_a_dim_above_the_automatic_vocabularys_is_refused_before_the_fit(work, tmp_path, capsys):
+    """Without --vocab-size, T-emb's k is what the learning sample can whiten, known once it is drawn:
+    a D' above that k's dimension is refused then, before the fit, saying what to do."""
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--workers", "1",
+                 "--no-local-features", "--rn", "on", "--dim", "4000"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "D' = 4000 exceeds the dimension of temb with k = 4 (384)" in err, err
+    assert "--vocab-size" in err and not ix.exists()
+
+
 def test_a_path_that_does_not_exist_stops_the_run_before_it_starts(work, tmp_path, capsys):
     """`streamk ingest IDX missing/` (a typo, a disk not mounted) is one usage line naming the path, not
     "failed 1" beside a file's read error; nothing is ingested, not even the paths that exist."""
