@@ -12,9 +12,9 @@ from .http_errors import ApiError, UploadTooLargeError, error_response
 log = logging.getLogger("streamk.server")
 
 
-class BodyLimit:
-    """Refuse request bodies over ``limit`` bytes: at once from Content-Length, else
-    while they stream in."""
+class _Limit:
+    """An ASGI middleware that bounds HTTP requests by ``limit`` (:meth:`http`); other
+    traffic (the lifespan) passes."""
 
     def __init__(self, app, limit):
         self.app = app
@@ -23,6 +23,17 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        return await self.http(scope, receive, send)
+
+    async def http(self, scope, receive, send):
+        raise NotImplementedError
+
+
+class BodyLimit(_Limit):
+    """Refuse request bodies over ``limit`` bytes: at once from Content-Length, else
+    while they stream in."""
+
+    async def http(self, scope, receive, send):
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
@@ -46,18 +57,12 @@ class BodyLimit:
         return await self.app(scope, limited, send)
 
 
-class HeaderLimit:
+class HeaderLimit(_Limit):
     """Refuse a request whose request line and headers hold more than ``limit`` bytes: 431
     ``headers_too_large``, before it takes a slot. uvicorn bounds only headers that arrive in
     parts (h11's incomplete event): a request whose headers came in one read passed with 60 KB."""
 
-    def __init__(self, app, limit):
-        self.app = app
-        self.limit = int(limit)
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+    async def http(self, scope, receive, send):
         size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"") + \
             sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
         if size > self.limit:

@@ -219,17 +219,27 @@ def test_create_with_train(work, tmp_path, capsys):
         assert idx.extractor().name == "sift"
 
 
-def test_save_encoder_to_a_bad_path_is_refused_before_the_fit(work, tmp_path, capsys, monkeypatch):
-    """A fit can take minutes: where its encoder goes is checked first, one line, nothing made."""
+@pytest.fixture
+def no_fit(monkeypatch):
+    """`index create`'s encoder fit made to fail if called: a fit takes minutes, what is refused is refused first."""
     from streamk.pipeline import index_setup
 
-    def no_fit(*args, **kwargs):
-        raise AssertionError("the encoder was fitted before its path was checked")
+    def fit(*args, **kwargs):
+        raise AssertionError("the encoder was fitted before what was given was checked")
 
-    monkeypatch.setattr(index_setup, "train_encoder", no_fit)
-    ix = tmp_path / "ix"
-    base = ["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--vocab-size", "4",
+    monkeypatch.setattr(index_setup, "train_encoder", fit)
+
+
+def train_args(ix, work):
+    """`index create IX --train` on the work images, a small VLAD and one worker."""
+    return ["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--vocab-size", "4",
             "--embedding", "vlad", "--workers", "1"]
+
+
+def test_save_encoder_to_a_bad_path_is_refused_before_the_fit(work, tmp_path, capsys, no_fit):
+    """A fit can take minutes: where its encoder goes is checked first, one line, nothing made."""
+    ix = tmp_path / "ix"
+    base = train_args(ix, work)
     (tmp_path / "taken").mkdir()
     for bad, said in ((tmp_path / "missing" / "e.npz", "does not exist"), (tmp_path / "taken", "is a folder")):
         assert main([*base, "--save-encoder", str(bad)]) == 2
@@ -288,20 +298,13 @@ def test_create_with_train_takes_the_encoders_options(work, tmp_path, capsys, op
         np.testing.assert_allclose(idx.encoder.encode(sets[0]), expected.encode(sets[0]), atol=1e-5)
 
 
-def test_the_encoders_options_are_refused_before_the_fit(work, tmp_path, capsys, monkeypatch):
+def test_the_encoders_options_are_refused_before_the_fit(work, tmp_path, capsys, no_fit):
     """Each bad or misplaced encoder option is one line, exit 2, before any feature is extracted:
     D' without RN or above the embedding's dimension, gamma / lambda for another aggregation or out
     of range, a power outside (0, 1], and any of them without --train (a given or the default
     encoder keeps its own)."""
-    from streamk.pipeline import index_setup
-
-    def no_fit(*args, **kwargs):
-        raise AssertionError("the encoder was fitted before its options were checked")
-
-    monkeypatch.setattr(index_setup, "train_encoder", no_fit)
     ix = tmp_path / "ix"
-    base = ["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--vocab-size", "4",
-            "--embedding", "vlad", "--workers", "1"]
+    base = train_args(ix, work)
     usage = "streamk index create: error: argument "
 
     def run(argv):  # a usage error leaves the parser by SystemExit
