@@ -337,6 +337,7 @@ def test_help_is_plain_text():
     ("--dim", "128,0", "argument --dim: must be >= 1, got 0"),
     ("--pq-bytes", "x", "argument --pq-bytes: not an integer: 'x'"),
     ("--rerank", "-5", "argument --rerank: must be >= 0, got -5"),
+    ("--power", "-1", "argument --power: expected a number in (0, 1], got '-1'"),  # as index create's
 ])
 def test_eval_lists_are_checked_when_parsed(option, value, said, capsys):
     """`streamk eval --rn maybe` was an internal error (KeyError) after the parse;

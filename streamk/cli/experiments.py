@@ -5,7 +5,7 @@ import json
 
 from ..schema import with_schema_version
 from .defaults import AGGREGATIONS, DEMO_TRANSFORMS, DOWNLOADABLE_DATASETS, EVAL_EMBEDDINGS
-from .options import add_vocab_size_option, csv, max_side, non_negative_int, positive_int
+from .options import add_vocab_size_option, csv, max_side, non_negative_int, positive_int, unit_float
 
 
 def _demo(args):
@@ -120,8 +120,8 @@ def _add_eval_command(sub):
                          "verified (default 100; 0: none)")
     ev.add_argument("--expand", type=non_negative_int, default=50, metavar="N",
                     help="with --verify: query expansion over at most N verified images (default 50)")
-    ev.add_argument("--power", type=float, default=0.5,
-                    help="power-law exponent on the aggregated vectors (default 0.5, the paper's)")
+    ev.add_argument("--power", type=unit_float, default=0.5,
+                    help="power-law exponent on the aggregated vectors, in (0, 1] (default 0.5, the paper's)")
     ev.add_argument("--gamma", type=float, default=None,
                     help="democratic aggregation's damping exponent, in (0, 1] (default 0.5, the paper's)")
     ev.add_argument("--lam", type=float, default=None,
