@@ -14,7 +14,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         image_features as image_features,
     )
     from .descriptor_files import (
-        atomic_write as atomic_write, fvecs_bytes as fvecs_bytes, read_bvecs as read_bvecs, read_descriptors as read_descriptors,
+        atomic_write as atomic_write, fvecs_bytes as fvecs_bytes, read_bvecs as read_bvecs,
+        read_descriptors as read_descriptors,
         read_fvecs as read_fvecs, read_ivecs as read_ivecs, read_npy as read_npy, read_siftgeo as read_siftgeo,
         write_bvecs as write_bvecs, write_descriptors as write_descriptors, write_fvecs as write_fvecs,
         write_ivecs as write_ivecs, write_npy as write_npy, write_siftgeo as write_siftgeo,
@@ -30,7 +31,8 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     )
     from .images import (
         MAX_DECODED_BYTES as MAX_DECODED_BYTES, MAX_FILE_SIZE as MAX_FILE_SIZE, MAX_PIXELS as MAX_PIXELS,
-        THUMBNAIL_SIDE as THUMBNAIL_SIDE, advice_for_clients as advice_for_clients, decode_gray as decode_gray, decode_gray_scaled as decode_gray_scaled,
+        THUMBNAIL_SIDE as THUMBNAIL_SIDE, advice_for_clients as advice_for_clients, decode_gray as decode_gray,
+        decode_gray_scaled as decode_gray_scaled,
         decoded_bytes as decoded_bytes, eight_bit as eight_bit, exif_date as exif_date,
         exif_orientation as exif_orientation, in_memory_image_bytes as in_memory_image_bytes,
         is_image_in_memory as is_image_in_memory, memory_image_metadata as memory_image_metadata,

@@ -538,7 +538,8 @@ def thumbnail_jpeg(data, name="upload", side=THUMBNAIL_SIDE, orient=False):
         raise ImageReadError(name, f"cannot make a thumbnail ({str(exc) or type(exc).__name__})") from exc
 
 
-__all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "advice_for_clients", "check_decoded_bytes", "check_pixels",
+__all__ = ["MAX_DECODED_BYTES", "MAX_FILE_SIZE", "MAX_PIXELS", "THUMBNAIL_SIDE", "advice_for_clients",
+           "check_decoded_bytes", "check_pixels",
            "decode_gray", "decode_gray_scaled", "decoded_bytes", "eight_bit", "exif_date", "exif_orientation",
            "file_metadata", "in_memory_image_bytes", "is_heif", "is_image_in_memory", "orient_array", "orient_image",
            "oriented_size", "load_gray", "memory_image_metadata", "pil_image", "read_image_bytes", "resize_gray",
