@@ -31,7 +31,10 @@ sent to the workers as they are found, a bounded number at a time):
    are looked up in one short read transaction. A file whose id is new is hashed
    here and its content looked up too (:meth:`~streamk.index.Index.content_holders`):
    bytes stored under another id (a copy of a stored file) are reported as such
-   (counted in ``same_content``) without being described. A file whose id is already
+   (counted in ``same_content``) without being described; so are the bytes of a new file
+   sent earlier in the same pass (a photo copied under two names): the copy is held until
+   that file is written, then reported with its id (when that file is not stored -- a bad
+   image -- the copy is described after the walk, as any file). A file whose id is already
    stored is only *hashed* by its worker (no extraction): same content (the stored sha256) is
    counted as *skipped existing*, other content is reported as failed
    (IdExistsError) -- nothing already stored is ever touched, except by a watch: a
@@ -428,6 +431,9 @@ class Ingester:
         self._seen: dict[str, Any] = {}  # path -> stat signature when last handled (for --watch)
         self._held: set[str] = set()  # paths whose bytes the index holds under their id, as this Ingester found
         self._updates: list[tuple[str, Any]] = []  # (path, EncodedImage) replacing the content of a watched file
+        self._firsts: dict[str, tuple[str, str]] = {}  # this pass: sha256 -> (path, id) of the new file sent
+        self._copies: dict[str, tuple[str, list[Any]]] = {}  # that path -> (sha256, the tasks of its copies held)
+        self._released: list[Any] = []  # tasks of copies of a file that was not stored: to describe after all
         self._walk = None  # this pass's walk (iter_scan), to count what is left after an interruption
         self._pass_found = 0  # entries of this pass's walk handed on (not skipped as already seen)
         self.stopped_left: tuple[int, bool] | None = None  # watch ended mid-poll: that poll's (not ingested, exact?)
@@ -484,6 +490,7 @@ class Ingester:
         self._held.discard(str(path))
         self._say(path, reason)
         self._tick()
+        self._settle_copies(path, None)
 
     def _ok(self, path, status, image_id=None):
         """``status``: "added", "updated" (a watched file's new bytes replaced its image's), "exists"
@@ -554,6 +561,7 @@ class Ingester:
             self._seen[str(path)] = _stat_sig(path)
             self._tick()
             self._say(path, f"near-duplicate of {near[0]!r} ({why}); not added")
+            self._settle_copies(path, None)
         return [batch[i] for i in kept], pending
 
     def _flush(self):
@@ -587,11 +595,33 @@ class Ingester:
         """Count (and say) the outcome of writing one image: a status or the named error."""
         if not isinstance(out, Exception):
             self._ok(path, out, enc.key.decode())
+            self._settle_copies(path, enc.key.decode(), enc.record.get("sha256"))
         elif isinstance(out, DuplicateError):  # same content under another id: said, not added
             self._say(path, f"the same bytes are already indexed as {out.existing_id!r}; not added as {out.id!r}")
             self._ok(path, "same content")
+            self._settle_copies(path, out.existing_id, enc.record.get("sha256"))
         else:
             self._fail(path, describe(out))
+
+    def _settle_copies(self, path, holder, held_sha=None):
+        """Once the outcome of new file ``path`` is known: the files of this pass held back as
+        copies of it (its bytes under other ids, found after it) are reported as the same bytes
+        as ``holder``, the id that now holds them (``held_sha``: the sha256 of those bytes), and
+        not added (as a copy of a stored file is); ``holder`` None (``path`` was not stored: a bad
+        image, a near-duplicate skipped, ...) or other bytes (``path`` rewritten meanwhile): they
+        are described after all, as any new file (:meth:`ingest` sends them after the walk)."""
+        sha, copies = self._copies.pop(str(path), (None, []))
+        if sha is None:
+            return
+        if held_sha != sha:
+            holder = None
+        del self._firsts[sha]  # a copy found from now on is looked up in the index (committed) or sent
+        for task in copies:
+            if holder is None:
+                self._released.append(task)
+                continue
+            self._say(task[0], f"the same bytes are already indexed as {holder!r}; not added as {task[1]!r}")
+            self._ok(task[0], "same content")
 
     # ------------------------------------------------------------------ one pass
     def ingest(self, roots: Iterable[PathLike], only_new: bool = False, take_changes: bool = False) -> IngestStats:
@@ -611,6 +641,7 @@ class Ingester:
         t0 = time.monotonic()
         self.pass_stats = IngestStats()
         self._pass_found, self._walk = 0, None
+        self._firsts, self._copies, self._released = {}, {}, []
         self._bar = tqdm(total=0, unit="img", desc="ingest", file=sys.stderr,
                          disable=True if self.progress is False else (None if self.progress is None
                                                                       else False),
@@ -631,15 +662,22 @@ class Ingester:
         waiting_is_ours = executor.name == "in-process"
         try:
             with safe:
-                handed = results(running)
                 while True:
-                    with safe.interruptible(not waiting_is_ours):
-                        r = next(handed, None)
-                    if r is None:
+                    handed = results(running)
+                    while True:
+                        with safe.interruptible(not waiting_is_ours):
+                            r = next(handed, None)
+                        if r is None:
+                            break
+                        self._handle(r[1])
+                        safe.check()
+                    self._flush()
+                    if not self._released:
                         break
-                    self._handle(r[1])
-                    safe.check()
-                self._flush()
+                    # copies of files that were not stored (rare: a bad file copied): described as any file
+                    running.close()
+                    tasks, self._released = self._released, []
+                    running = executor.map_unordered(ingest_task, tasks, context, self.max_inflight)
         finally:
             running.close()  # stops the tasks in flight when interrupted
             if executor is not self.executor:
@@ -729,7 +767,18 @@ class Ingester:
             path, image_id = tasks[p][0], tasks[p][1]
             self._say(path, f"the same bytes are already indexed as {holder!r}; not added as {image_id!r}")
             self._ok(path, "same content")
-        return [task for p, task in enumerate(tasks) if p not in stored]
+        held = set()
+        for p in asked:  # a copy of a file sent in this pass and not written yet: held until that one's outcome
+            if p in stored:
+                continue
+            first = self._firsts.get(shas[p])
+            if first is None:
+                self._firsts[shas[p]] = tasks[p][:2]
+                self._copies[tasks[p][0]] = (shas[p], [])
+            elif first[0] != tasks[p][0] and first[1] != tasks[p][1]:  # (a path given twice, an id twice: as before)
+                self._copies[first[0]][1].append(tasks[p])
+                held.add(p)
+        return [task for p, task in enumerate(tasks) if p not in stored and p not in held]
 
     def unmatched_metadata(self) -> list[str]:
         """The keys of the metadata given (ids, absolute paths) that named no file found so far,

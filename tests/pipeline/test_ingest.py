@@ -17,7 +17,7 @@ import pytest
 from streamk import Encoder
 from streamk.cli import main
 from streamk.index import StreamingIndex
-from streamk.pipeline.ingest import id_for, image_content_key, scan
+from streamk.pipeline.ingest import Ingester, id_for, image_content_key, scan
 
 pytest.importorskip("cv2")
 PIL = pytest.importorskip("PIL")
@@ -471,6 +471,56 @@ def test_ingest_same_id_other_content_and_duplicates(work, tmp_path, capsys):
     assert "failed 1" in cap.out
     with StreamingIndex.open(ix) as idx:
         assert idx.store.dump() == before
+
+
+def test_two_new_copies_in_one_pass_are_described_once(work, tmp_path, capsys):
+    """Two new files with the same bytes in one pass (a photo copied under two names): the
+    second is recognised before it is described (it was described too, then refused at the
+    write), with the same outcome: the first added, the second reported with the id holding its
+    bytes and counted apart. When the first is not stored (a bad file copied twice), the second
+    is described as before and reported for itself."""
+    import shutil
+
+    from streamk.parallel import InlineExecutor
+
+    described = []
+
+    class Noting(InlineExecutor):
+        """The in-process executor, noting the files of new ids it is sent to describe."""
+
+        def map_unordered(self, fn, items, context, max_inflight=None):
+            def noted():
+                for item in items:
+                    if item[2] is None:  # no stored sha256: a new id, described
+                        described.append(os.path.basename(item[0]))
+                    yield item
+            return super().map_unordered(fn, noted(), context, max_inflight)
+
+    a = tmp_path / "a"
+    textured(str(a / "x.png"), 1)
+    shutil.copy(a / "x.png", a / "y_copy.png")
+    textured(str(a / "z.png"), 2)
+    (a / "bad1.jpg").write_text("not an image\n")
+    shutil.copy(a / "bad1.jpg", a / "bad2.jpg")
+    create(tmp_path / "ix", work)
+    said = []
+    with StreamingIndex.open(tmp_path / "ix") as idx, Ingester(
+            idx, executor=Noting(), progress=False, report=lambda path, why: said.append((path, why))) as ing:
+        stats = ing.ingest([a])
+        assert sorted(idx.ids()) == ["x.png", "z.png"]
+    assert (stats.added, stats.same_content, stats.existing, stats.processed) == (2, 1, 0, 5)
+    assert sorted(stats.failed) == [str(a / "bad1.jpg"), str(a / "bad2.jpg")]
+    assert all("ImageReadError" in why for why in stats.failed.values())
+    assert (str(a / "y_copy.png"), "the same bytes are already indexed as 'x.png'; not added as 'y_copy.png'") in said
+    assert len(said) == 3
+    assert sorted(described) == ["bad1.jpg", "bad2.jpg", "x.png", "z.png"]  # y_copy.png: not described
+    # the same account from the command line, on a pool of worker processes
+    create(tmp_path / "ix2", work)
+    capsys.readouterr()
+    assert main(["ingest", str(tmp_path / "ix2"), str(a), "--workers", "2", "--no-progress"]) == 1
+    cap = capsys.readouterr()
+    assert "added 2, skipped 0 existing and 1 with the bytes of another id, failed 2" in cap.out
+    assert cap.err.count("ImageReadError") == 2 and cap.err.count("not added as 'y_copy.png'") == 1
 
 
 def test_ingest_bad_files(work, tmp_path, capsys):
