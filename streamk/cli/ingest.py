@@ -41,7 +41,8 @@ def add_ingest_command(sub):
     ing.add_argument("images", nargs="+", help="image files and folders (walked recursively)")
     ing.add_argument("--watch", action="store_true",
                      help="keep polling the folders for new files and files changed since (a changed file's "
-                          "image is updated; a deleted file's stays); a line for each poll that found any, with "
+                          "image is updated, also when it changed while no watch ran; a deleted file's stays); "
+                          "a line for each poll that found any, with "
                           "that poll's own counts; Ctrl-C or SIGTERM ends it with exit status 0")
     ing.add_argument("--interval", type=positive_float, default=5.0, help="seconds between polls (--watch)")
     ing.add_argument("--max-polls", type=positive_int, default=None,

@@ -284,6 +284,10 @@ class ShardActor:
         with self._lock:
             return self.index.metadata(image_id)
 
+    def metadata_many(self, image_ids):
+        with self._lock:
+            return self.index.metadata_many(image_ids)
+
     def set_metadata(self, image_id, metadata, merge):
         with self._lock:
             return self.index.set_metadata(image_id, metadata, merge)
@@ -723,14 +727,9 @@ class ShardedIndex(Index):
         return self._owner_of(image_id).call(ShardActor.metadata, image_id)
 
     def metadata_many(self, image_ids: Iterable[str]) -> list[dict[str, Any] | None]:
-        """The metadata of each id (None for an absent id)."""
-        out: list[dict[str, Any] | None] = []
-        for i in image_ids:
-            try:
-                out.append(self.metadata(i))
-            except UnknownIdError:
-                out.append(None)
-        return out
+        """The metadata of each id (None for an absent id): one call per shard that holds some
+        (a search's results, a watch's group of stored files), not one per id."""
+        return self._by_id(ShardActor.metadata_many, [validate_id(i) for i in image_ids])
 
     def set_metadata(self, image_id: str, metadata: Mapping[str, Any], merge: bool = False) -> dict[str, Any]:
         """As :meth:`StreamingIndex.set_metadata`, on the image's shard."""

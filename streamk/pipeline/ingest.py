@@ -31,12 +31,17 @@ sent to the workers as they are found, a bounded number at a time):
    are looked up in one short read transaction. A file whose id is new is hashed
    here and its content looked up too (:meth:`~streamk.index.Index.content_holders`):
    bytes stored under another id (a copy of a stored file) are reported as such
-   (counted in ``same_content``) without being described. A file whose id is already
+   (counted in ``same_content``) without being described; so are the bytes of a new file
+   sent earlier in the same pass (a photo copied under two names): the copy is held until
+   that file is written, then reported with its id (when that file is not stored -- a bad
+   image -- the copy is described after the walk, as any file). A file whose id is already
    stored is only *hashed* by its worker (no extraction): same content (the stored sha256) is
    counted as *skipped existing*, other content is reported as failed
    (IdExistsError) -- nothing already stored is ever touched, except by a watch: a
-   file it found in the index and saw change since (size, mtime) is described again and,
-   when its bytes differ, replaces its image's content (``updated``). This is what
+   file it found in the index and saw change since (size, mtime), or a file whose image was
+   added from it (the record's source) and whose size or mtime are not the stored metadata's
+   (changed while no watch ran; their metadata read in one go per group), is described
+   again and, when its bytes differ, replaces its image's content (``updated``). This is what
    makes a resumed run cheap; it keeps no state outside the index and sees a
    file whose content changed under its old name.
 4. **Read, hash, extract, encode** in a worker (the local crash-isolating
@@ -426,6 +431,9 @@ class Ingester:
         self._seen: dict[str, Any] = {}  # path -> stat signature when last handled (for --watch)
         self._held: set[str] = set()  # paths whose bytes the index holds under their id, as this Ingester found
         self._updates: list[tuple[str, Any]] = []  # (path, EncodedImage) replacing the content of a watched file
+        self._firsts: dict[str, tuple[str, str]] = {}  # this pass: sha256 -> (path, id) of the new file sent
+        self._copies: dict[str, tuple[str, list[Any]]] = {}  # that path -> (sha256, the tasks of its copies held)
+        self._released: list[Any] = []  # tasks of copies of a file that was not stored: to describe after all
         self._walk = None  # this pass's walk (iter_scan), to count what is left after an interruption
         self._pass_found = 0  # entries of this pass's walk handed on (not skipped as already seen)
         self.stopped_left: tuple[int, bool] | None = None  # watch ended mid-poll: that poll's (not ingested, exact?)
@@ -482,6 +490,7 @@ class Ingester:
         self._held.discard(str(path))
         self._say(path, reason)
         self._tick()
+        self._settle_copies(path, None)
 
     def _ok(self, path, status, image_id=None):
         """``status``: "added", "updated" (a watched file's new bytes replaced its image's), "exists"
@@ -552,6 +561,7 @@ class Ingester:
             self._seen[str(path)] = _stat_sig(path)
             self._tick()
             self._say(path, f"near-duplicate of {near[0]!r} ({why}); not added")
+            self._settle_copies(path, None)
         return [batch[i] for i in kept], pending
 
     def _flush(self):
@@ -585,14 +595,36 @@ class Ingester:
         """Count (and say) the outcome of writing one image: a status or the named error."""
         if not isinstance(out, Exception):
             self._ok(path, out, enc.key.decode())
+            self._settle_copies(path, enc.key.decode(), enc.record.get("sha256"))
         elif isinstance(out, DuplicateError):  # same content under another id: said, not added
             self._say(path, f"the same bytes are already indexed as {out.existing_id!r}; not added as {out.id!r}")
             self._ok(path, "same content")
+            self._settle_copies(path, out.existing_id, enc.record.get("sha256"))
         else:
             self._fail(path, describe(out))
 
+    def _settle_copies(self, path, holder, held_sha=None):
+        """Once the outcome of new file ``path`` is known: the files of this pass held back as
+        copies of it (its bytes under other ids, found after it) are reported as the same bytes
+        as ``holder``, the id that now holds them (``held_sha``: the sha256 of those bytes), and
+        not added (as a copy of a stored file is); ``holder`` None (``path`` was not stored: a bad
+        image, a near-duplicate skipped, ...) or other bytes (``path`` rewritten meanwhile): they
+        are described after all, as any new file (:meth:`ingest` sends them after the walk)."""
+        sha, copies = self._copies.pop(str(path), (None, []))
+        if sha is None:
+            return
+        if held_sha != sha:
+            holder = None
+        del self._firsts[sha]  # a copy found from now on is looked up in the index (committed) or sent
+        for task in copies:
+            if holder is None:
+                self._released.append(task)
+                continue
+            self._say(task[0], f"the same bytes are already indexed as {holder!r}; not added as {task[1]!r}")
+            self._ok(task[0], "same content")
+
     # ------------------------------------------------------------------ one pass
-    def ingest(self, roots: Iterable[PathLike], only_new: bool = False) -> IngestStats:
+    def ingest(self, roots: Iterable[PathLike], only_new: bool = False, take_changes: bool = False) -> IngestStats:
         """One pass over ``roots``; returns the cumulative :class:`IngestStats` (this pass's
         own: :attr:`pass_stats`).
 
@@ -600,12 +632,16 @@ class Ingester:
         whose size and mtime are unchanged (used by watch mode); a file whose bytes this
         Ingester found in the index, overwritten since, has its image's content replaced
         (as :meth:`~streamk.index.StreamingIndex.update`: its metadata kept, updated with the file's).
+        take_changes (a watch, every pass): so too a file whose image was added from it (the stored
+        source) and whose size or mtime are not the stored metadata's: it changed while no watch ran.
+        Without it (a one-shot run) such a file is reported (IdExistsError) and its image left as it is.
         """
         from tqdm.auto import tqdm
 
         t0 = time.monotonic()
         self.pass_stats = IngestStats()
         self._pass_found, self._walk = 0, None
+        self._firsts, self._copies, self._released = {}, {}, []
         self._bar = tqdm(total=0, unit="img", desc="ingest", file=sys.stderr,
                          disable=True if self.progress is False else (None if self.progress is None
                                                                       else False),
@@ -618,22 +654,30 @@ class Ingester:
         context = task_context(self.index.encoder if executor.name == "in-process" else self._encoder_bytes,
                                self._extractor, None if self.cache is None else self.cache.directory, executor,
                                vocabulary=self._vocabulary())
-        running = executor.map_unordered(ingest_task, self._tasks(roots, only_new), context, self.max_inflight)
+        running = executor.map_unordered(ingest_task, self._tasks(roots, only_new, take_changes), context,
+                                         self.max_inflight)
         # a signal stops the pass between images: at once while waiting on other processes; after the image
         # in hand when the encoding runs here (workers=1)
         self._safe = safe = _SafePoints()
         waiting_is_ours = executor.name == "in-process"
         try:
             with safe:
-                handed = results(running)
                 while True:
-                    with safe.interruptible(not waiting_is_ours):
-                        r = next(handed, None)
-                    if r is None:
+                    handed = results(running)
+                    while True:
+                        with safe.interruptible(not waiting_is_ours):
+                            r = next(handed, None)
+                        if r is None:
+                            break
+                        self._handle(r[1])
+                        safe.check()
+                    self._flush()
+                    if not self._released:
                         break
-                    self._handle(r[1])
-                    safe.check()
-                self._flush()
+                    # copies of files that were not stored (rare: a bad file copied): described as any file
+                    running.close()
+                    tasks, self._released = self._released, []
+                    running = executor.map_unordered(ingest_task, tasks, context, self.max_inflight)
         finally:
             running.close()  # stops the tasks in flight when interrupted
             if executor is not self.executor:
@@ -644,18 +688,18 @@ class Ingester:
                 st.seconds += time.monotonic() - t0
         return self.stats
 
-    def _tasks(self, roots, only_new):
+    def _tasks(self, roots, only_new, take_changes=False):
         """Yield the tasks ``(path, id, stored sha256 or None, absolute path)`` of the files found, as the
         walk finds them; bad entries and invalid ids are reported on the way."""
         entries = self._walk = iter_scan(roots)
         while True:
             with self._safe.interruptible(False):  # what is found is counted whole
-                tasks, pulled = self._next_tasks(entries, only_new)
+                tasks, pulled = self._next_tasks(entries, only_new, take_changes)
             if not pulled:
                 return
             yield from tasks
 
-    def _next_tasks(self, entries, only_new):
+    def _next_tasks(self, entries, only_new, take_changes=False):
         """(the tasks of the next LOOKUP_CHUNK entries of the walk, how many entries were pulled)."""
         chunk, pulled = [], 0
         for path, image_id, reason in islice(entries, LOOKUP_CHUNK):
@@ -680,13 +724,33 @@ class Ingester:
         if not chunk:  # none pulled, or all bad, invalid or already seen
             return [], pulled
         # one short read per chunk (per shard), never held across tasks
-        known = self.index.records([image_id for _, image_id in chunk])
-        known = [None if raw is None else _stored_file_sha(raw) for raw in known]
+        records = [None if raw is None else json.loads(raw) for raw in self.index.records([i for _, i in chunk])]
+        known = [None if rec is None else _stored_file_sha(rec) for rec in records]
         # the worker reads the absolute path: a Dask worker's working folder is not ours; a file held and seen
         # again in a watch changed (size or mtime): its worker describes it if its bytes differ
-        tasks = [(path, image_id, sha, os.path.abspath(path), bool(only_new and sha and path in self._held))
-                 for (path, image_id), sha in zip(chunk, known)]
+        changed = [bool(only_new and sha and path in self._held) for (path, _), sha in zip(chunk, known)]
+        if take_changes:
+            changed = [c or a for c, a in zip(changed, self._changed_while_away(chunk, records))]
+        tasks = [(path, image_id, sha, os.path.abspath(path), c)
+                 for (path, image_id), sha, c in zip(chunk, known, changed)]
         return self._less_stored_bytes(tasks), pulled
+
+    def _changed_while_away(self, chunk, records):
+        """[whether each file of ``chunk`` changed since its image was added from it]: its image's
+        record names this very file (its source, no box) and the image's stored metadata is not the
+        file's size and mtime now (an edit made while no watch ran; the stored metadata of a
+        chunk read in one go). Its worker then describes it if its bytes differ."""
+        out = [False] * len(chunk)
+        mine = [p for p, ((path, _), rec) in enumerate(zip(chunk, records))
+                if rec is not None and _stored_file_sha(rec) and rec.get("source") == os.path.abspath(path)]
+        metas = self.index.metadata_many([chunk[p][1] for p in mine]) if mine else []
+        for p, meta in zip(mine, metas):
+            try:
+                st = os.stat(chunk[p][0])
+            except OSError:  # gone: its worker says so
+                continue
+            out[p] = meta is not None and (meta.get("size"), meta.get("mtime")) != (st.st_size, st.st_mtime)
+        return out
 
     def _less_stored_bytes(self, tasks):
         """``tasks`` less those of the files of a new id whose exact bytes the index holds under
@@ -703,7 +767,18 @@ class Ingester:
             path, image_id = tasks[p][0], tasks[p][1]
             self._say(path, f"the same bytes are already indexed as {holder!r}; not added as {image_id!r}")
             self._ok(path, "same content")
-        return [task for p, task in enumerate(tasks) if p not in stored]
+        held = set()
+        for p in asked:  # a copy of a file sent in this pass and not written yet: held until that one's outcome
+            if p in stored:
+                continue
+            first = self._firsts.get(shas[p])
+            if first is None:
+                self._firsts[shas[p]] = tasks[p][:2]
+                self._copies[tasks[p][0]] = (shas[p], [])
+            elif first[0] != tasks[p][0] and first[1] != tasks[p][1]:  # (a path given twice, an id twice: as before)
+                self._copies[first[0]][1].append(tasks[p])
+                held.add(p)
+        return [task for p, task in enumerate(tasks) if p not in stored and p not in held]
 
     def unmatched_metadata(self) -> list[str]:
         """The keys of the metadata given (ids, absolute paths) that named no file found so far,
@@ -769,8 +844,9 @@ class Ingester:
     def watch(self, roots: Iterable[PathLike], interval: float = 5.0, max_polls: int | None = None,
               on_poll: Callable[[int, IngestStats], object] | None = None) -> IngestStats:
         """Ingest, then poll ``roots`` every ``interval`` seconds for new or changed files
-        (a file changed since this watch found it in the index gets its image's content
-        replaced; a file deleted stays in the index).
+        (a file changed since this watch found it in the index, or since its image was added
+        from it when no watch ran, gets its image's content replaced; a file deleted stays in
+        the index).
 
         Stops after ``max_polls`` passes (None: until KeyboardInterrupt or
         :class:`~streamk.errors.Terminated`, which end it cleanly after committing what
@@ -784,7 +860,7 @@ class Ingester:
         try:
             while True:
                 polling = True
-                self.ingest(roots, only_new=n > 0)
+                self.ingest(roots, only_new=n > 0, take_changes=True)
                 polling = False
                 n += 1
                 if on_poll is not None:
@@ -815,10 +891,9 @@ def _file_sha256(path, max_bytes=None):
     return digest.hexdigest()
 
 
-def _stored_file_sha(raw_record):
-    """The sha256 of the file an image record was added from with no box; "" when the
-    record is of other content (a vector, descriptors, a box): never a file's digest."""
-    rec = json.loads(raw_record)
+def _stored_file_sha(rec):
+    """The sha256 of the file an image record (its JSON, parsed) was added from with no box; ""
+    when the record is of other content (a vector, descriptors, a box): never a file's digest."""
     if rec.get("kind") == "image_path" and rec.get("box") is None and rec.get("sha256"):
         return rec["sha256"]
     return ""

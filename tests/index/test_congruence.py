@@ -711,6 +711,7 @@ def test_an_id_is_found_in_either_unicode_normal_form(unicode_built, kind):
         assert np.allclose(index.vector(given), v, atol=1e-6)
         assert index.info(given)["kind"] == "vector" and index.records([given])[0] is not None
         assert index.metadata(given)["n"] == int(stored == old_nfd)
+        assert index.metadata_many([given, "nope"]) == [index.metadata(given), None]  # one call per shard
         assert index.search(index.vector(given), k=1)[0].id == stored
         assert [h.id for h in index.duplicates(given, threshold=0.01)].count(stored) == 0  # itself left out
     assert index.add(NFC_ID, vector=V[0]) == NFC_ID  # the same content under the same id: nothing written

@@ -17,7 +17,7 @@ import pytest
 from streamk import Encoder
 from streamk.cli import main
 from streamk.index import StreamingIndex
-from streamk.pipeline.ingest import id_for, image_content_key, scan
+from streamk.pipeline.ingest import Ingester, id_for, image_content_key, scan
 
 pytest.importorskip("cv2")
 PIL = pytest.importorskip("PIL")
@@ -473,6 +473,56 @@ def test_ingest_same_id_other_content_and_duplicates(work, tmp_path, capsys):
         assert idx.store.dump() == before
 
 
+def test_two_new_copies_in_one_pass_are_described_once(work, tmp_path, capsys):
+    """Two new files with the same bytes in one pass (a photo copied under two names): the
+    second is recognised before it is described (it was described too, then refused at the
+    write), with the same outcome: the first added, the second reported with the id holding its
+    bytes and counted apart. When the first is not stored (a bad file copied twice), the second
+    is described as before and reported for itself."""
+    import shutil
+
+    from streamk.parallel import InlineExecutor
+
+    described = []
+
+    class Noting(InlineExecutor):
+        """The in-process executor, noting the files of new ids it is sent to describe."""
+
+        def map_unordered(self, fn, items, context, max_inflight=None):
+            def noted():
+                for item in items:
+                    if item[2] is None:  # no stored sha256: a new id, described
+                        described.append(os.path.basename(item[0]))
+                    yield item
+            return super().map_unordered(fn, noted(), context, max_inflight)
+
+    a = tmp_path / "a"
+    textured(str(a / "x.png"), 1)
+    shutil.copy(a / "x.png", a / "y_copy.png")
+    textured(str(a / "z.png"), 2)
+    (a / "bad1.jpg").write_text("not an image\n")
+    shutil.copy(a / "bad1.jpg", a / "bad2.jpg")
+    create(tmp_path / "ix", work)
+    said = []
+    with StreamingIndex.open(tmp_path / "ix") as idx, Ingester(
+            idx, executor=Noting(), progress=False, report=lambda path, why: said.append((path, why))) as ing:
+        stats = ing.ingest([a])
+        assert sorted(idx.ids()) == ["x.png", "z.png"]
+    assert (stats.added, stats.same_content, stats.existing, stats.processed) == (2, 1, 0, 5)
+    assert sorted(stats.failed) == [str(a / "bad1.jpg"), str(a / "bad2.jpg")]
+    assert all("ImageReadError" in why for why in stats.failed.values())
+    assert (str(a / "y_copy.png"), "the same bytes are already indexed as 'x.png'; not added as 'y_copy.png'") in said
+    assert len(said) == 3
+    assert sorted(described) == ["bad1.jpg", "bad2.jpg", "x.png", "z.png"]  # y_copy.png: not described
+    # the same account from the command line, on a pool of worker processes
+    create(tmp_path / "ix2", work)
+    capsys.readouterr()
+    assert main(["ingest", str(tmp_path / "ix2"), str(a), "--workers", "2", "--no-progress"]) == 1
+    cap = capsys.readouterr()
+    assert "added 2, skipped 0 existing and 1 with the bytes of another id, failed 2" in cap.out
+    assert cap.err.count("ImageReadError") == 2 and cap.err.count("not added as 'y_copy.png'") == 1
+
+
 def test_ingest_bad_files(work, tmp_path, capsys):
     ix = tmp_path / "ix"
     create(ix, work)
@@ -774,6 +824,63 @@ def test_watch_with_failures_ended_by_max_polls_exits_1(work, tmp_path, capsys):
                  "--workers", "1", "--no-progress"]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith(
         "total, all polls: added 1, updated 0, skipped 0 existing, failed 1")
+
+
+def test_a_watch_takes_the_changes_made_while_it_was_not_running(work, tmp_path, capsys):
+    """A file overwritten while no watch ran (the service stopped, a photo edited, the service
+    started again) is updated by the next watch's first poll, as a change seen while watching is:
+    its size or mtime are not those stored with the image it was added as (it was IdExistsError on
+    that poll, then never looked at again). A one-shot ingest still refuses it and leaves the image
+    as it is; a file only touched is skipped as existing; a stored id added from another file is
+    still refused by the watch too."""
+    import hashlib
+
+    ix = tmp_path / "ix"
+    create(ix, work)
+    folder = tmp_path / "w"
+    textured(str(folder / "edited.png"), 41)
+    textured(str(folder / "touched.png"), 42)
+    elsewhere = textured(str(tmp_path / "elsewhere" / "other.png"), 43)
+    assert main(["ingest", str(ix), str(folder), "--workers", "1", "--no-progress"]) == 0
+    with StreamingIndex.open(ix) as idx:
+        idx.set_metadata("edited.png", {"album": "kept"}, merge=True)
+        idx.add("other.png", image_path=elsewhere)  # its id stored, from another file
+    capsys.readouterr()
+    # while no watch runs: a photo edited (another photo under its name, a later mtime), one only touched
+    textured(str(tmp_path / "new.png"), 44)
+    old = (folder / "edited.png").stat().st_mtime_ns
+    os.replace(tmp_path / "new.png", folder / "edited.png")
+    os.utime(folder / "edited.png", ns=(old + 2 * 10**9, old + 2 * 10**9))
+    os.utime(folder / "touched.png", ns=(old + 3 * 10**9, old + 3 * 10**9))
+    textured(str(folder / "other.png"), 45)
+    with StreamingIndex.open(ix) as idx:
+        before = idx.store.dump()
+    # one-shot: refused, as the README says
+    assert main(["ingest", str(ix), str(folder), "--workers", "1", "--no-progress"]) == 1
+    cap = capsys.readouterr()
+    assert "added 0, skipped 1 existing, failed 2" in cap.out
+    assert cap.err.count("IdExistsError") == 2 and "edited.png" in cap.err
+    with StreamingIndex.open(ix) as idx:
+        assert idx.store.dump() == before
+    # a watch: its first poll takes the edit
+    assert main(["ingest", str(ix), str(folder), "--watch", "--interval", "0.05", "--max-polls", "2",
+                 "--workers", "1", "--no-progress"]) == 1  # other.png failed
+    cap = capsys.readouterr()
+    assert "poll 1, this poll: added 0, updated 1, skipped 1 existing, failed 1" in cap.out, cap
+    assert "poll 2," not in cap.out
+    assert cap.err.count("IdExistsError") == 1 and "other.png" in cap.err and "edited.png" not in cap.err
+    assert _stored_sha(ix, "edited.png") == hashlib.sha256((folder / "edited.png").read_bytes()).hexdigest()
+    assert _stored_sha(ix, "other.png") == hashlib.sha256(open(elsewhere, "rb").read()).hexdigest()
+    with StreamingIndex.open(ix, readonly=True) as idx:
+        meta = idx.metadata("edited.png")
+        st = (folder / "edited.png").stat()
+        assert (meta["album"], meta["size"], meta["mtime"]) == ("kept", st.st_size, st.st_mtime)
+        np.testing.assert_allclose(idx.vector("edited.png"), idx.query_vector(str(folder / "edited.png")),
+                                   atol=1e-6)
+    # started again, nothing changed since: nothing updated
+    assert main(["ingest", str(ix), str(folder), "--watch", "--max-polls", "1", "--workers", "1",
+                 "--no-progress"]) == 1
+    assert "poll 1, this poll: added 0, updated 0, skipped 2 existing, failed 1" in capsys.readouterr().out
 
 
 def test_a_watch_stopped_mid_poll_says_what_it_left(work, tmp_path, wait_until):
