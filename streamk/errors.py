@@ -12,7 +12,8 @@ interrupt / termination; 141 a closed output pipe.)
 And ``http_status``, the status the HTTP server (``streamk serve``) answers it with:
 400 a bad request, 403 a read-only index, 404 an unknown id, 409 the index's state,
 413 an image over a limit, 422 an image that cannot be described, 500 a damaged index,
-502 a cluster failure, 503 a retrain in progress, 507 a full disk.
+502 a cluster failure, 503 a retrain in progress or a served index replaced under the
+server, 507 a full disk.
 """
 
 
@@ -271,6 +272,16 @@ class ZeroVectorError(StreamkError, ValueError):
 
 class TrainingInProgressError(StreamkError, RuntimeError):
     """Another process is (re)training the index's codec right now."""
+
+    exit_code = 4
+    http_status = 503
+
+
+class IndexReplacedError(StreamkError, RuntimeError):
+    """The index a program keeps open (``streamk serve``) is no longer the one at its path:
+    moved away, deleted, or replaced (a backup moved into its place) while it ran. Nothing
+    more is read from or written to the old files; restart the program to open the index
+    that is there now."""
 
     exit_code = 4
     http_status = 503

@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         BLOCK_ROWS as BLOCK_ROWS, DEFAULT_MAP_SIZE as DEFAULT_MAP_SIZE, FORMAT_VERSION as FORMAT_VERSION,
         MAX_ID_CHARS as MAX_ID_CHARS, MAX_KEY_BYTES as MAX_KEY_BYTES, VECTOR_DTYPES as VECTOR_DTYPES,
         ImageRecord as ImageRecord, Store as Store, id_key as id_key, normal_form as normal_form,
-        normal_id as normal_id, validate_id as validate_id,
+        normal_id as normal_id, replaced_files as replaced_files, validate_id as validate_id,
     )
     from .streaming_index import StreamingIndex as StreamingIndex
     from .base import Index as Index

@@ -75,6 +75,14 @@ class Index(ABC):
     def close(self) -> None:
         """Close the index (every shard); further calls fail."""
 
+    @abstractmethod
+    def opened_files(self) -> dict[str, tuple[int, int]]:
+        """{path: (st_dev, st_ino)} of the files and folders this index opened, as they were
+        then: its folder and LMDB data file; a sharded index's folder, manifest and the files
+        of the shards this process opened. A program that keeps an index open (the server)
+        passes them to :func:`~streamk.index.replaced_files` to notice that the index at its
+        path is another one now (a backup moved into its place), which it would not read."""
+
     def __enter__(self: _I) -> _I:
         return self
 

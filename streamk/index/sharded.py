@@ -56,7 +56,7 @@ from .second_stage import (Candidate, Hit, collection_mean, damaged_ids, expande
                            vectors_on_shard, verified_first, verify_on_shard, warn_damaged)
 from .metadata import check_field, encode_value, values_limit
 from .integrity import corrupt
-from .store import ImageRecord, id_key, lookup_keys, normal_id, validate_id
+from .store import ImageRecord, file_identity, id_key, lookup_keys, normal_id, validate_id
 from .streaming_index import StreamingIndex
 from .retraining import check_trainable, staleness_of
 
@@ -151,6 +151,9 @@ class ShardActor:
 
     def host(self):
         return socket.gethostname()
+
+    def opened_files(self):
+        return self.index.opened_files()
 
     def write_encoded(self, encoded, replace=False):
         with self._lock:
@@ -377,6 +380,11 @@ class ShardedIndex(Index):
         self._client, self._own_client = client, own_client
         self._extractor = None
         self.queries = QueryEncoder(lambda: self._encoder, self.extractor, self.dim, lambda: self.vocabulary)
+        self._opened = {str(self.path): file_identity(self.path),  # what opened_files gives
+                        str(self.path / MANIFEST): file_identity(self.path / MANIFEST)}
+        for o in owners:  # the shards opened in this process (a Dask worker's files lie on its host)
+            if isinstance(o, _Local):
+                self._opened.update(o.call(ShardActor.opened_files))
 
     # ------------------------------------------------------------ create / open
     @classmethod
@@ -447,13 +455,16 @@ class ShardedIndex(Index):
                     owners.append(_Local(shard_path, readonly))
                 else:
                     owners.append(_Remote(client, shard_path, readonly, _worker_on(client, manifest["hosts"][s])))
+            return cls(path, manifest, owners, encoder, client, own, readonly)
         except BaseException:
             for o in owners:
                 o.close()
             if own and client is not None:
                 client.close()
             raise
-        return cls(path, manifest, owners, encoder, client, own, readonly)
+
+    def opened_files(self) -> dict[str, tuple[int, int]]:
+        return dict(self._opened)
 
     @property
     def _owners(self):

@@ -238,6 +238,32 @@ def _is_index_dir(path):
     return (path / "data.mdb").is_file()
 
 
+def file_identity(path):
+    """(st_dev, st_ino) of the file or folder at ``path`` (links followed): the same for as
+    long as that file lives, whatever is written to it; another once it is moved away or
+    deleted and something else put at ``path``."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def replaced_files(opened):
+    """The paths of ``opened`` ({path: (st_dev, st_ino)}, an index's
+    :meth:`~streamk.index.Index.opened_files`) that hold another file now, or nothing: the
+    index there was moved away, deleted or replaced (a backup moved into its place) since
+    it was opened. One ``stat`` per path: never a read of the index, whatever its size."""
+    out = []
+    for path, identity in opened.items():
+        try:
+            now = file_identity(path)
+        except (FileNotFoundError, NotADirectoryError):
+            now = None
+        except OSError:  # unreadable now (a permission, a failing disk): not known to be another file
+            continue
+        if now != tuple(identity):
+            out.append(path)
+    return out
+
+
 def blob_entry(name, key):
     """A blob of sub-database ``name`` (SEALED_SUBDBS) named for a person: the metadata of a
     row, the others by the image id they are keyed by, as text."""
@@ -289,8 +315,7 @@ class _SharedEnvs:
 
     @staticmethod
     def key(path):
-        st = os.stat(Path(path) / "data.mdb")
-        return st.st_dev, st.st_ino
+        return file_identity(Path(path) / "data.mdb")
 
     def acquire(self, path, readonly, make):
         """(env, key): the environment open on ``path`` in this process, or ``make()``'s."""
@@ -392,6 +417,9 @@ class Store:
         self.path = Path(path)
         self._lmdb_env = env
         self._env_key = env_key  # its entry in the environments shared in this process
+        data_file = str(self.path / "data.mdb")  # the files opened: see opened_files
+        self._opened = {str(self.path): file_identity(self.path),
+                        data_file: env_key if env_key is not None else file_identity(data_file)}
         self.readonly = readonly
         self.max_map_size = None if max_map_size is None else int(max_map_size)
         self.block_rows = BLOCK_ROWS  # rows per block of codes (meta ``block_rows``)
@@ -624,6 +652,12 @@ class Store:
         if self._lmdb_env is None:
             raise IndexClosedError(f"{self.path} was closed: open it again (StreamingIndex.open) to use it")
         return self._lmdb_env
+
+    def opened_files(self):
+        """{path: (st_dev, st_ino)} of the index's folder and of the LMDB data file its
+        environment maps, as they were when this store opened them (:func:`replaced_files`
+        tells whether the paths still hold them)."""
+        return dict(self._opened)
 
     def close(self):
         """Close this store (the environment with the last store of this process on it)."""

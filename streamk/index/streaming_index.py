@@ -176,6 +176,9 @@ class StreamingIndex(Index):
     def close(self) -> None:
         self._store.close()
 
+    def opened_files(self) -> dict[str, tuple[int, int]]:
+        return self._store.opened_files()
+
     @property
     def encoder(self) -> Encoder:
         """The index's Encoder (loaded from the store on first use)."""

@@ -21,8 +21,11 @@ MAX_FORM_FIELDS = 20
 
 # ---------------------------------------------------------------- the service, the token
 def service_of(request: Request):
-    """The Service the app serves."""
-    return request.app.state.service
+    """The Service the app serves, to a route that touches the index: 503 index_replaced
+    once the index at its path is another one (:meth:`Service.replaced`), before any work."""
+    service = request.app.state.service
+    service.check_place()
+    return service
 
 
 def _bearer(request):

@@ -24,7 +24,7 @@ log = logging.getLogger("streamk.server")
 
 # the codes of the HTTP errors Starlette raises itself (no route, wrong method, ...)
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 400: "bad_request", 413: "upload_too_large"}
-ALWAYS = (500, 503)  # statuses any operation may answer: a bug; busy or retraining
+ALWAYS = (500, 503)  # statuses any operation may answer: a bug; busy, retraining or the index replaced
 
 
 def status_of(error):
@@ -89,10 +89,14 @@ def invalid(exc, fields=()):
 
 # What a client is told of the errors that are the server's trouble, not the request's: the
 # log keeps the full message (the index's path, the command that repairs it).
+INDEX_REPLACED = ("the index was replaced while the server ran (moved away, or a backup put in its place): this "
+                  "server no longer reads or writes it; restart the server to serve it (its operator has the details "
+                  "in its log)")
 SERVER_SIDE = {
     "DiskFullError": "the server's disk is full: nothing of this write was stored; try again later "
                      "(the server's operator has the details in its log)",
     "IndexCorruptError": "the index is damaged; the server's operator has the details in its log",
+    "IndexReplacedError": "nothing of this request was done: " + INDEX_REPLACED,
 }
 NO_CODEC = ("mode 'pq' needs a trained codec, and this index has none: search with mode 'exact' (or leave mode "
             "out), or ask the server's operator to train one")
@@ -139,7 +143,7 @@ def install_error_handlers(app):
     @app.exception_handler(errors.StreamkError)
     async def streamk_error(request, exc):
         status = status_of(exc)
-        if status >= 500:
+        if status >= 500 and not isinstance(exc, errors.IndexReplacedError):  # that one is logged once, when found
             log.error("%s %s: %s", request.method, request.url.path, errors.describe(exc))
         message = public_message(exc, status, request.app.state.service.path)
         return error_response(status, error_code(type(exc).__name__), message)
@@ -175,5 +179,6 @@ def install_error_handlers(app):
         return error_response(500, "internal", "internal server error (the server log has the details)")
 
 
-__all__ = ["ALWAYS", "ApiError", "UploadTooLargeError", "allowed_methods", "bad_request", "error_code",
-           "error_response", "error_responses", "install_error_handlers", "invalid", "public_message", "status_of"]
+__all__ = ["ALWAYS", "ApiError", "INDEX_REPLACED", "UploadTooLargeError", "allowed_methods", "bad_request",
+           "error_code", "error_response", "error_responses", "install_error_handlers", "invalid", "public_message",
+           "status_of"]

@@ -354,10 +354,13 @@ class StatsAnswer(Answer):
 
 
 class HealthAnswer(Answer):
-    status: Literal["ok"]
+    status: Literal["ok", "index_replaced"] = Field(description="ok: serving (200); index_replaced: the index at "
+                                                    "the server's path was replaced while it ran, every request that "
+                                                    "touches it is refused until the server is restarted (503)")
     reads_need_token: bool
     writable: bool
     filters: bool
+    message: str | None = Field(None, description="when the status is not ok: what happened and what to do")
 
 
 __all__ = ["AddForm", "AddJson", "DuplicatesAnswer", "ErrorAnswer", "HealthAnswer", "ImageAnswer", "LIMITS",

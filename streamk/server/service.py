@@ -9,6 +9,13 @@ Each search refreshes the index's view from its change log first, so images adde
 removed by another process (``streamk ingest``, a notebook) are seen at the next request.
 A write is one LMDB transaction committed before the answer is sent: a server stopped
 or killed at any moment loses nothing it reported written.
+
+The index at the server's path may be replaced while it runs (a backup moved into its
+place): LMDB keeps mapping the old files, which a write would then go to (a deleted file,
+lost at the restart). So the server compares the files it opened with what the path holds
+(:meth:`Service.replaced`: a few ``stat`` calls, at most once a second, before every write)
+and, once they differ, refuses every request that touches the index (503
+``index_replaced``) until it is restarted; it never opens the new index in place.
 """
 
 import asyncio
@@ -16,19 +23,22 @@ import logging
 import os
 import stat
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 import numpy as np
 
 from .. import errors
-from ..index import ImageRecord, checked_vector, encoded_image_file, encoded_vector, open_index, vector_only_note
+from ..index import (ImageRecord, checked_vector, encoded_image_file, encoded_vector, open_index, replaced_files,
+                     vector_only_note)
 from .pool import EncodingPool
 from .tasks import describe_upload, thumbnail_task
 
 log = logging.getLogger("streamk.server")
 
 MAX_THUMBNAIL_SOURCE = 64 << 20  # a collection file larger than this gets no thumbnail
+PLACE_CHECK_INTERVAL = 1.0  # s: how often reads look whether the index at the path was replaced (writes: each time)
 
 
 class WorkerError(Exception):
@@ -81,6 +91,10 @@ class Service:
         self.dim = None
         self.has_local_features = False
         self._lock = threading.Lock()
+        self._opened = {}  # {path: (st_dev, st_ino)} of the index's files as opened (Index.opened_files)
+        self._place_lock = threading.Lock()
+        self._place_checked = 0.0  # time.monotonic() of the last look
+        self._replaced = None  # the message, once the index at the path is another one (for good)
 
     # ------------------------------------------------------------ life
     def open(self):
@@ -91,6 +105,8 @@ class Service:
 
     def _open(self):
         self.index = open_index(self.path, readonly=not self.writable, dask=self.dask)
+        self._opened = self.index.opened_files()
+        self._place_checked = time.monotonic()
         vocabulary = self.index.vocabulary
         self.has_local_features = vocabulary is not None
         self.dim = int(self.index.encoder.dim)
@@ -126,6 +142,32 @@ class Service:
                 self._thread.submit(self.index.close).result()
         finally:
             self._thread.shutdown(wait=True)
+
+    # ------------------------------------------------------------ the index at its path
+    def replaced(self, force=False):
+        """The message of the IndexReplacedError once the index at ``path`` is no longer the
+        one this server opened (moved away, deleted, a backup moved into its place:
+        :func:`streamk.index.replaced_files`), else None. Looked at most once per
+        PLACE_CHECK_INTERVAL, or now with ``force``; once found, for good (logged once).
+        Any thread."""
+        with self._place_lock:
+            now = time.monotonic()
+            if self._replaced is None and self._opened and (force or now - self._place_checked >= PLACE_CHECK_INTERVAL):
+                self._place_checked = now
+                changed = replaced_files(self._opened)
+                if changed:
+                    self._replaced = (f"the index at {self.path} was replaced while the server ran ({changed[0]} "
+                                      f"is another file now, or gone): restart the server to serve it; until then "
+                                      f"every request that reads or writes the index is refused (503 index_replaced), "
+                                      f"and nothing is written to the old files")
+                    log.error("%s", self._replaced)
+            return self._replaced
+
+    def check_place(self, force=False):
+        """IndexReplacedError once the index at ``path`` was replaced (:meth:`replaced`)."""
+        message = self.replaced(force)
+        if message is not None:
+            raise errors.IndexReplacedError(message)
 
     def run_sync(self, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` in the index thread, waited for (outside the event loop)."""
@@ -239,16 +281,19 @@ class Service:
         return encoded_vector(image_id, vector, self.dim, metadata=metadata)
 
     def set_metadata(self, image_id, metadata, merge=False):
+        self.check_place(force=True)  # in the index thread, just before the write: never into old files
         return self.index.set_metadata(image_id, metadata, merge=merge)
 
     def write(self, enc, replace=False):
         """Write one image (one transaction): "added" / "exists", or its named error."""
+        self.check_place(force=True)
         out = self.index.write_encoded([enc], replace=replace)[0]
         if isinstance(out, Exception):
             raise out
         return out
 
     def remove(self, image_id):
+        self.check_place(force=True)
         return self.index.remove([image_id])
 
     def require(self, image_id):

@@ -36,6 +36,7 @@ def test_no_token_option_on_the_command_line():
     ("ImageTooLargeError", "image_too_large", 413), ("FilterError", "filter", 400),
     ("EmptyDescriptorSetError", "empty_descriptor_set", 422), ("DiskFullError", "disk_full", 507),
     ("IndexCorruptError", "index_corrupt", 500), ("ZeroVectorError", "zero_vector", 400),
+    ("IndexReplacedError", "index_replaced", 503),
 ])
 def test_error_codes_and_statuses(name, code, status):
     assert hasattr(errors, name)

@@ -75,6 +75,7 @@ async def take_backup(request: Request, service=Depends(service_of)):
     folder = getattr(request.app.state, "backup_dir", None)
     if folder is None:
         raise ApiError(404, "backups_off", "this server takes no backups: it was started without a backup folder")
+    service.check_place(force=True)  # the copy is made from the path: never of an index put there since the start
     lock = _lock_of(request.app)
     if not lock.acquire(blocking=False):
         raise ApiError(409, "backup_running", "a backup is being taken: ask again once it has finished")

@@ -305,6 +305,10 @@ async function init() {
     setStatus("the server does not answer", true);
     return;
   }
+  if (state.health.status !== "ok") {  // index_replaced: it serves nothing until restarted
+    setStatus(state.health.status + ": " + (state.health.message || ""), true);
+    return;
+  }
   if (state.health.reads_need_token && !state.token) {
     setStatus("this server needs its token to search");
     askToken();
