@@ -695,7 +695,10 @@ def test_index_info_shows_the_encoder_extractor_local_features_and_disk_size(wor
     info = json.loads(capsys.readouterr().out)
     assert info["schema_version"] == 1 and info["images"] == 6
     assert info["encoder"] == {"embedding": "vlad", "k": 4, "aggregation": "gmp", "dimension": enc.dim,
-                               "power": enc.config.power, "rn": False}
+                               "power": enc.config.power, "rn": False, "dim": None, "embedding_dimension": enc.dim,
+                               "gamma": None, "n_iter": None, "lam": enc.config.lam}
+    assert lines["aggregation"] == "gmp, lambda 1 (its ridge regulariser)"
+    assert lines["normalisation"] == "power-law 0.5, L2 (no RN)"
     assert info["local_features"] is False and info["vocabulary"] is None
     # the disk size is what du counts (allocated blocks of every file under the folder)
     du = subprocess.run(["du", "-s", "-B1", str(work / "ix")], capture_output=True, text=True, timeout=60, check=True)
@@ -705,6 +708,46 @@ def test_index_info_shows_the_encoder_extractor_local_features_and_disk_size(wor
     assert re.fullmatch(r"[\d,]+(\.\d)? (B|KiB|MiB)", lines["reader memory"]), lines["reader memory"]
     # the vectors' type, as `index create` said it
     assert info["vector_dtype"] == "float32" and lines["vectors"] == f"float32, {enc.dim:,} values an image"
+
+
+@pytest.mark.parametrize("options, said, encoder", [
+    (["--rn", "on", "--dim", "64", "--power", "0.3", "--lam", "2"],
+     {"aggregation": "gmp, lambda 2 (its ridge regulariser)",
+      "normalisation": "L2, RN (keeps D'=64 of 512 components), power-law 0.3, L2"},
+     {"aggregation": "gmp", "dimension": 64, "power": 0.3, "rn": True, "dim": 64, "embedding_dimension": 512,
+      "gamma": None, "n_iter": None, "lam": 2.0}),
+    (["--shards", "2", "--aggregation", "democratic", "--gamma", "0.7", "--power", "0.8"],
+     {"aggregation": "democratic, gamma 0.7 (its damping exponent), 10 iterations",
+      "normalisation": "power-law 0.8, L2 (no RN)"},
+     {"aggregation": "democratic", "dimension": 512, "power": 0.8, "rn": False, "dim": None,
+      "embedding_dimension": 512, "gamma": 0.7, "n_iter": 10, "lam": None}),
+    (["--shards", "2", "--rn", "on", "--aggregation", "sum"],
+     {"aggregation": "sum (no parameter)", "normalisation": "L2, RN (keeps all 512 components), power-law 0.5, L2"},
+     {"aggregation": "sum", "dimension": 512, "power": 0.5, "rn": True, "dim": None, "embedding_dimension": 512,
+      "gamma": None, "n_iter": None, "lam": None}),
+], ids=["single-rn-gmp", "sharded-democratic", "sharded-rn-sum"])
+def test_index_info_shows_the_encoders_research_knobs(work, tmp_path, capsys, options, said, encoder):
+    """``index create --train`` takes --rn / --dim / --power / --gamma / --lam; ``index info`` showed
+    the power-law only (D' as a bare "dimension", no gamma, no lambda). Now its lines say D' of D,
+    the power-law and the aggregation's parameter, and --json has them; a single and a sharded index."""
+    ix = tmp_path / "ix"
+    assert main(["index", "create", str(ix), "--train", str(work / "imgs"), "--extractor", "sift", "--vocab-size", "4",
+                 "--embedding", "vlad", "--workers", "1", "--no-local-features", "--no-cache", *options]) == 0
+    capsys.readouterr()
+    assert main(["index", "info", str(ix)]) == 0
+    text = capsys.readouterr().out
+    names = [line.split(": ", 1)[0].strip() for line in text.splitlines()]
+    lines = dict(line.strip().split(": ", 1) for line in text.splitlines())
+    for name, value in said.items():
+        assert lines[name] == value, text
+    # the lines there were, in their order; the two new ones after the encoder's
+    first = ["images", "shards", "encoder"] if "--shards" in options else ["images", "encoder"]
+    assert [n for n in names if n not in said][:len(first)] == first
+    assert names[names.index("encoder") + 1:names.index("encoder") + 3] == ["aggregation", "normalisation"]
+    assert lines["encoder"].startswith(f"vlad k=4, {encoder['aggregation']}, dimension {encoder['dimension']}")
+    assert main(["index", "info", str(ix), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["encoder"] == {"embedding": "vlad", "k": 4, **encoder}
 
 
 def test_byte_size_is_said_in_binary_units():

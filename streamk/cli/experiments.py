@@ -61,7 +61,8 @@ def _add_demo_command(sub):
     demo = sub.add_parser("demo", help="index real photographs, search views of them under real-world "
                                        "changes with sum / democratic / GMP; print mAP, write an HTML page")
     demo.add_argument("--images", default=None, metavar="DIR",
-                      help="your own folder of images (default: scikit-image's bundled photographs)")
+                      help="your own folder of images (default: scikit-image's bundled photographs); a query's "
+                           "positive is its source image, its copies in the folder are not counted")
     demo.add_argument("--out", default="streamk-demo", metavar="DIR",
                       help="output folder: query images, indexes, index.html (default: ./streamk-demo)")
     demo.add_argument("--max-queries", type=positive_int, default=20,

@@ -122,7 +122,12 @@ def describe_index(idx):
     info = idx.stats()
     config, vocabulary = idx.encoder.config, idx.vocabulary
     info["encoder"] = {"embedding": config.embedding, "k": config.k, "aggregation": config.aggregation,
-                       "dimension": idx.encoder.dim, "power": config.power, "rn": config.rn}
+                       "dimension": idx.encoder.dim, "power": config.power, "rn": config.rn,
+                       # the research knobs index create --train takes: D' and D, gamma / lambda of its aggregation
+                       "dim": config.dim, "embedding_dimension": idx.encoder.embedding.dim,
+                       "gamma": config.gamma if config.aggregation == "democratic" else None,
+                       "n_iter": config.n_iter if config.aggregation == "democratic" else None,
+                       "lam": config.lam if config.aggregation == "gmp" else None}
     ex = idx.extractor()
     params = ex.params()
     info["extractor"] = {"name": params["extractor"], **params["options"], "exif_orientation": ex.orients}
@@ -156,6 +161,8 @@ def info_lines(info):
         lines.append(("shards", f"{info['shards']:,}"))
     lines += [("encoder", (f"{enc['embedding']} k={enc['k']}, {enc['aggregation']}, dimension {enc['dimension']:,}"
                            f" (power-law {enc['power']:g}{rn})")),
+              ("aggregation", _aggregation_words(enc)),
+              ("normalisation", _normalisation_words(enc)),
               ("extractor", (f"{ex['name']}, long side {ex.get('max_side') or 'full'} px, "
                              f"at most {ex.get('max_features') or 'all'} features an image, "
                              + ("photos turned upright by their EXIF orientation" if ex.get("exif_orientation")
@@ -170,6 +177,25 @@ def info_lines(info):
         lines.append(("added_since_training", "?" if added is None else f"{added:,} images"))
     lines += [("reader memory", byte_size(info["reader_memory"])), ("disk size", byte_size(info["disk_bytes"]))]
     return [f"{name:>14}: {value}" for name, value in lines]
+
+
+def _aggregation_words(enc):
+    """The aggregation with its parameter (``index create --gamma`` / ``--lam``), in words."""
+    if enc.get("gamma") is not None:
+        return f"democratic, gamma {enc['gamma']:g} (its damping exponent), {enc['n_iter']} iterations"
+    if enc.get("lam") is not None:
+        return f"gmp, lambda {enc['lam']:g} (its ridge regulariser)"
+    return f"{enc['aggregation']} (no parameter)" if enc["aggregation"] == "sum" else enc["aggregation"]
+
+
+def _normalisation_words(enc):
+    """What is done to the aggregated vector (``index create --power``, ``--rn``, ``--dim``), in order."""
+    power = f"power-law {enc['power']:g}"
+    if not enc["rn"]:
+        return f"{power}, L2 (no RN)"
+    kept = (f"keeps D'={enc['dim']:,} of {enc['embedding_dimension']:,} components" if enc.get("dim") is not None
+            else f"keeps all {enc['dimension']:,} components")
+    return f"L2, RN ({kept}), {power}, L2"
 
 
 def _index_upgrade(args):

@@ -14,7 +14,9 @@
    crop, rotation, scale, perspective, JPEG, lighting), written as JPEG files.
    The same for every bursty scene. Positives of a query: the database images of
    its scene (``--images``: its source image only); junk (not counted): the
-   images that share only its object (a scene and the photo of its object).
+   images that share only its object (a scene and the photo of its object);
+   ``--images``: the folder's copies of its source image
+   (:mod:`streamk.demo.folder_copies`).
 3. **Features** of the database images, extracted once on all cores through
    the on-disk feature cache.
 4. **Encoder**: T-emb learned on the database images' own descriptors --
@@ -49,6 +51,7 @@ import numpy as np
 from .. import features as feat
 from . import scenes as sc
 from . import transforms as tf
+from .folder_copies import folder_copies
 from .page import write_page
 from ..encoding import Encoder, postprocess
 from ..errors import ConfigError, DatasetImageError, ImageReadError, StreamkError, TooFewImagesError
@@ -115,6 +118,7 @@ class DemoResult:
     methods: list  # MethodResult
     skipped: list  # (path, reason)
     timings: dict = field(default_factory=dict)  # stage -> seconds
+    copies: list = field(default_factory=list)  # --images: (id, id, reason) of the copy pairs set aside as junk
 
 
 # ---------------------------------------------------------------- photos
@@ -285,17 +289,18 @@ def scene_queries(originals, out, transforms, seed, report, first=0):
     return queries
 
 
-def ground_truth(database, related):
+def ground_truth(database, related, copies=()):
     """({scene: positives}, {scene: junk}) as row arrays: a scene's positives are its own images;
-    its junk the images that share only its object (``related``: bursty scene -> photo scene)."""
+    its junk the images that share only its object (``related``: bursty scene -> photo scene)
+    and, for the user's folder, the copies of its image (``copies``: (scene, scene) pairs)."""
     rows = {}
     for row, im in enumerate(database):
         rows.setdefault(im.scene, []).append(row)
     junk = {s: [] for s in rows}
-    for scene, photo in related.items():
-        if scene in rows and photo in rows:
-            junk[scene] += rows[photo]
-            junk[photo] += rows[scene]
+    for scene, other in list(related.items()) + list(copies):
+        if scene in rows and other in rows:
+            junk[scene] += rows[other]
+            junk[other] += rows[scene]
     return ({s: np.array(r, np.int64) for s, r in rows.items()},
             {s: np.array(sorted(r), np.int64) for s, r in junk.items()})
 
@@ -487,19 +492,22 @@ def run_demo(out_dir="streamk-demo", images=None, max_queries=20, transforms=tup
         queries += scene_queries([im for im in scene_originals if im.id in kept], out_path, transforms, seed, skip,
                                  first=len(queries) // len(transforms))
         timings["query views"] = time.perf_counter() - t0
-        positives, junk = ground_truth(database, related)
         _print_collection(out, database, queries, transforms, source, images, n_variants, extractor, n_desc, out_path)
-        searched = _encode_index_search(out_path, database, fs, shas, extractor, queries, int(k),
-                                        (cache, workers, progress), skip, timings, out)
+        searched, copies = _encode_index_search(out_path, database, fs, shas, extractor, queries, int(k),
+                                                (cache, workers, progress), skip, timings, out, images is not None)
+        positives, junk = ground_truth(database, related, [(database[a].scene, database[b].scene)
+                                                           for a, b, _ in copies])
         methods = [_evaluate(m, rankings, sec, queries, positives, junk, transforms, show)
                    for m, (rankings, sec) in searched.items()]
         result = DemoResult(out_path, out_path / "index.html", len(database), len(queries), transforms,
-                            methods, skipped, timings)
+                            methods, skipped, timings, _copy_ids(database, copies))
 
         t0 = time.perf_counter()
         info = [(f"Database: {len(database)} images from {_page_source(images, photos, scene_originals)}. "
                  f"Queries: {len(queries)} views ({', '.join(transforms)}). Encoder: T-emb k={k}, learned on the "
                  f"database images (unsupervised). One streaming index per aggregation method, exact search.")]
+        if images is not None:
+            info.append(_copies_said(result.copies))
         write_page(out_path, result, database, queries, positives, junk, info, show)
         timings["page"] = time.perf_counter() - t0
         timings["total"] = time.perf_counter() - t_start
@@ -586,10 +594,12 @@ def _page_source(images, photos, scene_originals):
     return f"scikit-image's {len(photos)} bundled photographs{scenes}"
 
 
-def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, extraction, skip, timings, out):
+def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, extraction, skip, timings, out,
+                         find_copies=False):
     """Learn the T-emb encoder on the database's descriptors, build one index per method
-    and search every query in each: {method: (rankings, seconds per query)}.
-    extraction: (cache_dir, workers, progress) for the queries' features."""
+    and search every query in each: ({method: (rankings, seconds per query)}, copy pairs).
+    extraction: (cache_dir, workers, progress) for the queries' features; find_copies: the
+    copy pairs among the database images ([(row, row, PairClass)], :mod:`.folder_copies`)."""
     cache, workers, progress = extraction
     t0 = time.perf_counter()
     base = Encoder(embedding="temb", k=k, aggregation="sum").fit([f.descriptors for f in fs], verbose=progress)
@@ -601,11 +611,21 @@ def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, ex
     t0 = time.perf_counter()
     encoders = {m: base if m == "sum" else base.derive(aggregation=m) for m in METHODS}
     vectors = encode_database(encoders, fs, progress)
+    timings["encoding"] = time.perf_counter() - t0
+    copies = []
+    if find_copies:  # proposed by the GMP vectors, the vector rule's (DEFAULT_DUPLICATE_THRESHOLD's)
+        t0 = time.perf_counter()
+        copies, checked = folder_copies([im.path for im in database], fs, shas,
+                                        np.stack([v for v, _ in vectors["gmp"]]), extractor.orients)
+        timings["copies"] = time.perf_counter() - t0
+        out(f"copies: {_copies_said(_copy_ids(database, copies))} "
+            f"({checked} pair(s) checked: those whose vectors are alike)")
+    t0 = time.perf_counter()
     indexes = {}
     try:
         for m, enc in encoders.items():
             indexes[m] = build_index(out_path / f"index-{m}", enc, extractor, database, fs, shas, vectors[m])
-        timings["indexing"] = time.perf_counter() - t0
+        timings["indexing"] = timings.pop("encoding") + time.perf_counter() - t0
         t0 = time.perf_counter()
         feats = query_features(queries, extractor, cache, workers, progress, skip)
         timings["query features"] = time.perf_counter() - t0
@@ -616,7 +636,22 @@ def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, ex
     finally:
         for idx in indexes.values():
             idx.close()
-    return searched
+    return searched, copies
+
+
+def _copy_ids(database, copies):
+    """[(id, id, reason)] of copy pairs given as (row, row, PairClass)."""
+    return [(database[a].id, database[b].id, c.reason) for a, b, c in copies]
+
+
+def _copies_said(copies, show=5):
+    """The copy pairs of the user's folder set aside, in words: how many, the first ``show``."""
+    if not copies:
+        return ("no two images of the folder are copies of each other (files with the same bytes are skipped "
+                "and listed as such)")
+    named = "; ".join(f"{a} ~ {b}" for a, b, _ in copies[:show]) + ("; ..." if len(copies) > show else "")
+    return (f"{len(copies)} pair(s) of images of the folder are copies of each other (the same photo, exported "
+            f"again, resized, re-encoded or cropped), each junk for the other's queries, not counted: {named}")
 
 
 def _print_table(result, out):

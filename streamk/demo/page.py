@@ -168,7 +168,8 @@ def write_page(out, result, database, queries, positives, junk, info_lines, show
     parts.append('<section id="reading"><h2>How to read a query</h2>'
                  f"<p>Each query (blue border) with its top {show} results per method: rank, score (cosine), "
                  "id. Border of a result: green, same scene; red, another scene; grey, junk (shares only the "
-                 "object: a bursty scene and the photo its object was cut from), not counted. A method's name "
+                 "object: a bursty scene and the photo its object was cut from; or, in your folder, a copy of the "
+                 "query's source image), not counted. A method's name "
                  "in red: it missed the query.</p></section>")
     parts.append('<input type="checkbox" id="failures-only">'
                  '<label class="toggle" for="failures-only"> show only the queries a method misses</label>')

@@ -222,6 +222,81 @@ def test_cli_demo_on_a_folder_with_a_corrupt_file(tmp_path, capsys):
     assert str(tmp_path) not in html  # the folder is named, not its path
 
 
+def test_demo_images_a_copy_in_the_folder_is_not_counted(tmp_path):
+    """A user's folder holding a photo twice (camera.png and a resized JPEG export of it): a
+    query made from one found the other first, a false positive that lowered the printed mAP
+    (AP 25 for such a query: the official AP of one positive at rank 2). The two are now
+    classed copies, each junk for the other's queries; the other photos stay negatives."""
+    pytest.importorskip("pyhesaff")
+    skimage = pytest.importorskip("skimage")
+    from streamk.demo.main_job import run_demo
+
+    data = Path(skimage.__file__).parent / "data"
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("camera.png", "coins.png", "chelsea.png", "coffee.png"):
+        shutil.copy(data / name, photos / name)
+    with Image.open(data / "camera.png") as im:  # an export: 70 %, JPEG
+        im.resize((im.width * 7 // 10, im.height * 7 // 10), Image.LANCZOS).save(photos / "camera-export.jpg",
+                                                                                  quality=90)
+    lines, transforms = [], ("crop", "light", "persp")
+    result = run_demo(out_dir=tmp_path / "out", images=photos, max_queries=10, transforms=transforms,
+                      cache_dir=tmp_path / "cache", out=lines.append, **TINY)
+    ids = sorted(p.name for p in photos.iterdir())  # the database's order (rows), as scan gives them
+    assert result.n_database == len(ids) == 5
+    stems = [i.rsplit(".", 1)[0] for i in ids]
+    pair = {ids.index("camera.png"), ids.index("camera-export.jpg")}
+    sources = _query_sources(tmp_path / "out", transforms)
+    assert len(sources) == result.n_queries == 15
+    copy_first = 0
+    for m in result.methods:
+        for q, ap, ranking in zip(sources, m.aps, m.rankings):
+            source = stems.index(q)
+            rows = [row for row, _ in ranking]  # every image (5 <= show)
+            assert sorted(rows) == list(range(5))
+            if source in pair:  # the other copy is junk: left out of the ranking
+                copy_first += rows.index(source) > rows.index((pair - {source}).pop())
+                rows = [r for r in rows if r != (pair - {source}).pop()]
+            # the official AP of one positive at 0-based rank r, by hand: 1 at r = 0, else the trapezoid
+            # between precision 0 / r and 1 / (r + 1), (1 / (r + 1)) / 2
+            r = rows.index(source)
+            assert ap == pytest.approx(100.0 if r == 0 else 50 / (r + 1)), (m.method, q)
+    assert copy_first  # the copy came first for some query: counted, it cost that query half its AP
+    assert [sorted(pair[:2]) for pair in result.copies] == [["camera-export.jpg", "camera.png"]]
+    said = next(line for line in lines if line.startswith("copies: "))
+    assert said.startswith("copies: 1 pair(s) of images of the folder are copies of each other")
+    assert "camera-export.jpg ~ camera.png" in said
+    _, text = _check_page(result.html)
+    assert "copies of each other" in text
+
+
+@pytest.mark.parametrize("n, neighbours", [(7, 3), (7, 10), (1, 10), (2100, 4)])
+def test_copy_candidates_are_each_images_nearest_above_the_threshold(n, neighbours):
+    """The pairs the copy check looks at: for each row, its ``neighbours`` best-scoring later rows
+    at or above the threshold; against a plain loop over every pair (2,100 rows: three blocks)."""
+    from streamk.demo.folder_copies import candidate_pairs
+
+    rng = np.random.default_rng(n)
+    V = rng.standard_normal((n, 8)).astype(np.float32)
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    a, b = candidate_pairs(V, 0.3, neighbours)
+    S = V @ V.T
+    expected = []
+    for i in range(n):
+        later = (i + 1 + np.argsort(-S[i, i + 1:]))[:neighbours]
+        expected += sorted((i, int(j)) for j in later if S[i, j] >= 0.3)
+    assert list(zip(a.tolist(), b.tolist())) == expected
+    assert n < 3 or len(expected)  # some pairs there to find
+
+
+def _query_sources(out, transforms):
+    """The source id of each query, in the demo's order: by image, then change (the query files are
+    named NNNN-stem.change.jpg; the stems here are the ids without their extension)."""
+    names = [p.name.rsplit(".", 2)[:2] for p in (out / "queries").iterdir()]
+    names.sort(key=lambda n: (n[0].split("-", 1)[0], transforms.index(n[1])))
+    return [n[0].split("-", 1)[1] for n in names]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["demo", "--images", "/no/such/folder"], "not a folder"),
     (["demo", "--transforms", "crop,blur"], "unknown transform"),
