@@ -52,13 +52,15 @@ def candidate_pairs(vectors, threshold, neighbours=DEFAULT_NEIGHBOURS):
     return a[order].astype(np.int64), b[order].astype(np.int64)
 
 
-def folder_copies(paths, fs, shas, vectors, orient, threshold=None, neighbours=DEFAULT_NEIGHBOURS, seed=0):
+def folder_copies(paths, fs, shas, vectors, orient, threshold=None, neighbours=DEFAULT_NEIGHBOURS, seed=0,
+                  extraction_side=None):
     """([(row a, row b, PairClass)] of the pairs classed exact or copy, number of pairs checked).
 
     paths: the images' files; fs: their Features (keypoints, descriptors, image size);
     shas: their sha256; vectors: (n, D) their unit vectors; orient: whether the extractor
     turned them upright by their EXIF orientation (the pixels are compared as the features
-    saw them); threshold: None for the vector rule's DEFAULT_DUPLICATE_THRESHOLD."""
+    saw them); threshold: None for the vector rule's DEFAULT_DUPLICATE_THRESHOLD; extraction_side:
+    the extractor's ``max_side`` (None: the default's), the unit of the copy check's tolerance."""
     from ..index import DEFAULT_DUPLICATE_THRESHOLD
     from ..verification import Vocabulary, classify_pair, stored_record, unpack, verify_geometry
 
@@ -83,7 +85,7 @@ def folder_copies(paths, fs, shas, vectors, orient, threshold=None, neighbours=D
             if not v.verified:
                 continue
             c = classify_pair(unpack(records[first]), unpack(records[other]), v.pairs, True, pixels.of(first),
-                              pixels.of(other), shas[first], shas[other])
+                              pixels.of(other), shas[first], shas[other], extraction_side=extraction_side)
             if c.kind in ("exact", "copy"):
                 found.append((first, other, c))
     return found, len(a)

@@ -616,7 +616,8 @@ def _encode_index_search(out_path, database, fs, shas, extractor, queries, k, ex
     if find_copies:  # proposed by the GMP vectors, the vector rule's (DEFAULT_DUPLICATE_THRESHOLD's)
         t0 = time.perf_counter()
         copies, checked = folder_copies([im.path for im in database], fs, shas,
-                                        np.stack([v for v, _ in vectors["gmp"]]), extractor.orients)
+                                        np.stack([v for v, _ in vectors["gmp"]]), extractor.orients,
+                                        extraction_side=extractor.max_side)
         timings["copies"] = time.perf_counter() - t0
         out(f"copies: {_copies_said(_copy_ids(database, copies))} "
             f"({checked} pair(s) checked: those whose vectors are alike)")

@@ -324,7 +324,9 @@ class _Pixels:
 
     def __init__(self, index, source_filter=None):
         self.index = index
-        self.orient = index.extractor().orients  # pixels in the frame the features see (EXIF turn)
+        extractor = index.extractor()
+        self.orient = extractor.orients  # pixels in the frame the features see (EXIF turn)
+        self.extraction_side = extractor.max_side  # the unit of the copy check's precise inliers
         self.cache = {}  # image id -> [its record, its grey pixels or _UNREAD]
         self.source_filter = source_filter  # path -> the path to read, or None (the server's collection rule)
 
@@ -426,7 +428,8 @@ def _classify_candidates(pixels, image_id, qrec, cand_ids, cand_recs, scores, pa
             continue
         gray_a, sha_a = (qgray, qsha) if qgray is not None or qsha is not None else pixels.get(image_id)
         gray_b, sha_b = pixels.get(cand_ids[i])
-        c = classify_pair(rec_a, unpack(cand_recs[i]), v.pairs, True, gray_a, gray_b, sha_a, sha_b, params)
+        c = classify_pair(rec_a, unpack(cand_recs[i]), v.pairs, True, gray_a, gray_b, sha_a, sha_b, params,
+                          extraction_side=pixels.extraction_side)
         out.append(DuplicatePair(image_id, cand_ids[i], c.kind, float(scores[i]), c.inliers, c.covered,
                                  c.agreement, turns, c.reason))
     return out

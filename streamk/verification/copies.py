@@ -545,22 +545,25 @@ def new_detail(gray_fine, size_fine, gray_coarse, size_coarse, similarity, cells
 
 
 # ------------------------------------------------------------------ the decision
-def _extraction_unit(size):
-    """Original pixels per pixel the extractor saw (it reduces the longer side to DEFAULT_MAX_SIDE)."""
+def _extraction_unit(size, extraction_side):
+    """Original pixels per pixel the extractor saw: it reduces the longer side to
+    ``extraction_side`` (None: the default extractor's DEFAULT_MAX_SIDE; an index passes its own)."""
     from ..features import DEFAULT_MAX_SIDE
 
-    return max(size) / min(max(size), DEFAULT_MAX_SIDE)
+    side = DEFAULT_MAX_SIDE if extraction_side is None else extraction_side
+    return max(size) / min(max(size), side)
 
 
-def precise_inliers(P1, P2, S, size_1, size_2, max_error=MAX_ERROR_PX):
+def precise_inliers(P1, P2, S, size_1, size_2, max_error=MAX_ERROR_PX, extraction_side=None):
     """Mask of the correspondences the similarity S (1 -> 2) carries within ``max_error``
     pixels of the coarser image as its extractor saw it (module doc): min(forward error in
     2's extraction pixels, backward error in 1's) <= max_error (for a similarity the two
-    differ by its scale, so the smaller is the coarser image's)."""
+    differ by its scale, so the smaller is the coarser image's). extraction_side: the longer
+    side the extractor reduced images to (its ``max_side``; None: the default extractor's)."""
     P1 = np.asarray(P1, np.float64).reshape(-1, 2)
     P2 = np.asarray(P2, np.float64).reshape(-1, 2)
-    fwd = np.hypot(*(_transfer(S, P1) - P2).T) / _extraction_unit(size_2)
-    back = np.hypot(*(_transfer(_inverse(S), P2) - P1).T) / _extraction_unit(size_1)
+    fwd = np.hypot(*(_transfer(S, P1) - P2).T) / _extraction_unit(size_2, extraction_side)
+    back = np.hypot(*(_transfer(_inverse(S), P2) - P1).T) / _extraction_unit(size_1, extraction_side)
     return np.minimum(fwd, back) <= max_error
 
 
@@ -578,7 +581,7 @@ def detail_ratio(S, size_a, size_b):
 
 
 def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a=None, sha_b=None,
-                  params=None):
+                  params=None, extraction_side=None):
     """The class of a pair (module doc): :class:`PairClass`.
 
     rec_a, rec_b: the two images' GeometryRecords (features and sizes, in the frames the
@@ -586,7 +589,9 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
     (``verify_geometry(..., return_pairs=True)``); verified: its decision; gray_a, gray_b:
     grey pixels of the two images at any size (None: no pixel check, so no copy), or
     zero-argument callables giving them, called only when the geometry leaves the pixels to
-    decide; sha_a, sha_b: their sha256 (equal: exact)."""
+    decide; sha_a, sha_b: their sha256 (equal: exact); extraction_side: the longer side the
+    features were extracted at (the extractor's ``max_side``; None: the default extractor's),
+    the unit of the precise inliers' tolerance."""
     params = CopyParams.of(params)
     nan = np.full((2, 3), np.nan)
     if sha_a and sha_b and sha_a == sha_b:
@@ -598,7 +603,8 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
     tol_b = params.tolerance * max(rec_b.image_size)
     S, inl = similarity_inliers(pairs[:, :2], pairs[:, 2:], tol_a, tol_b)
     if inl.sum() >= 3 and np.isfinite(S).all():
-        inl = precise_inliers(pairs[:, :2], pairs[:, 2:], S, rec_a.image_size, rec_b.image_size)
+        inl = precise_inliers(pairs[:, :2], pairs[:, 2:], S, rec_a.image_size, rec_b.image_size,
+                              extraction_side=extraction_side)
         S = fit_similarity(pairs[inl, :2], pairs[inl, 2:]) if inl.sum() >= 3 else S
     n = int(inl.sum())
     if n < 3 or not np.isfinite(S).all():

@@ -77,6 +77,18 @@ def test_precise_inliers_are_counted_in_the_coarser_images_pixels():
     np.testing.assert_array_equal(precise_inliers(P1, P2, S, (1000, 600), (500, 300)), [True, False])
 
 
+def test_precise_inliers_are_counted_in_the_pixels_the_extractor_saw():
+    # the same two errors on images twice as large, whose features an extractor saw at 500 px a side:
+    # 2.8 and 3.2 px of image 2's are 1.4 and 1.6 of its extraction pixels; at the default side (1,024
+    # px: image 2 seen whole) both are over the tolerance
+    P1 = np.array([[200.0, 200.0], [1000.0, 600.0]])
+    S = np.array([[0.5, 0, 0], [0, 0.5, 0]])
+    P2 = P1 * 0.5 + [[2.8, 0], [3.2, 0]]
+    np.testing.assert_array_equal(precise_inliers(P1, P2, S, (2000, 1200), (1000, 600), extraction_side=500),
+                                  [True, False])
+    np.testing.assert_array_equal(precise_inliers(P1, P2, S, (2000, 1200), (1000, 600)), [False, False])
+
+
 def _texture(seed, h=96, w=128):
     from scipy import ndimage
 
