@@ -720,7 +720,8 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ks", default=None, help="vocabulary sizes (default 8,16,32,64,128; --quick: 8,16,32)")
     p.add_argument("--n", type=int, default=2000, help="descriptors per image (default 2000)")
-    p.add_argument("--repeat", type=int, default=None, help="timed repeats per cell, median kept (default 3; --quick: 1)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="timed repeats per cell, median kept (default 3; --quick: 1)")
     p.add_argument("--quick", action="store_true", help="small ks, one repeat, fast modes at k=16 only")
     p.add_argument("--exact-ks", default="8,16,32,64",
                    help="T-emb ks fitted with streamk's own TriangulationEmbedding.fit (dense eigh of the "

@@ -12,8 +12,8 @@ saturation; a quarter turn; a mirror image; upscaled by 1.05-1.25x, half of them
 each kind's parameters drawn at random (the upscale from its own generator, so that the other
 kinds' draws are those of the runs before it was added). The index: the 250
 photos (the hard negatives: 50 photos of each landmark, among them near-identical views of
-one photographer) plus the copies, with T-emb k = 8 GMP learned on 50 of the 250 (the vector only proposes candidates) and the visual
-words of bench/false_verification.py (learned on the 250, cached).
+one photographer) plus the copies, with T-emb k = 8 GMP learned on 50 of the 250 (the vector
+only proposes candidates) and the visual words of bench/false_verification.py (learned on the 250, cached).
 
 ``--combined``: one copy per pair of edits of ``copy_edits.COMBINED`` instead (a downscale and a
 heavy re-encoding, a crop and a downscale, a frame and a caption, ...: edits the single kinds do
@@ -77,7 +77,8 @@ def build_index(path, all_photos, copy_dir, made):
 
     ex = HessianAffineSift()
     feats = [extract(p, ex, cache=default_cache_dir()) for p in all_photos]
-    enc = Encoder(embedding="temb", k=8, aggregation="gmp").fit([f.descriptors for f in feats[::5]])  # the vector only proposes
+    # the vector only proposes
+    enc = Encoder(embedding="temb", k=8, aggregation="gmp").fit([f.descriptors for f in feats[::5]])
     voc = vocabulary("250", feats)
     from streamk.index import open_index
     from streamk.pipeline import run_ingest

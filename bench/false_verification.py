@@ -422,10 +422,12 @@ def print_pooled(results, overrides):
         for rule in ("before", "after"):
             f, nd, t, ns, ms, nearest = res[rule]
             rows.append((name, "fixed 12 inliers" if rule == "before" else significance_label(overrides), nd,
-                         f"{1000 * f / nd:.3f} ({f})", f"{1000 * upper95(f, nd):.3f}", f"{10000 * upper95(f, nd):.2f}", ns, f"{100 * t / ns:.1f} %",
+                         f"{1000 * f / nd:.3f} ({f})", f"{1000 * upper95(f, nd):.3f}",
+                         f"{10000 * upper95(f, nd):.2f}", ns, f"{100 * t / ns:.1f} %",
                          f"{nearest:.2f}", f"{ms:.2f}"))
-    table(("collection", "rule", "pairs of different places", "false per 1,000 (count)", "95 % bound per 1,000", "95 % bound per 10,000",
-           "true pairs", "true pairs verified", "nearest different (log10 NFA)", "CPU ms per pair"), rows,
+    table(("collection", "rule", "pairs of different places", "false per 1,000 (count)", "95 % bound per 1,000",
+           "95 % bound per 10,000", "true pairs", "true pairs verified", "nearest different (log10 NFA)",
+           "CPU ms per pair"), rows,
           title=f"False verifications, paris6k-subset pairs ({cpu_model()}, load {load_str()})")
 
 

@@ -250,7 +250,8 @@ def stage_rows(acc):
         rows.append([name, where, f"{v:.1f}"])
     sums["total"] = sums["worker"] + sums["parent"]
     rows.append(["**sum, one image**", "", f"**{sums['total']:.1f}**"])
-    rows.append(["thumbnail (server uploads; not made by `ingest`, not summed)", "server", f"{ms(acc['thumbnail']):.1f}"])
+    rows.append(["thumbnail (server uploads; not made by `ingest`, not summed)", "server",
+                 f"{ms(acc['thumbnail']):.1f}"])
     return rows, sums
 
 

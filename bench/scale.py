@@ -198,8 +198,9 @@ def reader_main(path, t_spawn):
     q0 = make_queries(1, dim, 12345)[0]
     first = idx.search(q0[None, :], k=10)
     t_first = time.perf_counter() - t0
-    reply({"open_to_first": t_first, "open_to_first_cpu": time.process_time() - c0, "start_to_import": t_import - t_spawn,
-           "start_to_first": time.time() - t_spawn, "found": first[1][0, 0] is not None})
+    reply({"open_to_first": t_first, "open_to_first_cpu": time.process_time() - c0,
+           "start_to_import": t_import - t_spawn, "start_to_first": time.time() - t_spawn,
+           "found": first[1][0, 0] is not None})
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]
@@ -465,7 +466,8 @@ def run_open_only(args):
                 reader, first, warm = cold_and_warm_readers(path, args.drop, tree)
                 reader.close()
                 got[str(tree)].append((first, warm))
-                log(f"  N {n:,} tree {tree}: cold {first['open_to_first']:.3f} s (CPU {first['open_to_first_cpu']:.3f}), "
+                log(f"  N {n:,} tree {tree}: cold {first['open_to_first']:.3f} s "
+                    f"(CPU {first['open_to_first_cpu']:.3f}), "
                     f"spawn -> first {first['parent_spawn_to_first']:.2f} s, warm {warm['open_to_first']:.3f} s; "
                     f"load {load_str()}")
         for tree, runs in got.items():
@@ -754,9 +756,11 @@ def report(args, rows, codes_only):
                           f"{s['faiss_recall'][1]:.3f} / -" if f else "-", ms(s["tall"]),
                           ms(s["faiss_tall"]) if f else "-", r["load"]])
     table(["N", "codec", "nprobe", "k", "streamk ms (API)", "streamk ms (ids)", "streamk ms (rows)", "faiss ms",
-           "streamk / faiss (API)", "streamk / faiss (ids)", "streamk / faiss (rows)", "streamk R@10 / 10@10", "faiss R@10 / 10@10",
+           "streamk / faiss (API)", "streamk / faiss (ids)", "streamk / faiss (rows)", "streamk R@10 / 10@10",
+           "faiss R@10 / 10@10",
            f"streamk {args.threads} threads ms", f"faiss {args.threads} threads ms", "load"], lines,
-          title=where + f"Search (ADC, no re-ranking), 1 thread ({args.clock} time), against faiss IndexIVFPQ with the same nlist, M, nprobe "
+          title=where + f"Search (ADC, no re-ranking), 1 thread ({args.clock} time), against faiss IndexIVFPQ "
+                f"with the same nlist, M, nprobe "
                 f"(alternating by blocks of {args.block} queries); (API): Index.search, the ids included; (ids): the "
                 "view's search and the ids of its k results; (rows): the view's search alone; "
                 "R@10: the exact nearest neighbour in the first 10; 10@10: share of the exact top 10 in the first 10")

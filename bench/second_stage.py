@@ -225,7 +225,8 @@ def main():
         med = {k: float(np.median(v)) for k, v in times.items()}
         by_expansion += rows_by_expansion(n, cpu_of)
         first = mode if mode == "exact" or args.nlist == 1 else f"IVF{args.nlist}, nprobe {default_nprobe(args.nlist)}"
-        rows.append([f"{n:,}", first, f"{med['first']:.2f}", f"{med['warm']:.1f}", f"{med['cpu']:.1f}", f"{med['cold']:.1f}",
+        rows.append([f"{n:,}", first, f"{med['first']:.2f}", f"{med['warm']:.1f}", f"{med['cpu']:.1f}",
+                     f"{med['cold']:.1f}",
                      f"{float(np.percentile(times['warm'], 90)):.1f}", f"{med['opencv']:.0f}",
                      f"{med['opencv'] * args.R:.0f}", f"{med['opencv'] * args.R / med['warm']:.0f}x"])
     sizes = [len(r) for r in records]
@@ -244,7 +245,8 @@ def main():
 def rows_by_expansion(n, cpu_of):
     """Table rows of each expansion's warm CPU ms ({expansion: [ms per query]}, the first the reference)."""
     base = np.asarray(next(iter(cpu_of.values())))
-    return [[f"{n:,}", e, f"{np.median(c):.1f}", f"{np.percentile(c, 90):.1f}", f"{np.median(np.asarray(c) / base):.2f}"]
+    return [[f"{n:,}", e, f"{np.median(c):.1f}", f"{np.percentile(c, 90):.1f}",
+             f"{np.median(np.asarray(c) / base):.2f}"]
             for e, c in cpu_of.items()]
 
 

@@ -61,4 +61,5 @@ def dask_connect_timeout():
     return value
 
 
-__all__ = ["DEFAULT_DASK_TIMEOUT", "cache_home", "dask_connect_timeout", "default_cache_dir", "feature_cache_dir", "shared_data_dir"]
+__all__ = ["DEFAULT_DASK_TIMEOUT", "cache_home", "dask_connect_timeout", "default_cache_dir", "feature_cache_dir",
+           "shared_data_dir"]

@@ -592,7 +592,8 @@ def test_fuzz_cli_arguments_never_show_a_traceback(work, fuzz_files, tmp_path_fa
         good = list(action.choices) * 4 if action.choices else (numbers if action.type not in (None, str) else paths)
         return st.sampled_from(good * 8 + JUNK)
 
-    @hypothesis.settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=os.environ.get("FUZZ_RANDOM") is None,
+    @hypothesis.settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
+                         derandomize=os.environ.get("FUZZ_RANDOM") is None,
                          suppress_health_check=list(hypothesis.HealthCheck))
     @hypothesis.given(data=st.data())
     def run(data):
@@ -617,7 +618,8 @@ def test_fuzz_cli_arguments_never_show_a_traceback(work, fuzz_files, tmp_path_fa
                 continue
             n = action.nargs if isinstance(action.nargs, int) else 1
             argv += [data.draw(option_values(action, f)) for _ in range(n)]
-            if action.option_strings[-1] == "--workers" and argv[-1].lstrip("-").isdigit() and 1 < int(argv[-1]) < 10 ** 6:
+            if (action.option_strings[-1] == "--workers" and argv[-1].lstrip("-").isdigit()
+                    and 1 < int(argv[-1]) < 10 ** 6):
                 argv[-1] = "1"  # a real pool per example is slow; huge counts stay (they must be refused)
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -155,7 +155,8 @@ def test_the_architecture_doc_names_every_package():
 def test_every_file_the_docs_name_exists():
     """Paths of tests, modules and benchmarks named in the README, docs/, bench/README.md
     and .ci/run exist (they drifted once when the tests moved into packages)."""
-    docs = [REPO / "README.md", REPO / "bench" / "README.md", REPO / ".ci" / "run", *sorted((REPO / "docs").glob("*.md"))]
+    docs = [REPO / "README.md", REPO / "bench" / "README.md", REPO / ".ci" / "run",
+            *sorted((REPO / "docs").glob("*.md"))]
     missing = []
     for doc in docs:
         for path in sorted(set(re.findall(r"\b((?:tests|streamk|bench)/[\w/]+\.py)\b", doc.read_text()))):
@@ -265,3 +266,13 @@ def test_test_files_have_unique_names():
 
     names = Counter(p.name for p in (REPO / "tests").rglob("test_*.py") if ".venv" not in p.parts)
     assert not [n for n, c in names.items() if c > 1], sorted(n for n, c in names.items() if c > 1)
+
+
+MAX_LINE = 120  # the codebase's line length: no formatter enforces it, this test does
+
+
+def test_no_line_of_the_code_is_longer_than_120_characters():
+    long = [f"{path.relative_to(REPO)}:{n}: {len(line)} characters"
+            for folder in ("streamk", "tests", "bench") for path in sorted((REPO / folder).rglob("*.py"))
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if len(line) > MAX_LINE]
+    assert not long, "lines over 120 characters (wrap them):\n" + "\n".join(long)

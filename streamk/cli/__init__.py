@@ -3,7 +3,8 @@ and calling one library function per command.
 
 ``experiments`` (``streamk demo``, ``streamk eval``, ``streamk datasets download``),
 ``index_commands`` (``streamk index ...``), ``ingest``, ``search`` (``streamk search``,
-``streamk duplicates``), ``serve``, ``cache`` (``streamk cache info|trim``); ``options`` and ``defaults`` hold what they share,
+``streamk duplicates``), ``serve``, ``cache`` (``streamk cache info|trim``); ``options`` and
+``defaults`` hold what they share,
 ``running`` how a command ends (errors, exit statuses, signals), ``startup`` Numba's start
 without SciPy's linear algebra package.
 
@@ -38,7 +39,8 @@ def build_parser():
     """The argument parser of every command (importing none of the packages they drive);
     a usage error is one line (:class:`.options.Parser`)."""
     parser = Parser(prog="streamk", description=DESCRIPTION, epilog=EPILOG)  # (its subparsers: Parser too)
-    parser.add_argument("--version", action="version", version=f"streamk {__version__}", help="print the version and exit")
+    parser.add_argument("--version", action="version", version=f"streamk {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     add_experiment_commands(sub)
     add_index_commands(sub)

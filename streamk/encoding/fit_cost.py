@@ -207,7 +207,8 @@ def check_fits_in_memory(cost, limit=None):
     k_fits = whitening_k_limit(128, limit)
     raise ConfigError(f"fitting {cost.model} needs about {byte_size(cost.peak_bytes)} of memory (a "
                       f"{cost.eigh_order:,} x {cost.eigh_order:,} whitening in float64), more than the "
-                      f"{byte_size(limit)} here: use a smaller vocabulary (with 128-dimensional descriptors k <= {k_fits} fits; the paper's is 64)")
+                      f"{byte_size(limit)} here: use a smaller vocabulary (with 128-dimensional descriptors "
+                      f"k <= {k_fits} fits; the paper's is 64)")
 
 
 def npz_bytes(shapes_itemsizes):

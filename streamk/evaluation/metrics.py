@@ -309,7 +309,8 @@ class EvaluationResult:
         return out
 
 
-def evaluate(ranks: ArrayLike | Sequence[ArrayLike], dataset: Dataset, ks: Sequence[int] = DEFAULT_KS) -> EvaluationResult:
+def evaluate(ranks: ArrayLike | Sequence[ArrayLike], dataset: Dataset,
+             ks: Sequence[int] = DEFAULT_KS) -> EvaluationResult:
     """Score rankings on a :class:`streamk.datasets.Dataset` with its official protocol.
 
     ranks: (n_queries, n_db) int array of database indices in ranked order, or

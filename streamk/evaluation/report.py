@@ -34,8 +34,9 @@ def learning_set(dataset, learn_dataset, learn_root, extractor, cache, workers, 
                       f"(and --learn-dataset NAME{', default ' + learn_name if learn_name else ''})")
 
 
-def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,), aggregations=("sum", "democratic", "gmp"),
-             rn=(False, True), dims=None, power=0.5, seeds=1, pq_bytes=(), rerank=50, fv_pca=64, gamma=None,
+def run_eval(dataset, root=None, method="single", embeddings=("temb",), ks=(64,),
+             aggregations=("sum", "democratic", "gmp"), rn=(False, True), dims=None, power=0.5, seeds=1, pq_bytes=(),
+             rerank=50, fv_pca=64, gamma=None,
              lam=None, learn_dataset=None, learn_root=None, extractor=None, max_side=None, max_features=None,
              cache=None, no_cache=False, workers=None, asmk_words=None, asmk_ma=5, verify=DEFAULT_VERIFY,
              expand=DEFAULT_EXPAND, expansion=DEFAULT_EXPANSION, log=print, progress=True):

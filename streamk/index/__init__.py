@@ -63,4 +63,5 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     from .integrity_check import IntegrityReport as IntegrityReport, check_index as check_index
     from .backup import BackupReport as BackupReport, backup as backup
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, renamed={'verify_index': 'check_index', 'VerifyReport': 'IntegrityReport'})
+__all__, __getattr__, __dir__ = lazy_exports(__name__, renamed={'verify_index': 'check_index',
+                                                                'VerifyReport': 'IntegrityReport'})

@@ -273,5 +273,5 @@ def write_missing_runs(txn, store, epoch, M, nlist, n_sealed, since=0):
 
 
 __all__ = ["RUN_BLOCKS", "RunDirectory", "check_run", "checked_block", "mark_removed", "open_row_codes", "pack_block",
-           "pack_codes", "pack_run", "run_directories", "run_values", "seal_block", "seal_row_codes", "split_block", "unpack_codes",
-           "write_missing_runs", "write_run"]
+           "pack_codes", "pack_run", "run_directories", "run_values", "seal_block", "seal_row_codes", "split_block",
+           "unpack_codes", "write_missing_runs", "write_run"]

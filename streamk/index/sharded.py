@@ -593,7 +593,8 @@ class ShardedIndex(Index):
         return self._owner_of(image_id).call(ShardActor.thumbnail, image_id)
 
     def ids(self) -> list[str]:
-        return sorted(i for ids in self._scatter(ShardActor.ids, {s: () for s in range(self.shards)}).values() for i in ids)
+        every = self._scatter(ShardActor.ids, {s: () for s in range(self.shards)})
+        return sorted(i for ids in every.values() for i in ids)
 
     # ------------------------------------------------------------ writing
     def _content_shard(self, content):
@@ -722,7 +723,8 @@ class ShardedIndex(Index):
             raise UnknownIdError(f"no image {missing[0]!r} in the index ({len(missing)} unknown id(s); "
                                  "nothing removed)")
         groups = self._by_shard(image_ids)
-        n = sum(self._scatter(ShardActor.remove, {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()}).values())
+        n = sum(self._scatter(ShardActor.remove,
+                              {s: ([image_ids[p] for p in pos],) for s, pos in groups.items()}).values())
         decoded = [ImageRecord.from_json(r, self.path, i) for i, r in zip(image_ids, records)]
         freed = [(r.content_key, r.image_id) for r in decoded if r.content_key]
         if freed:
@@ -944,8 +946,8 @@ def _old_vector_form(what, image_path, descriptors, vector):
     """(image_path, vector) of a sharded index's add / update: ``add(id, vector)`` (0.2's
     form, the vector second, when the index took vectors only) is taken with a
     DeprecationWarning; an image held in memory in that place is an image."""
-    if image_path is not None and not isinstance(image_path, (str, os.PathLike)) and not is_image_in_memory(image_path) \
-            and vector is None and descriptors is None:
+    if (image_path is not None and not isinstance(image_path, (str, os.PathLike))
+            and not is_image_in_memory(image_path) and vector is None and descriptors is None):
         warnings.warn(f"ShardedIndex.{what}(image_id, vector) is deprecated and will be removed after streamk 0.3: "
                       f"give vector= by name (the same signature as StreamingIndex.{what})", DeprecationWarning,
                       stacklevel=3)

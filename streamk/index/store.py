@@ -88,7 +88,8 @@ IMAGE_DERIVED). The stored form of vector blocks, code blocks and metadata value
 Write transactions go through :meth:`Store.write`, which grows the map when it
 is full (abort, ``set_mapsize`` x2, rerun the whole function): users never see
 ``lmdb.MapFullError``; past ``max_map_size``, or when the disk has no room for the
-commit, it is a :class:`~streamk.errors.DiskFullError` and nothing is written. Readers adopt a map grown by another process
+commit, it is a :class:`~streamk.errors.DiskFullError` and nothing is written. Readers adopt a
+map grown by another process
 (``MapResizedError`` -> ``set_mapsize(0)``). Reader slots left by killed
 processes are reclaimed at open (``reader_check``).
 

@@ -153,7 +153,8 @@ class StreamingIndex(Index):
                 "dim": str(encoder.dim).encode(), "input_dim": str(encoder.input_dim).encode(),
                 "codec_epoch": b"0", "next_row": b"0",
                 "block_rows": str(int(block_rows)).encode(),
-                "vector_block_rows": str(rows_per_block(encoder.dim, vector_dtype)).encode(), "store_extras": b"1" if store_extras else b"0",
+                "vector_block_rows": str(rows_per_block(encoder.dim, vector_dtype)).encode(),
+                "store_extras": b"1" if store_extras else b"0",
                 "created": repr(time.time()).encode()}
         if vocabulary is not None:
             meta.update(_vocabulary_meta(vocabulary))

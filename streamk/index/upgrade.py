@@ -16,7 +16,8 @@ Format 2 -> 4 (checksums): every vector block is rewritten with its CRC32C and i
 everything as below, writing the checksums as it goes.
 
 One write transaction: a crash or an error leaves the index as it was. What
-changes from format 1 (streamk 0.1: everything keyed by image id): each image gets a row (in id order); its vector and id move under
+changes from format 1 (streamk 0.1: everything keyed by image id): each image gets a row (in
+id order); its vector and id move under
 that row; the flat-PQ codes become the codes of an nlist = 1 codec (epoch 1),
 sealed in blocks; the old change log (of ids) is replaced by one reload mark;
 the metadata gains the dimension, the row counter and the codec. The image

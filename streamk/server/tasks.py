@@ -89,4 +89,5 @@ def thumbnail_task(ctx, item):
         return {"error": ImageFailure.of(exc, name)}
 
 
-__all__ = ["DIE_AT_START_ENV", "THUMBNAIL_SIDE", "describe_upload", "index_describe_context", "index_task_context", "thumbnail_jpeg", "thumbnail_task", "upload_metadata"]
+__all__ = ["DIE_AT_START_ENV", "THUMBNAIL_SIDE", "describe_upload", "index_describe_context", "index_task_context",
+           "thumbnail_jpeg", "thumbnail_task", "upload_metadata"]

@@ -32,4 +32,5 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
     )
     from .vocabulary import Vocabulary as Vocabulary
 
-__all__, __getattr__, __dir__ = lazy_exports(__name__, renamed={'verify': 'verify_geometry', 'DEFAULT_MAX_FEATURES': 'DEFAULT_MAX_RECORD_FEATURES'})
+__all__, __getattr__, __dir__ = lazy_exports(__name__, renamed={'verify': 'verify_geometry',
+                                                                'DEFAULT_MAX_FEATURES': 'DEFAULT_MAX_RECORD_FEATURES'})

@@ -114,7 +114,8 @@ tells whether two images' bytes decode to equal pixels, for callers that want th
 Mirrored copies: a mirror image reverses orientation (the second stage's plausibility
 refuses det < 0, and RootSIFT of a mirrored patch is another descriptor), so the caller
 matches the mirrored query instead, as it turns the query for quarter turns
-(``streamk.index.copies_of(..., mirrored=True)``). Not supported: copies with a perspective change (a photo of a screen or
+(``streamk.index.copies_of(..., mirrored=True)``). Not supported: copies with a perspective
+change (a photo of a screen or
 a print); rotations by other angles than quarter turns beyond what upright features
 survive (about 20 degrees); crops under about a third of the original (too few
 features). ``bench/copy_detection.py`` measures the supported edits.
@@ -649,6 +650,7 @@ def classify_pair(rec_a, rec_b, pairs, verified, gray_a=None, gray_b=None, sha_a
         if extra is not None and extra >= MIN_NEW_DETAIL:
             return PairClass("same scene", n, covered, agreement, S,
                              f"the closer view holds detail beyond the other's resolution ({extra:.2f} of a "
-                             f"natural image's, a copy: < {MIN_NEW_DETAIL:.2f}): a zoomed capture, not an upscaled crop")
+                             f"natural image's, a copy: < {MIN_NEW_DETAIL:.2f}): a zoomed capture, not an upscaled "
+                             f"crop")
     return PairClass("copy", n, covered, agreement, S,
                      f"one similarity covers {100 * covered:.0f} % and the pixels agree {agreement:.2f}")

@@ -65,8 +65,9 @@ LOG_RANGE = (1.0, 11.0)  # log2 of the ellipse's axes a11, a22: 2 .. 2,048 px
 SHEAR_RANGE = (-3.0, 3.0)  # a21 / sqrt(a11 a22)
 KEYPOINT_COLUMNS = ("x", "y", "a11", "a21", "a22", "theta")
 
-__all__ = ["stored_record", "BYTES_PER_FEATURE", "DEFAULT_MAX_RECORD_FEATURES", "HEADER_SIZE", "RECORD_VERSION", "GeometryRecord",
-           "make_query_record", "make_record", "pack", "parse_header", "record_size", "unpack", "unpack_many"]
+__all__ = ["stored_record", "BYTES_PER_FEATURE", "DEFAULT_MAX_RECORD_FEATURES", "HEADER_SIZE", "RECORD_VERSION",
+           "GeometryRecord", "make_query_record", "make_record", "pack", "parse_header", "record_size", "unpack",
+           "unpack_many"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -50,7 +50,8 @@ def test_eight_bit_scales_a_deep_grey_as_its_8_bit_twin(twins, mode):
 def test_thumbnail_notebook_view_and_copy_pixels_of_a_deep_grey_are_its_twins(twins, mode):
     gray8, png8, deep = twins
     np.testing.assert_array_equal(decode_for_copies(deep[mode]), decode_for_copies(png8))
-    np.testing.assert_array_equal(np.asarray(image_from_bytes(deep[mode], "deep")), np.asarray(image_from_bytes(png8, "8")))
+    np.testing.assert_array_equal(np.asarray(image_from_bytes(deep[mode], "deep")),
+                                  np.asarray(image_from_bytes(png8, "8")))
     thumb = np.asarray(Image.open(io.BytesIO(thumbnail_jpeg(deep[mode]))), np.float64)
     thumb8 = np.asarray(Image.open(io.BytesIO(thumbnail_jpeg(png8))), np.float64)
     assert thumb.shape == thumb8.shape and np.abs(thumb - thumb8).max() <= 1  # the same JPEG, up to its rounding

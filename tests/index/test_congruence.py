@@ -390,7 +390,8 @@ def test_near_duplicates(index, reference):
     groups = index.duplicates(threshold=0.99, progress=False)
     assert [sorted(g["ids"]) for g in groups] == [["v000", "v000-copy"]]
     groups = index.duplicates(progress=False)
-    assert sorted(sorted(g["ids"]) for g in groups) == sorted(sorted(g["ids"]) for g in reference.duplicates(progress=False))
+    expected = reference.duplicates(progress=False)
+    assert sorted(sorted(g["ids"]) for g in groups) == sorted(sorted(g["ids"]) for g in expected)
 
 
 def classed(pairs):

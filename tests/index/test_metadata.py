@@ -38,7 +38,8 @@ FILTERS = [
     ({"name": {"gte": "n010", "lte": "n012"}}, lambda m: "n010" <= m["name"] <= "n012"),
     ({"tags": "u4", "flag": True}, lambda m: "u4" in m["tags"] and m["flag"]),
     ({"group": 7, "x": {"lt": 50}}, lambda m: m["group"] == 7 and m["x"] < 50),
-    ({"group": {"eq": 5}, "name": {"in": ["n005", "n044"]}}, lambda m: m["group"] == 5 and m["name"] in ("n005", "n044")),
+    ({"group": {"eq": 5}, "name": {"in": ["n005", "n044"]}},
+     lambda m: m["group"] == 5 and m["name"] in ("n005", "n044")),
     ({"group": 1000}, lambda m: False),
 ]
 
@@ -104,7 +105,8 @@ def test_metadata_round_trip_update_and_removal(tmp_path, encoder):
     with pytest.raises(UnknownIdError):
         idx.set_metadata("a", {})
     rows_meta = idx.store.dump()["metadata"]
-    assert len(rows_meta) == 1 and json.loads(next(iter(rows_meta.values()))[:-4]) == {"color": "blue"}  # (less its CRC32C)
+    # (less its CRC32C)
+    assert len(rows_meta) == 1 and json.loads(next(iter(rows_meta.values()))[:-4]) == {"color": "blue"}
     postings = idx.store.dump()["postings"]
     assert list(postings) == [b"color\0sblue"]
     idx.close()

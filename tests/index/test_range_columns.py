@@ -33,7 +33,8 @@ def small_chunks(monkeypatch):
 def random_meta(rng):
     kind = rng.integers(4)
     if kind == 0:
-        x = float(rng.choice([-1e9, -2.5, -0.0, 0.0, 1, 3.25, 1e6])) if rng.random() < 0.3 else float(rng.normal() * 100)
+        x = (float(rng.choice([-1e9, -2.5, -0.0, 0.0, 1, 3.25, 1e6])) if rng.random() < 0.3
+             else float(rng.normal() * 100))
     elif kind == 1:
         x = int(rng.integers(-50, 50))
     elif kind == 2:

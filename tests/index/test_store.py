@@ -9,7 +9,8 @@ import pytest
 
 from streamk.errors import (IndexCorruptError, IndexExistsError, IndexFormatError, InvalidIdError, NotAnIndexError,
                             ReadOnlyIndexError, StreamkError)
-from streamk.index.store import FORMAT_VERSION, OPTIONAL_SUBDBS, SUBDBS, Store, id_key, seq_from_key, seq_key, validate_id
+from streamk.index.store import (FORMAT_VERSION, OPTIONAL_SUBDBS, SUBDBS, Store, id_key, seq_from_key, seq_key,
+                                 validate_id)
 from streamk.index.integrity import seal
 
 

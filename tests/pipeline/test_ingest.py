@@ -106,7 +106,8 @@ def test_a_file_whose_id_is_over_the_store_s_length_gets_a_shortened_one(work, t
     folder = tmp_path / "photos"
     for sub in ("a", "b"):  # two long paths that end alike
         (folder / sub).mkdir(parents=True)
-        (folder / sub / long_name).write_bytes((work / "imgs" / ("img1.png" if sub == "a" else "img2.png")).read_bytes())
+        source = work / "imgs" / ("img1.png" if sub == "a" else "img2.png")
+        (folder / sub / long_name).write_bytes(source.read_bytes())
     deep = folder.joinpath(*["deep folder %d" % i for i in range(16)])
     deep.mkdir(parents=True)
     (deep / "photo.png").write_bytes((work / "imgs" / "img3.png").read_bytes())

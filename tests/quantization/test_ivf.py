@@ -282,7 +282,8 @@ def test_batched_search_api(tmp_path, encoder):
         one = idx.search(V[:1], k=2)  # a (1, D) array is a batch of one vector, not a descriptor set
         assert isinstance(one, tuple) and one[1][0, 0] == "v0"
         assert idx.search(V[0], k=2)[0][0] == "v0"  # a (D,) vector: the list form
-        s, ids = idx.search(V[:2], k=400)  # more than the index holds: capped at the live count, nothing allocated for k
+        # more than the index holds: capped at the live count, nothing allocated for k
+        s, ids = idx.search(V[:2], k=400)
         assert s.shape == ids.shape == (2, 300) and all(i is not None for i in ids[0]) and np.isfinite(s).all()
         with pytest.raises(DimensionError):
             idx.search(np.zeros((2, 63)), k=1)

@@ -7,7 +7,8 @@ images without pause and another polls ``/health``.
 Held throughout: ``/health`` answers, never hangs (its latency is recorded and the maximum
 printed: 0.09 s on 2 quiet cores, 0.98 s at a load of 13 -- the issue's 1 s is a measure,
 not asserted, since it depends on the machine's load; the bound asserted, HANG_LIMIT, only
-tells a slow answer from the hung event loop of issue 25, which never answered); every upload is answered, with a result or the named ``worker_crashed`` error
+tells a slow answer from the hung event loop of issue 25, which never answered); every upload
+is answered, with a result or the named ``worker_crashed`` error
 (a crash answered as a crash, never a hang, a 500 or a dropped connection); and SIGTERM
 then ends the server, its workers with it, within a bound.
 

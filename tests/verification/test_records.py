@@ -62,7 +62,8 @@ def test_default_cap_fits_24_kb(random_vocabulary):
     data = pack(make_record(random_vocabulary, kp, desc, (1024, 768)))
     assert len(data) == 32 + DEFAULT_MAX_RECORD_FEATURES * 16 <= 24 * 1024
     # the cap keeps the first (strongest) features
-    first = make_record(random_vocabulary, kp[:DEFAULT_MAX_RECORD_FEATURES], desc[:DEFAULT_MAX_RECORD_FEATURES], (1024, 768))
+    first = make_record(random_vocabulary, kp[:DEFAULT_MAX_RECORD_FEATURES], desc[:DEFAULT_MAX_RECORD_FEATURES],
+                        (1024, 768))
     assert pack(first) == data
 
 
