@@ -29,6 +29,7 @@ import numpy as np
 
 DEFAULT_NEIGHBOURS = 10  # candidates of one image, at most (as streamk duplicates' DEFAULT_COPY_NEIGHBOURS)
 _BLOCK = 1024  # rows of the score matrix computed at once
+PIXELS_KEPT = 64  # decoded images kept at once (pairs come grouped by their first row: it stays in)
 
 
 def candidate_pairs(vectors, threshold, neighbours=DEFAULT_NEIGHBOURS):
@@ -92,17 +93,24 @@ def folder_copies(paths, fs, shas, vectors, orient, threshold=None, neighbours=D
 
 
 class _Pixels:
-    """Grey pixels of the folder's files for the copy check, each decoded once when first
-    needed; None when the file is gone, changed since its features were extracted, or not
-    decodable (the pair then stays a negative)."""
+    """Grey pixels of the folder's files for the copy check, decoded when first needed and
+    kept while among the ``keep`` most recently used; None when the file is gone, changed
+    since its features were extracted, or not decodable (the pair then stays a negative)."""
 
-    def __init__(self, paths, shas, orient):
-        self.paths, self.shas, self.orient, self.cache = paths, shas, orient, {}
+    def __init__(self, paths, shas, orient, keep=PIXELS_KEPT):
+        from collections import OrderedDict
+
+        self.paths, self.shas, self.orient = paths, shas, orient
+        self.cache, self.keep = OrderedDict(), keep  # the most recently used rows' pixels (a bounded memory)
 
     def of(self, row):
         def gray():
-            if row not in self.cache:
+            if row in self.cache:
+                self.cache.move_to_end(row)
+            else:
                 self.cache[row] = self._read(row)
+                if len(self.cache) > self.keep:
+                    self.cache.popitem(last=False)
             return self.cache[row]
         return gray
 

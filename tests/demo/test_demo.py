@@ -289,6 +289,29 @@ def test_copy_candidates_are_each_images_nearest_above_the_threshold(n, neighbou
     assert n < 3 or len(expected)  # some pairs there to find
 
 
+def test_the_copy_checks_pixels_are_kept_for_the_most_recent_images_only(tmp_path):
+    """The decoded pixels of a folder's files are a bounded cache: at most ``keep`` images at once;
+    an image pushed out is decoded again (equal) when a later pair needs it."""
+    import hashlib
+
+    from PIL import Image
+
+    from streamk.demo.folder_copies import _Pixels
+
+    paths, shas = [], []
+    for i in range(3):
+        path = tmp_path / f"{i}.png"
+        Image.fromarray(np.full((32, 48), 60 * i, np.uint8)).save(path)
+        paths.append(str(path))
+        shas.append(hashlib.sha256(path.read_bytes()).hexdigest())
+    pixels = _Pixels(paths, shas, orient=False, keep=2)
+    first = pixels.of(0)()
+    assert first is not None and pixels.of(1)() is not None and pixels.of(2)() is not None
+    assert sorted(pixels.cache) == [1, 2]
+    np.testing.assert_array_equal(pixels.of(0)(), first)
+    assert sorted(pixels.cache) == [0, 2]
+
+
 def _query_sources(out, transforms):
     """The source id of each query, in the demo's order: by image, then change (the query files are
     named NNNN-stem.change.jpg; the stems here are the ids without their extension)."""
