@@ -113,10 +113,12 @@ def test_refusals_are_one_line_with_exit_2_and_write_nothing(indexes, tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v.ids.txt", "v.npy", "w.ids.txt"]
 
 
-def test_an_index_changed_during_the_export_is_refused_and_nothing_written(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("change", ["add", "add and remove"])
+def test_an_index_changed_during_the_export_is_refused_and_nothing_written(tmp_path, monkeypatch, capsys, change):
     """An image added between two pages (by a writer holding the index open): the pass
     reads more than len(idx) said at the start; the export says so (exit 4) and leaves no
-    file, rather than an array whose rows and count disagree."""
+    file, rather than an array whose rows and count disagree. An image added and one not yet
+    read removed leave the count as it was: the index's change count tells."""
     monkeypatch.setattr(index_commands, "EXPORT_PAGE", PAGE)
     idx = StreamingIndex.create(tmp_path / "ix", make_encoder(), vector_dtype="float32")
     idx.add_many([{"id": i, "vector": v} for i, v in zip(IDS, vectors(4, N))])
@@ -126,6 +128,8 @@ def test_an_index_changed_during_the_export_is_refused_and_nothing_written(tmp_p
         got = read(after, n)
         if after is None:
             idx.add("added meanwhile", vector=vectors(5, 1)[0])
+            if change == "add and remove":
+                idx.remove(IDS[-1])  # on the last page: not read yet
         return got
 
     monkeypatch.setattr(idx, "vectors_page", page_then_add)
@@ -135,3 +139,28 @@ def test_an_index_changed_during_the_export_is_refused_and_nothing_written(tmp_p
     assert main(["index", "export", str(tmp_path / "ix"), str(out)]) == IndexChangedError.exit_code == 4
     assert "changed during the export" in one_line(capsys)
     assert list(out.parent.iterdir()) == []
+
+
+def test_forced_over_old_files_a_crash_before_the_last_rename_leaves_no_old_vectors_beside_new_ids(
+        indexes, tmp_path, monkeypatch, capsys):
+    """--force over an earlier export: the new ids are renamed into place first, then the
+    vectors; the old vectors are removed in between, so that an export killed there leaves
+    the new ids alone, never the old vectors beside them (rows that would not match)."""
+    import os
+
+    from streamk import files
+
+    out = tmp_path / "v.npy"
+    out.write_bytes(b"old vectors")
+    (tmp_path / "v.ids.txt").write_text("old\n")
+    replace = os.replace
+
+    def crash_at_the_vectors(src, dst):
+        if str(dst) == str(out):
+            raise KeyboardInterrupt  # killed between the two renames
+        replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", crash_at_the_vectors)
+    assert main(["index", "export", str(indexes["one"]), str(out), "--force", "--no-progress"]) == 130  # Ctrl-C's
+    assert not out.exists() and len(ids_of(tmp_path / "v.ids.txt")) == N
+    assert [p.name for p in tmp_path.iterdir()] == ["v.ids.txt"]  # no temporary file left either

@@ -260,9 +260,11 @@ def _index_export(args):
     bounded memory), into OUT (.npy: an (N, D) float32 array; .fvecs: TEXMEX records) and
     its ids, one a line in page order, into OUT with .ids.txt for its extension. Both are
     written to temporary files beside them and renamed at the end (the ids file first, OUT
-    last), so a killed export leaves no partial file. N is len(idx) when the export starts:
-    an index that takes or loses images meanwhile is refused (IndexChangedError, nothing
-    written) rather than exported half old, half new."""
+    last; with --force the old OUT is removed first, so that old vectors never lie beside new
+    ids), so a killed export leaves no partial file. N is len(idx) when the export starts:
+    an index that takes a change meanwhile (its change count moved: an image added, removed or
+    replaced, also an add and a remove that leave N as it was) is refused (IndexChangedError,
+    nothing written) rather than exported half old, half new."""
     from pathlib import Path
 
     from ..errors import OutputFileError
@@ -279,17 +281,21 @@ def _index_export(args):
             raise OutputFileError(f"cannot write {what} to {path}: it exists; give --force to replace it, or "
                                   f"another path", path)
     with open_from_args(args, readonly=True) as idx:
-        n, dim = len(idx), int(idx.dim)
-        atomic_write(out, lambda vectors_fh: atomic_write(
-            ids_path, lambda ids_fh: _export_pages(idx, n, dim, out.suffix.lower(), vectors_fh, ids_fh, args),
-            "the ids"), "the vectors")
+        n, dim, changes = len(idx), int(idx.dim), idx.change_count()
+
+        def vectors_then_ids(vectors_fh):
+            atomic_write(ids_path, lambda ids_fh: _export_pages(idx, n, dim, changes, out.suffix.lower(), vectors_fh,
+                                                                ids_fh, args), "the ids")
+            out.unlink(missing_ok=True)  # (--force) the new ids are in place: the old vectors must not stay beside
+
+        atomic_write(out, vectors_then_ids, "the vectors")
     print(f"exported {n:,} vectors of dimension {dim:,} to {args.out} (ids: {ids_path})")
     return 0
 
 
-def _export_pages(idx, n, dim, kind, vectors_fh, ids_fh, args):
+def _export_pages(idx, n, dim, changes, kind, vectors_fh, ids_fh, args):
     """Write the index's n vectors and ids page by page; IndexChangedError when the pass
-    finds more or fewer than n."""
+    finds more or fewer than n, or the index's change count is no longer ``changes``."""
     import numpy as np
     from tqdm import tqdm
 
@@ -317,7 +323,7 @@ def _export_pages(idx, n, dim, kind, vectors_fh, ids_fh, args):
             ids_fh.write("".join(f"{i}\n" for i in ids).encode("utf-8"))
             done += len(ids)
             bar.update(len(ids))
-    if done != n or len(idx) != n:
+    if done != n or len(idx) != n or idx.change_count() != changes:
         raise changed(f"{done:,}")
 
 

@@ -150,6 +150,12 @@ class Index(ABC):
         the cursor of the next page). A pass over the whole index in bounded memory ends
         at an empty page."""
 
+    @abstractmethod
+    def change_count(self) -> int:
+        """How many changes (an image added, removed or its content replaced) the index has
+        taken since it was made: it grows with each, never falls. Equal before and after a
+        pass page by page (:meth:`vectors_page`), the pass saw one state of the index."""
+
     # ------------------------------------------------------------ writing
     @abstractmethod
     def add(self, image_id: str, image_path: str | os.PathLike[str] | None = None,

@@ -279,6 +279,10 @@ class ShardActor:
         with self._lock:
             return self.index.vectors_page(after_row, n)
 
+    def change_count(self):
+        with self._lock:
+            return self.index.change_count()
+
     def thumbnail(self, image_id):
         with self._lock:
             return self.index.thumbnail(image_id)
@@ -553,6 +557,10 @@ class ShardedIndex(Index):
 
     def vector(self, image_id: str) -> NDArray[np.float32]:
         return self._owner_of(image_id).call(ShardActor.vector, image_id)
+
+    def change_count(self) -> int:
+        """The sum of the shards' change counters: it grows when any shard takes a change."""
+        return sum(self._scatter(ShardActor.change_count, {s: () for s in range(self.shards)}).values())
 
     def vectors_page(self, after: Any = None, n: int = 256, *old: Any) -> tuple[list[str], NDArray[np.float32], Any]:
         """As :meth:`StreamingIndex.vectors_page` over every shard in turn, each page read

@@ -309,6 +309,10 @@ class StreamingIndex(Index):
             V = self.view.vectors_of(txn, rows) if rows else np.zeros((0, self.dim), np.float32)
         return ids, np.asarray(V, np.float32), rows[-1] if rows else -1
 
+    def change_count(self) -> int:
+        """The change counter the index's log numbers its changes by (``meta/seq``)."""
+        return int(self._store.seq())
+
     def content_holders(self, content_keys: Sequence[bytes]) -> list[str | None]:
         with self._store.read() as txn:
             held = [txn.get(bytes(k), db=self._store.hashes_db) for k in content_keys]

@@ -522,20 +522,24 @@ def test_the_values_a_field_holds(index, built):
 def test_add_and_remove(index, reference):
     V = vectors(14, 3)
     new = [f"tmp{i}" for i in range(3)]
-    n = len(index)
+    n, changes = len(index), index.change_count()
     for i, v in zip(new, V):
         assert index.add(i, vector=v, metadata={"group": "tmp"}) == i
     try:
-        assert len(index) == n + 3
+        assert len(index) == n + 3 and index.change_count() > changes
         assert [h.id for h in index.search(V[1], k=1, mode="exact")] == ["tmp1"]
+        before = index.change_count()
         assert index.remove(new[:2]) == 2
+        assert index.change_count() > before  # a removal too: an add and a remove leave len() as it was
         assert "tmp0" not in index and "tmp2" in index
         assert [h.id for h in index.search(V[1], k=10, mode="exact", where={"group": "tmp"})] == ["tmp2"]
         with pytest.raises(UnknownIdError):
             index.remove(["tmp2", "tmp0"])  # all or none
         assert "tmp2" in index
         w = vectors(16, 1)[0]
+        before = index.change_count()
         assert index.update("tmp2", vector=w, metadata={"n": 2}) == "tmp2"
+        assert index.change_count() > before
         assert index.metadata("tmp2") == {"group": "tmp", "n": 2}  # kept, updated
         assert [h.id for h in index.search(w, k=1, mode="exact")] == ["tmp2"]
         with pytest.raises(UnknownIdError, match=r"no image 'tmp0' in the index \(use add\(\)\)"):
