@@ -112,7 +112,7 @@ from ..features import FeatureCache
 from ..index import (DEFAULT_DUPLICATE_THRESHOLD, DUPLICATE_POLICIES, MAX_METADATA_BYTES, encode_metadata,
                      image_content_key, nearest_of_vectors)
 from ..parallel import make_executor
-from ..index import MAX_ID_CHARS, MAX_KEY_BYTES, normal_form, validate_id
+from ..index import MAX_ID_CHARS, MAX_KEY_BYTES, ImageRecord, normal_form, validate_id
 from .tasks import ingest_task, results, task_context
 
 if TYPE_CHECKING:
@@ -724,7 +724,9 @@ class Ingester:
         if not chunk:  # none pulled, or all bad, invalid or already seen
             return [], pulled
         # one short read per chunk (per shard), never held across tasks
-        records = [None if raw is None else json.loads(raw) for raw in self.index.records([i for _, i in chunk])]
+        ids = [i for _, i in chunk]
+        records = [None if raw is None else ImageRecord.from_json(raw, self.index.path, i)
+                   for i, raw in zip(ids, self.index.records(ids))]
         known = [None if rec is None else _stored_file_sha(rec) for rec in records]
         # the worker reads the absolute path: a Dask worker's working folder is not ours; a file held and seen
         # again in a watch changed (size or mtime): its worker describes it if its bytes differ
@@ -742,7 +744,7 @@ class Ingester:
         chunk read in one go). Its worker then describes it if its bytes differ."""
         out = [False] * len(chunk)
         mine = [p for p, ((path, _), rec) in enumerate(zip(chunk, records))
-                if rec is not None and _stored_file_sha(rec) and rec.get("source") == os.path.abspath(path)]
+                if rec is not None and _stored_file_sha(rec) and rec.source == os.path.abspath(path)]
         metas = self.index.metadata_many([chunk[p][1] for p in mine]) if mine else []
         for p, meta in zip(mine, metas):
             try:
@@ -892,10 +894,10 @@ def _file_sha256(path, max_bytes=None):
 
 
 def _stored_file_sha(rec):
-    """The sha256 of the file an image record (its JSON, parsed) was added from with no box; ""
+    """The sha256 of the file an image record (an ImageRecord) was added from with no box; ""
     when the record is of other content (a vector, descriptors, a box): never a file's digest."""
-    if rec.get("kind") == "image_path" and rec.get("box") is None and rec.get("sha256"):
-        return rec["sha256"]
+    if rec.kind == "image_path" and rec.box is None and rec.sha256:
+        return rec.sha256
     return ""
 
 
