@@ -6,7 +6,8 @@ and calling one library function per command.
 ``streamk duplicates``), ``serve``, ``cache`` (``streamk cache info|trim``); ``options`` and
 ``defaults`` hold what they share,
 ``running`` how a command ends (errors, exit statuses, signals), ``startup`` Numba's start
-without SciPy's linear algebra package.
+without SciPy's linear algebra package, ``compile_notice`` the line that says a first run
+compiles the kernels.
 
 Building the parser imports none of the packages the commands drive (each command
 imports what it needs when it runs), so ``streamk --help`` and ``streamk --version``
@@ -17,6 +18,7 @@ import argparse
 
 from .. import __version__
 from .cache import add_cache_command
+from .compile_notice import announce_compilation
 from .experiments import add_experiment_commands
 from .index_commands import add_index_commands
 from .ingest import add_ingest_command
@@ -72,5 +74,6 @@ def main(argv=None):
         parser.error("an argument holds a NUL byte")
     args = parser.parse_args(argv)
     load_blas_alone()  # Numba's start without scipy.linalg (0.14 s), in a command's process only
+    announce_compilation()  # a line when a first run compiles the kernels, not a silent wait
     with sigint_raises(), progress_in_logs(), warnings_as_lines(args.debug):  # progress in a log: a few lines
         return run_command(lambda: args.func(args), debug=args.debug)

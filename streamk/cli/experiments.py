@@ -10,10 +10,13 @@ from .options import add_vocab_size_option, csv, max_side, non_negative_int, pos
 
 def _demo(args):
     from ..demo import run_demo
+    from .kernel_warm_up import KernelWarmUp
 
-    run_demo(out_dir=args.out, images=args.images, max_queries=args.max_queries, transforms=args.transforms,
-             k=args.vocab_size, max_side=args.max_side, max_features=args.max_features, workers=args.workers,
-             cache_dir=args.cache, seed=args.seed, show=args.show, scenes=args.scenes, progress=not args.no_progress)
+    with KernelWarmUp():  # the first search after the demo finds the second stage compiled
+        run_demo(out_dir=args.out, images=args.images, max_queries=args.max_queries, transforms=args.transforms,
+                 k=args.vocab_size, max_side=args.max_side, max_features=args.max_features, workers=args.workers,
+                 cache_dir=args.cache, seed=args.seed, show=args.show, scenes=args.scenes,
+                 progress=not args.no_progress)
     return 0
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         verify_geometry as verify_geometry,
     )
     from .vocabulary import Vocabulary as Vocabulary
+    from .warm import warm_kernels as warm_kernels
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__, renamed={'verify': 'verify_geometry',
                                                                 'DEFAULT_MAX_FEATURES': 'DEFAULT_MAX_RECORD_FEATURES'})
