@@ -804,9 +804,11 @@ class Ingester:
             return
         if r.get("stored_sha256") is not None:  # the id was stored: only hashed
             if r["sha256"] == r["stored_sha256"]:
-                if given:
+                # a file only touched: its size and mtime stored, so that no later watch reads it again for them
+                refresh = dict(r.get("file_stat") or {}, **(given or {}))
+                if refresh:
                     try:
-                        self.index.set_metadata(r["id"], given, merge=True)
+                        self.index.set_metadata(r["id"], refresh, merge=True)
                     except StreamkError as exc:
                         self._fail(path, describe(exc))
                         return

@@ -65,14 +65,17 @@ def ingest_task(ctx, task):
 
     ``task`` = (path, id, stored sha256 or None, absolute path[, describe changed]); with a
     stored sha256 (the id is already in the index), only read and hash -- and, when
-    ``describe changed`` (a watched file overwritten), describe it too if its bytes differ.
-    The result holds the ImageDescription (its features not sent back) and the file's metadata."""
+    ``describe changed`` (a watched file overwritten), describe it too if its bytes differ, else
+    send back its size and mtime (``file_stat``: a file only touched). The result holds the ImageDescription (its features not sent back) and the file's metadata."""
     path, image_id, stored_sha, read_path, *changed = task
     out = {"path": path, "id": image_id, "error": None, "stored_sha256": stored_sha}
     try:
         data = ctx["extractor"].read(read_path)  # within the extractor's max_file_size
         sha = out["sha256"] = hashlib.sha256(data).hexdigest()
         if stored_sha is not None and not (changed and changed[0] and sha != stored_sha):
+            if changed and changed[0]:  # touched only: its new size and mtime, stored, end the re-reads
+                meta = file_metadata(read_path, data)
+                out["file_stat"] = {k: meta[k] for k in ("size", "mtime") if k in meta}
             return out
         out["description"] = describe_image(ctx, data, path, sha256=sha)
         out["metadata"] = file_metadata(read_path, data)

@@ -832,7 +832,7 @@ def test_a_watch_takes_the_changes_made_while_it_was_not_running(work, tmp_path,
     started again) is updated by the next watch's first poll, as a change seen while watching is:
     its size or mtime are not those stored with the image it was added as (it was IdExistsError on
     that poll, then never looked at again). A one-shot ingest still refuses it and leaves the image
-    as it is; a file only touched is skipped as existing; a stored id added from another file is
+    as it is; a file only touched is skipped as existing, its new mtime stored; a stored id added from another file is
     still refused by the watch too."""
     import hashlib
 
@@ -878,6 +878,10 @@ def test_a_watch_takes_the_changes_made_while_it_was_not_running(work, tmp_path,
         assert (meta["album"], meta["size"], meta["mtime"]) == ("kept", st.st_size, st.st_mtime)
         np.testing.assert_allclose(idx.vector("edited.png"), idx.query_vector(str(folder / "edited.png")),
                                    atol=1e-6)
+        # the file only touched: its new mtime stored, so that no later watch reads it again
+        touched = idx.metadata("touched.png")
+        assert (touched["size"], touched["mtime"]) == ((folder / "touched.png").stat().st_size,
+                                                       (folder / "touched.png").stat().st_mtime)
     # started again, nothing changed since: nothing updated
     assert main(["ingest", str(ix), str(folder), "--watch", "--max-polls", "1", "--workers", "1",
                  "--no-progress"]) == 1
