@@ -66,7 +66,8 @@ def ingest_task(ctx, task):
     ``task`` = (path, id, stored sha256 or None, absolute path[, describe changed]); with a
     stored sha256 (the id is already in the index), only read and hash -- and, when
     ``describe changed`` (a watched file overwritten), describe it too if its bytes differ, else
-    send back its size and mtime (``file_stat``: a file only touched). The result holds the ImageDescription (its features not sent back) and the file's metadata."""
+    send back its size and mtime (``file_stat``: a file only touched). The result holds the
+    ImageDescription (its features not sent back) and the file's metadata."""
     path, image_id, stored_sha, read_path, *changed = task
     out = {"path": path, "id": image_id, "error": None, "stored_sha256": stored_sha}
     try:
