@@ -1,5 +1,6 @@
 """A command's first run after an install: the line that says Numba compiles, and the demo's
-warm-up of the second stage (streamk/cli/compile_notice.py, streamk/cli/kernel_warm_up.py)."""
+warm-up of the second stage in a child process (streamk/cli/compile_notice.py,
+streamk/pipeline/warm_up.py)."""
 
 import os
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 from helpers.processes import alive, run_python, start_python, stop, subprocess_env
 from helpers.waiting import poll
 from streamk.cli.compile_notice import NOTICE
-from streamk.cli.kernel_warm_up import KernelWarmUp
+from streamk.pipeline import KernelWarmUp
 
 PROBE = """
 from numba import njit
@@ -62,7 +63,7 @@ def test_the_warm_up_is_killed_when_the_demo_fails():
 def test_the_warm_up_ends_with_its_parent_killed_by_sigkill(tmp_path):
     script = textwrap.dedent("""
         import sys, threading
-        from streamk.cli.kernel_warm_up import KernelWarmUp
+        from streamk.pipeline import KernelWarmUp
         with KernelWarmUp() as warm:
             print(warm.child.pid, flush=True)
             threading.Event().wait()  # until killed

@@ -10,7 +10,7 @@ from .options import add_vocab_size_option, csv, max_side, non_negative_int, pos
 
 def _demo(args):
     from ..demo import run_demo
-    from .kernel_warm_up import KernelWarmUp
+    from ..pipeline import KernelWarmUp
 
     with KernelWarmUp():  # the first search after the demo finds the second stage compiled
         run_demo(out_dir=args.out, images=args.images, max_queries=args.max_queries, transforms=args.transforms,

@@ -1,5 +1,6 @@
 """Work on many images at once: the per-image tasks run on the executors, folder ingestion
-into an index, an encoder trained on a sample of images, features of many images, re-aggregation.
+into an index, an encoder trained on a sample of images, features of many images, re-aggregation;
+the second stage's kernels compiled beside other work.
 """
 
 from typing import TYPE_CHECKING
@@ -24,5 +25,6 @@ if TYPE_CHECKING:  # the public names, imported on first use (streamk.exports)
         iter_scan as iter_scan, retrain_if_stale as retrain_if_stale, run_ingest as run_ingest, scan as scan,
     )
     from .reaggregation import Reaggregator as Reaggregator, Settings as Settings
+    from .warm_up import KernelWarmUp as KernelWarmUp
 
 __all__, __getattr__, __dir__ = lazy_exports(__name__)

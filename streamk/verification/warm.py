@@ -5,8 +5,9 @@ The second stage's are the largest of streamk (``verify_batch`` inlines the matc
 search, the local optimisation and the clump check): ~30 s of a first verified search on a
 2-core Xeon, every later one loading them in milliseconds. :func:`warm_kernels` runs them
 once on a small synthetic pair, through the same public functions and with the same array
-types as a search, so that the compilation happens where nobody waits for it (``streamk
-demo`` runs it beside its own work: streamk/cli/kernel_warm_up.py).
+types as a search (tests/verification/test_warm.py checks that a search then compiles
+nothing), so that the compilation can happen where nobody waits for it
+(:class:`streamk.pipeline.KernelWarmUp` runs it in a child process beside other work).
 """
 
 import numpy as np
