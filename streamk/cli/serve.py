@@ -1,6 +1,6 @@
 """``streamk serve``: the HTTP API and web page over an index."""
 
-from .options import existing_folder, port_number, positive_float, positive_int
+from .options import existing_folder, non_negative_int, port_number, positive_float, positive_int
 
 
 def _serve(args):
@@ -13,7 +13,8 @@ def _serve(args):
                          "min_body_rate": args.min_body_rate * 1024, "request_timeout": args.request_timeout},
                  connection_limits={"header_timeout": args.header_timeout,
                                     "keep_alive_timeout": args.keep_alive_timeout,
-                                    "max_connections": args.max_connections},
+                                    "max_connections": args.max_connections,
+                                    "max_connections_per_client": args.max_connections_per_client},
                  backup_dir=args.backup_dir)
 
 
@@ -60,6 +61,10 @@ def add_serve_command(sub):
                     help="seconds an idle kept-alive connection stays open (default 5)")
     sv.add_argument("--max-connections", type=positive_int, default=512, metavar="N",
                     help="connections at once; a request on one more is answered 503 (default 512)")
+    sv.add_argument("--max-connections-per-client", type=non_negative_int, default=64, metavar="N",
+                    help="connections open at once from one client address, so that one client cannot take all of "
+                         "--max-connections; one more is closed at once (default 64). 0: no cap, for a server "
+                         "behind a reverse proxy, where every client has the proxy's address")
     sv.add_argument("--backup-dir", default=None, metavar="DIR",
                     help="folder where POST /backup writes backups of the index (named by the server; default: "
                          "no backups)")

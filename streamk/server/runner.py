@@ -59,8 +59,9 @@ def serve(path, host="127.0.0.1", port=8000, workers=2, token_file=None, cors=()
     (where ingestion found each file on this machine; hidden by default); limits: more
     keyword arguments of :func:`create_app` (max_uploads, body_timeout, min_body_rate,
     request_timeout); connection_limits: of :func:`~streamk.server.connections.uvicorn_limits`
-    (header_timeout, keep_alive_timeout, max_connections). Returns 0 after a stop without a
-    signal (a signal ends the process once the server has stopped, as uvicorn re-raises it)."""
+    (header_timeout, keep_alive_timeout, max_connections, max_connections_per_client).
+    Returns 0 after a stop without a signal (a signal ends the process once the server has
+    stopped, as uvicorn re-raises it)."""
     import uvicorn
 
     log = configure_logging(log_level)

@@ -24,10 +24,10 @@ def served(photos, tmp_path_factory):
         yield srv
 
 
-def stalled(srv, method, path, ctype, length, first=b""):
-    """A raw connection that sends a request's headers (and ``first`` bytes of its body) and
-    then nothing."""
-    s = socket.create_connection(("127.0.0.1", srv.port), timeout=BODY_TIMEOUT + MARGIN)
+def stalled(srv, method, path, ctype, length, first=b"", source="127.0.0.1"):
+    """A raw connection from ``source`` (an address of 127/8) that sends a request's headers
+    (and ``first`` bytes of its body) and then nothing."""
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=BODY_TIMEOUT + MARGIN, source_address=(source, 0))
     s.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {srv.token}\r\n"
               f"Content-Type: {ctype}\r\nContent-Length: {length}\r\n\r\n".encode() + first)
     return s
@@ -81,8 +81,9 @@ def test_half_sent_headers_and_silent_connections_are_closed(served):
 
 
 def test_64_stalled_uploads_hold_only_the_upload_slots(served):
+    # from 8 clients: 64 connections from one address would reach --max-connections-per-client (64) with the next
     socks = [stalled(served, "POST", "/images" if i % 2 else "/search", "multipart/form-data; boundary=x",
-                     1_000_000, b"--x\r\n") for i in range(64)]
+                     1_000_000, b"--x\r\n", source=f"127.0.0.{10 + i % 8}") for i in range(64)]
     try:
         with httpx.Client(base_url=served.url, headers=served.headers, timeout=BODY_TIMEOUT) as c:  # meanwhile
             for _ in range(5):
