@@ -113,7 +113,9 @@ class Server:
         env = dict(os.environ, STREAMK_TOKEN=self.token, PYTHONPATH=str(REPO))
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "streamk.cli", "serve", str(index), "--port",
-                                      str(self.port), "--workers", str(workers)], env=env, stdout=self.log,
+                                      str(self.port), "--workers", str(workers),
+                                      "--max-connections-per-client", "0"],  # every client thread is 127.0.0.1
+                                     env=env, stdout=self.log,
                                      stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"
         import httpx
