@@ -68,7 +68,9 @@ def test_the_warm_up_ends_with_its_parent_killed_by_sigkill(tmp_path):
             print(warm.child.pid, flush=True)
             threading.Event().wait()  # until killed
     """)
-    parent = start_python("-c", script, stdout=subprocess.PIPE)
+    # an empty Numba cache: the child compiles for ~30 s, so it is surely at work when its parent dies
+    parent = start_python("-c", script, stdout=subprocess.PIPE,
+                          env=subprocess_env(NUMBA_CACHE_DIR=str(tmp_path / "numba-cache")))
     try:
         child_pid = int(parent.stdout.readline())
         assert alive(child_pid)
