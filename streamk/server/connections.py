@@ -14,7 +14,8 @@ streamk/cli/serve.py):
 * at most ``--max-connections`` (512, uvicorn's limit_concurrency) connections; a request
   on one more is answered 503 by uvicorn itself;
 * at most ``--max-connections-per-client`` (64) of them open at once from one client
-  address (the peer's IP): one more is closed as it is made, before uvicorn counts it, and
+  address (the peer's IP; for IPv6 its /64, in which one host may pick addresses at will):
+  one more is closed as it is made, before uvicorn counts it, and
   the log says so once a minute per address at most. 64 is an eighth of the 512, so
   that one address cannot take them all (it takes 8 addresses, as it took 1), and ten
   times what a browser opens to one host (6); pooled HTTP clients keep fewer (requests:
@@ -27,6 +28,7 @@ streamk/cli/serve.py):
   slots apart: see :class:`~streamk.server.middleware.ConcurrencyLimit`.
 """
 
+import ipaddress
 import logging
 import time
 
@@ -92,10 +94,26 @@ def header_timed(protocol_class, header_timeout):
     return HeaderTimedProtocol
 
 
+def client_of(address):
+    """The client an address counts for: an IPv4 address itself (also written as an IPv4-mapped
+    IPv6 one, as a dual-stack socket sees it), an IPv6 address's /64 (the prefix one host or one
+    subscriber is given, and picks its addresses in at will: counted per address, one host
+    would have 2^64 caps)."""
+    try:
+        ip = ipaddress.ip_address(str(address).split("%", 1)[0])  # (a scope id: fe80::1%eth0)
+    except ValueError:  # not an IP address: counted as it is
+        return str(address)
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
 def client_capped(protocol_class, max_per_client):
     """``protocol_class`` (an asyncio protocol of uvicorn's) with at most ``max_per_client``
-    connections open at once from one client address (the peer's IP; none for a Unix
-    socket); one more is closed in ``connection_made``, before ``protocol_class`` sees it
+    connections open at once from one client (:func:`client_of` the peer's IP: an IPv6 /64
+    counts as one; none for a Unix socket); one more is closed in ``connection_made``, before ``protocol_class`` sees it
     (uvicorn never counts it against ``--max-connections``), and logged once per address
     per REFUSED_LOG_INTERVAL at most. 0: ``protocol_class`` itself, no cap.
 
@@ -133,7 +151,7 @@ def client_capped(protocol_class, max_per_client):
 
         def connection_made(self, transport):
             peer = transport.get_extra_info("peername")
-            address = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else None
+            address = client_of(peer[0]) if isinstance(peer, (tuple, list)) and peer else None
             if address is not None:
                 n = open_now.get(address, 0)
                 if n >= max_per_client:
@@ -188,4 +206,4 @@ def uvicorn_limits(header_timeout=DEFAULT_HEADER_TIMEOUT, keep_alive_timeout=DEF
 
 __all__ = ["DEFAULT_HEADER_TIMEOUT", "DEFAULT_KEEP_ALIVE_TIMEOUT", "DEFAULT_MAX_CONNECTIONS",
            "DEFAULT_MAX_CONNECTIONS_PER_CLIENT", "MAX_HEADER_BYTES", "REFUSED_LOG_INTERVAL", "client_capped",
-           "header_timed", "uvicorn_limits"]
+           "client_of", "header_timed", "uvicorn_limits"]

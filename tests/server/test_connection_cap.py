@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from streamk.errors import ConfigError
-from streamk.server.connections import (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT,
+from streamk.server.connections import (DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_CLIENT, client_of,
                                         uvicorn_limits)
 
 pytest.importorskip("httpx")
@@ -215,3 +215,16 @@ def test_a_negative_cap_is_a_named_error_and_one_line(capsys):
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--max-connections-per-client: must be >= 0, got -1" in err, err
+
+
+@pytest.mark.parametrize("address, client", [
+    ("127.0.0.1", "127.0.0.1"),
+    ("::ffff:192.0.2.7", "192.0.2.7"),  # IPv4 as a dual-stack socket sees it: the same client as 192.0.2.7
+    ("2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::/64"),
+    ("2001:db8:1:2::1", "2001:db8:1:2::/64"),  # another address of the same /64: the same client
+    ("2001:db8:1:3::1", "2001:db8:1:3::/64"),
+    ("fe80::1%eth0", "fe80::/64"),
+    ("::1", "::/64"),
+])
+def test_a_client_is_an_ipv4_address_or_an_ipv6_64(address, client):
+    assert client_of(address) == client
