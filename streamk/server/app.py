@@ -23,8 +23,8 @@ from ..schema import SCHEMA_VERSION_HEADER
 from .connections import MAX_HEADER_BYTES
 from .dependencies import check_token
 from .http_errors import ApiError, error_code, install_error_handlers, status_of
-from .middleware import (BodyLimit, ConcurrencyLimit, Deadlines, HeadAsGet, HeaderLimit, RequestLog,
-                         SchemaVersionHeader)
+from .middleware import (BodyLimit, CancelOnDisconnect, ConcurrencyLimit, Deadlines, HeadAsGet, HeaderLimit,
+                         RequestLog, SchemaVersionHeader)
 from .models import MAX_JSON_DEPTH
 from .routes import ROUTERS
 from .routes import backup as backup_routes
@@ -75,6 +75,7 @@ def create_app(service, token=None, max_upload=DEFAULT_MAX_UPLOAD, cors=(), max_
     app.add_middleware(BodyLimit, limit=max_upload)
     app.add_middleware(Deadlines, body_timeout=body_timeout, min_rate=min_body_rate, request_timeout=request_timeout,
                        max_body=max_upload)
+    app.add_middleware(CancelOnDisconnect)  # inside the slots: a search whose client hung up frees its slot at once
     app.add_middleware(ConcurrencyLimit, limit=max_requests, uploads=max_uploads)
     app.add_middleware(HeaderLimit, limit=MAX_HEADER_BYTES)  # before a slot is taken
     app.add_middleware(HeadAsGet)

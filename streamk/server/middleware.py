@@ -1,6 +1,7 @@
 """The outer layers of the app, pure ASGI: a body size limit, time limits on reading the
 body and on the whole request, limits on the requests answered at once (uploads apart from
-the cheap ones), HEAD as GET, and one log line per request."""
+the cheap ones), searches cancelled when their client hangs up, HEAD as GET, and one log
+line per request."""
 
 import asyncio
 import logging
@@ -10,6 +11,14 @@ from ..schema import JSON_SCHEMA_VERSION, SCHEMA_VERSION_HEADER
 from .http_errors import ApiError, UploadTooLargeError, error_response
 
 log = logging.getLogger("streamk.server")
+
+CLIENT_GONE = "streamk.client_gone"  # scope key: the request was cancelled, its client gone (RequestLog: 499)
+CLIENT_CLOSED_STATUS = 499  # the access log's status of such a request (nginx's "client closed request")
+# Requests cancelled when their client hangs up before the answer: reads only. Writes (POST, PUT,
+# DELETE /images, /backup) are never: cancelled between their steps (an image described, then
+# added; metadata set, then a vector) they would be half done, and a client that hung up on a
+# write (its own timeout, a dropped network) must find it done or not done, whole.
+CANCELLABLE = frozenset({("POST", "/search")})
 
 
 class _Limit:
@@ -170,6 +179,69 @@ class Deadlines:
                 await resp(scope, receive, send)
 
 
+class CancelOnDisconnect:
+    """A request of ``routes`` (method, path) whose client hangs up after sending its body
+    and before its answer is cancelled at once: its handler task, and with it what it
+    awaits (a describe still waiting for a worker is never run: streamk.server.pool; a
+    search still queued for the index thread is dropped); its slot (ConcurrencyLimit,
+    outside this) is free as it returns. One log line says so; RequestLog's says 499.
+
+    Once the body is complete this is the one reader of ``receive``: a watcher waits on it
+    for ``http.disconnect``, and the app's own later ``receive()`` calls wait for the
+    watcher. uvicorn's receive also gives ``http.disconnect`` once the answer is complete:
+    a disconnect seen after the answer was sent cancels nothing."""
+
+    def __init__(self, app, routes=CANCELLABLE):
+        self.app = app
+        self.routes = frozenset(routes)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or (scope.get("method"), scope.get("path")) not in self.routes:
+            return await self.app(scope, receive, send)
+        loop = asyncio.get_running_loop()
+        handler, gone, start = asyncio.current_task(), loop.create_future(), loop.time()
+        watcher, answered = None, False
+
+        async def watch():
+            while (await receive())["type"] != "http.disconnect":
+                pass  # (an empty body part: uvicorn's receive woken for nothing) wait on
+            if not answered and not gone.done():
+                gone.set_result(loop.time())
+                handler.cancel()
+
+        async def receiving():
+            nonlocal watcher
+            if watcher is not None:  # the body is complete: the watcher reads receive, the app waits for it
+                await asyncio.shield(gone)
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                watcher = asyncio.ensure_future(watch())
+            return message
+
+        async def sending(message):
+            nonlocal answered
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered = True  # from here on, a disconnect is the answer's end, or too late to save anything
+            await send(message)
+        try:
+            await self.app(scope, receiving, sending)
+        except asyncio.CancelledError:
+            if not gone.done():  # cancelled from outside (the server stopping): not ours to swallow
+                raise
+            uncancel = getattr(handler, "uncancel", None)  # Python 3.11+: the cancel we asked for is handled
+            if uncancel is not None:
+                uncancel()
+            scope[CLIENT_GONE] = True
+            client = scope.get("client") or ("-", 0)
+            log.info("%s %s %s: the client closed the connection before its answer; cancelled after %.1f ms, "
+                     "its slot free", client[0], scope.get("method"), scope.get("path"),
+                     1000 * (gone.result() - start))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
+
 class HeadAsGet:
     """HEAD answered as GET would be, headers only (Content-Length that of the body not
     sent); on a path without GET, the 405 of GET, whose Allow lists what the path takes."""
@@ -210,7 +282,8 @@ class SchemaVersionHeader:
 
 
 class RequestLog:
-    """One log line per request: method, path, status, milliseconds."""
+    """One log line per request: method, path, status (499: cancelled, its client gone:
+    :class:`CancelOnDisconnect`), milliseconds."""
 
     def __init__(self, app):
         self.app = app
@@ -229,9 +302,10 @@ class RequestLog:
             await self.app(scope, receive, sending)
         finally:
             client = scope.get("client") or ("-", 0)
-            log.info("%s %s %s %d %.1f ms", client[0], scope.get("method"), scope.get("path"), status[0],
+            code = CLIENT_CLOSED_STATUS if scope.get(CLIENT_GONE) else status[0]
+            log.info("%s %s %s %d %.1f ms", client[0], scope.get("method"), scope.get("path"), code,
                      1000 * (time.perf_counter() - t0))
 
 
-__all__ = ["BodyLimit", "ConcurrencyLimit", "Deadlines", "HeadAsGet", "HeaderLimit", "RequestLog",
-           "SchemaVersionHeader", "is_upload"]
+__all__ = ["BodyLimit", "CANCELLABLE", "CLIENT_CLOSED_STATUS", "CancelOnDisconnect", "ConcurrencyLimit", "Deadlines",
+           "HeadAsGet", "HeaderLimit", "RequestLog", "SchemaVersionHeader", "is_upload"]

@@ -349,6 +349,8 @@ class StatsAnswer(Answer):
     dim: int
     local_features: bool
     workers: int
+    workers_busy: int = Field(0, description="uploads (and thumbnails) being described by the workers now")
+    worker_queue: int = Field(0, description="uploads (and thumbnails) waiting for a free worker")
     writable: bool
     indexed_fields: list[str]
 

@@ -10,6 +10,7 @@ the process boundary; the server maps the name to its HTTP answer.
 """
 
 import os
+import time
 
 from ..features import THUMBNAIL_SIDE, memory_image_metadata, thumbnail_jpeg
 from ..index import ImageFailure, describe_context, describe_image, open_index, unit_vector
@@ -20,6 +21,12 @@ from ..parallel import TaskContext
 # first, so that only one worker dies): a death at start-up, on demand. Never set it
 # in production.
 DIE_AT_START_ENV = "STREAMK_TEST_WORKER_DIE_AT_START"
+# Test hook (tests/server/test_disconnect.py): while this variable names a folder, a worker
+# that starts describing an upload named NAME leaves the file NAME.started there (what the
+# workers described), then waits while NAME.hold exists there (at most HOLD_LIMIT s): an
+# upload held in its worker, on demand. Never set it in production.
+HOLD_ENV = "STREAMK_TEST_WORKER_HOLD"
+HOLD_LIMIT = 120.0
 
 
 def index_describe_context(index_path, extractor, fingerprint, local_features):
@@ -55,11 +62,24 @@ def _maybe_die_at_start():
         os._exit(3)
 
 
+def _maybe_hold(name):
+    folder = os.environ.get(HOLD_ENV)
+    if not folder:
+        return
+    base = os.path.join(folder, os.path.basename(name))
+    with open(base + ".started", "w"):
+        pass
+    deadline = time.monotonic() + HOLD_LIMIT
+    while os.path.exists(base + ".hold") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def describe_upload(ctx, item):
     """One uploaded image. ``item`` = (bytes, box or None, purpose, name): purpose "query"
     gives the unit vector of the features inside ``box`` and those features; "add" gives
     the vector, the display extras, the local-geometry record and a thumbnail."""
     data, box, purpose, name = item
+    _maybe_hold(name)
     add = purpose != "query"
     try:
         d = describe_image(ctx, data, name, box, geometry=add, thumbnail=add, keep_features=not add)
@@ -89,5 +109,5 @@ def thumbnail_task(ctx, item):
         return {"error": ImageFailure.of(exc, name)}
 
 
-__all__ = ["DIE_AT_START_ENV", "THUMBNAIL_SIDE", "describe_upload", "index_describe_context", "index_task_context",
-           "thumbnail_jpeg", "thumbnail_task", "upload_metadata"]
+__all__ = ["DIE_AT_START_ENV", "HOLD_ENV", "THUMBNAIL_SIDE", "describe_upload", "index_describe_context",
+           "index_task_context", "thumbnail_jpeg", "thumbnail_task", "upload_metadata"]

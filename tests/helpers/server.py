@@ -156,6 +156,20 @@ def rendezvous(ctx, item):
     return os.getpid(), bool(met)
 
 
+def held(ctx, item):
+    """A pool task: touch ``started``, then wait (bounded) until ``go`` exists; the pid."""
+    started, go, timeout = item
+    Path(started).touch()
+    poll(lambda: Path(go).exists(), timeout, interval=0.02)
+    return os.getpid()
+
+
+def touch(ctx, item):
+    """A pool task that leaves the file ``item``: it ran."""
+    Path(item).touch()
+    return item
+
+
 def die(ctx, item):
     """A pool task that kills its worker process, as a crash in a native library would."""
     os._exit(1)

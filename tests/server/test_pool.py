@@ -6,7 +6,8 @@ import pickle
 import threading
 
 import pytest
-from helpers.server import die, make_index, pid_of, rendezvous, words_of
+from helpers.server import die, held, make_index, pid_of, rendezvous, touch, words_of
+from helpers.waiting import poll
 
 from streamk.server import EncodingPool
 
@@ -136,3 +137,32 @@ def test_more_workers_than_streamk_starts_anywhere_is_refused_before_one_starts(
     proc = run_python("-m", "streamk.cli", "serve", served, "--port", "0", "--workers", "100000", timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc
     assert proc.stderr.startswith("streamk: error: --workers 100,000 is over streamk's limit of "), proc
+
+
+def test_a_task_cancelled_while_it_waits_for_a_worker_never_runs(photos, served, tmp_path):
+    """A search whose client hung up (streamk.server.middleware.CancelOnDisconnect) is
+    cancelled: its describe, queued behind a busy worker, is dropped, never run, and its
+    place given back; one cancelled while it runs ends there, and frees its worker then."""
+    pool = encoding_pool(photos, served, workers=1).start()
+    started, go, ran = tmp_path / "started", tmp_path / "go", tmp_path / "ran"
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        busy = asyncio.ensure_future(pool.run(held, (str(started), str(go), 60)))
+        assert await loop.run_in_executor(None, poll, started.exists, 60)
+        queued = asyncio.ensure_future(pool.run(touch, str(ran)))
+        await asyncio.sleep(0)  # one turn of the loop: it waits for the worker
+        assert pool.load() == {"workers_busy": 1, "worker_queue": 1}
+        queued.cancel()
+        busy.cancel()  # running in the worker: it goes on there
+        await asyncio.gather(queued, busy, return_exceptions=True)
+        assert pool.load() == {"workers_busy": 1, "worker_queue": 0}
+        go.touch()
+        after = await pool.run(pid_of, None)  # the worker free again: the pool not wedged
+        return after, pool.load()
+    try:
+        after, load = run(scenario())
+        assert isinstance(after, int) and load == {"workers_busy": 0, "worker_queue": 0}
+        assert not ran.exists()  # in order: had it been sent to the worker, it would have run before pid_of
+    finally:
+        pool.close()

@@ -27,8 +27,8 @@ async def health(request: Request):
 
 @router.get("/stats", response_model=StatsAnswer, responses=error_responses(401), dependencies=[Depends(may_read)])
 async def stats(service=Depends(service_of)):
-    """Counts and sizes of the index."""
-    return await service.call(service.stats)
+    """Counts and sizes of the index; the encoding workers' load now."""
+    return {**await service.call(service.stats), **service.pool.load()}
 
 
 
