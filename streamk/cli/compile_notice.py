@@ -54,11 +54,8 @@ def _listen():
 
 def _say(line):
     """``line`` on stderr, above any progress bar being drawn there."""
-    try:
-        from tqdm import tqdm
-    except ImportError:  # (tqdm is a dependency; a bare print where it is not there)
-        print(line, file=sys.stderr, flush=True)
-        return
+    from tqdm import tqdm
+
     tqdm.write(line, file=sys.stderr)
 
 

@@ -115,10 +115,9 @@ Mirrored copies: a mirror image reverses orientation (the second stage's plausib
 refuses det < 0, and RootSIFT of a mirrored patch is another descriptor), so the caller
 matches the mirrored query instead, as it turns the query for quarter turns
 (``streamk.index.copies_of(..., mirrored=True)``). Not supported: copies with a perspective
-change (a photo of a screen or
-a print); rotations by other angles than quarter turns beyond what upright features
-survive (about 20 degrees); crops under about a third of the original (too few
-features). ``bench/copy_detection.py`` measures the supported edits.
+change (a photo of a screen or a print); rotations by other angles than quarter turns
+beyond what upright features survive (about 20 degrees); crops under about a third of
+the original (too few features). ``bench/copy_detection.py`` measures the supported edits.
 
 Cost: per pair one least-squares fit and a grid count (numpy, no Python loop over
 matches), and for the pairs whose geometry passes, two 128-px resamplings and a few
